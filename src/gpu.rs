@@ -1,0 +1,118 @@
+//! The NVML backend: loads the library (from `GPUDOC_NVML_LIB` or `libnvidia-ml.so.1`) and reads what a
+//! run needs. Everything here tolerates a missing library, a missing symbol and a lost GPU: the wrapped
+//! command never depends on NVML.
+
+use nvml_wrapper::Nvml;
+use nvml_wrapper::error::NvmlError;
+use serde::{Deserialize, Serialize};
+
+/// Environment variable naming the NVML library to load.
+pub const LIB_ENV: &str = "GPUDOC_NVML_LIB";
+/// What the driver installs; the unversioned name only exists with development packages.
+pub const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
+
+/// What is known of NVML for a run (the report's `nvml` object).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlStatus {
+    pub available: bool,
+    /// The library path gpudoc tried.
+    pub library: String,
+    pub driver: Option<String>,
+    /// CUDA version the driver supports, `major.minor`.
+    pub cuda_driver: Option<String>,
+    /// Why NVML is not available, when it is not.
+    pub error: Option<String>,
+}
+
+/// A GPU's fixed facts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub total_bytes: u64,
+}
+
+/// Loads NVML and lists the GPUs. Without NVML (no driver, no library, a broken one) it returns `None`
+/// and a status that says why.
+pub fn open() -> (Option<Nvml>, NvmlStatus, Vec<GpuInfo>) {
+    let library = std::env::var(LIB_ENV).unwrap_or_else(|_| DEFAULT_LIB.to_string());
+    let mut status = NvmlStatus {
+        library: library.clone(),
+        ..Default::default()
+    };
+    let nvml = match Nvml::builder().lib_path(library.as_ref()).init() {
+        Ok(n) => n,
+        Err(e) => {
+            status.error = Some(describe_init_error(&library, &e));
+            return (None, status, Vec::new());
+        }
+    };
+    status.driver = nvml.sys_driver_version().ok();
+    status.cuda_driver = nvml
+        .sys_cuda_driver_version()
+        .ok()
+        .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+    let count = match nvml.device_count() {
+        Ok(c) => c,
+        Err(e) => {
+            status.error = Some(format!("cannot count GPUs: {e}"));
+            return (None, status, Vec::new());
+        }
+    };
+    let mut gpus = Vec::new();
+    for index in 0..count {
+        match nvml.device_by_index(index) {
+            Ok(d) => gpus.push(GpuInfo {
+                index,
+                name: d.name().unwrap_or_else(|_| "unknown GPU".into()),
+                uuid: d.uuid().unwrap_or_default(),
+                total_bytes: d.memory_info().map(|m| m.total).unwrap_or(0),
+            }),
+            // A GPU that cannot be opened is left out; the others still count.
+            Err(e) => status.error = Some(format!("GPU {index} cannot be opened: {e}")),
+        }
+    }
+    status.available = true;
+    (Some(nvml), status, gpus)
+}
+
+fn describe_init_error(library: &str, e: &NvmlError) -> String {
+    match e {
+        NvmlError::LibloadingError(inner) => {
+            format!(
+                "cannot load {library}: {inner} (no NVIDIA driver here? set {LIB_ENV} to its path)"
+            )
+        }
+        NvmlError::DriverNotLoaded => format!("{library}: the NVIDIA driver is not loaded"),
+        NvmlError::NoPermission => format!("{library}: no permission to talk to the driver"),
+        other => format!("{library}: {other}"),
+    }
+}
+
+/// How a failed call is handled in the hot loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// This query can't work here (old driver, missing symbol, vGPU): stop asking, keep the GPU.
+    Unsupported,
+    /// The GPU is gone or broken: stop sampling it.
+    Lost,
+}
+
+/// Classifies an NVML error for the sampler.
+pub fn failure_kind(e: &NvmlError) -> Failure {
+    match e {
+        NvmlError::NotSupported
+        | NvmlError::FailedToLoadSymbol(_)
+        | NvmlError::FunctionNotFound
+        | NvmlError::NoPermission => Failure::Unsupported,
+        _ => Failure::Lost,
+    }
+}
+
+/// An NVML error for people: the library's words and its error's name (`... (GpuLost)`).
+pub fn describe(e: &NvmlError) -> String {
+    let name = format!("{e:?}");
+    let name = name.split(['(', ' ', '{']).next().unwrap_or("");
+    format!("{e} ({name})")
+}

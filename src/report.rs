@@ -1,0 +1,239 @@
+//! The report of a run: one versioned, serializable value built from the timeline and the command's end.
+//! Byte counts are integer bytes; times are seconds since the run started.
+
+use crate::gpu::NvmlStatus;
+use crate::procs::ProcInfo;
+use crate::sample::{Rates, Timeline};
+use crate::supervise::Outcome;
+use crate::timeline::Micros;
+use serde::{Deserialize, Serialize};
+
+/// The `schema` value of this version of the report.
+pub const SCHEMA: &str = "gpudoc.report/1";
+/// Points kept in each GPU's `job_timeline`.
+pub const TIMELINE_POINTS: usize = 120;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub gpudoc_version: String,
+    pub command: Vec<String>,
+    pub started_unix_s: f64,
+    pub duration_s: f64,
+    pub exit: Exit,
+    pub nvml: NvmlStatus,
+    pub sampling: Sampling,
+    pub gpus: Vec<GpuReport>,
+    pub processes: Vec<ProcessReport>,
+    pub oom: Option<serde_json::Value>,
+    pub orphans: Vec<Orphan>,
+    pub diagnoses: Vec<serde_json::Value>,
+    pub gate: Option<serde_json::Value>,
+    /// Things gpudoc could not do, in words (a trace write error, a sampling gap).
+    pub notes: Vec<String>,
+}
+
+/// How the command ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exit {
+    /// What `gpudoc run` exits with: the child's code, or 128+N for death by signal N.
+    pub code: i32,
+    pub signal: Option<i32>,
+    pub core_dumped: bool,
+    /// gpudoc killed the job after a second Ctrl-C.
+    pub killed_by_gpudoc: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub device_interval_s: f64,
+    pub process_interval_s: f64,
+    pub device_samples: u64,
+    pub process_samples: u64,
+    /// Memory the stored timeline took.
+    pub timeline_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuReport {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub total_bytes: u64,
+    /// Device memory in use, as `nvidia-smi` shows it (NVML v2 `used`), at the first sample.
+    pub start_used_bytes: u64,
+    pub peak_used_bytes: u64,
+    pub peak_used_at_s: f64,
+    pub final_used_bytes: u64,
+    /// Memory the driver sets aside (NVML v2 `reserved`; v1 `used` counts it).
+    pub driver_reserved_bytes: u64,
+    /// Peak of the sum over the job's processes.
+    pub job_peak_bytes: u64,
+    pub job_peak_at_s: f64,
+    pub job_final_bytes: u64,
+    /// `[seconds, bytes]` pairs: the job's highest memory in each of up to 120 equal slices of the run.
+    pub job_timeline: Vec<(f64, u64)>,
+    pub lost: Option<LostReport>,
+    /// Queries this GPU does not support, which gpudoc stopped asking.
+    pub unsupported: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LostReport {
+    pub at_s: f64,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    pub cmdline: String,
+    pub uid: Option<u32>,
+    pub gpu: u32,
+    pub peak_bytes: u64,
+    pub peak_at_s: f64,
+    pub final_bytes: u64,
+    pub first_seen_s: f64,
+    pub in_job: bool,
+}
+
+/// A descendant of the job still alive after the command exited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Orphan {
+    pub pid: u32,
+    pub ppid: u32,
+    pub cmdline: String,
+    /// GPU memory it held at the last sample, per GPU index.
+    pub gpu_bytes: Vec<(u32, u64)>,
+}
+
+fn secs(t: Micros) -> f64 {
+    (t as f64 / 1e6 * 1e6).round() / 1e6
+}
+
+/// Everything a report is built from.
+pub struct Inputs<'a> {
+    pub command: Vec<String>,
+    pub started_unix_s: f64,
+    pub outcome: &'a Outcome,
+    pub nvml: NvmlStatus,
+    pub rates: Rates,
+    pub timeline: &'a Timeline,
+    pub leftovers: &'a [ProcInfo],
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    pub fn build(i: Inputs) -> Report {
+        let t = i.timeline;
+        let end: Micros = i.outcome.duration.as_micros() as Micros;
+        let gpus = t
+            .gpus
+            .iter()
+            .map(|g| GpuReport {
+                index: g.info.index,
+                name: g.info.name.clone(),
+                uuid: g.info.uuid.clone(),
+                total_bytes: g.info.total_bytes,
+                start_used_bytes: g.used.first().unwrap_or(0),
+                peak_used_bytes: g.used.peak(),
+                peak_used_at_s: secs(g.used.peak_at()),
+                final_used_bytes: g.used.last().unwrap_or(0),
+                driver_reserved_bytes: g.driver_reserved,
+                job_peak_bytes: g.job.peak(),
+                job_peak_at_s: secs(g.job.peak_at()),
+                job_final_bytes: g.job.last().unwrap_or(0),
+                job_timeline: {
+                    let step = end / TIMELINE_POINTS as u64;
+                    g.job
+                        .bucket_max(end, TIMELINE_POINTS)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, v)| (secs(k as u64 * step), v))
+                        .collect()
+                },
+                lost: g.lost.as_ref().map(|l| LostReport {
+                    at_s: secs(l.at),
+                    error: l.error.clone(),
+                }),
+                unsupported: g
+                    .unsupported
+                    .iter()
+                    .map(|(what, e)| format!("{what}: {e}"))
+                    .collect(),
+            })
+            .collect();
+        let processes = t
+            .procs
+            .values()
+            .map(|p| ProcessReport {
+                pid: p.pid,
+                cmdline: p.cmdline.clone(),
+                uid: p.uid,
+                gpu: p.gpu,
+                peak_bytes: p.used.peak(),
+                peak_at_s: secs(p.used.peak_at()),
+                final_bytes: p.used.last().unwrap_or(0),
+                first_seen_s: secs(p.used.first_at().unwrap_or(0)),
+                in_job: p.in_job,
+            })
+            .collect();
+        let orphans = i
+            .leftovers
+            .iter()
+            .map(|p| Orphan {
+                pid: p.pid,
+                ppid: p.ppid,
+                cmdline: p.cmdline.clone(),
+                gpu_bytes: t
+                    .procs
+                    .values()
+                    .filter(|q| q.pid == p.pid && q.used.last().unwrap_or(0) > 0)
+                    .map(|q| (q.gpu, q.used.last().unwrap_or(0)))
+                    .collect(),
+            })
+            .collect();
+        let (code, signal, core_dumped) = match i.outcome.end {
+            crate::supervise::ProcessEnd::Exited(c) => (c, None, false),
+            crate::supervise::ProcessEnd::Signaled {
+                signal,
+                core_dumped,
+            } => (128 + signal, Some(signal), core_dumped),
+        };
+        Report {
+            schema: SCHEMA.into(),
+            gpudoc_version: env!("CARGO_PKG_VERSION").into(),
+            command: i.command,
+            started_unix_s: i.started_unix_s,
+            duration_s: secs(end),
+            exit: Exit {
+                code,
+                signal,
+                core_dumped,
+                killed_by_gpudoc: i.outcome.escalated,
+            },
+            nvml: i.nvml,
+            sampling: Sampling {
+                device_interval_s: i.rates.device.as_secs_f64(),
+                process_interval_s: i.rates.process.as_secs_f64(),
+                device_samples: t.device_samples,
+                process_samples: t.process_samples,
+                timeline_bytes: t.heap_bytes as u64,
+            },
+            gpus,
+            processes,
+            oom: None,
+            orphans,
+            diagnoses: Vec::new(),
+            gate: None,
+            notes: i.notes,
+        }
+    }
+
+    /// The report as pretty JSON with a trailing newline.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("a report always serializes");
+        s.push('\n');
+        s
+    }
+}

@@ -1,0 +1,136 @@
+//! `gpudoc run`: orchestration only. Start sampling, start the command, wait, then turn the timeline into
+//! a report and print it.
+
+use crate::cli::{ColorWhen, RunArgs, use_color};
+use crate::exit;
+use crate::gpu;
+use crate::live::{self, Live};
+use crate::report::{Inputs, Report};
+use crate::sample::{Rates, Sampler};
+use crate::summary::{self, Paint};
+use crate::supervise;
+use crate::trace::TraceWriter;
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Instant, SystemTime};
+
+/// Runs the command under gpudoc and returns the exit code to leave with.
+pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
+    let paint = Paint(use_color(color, true));
+    let command: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if let Some(path) = &args.json
+        && let Err(e) = check_writable(path)
+    {
+        eprintln!("gpudoc: --json {}: {e}", path.display());
+        return ExitCode::from(exit::GPUDOC_FAILED);
+    }
+    let rates = Rates {
+        device: args.interval,
+        process: args.proc_interval,
+    };
+    let start_wall = SystemTime::now();
+    let start = Instant::now();
+    let (nvml, nvml_status, gpus) = gpu::open();
+    if !nvml_status.available {
+        eprintln!(
+            "gpudoc: GPU sampling is off: {}",
+            nvml_status.error.as_deref().unwrap_or("NVML unavailable")
+        );
+    }
+    let trace = match &args.trace {
+        Some(path) => match TraceWriter::create(path, start_wall, &command, &gpus) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("gpudoc: --trace {}: {e}", path.display());
+                return ExitCode::from(exit::GPUDOC_FAILED);
+            }
+        },
+        None => None,
+    };
+    let me = std::process::id();
+    let sampler = nvml.map(|n| Sampler::start(n, gpus, me, rates, trace, start));
+    let live = match &sampler {
+        Some(s) if live::wanted(args.quiet) => Live::start(s.snapshot.clone()),
+        _ => Live::off(),
+    };
+    let child = match supervise::spawn(&args.command, live.guard(), None) {
+        Ok(c) => c,
+        Err(e) => {
+            live.finish();
+            if let Some(s) = sampler {
+                s.stop();
+            }
+            eprintln!("gpudoc: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    let outcome = child.wait();
+    live.finish();
+    let (timeline, trace_error) = sampler.map(|s| s.stop()).unwrap_or_default();
+    let leftovers = crate::procs::descendants(me);
+    let mut notes = Vec::new();
+    if let Some(e) = trace_error {
+        notes.push(format!("the trace file is incomplete: {e}"));
+    }
+    let report = Report::build(Inputs {
+        command,
+        started_unix_s: start_wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64(),
+        outcome: &outcome,
+        nvml: nvml_status,
+        rates,
+        timeline: &timeline,
+        leftovers: &leftovers,
+        notes,
+    });
+    if !args.quiet {
+        eprint!("{}", summary::render(&report, paint));
+    }
+    if let Some(path) = &args.json
+        && let Err(e) = write_json(path, &report)
+    {
+        eprintln!("gpudoc: --json {}: {e}", path.display());
+    }
+    ExitCode::from(outcome.end.code() as u8)
+}
+
+/// `-` is stdout; a file is written whole or not at all (temp file, then rename).
+fn write_json(path: &Path, report: &Report) -> std::io::Result<()> {
+    let text = report.to_json();
+    if path == Path::new("-") {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        return out.flush();
+    }
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Fails early, before the command runs, when the report could not be written at the end.
+fn check_writable(path: &Path) -> std::io::Result<()> {
+    if path == Path::new("-") {
+        return Ok(());
+    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no folder {}", dir.display()),
+        ));
+    }
+    if path.is_dir() {
+        return Err(std::io::Error::other("is a folder"));
+    }
+    Ok(())
+}

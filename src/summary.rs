@@ -1,0 +1,212 @@
+//! The human summary printed on stderr after a run: how the command ended, then per GPU the job's peak
+//! against capacity, the device's peak, a sparkline of the job's memory, and the processes involved.
+
+use crate::report::Report;
+use crate::units::{fmt_bytes, fmt_pct, fmt_secs, sparkline};
+use owo_colors::OwoColorize;
+use std::fmt::Write;
+
+/// Colours on or off, decided once from `--color`, `NO_COLOR` and the terminal.
+#[derive(Debug, Clone, Copy)]
+pub struct Paint(pub bool);
+
+impl Paint {
+    fn bold(&self, s: &str) -> String {
+        if self.0 {
+            s.bold().to_string()
+        } else {
+            s.to_string()
+        }
+    }
+    fn good(&self, s: &str) -> String {
+        if self.0 {
+            s.green().to_string()
+        } else {
+            s.to_string()
+        }
+    }
+    fn bad(&self, s: &str) -> String {
+        if self.0 {
+            s.red().bold().to_string()
+        } else {
+            s.to_string()
+        }
+    }
+    fn warn(&self, s: &str) -> String {
+        if self.0 {
+            s.yellow().to_string()
+        } else {
+            s.to_string()
+        }
+    }
+    fn dim(&self, s: &str) -> String {
+        if self.0 {
+            s.dimmed().to_string()
+        } else {
+            s.to_string()
+        }
+    }
+}
+
+/// How the command ended, in words.
+pub fn ending(r: &Report) -> String {
+    match r.exit.signal {
+        Some(sig) => {
+            let name = nix::sys::signal::Signal::try_from(sig)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {sig}"));
+            let by = if r.exit.killed_by_gpudoc {
+                " (gpudoc, after a second Ctrl-C)"
+            } else {
+                ""
+            };
+            format!("killed by {name}{by}")
+        }
+        None => format!("exited with code {}", r.exit.code),
+    }
+}
+
+const SPARK_WIDTH: usize = 40;
+
+/// Renders the summary.
+pub fn render(r: &Report, p: Paint) -> String {
+    let mut o = String::new();
+    let cmd = shorten(&r.command.join(" "), 60);
+    let end = ending(r);
+    let end = if r.exit.code == 0 {
+        p.good(&end)
+    } else {
+        p.bad(&end)
+    };
+    let _ = writeln!(
+        o,
+        "{} {} {end} after {}",
+        p.bold("gpudoc:"),
+        cmd,
+        fmt_secs(r.duration_s)
+    );
+    if !r.nvml.available {
+        let why = r.nvml.error.as_deref().unwrap_or("unknown reason");
+        let _ = writeln!(o, "  {}", p.warn(&format!("GPU sampling was off: {why}")));
+    }
+    for g in &r.gpus {
+        let _ = writeln!(
+            o,
+            "  GPU {} {}: job peak {} ({} of {}) at {} · device peak {} · in use at start {}",
+            g.index,
+            g.name,
+            p.bold(&fmt_bytes(g.job_peak_bytes)),
+            fmt_pct(g.job_peak_bytes, g.total_bytes),
+            fmt_bytes(g.total_bytes),
+            fmt_secs(g.job_peak_at_s),
+            fmt_bytes(g.peak_used_bytes),
+            fmt_bytes(g.start_used_bytes),
+        );
+        if g.job_peak_bytes > 0 {
+            let values: Vec<u64> = g.job_timeline.iter().map(|&(_, v)| v).collect();
+            let width = values.len().clamp(1, SPARK_WIDTH);
+            let chunk = values.len().div_ceil(width).max(1);
+            let squeezed: Vec<u64> = values
+                .chunks(chunk)
+                .map(|c| *c.iter().max().unwrap())
+                .collect();
+            let _ = writeln!(
+                o,
+                "    {} {}",
+                sparkline(&squeezed, g.job_peak_bytes),
+                p.dim("job memory over the run")
+            );
+        }
+        if let Some(l) = &g.lost {
+            let _ = writeln!(
+                o,
+                "    {}",
+                p.warn(&format!(
+                    "lost at {}: {} (no numbers for this GPU after that)",
+                    fmt_secs(l.at_s),
+                    l.error
+                ))
+            );
+        }
+        for u in &g.unsupported {
+            let _ = writeln!(
+                o,
+                "    {}",
+                p.dim(&format!("not supported here, not sampled: {u}"))
+            );
+        }
+        let mut procs: Vec<_> = r.processes.iter().filter(|q| q.gpu == g.index).collect();
+        procs.sort_by(|a, b| {
+            b.in_job
+                .cmp(&a.in_job)
+                .then(b.peak_bytes.cmp(&a.peak_bytes))
+        });
+        for q in procs.iter().take(8) {
+            let who = if q.in_job { "job  " } else { "other" };
+            let _ = writeln!(
+                o,
+                "    {who} pid {:<7} peak {:>10}  {}",
+                q.pid,
+                fmt_bytes(q.peak_bytes),
+                p.dim(&shorten(&q.cmdline, 60))
+            );
+        }
+        if procs.len() > 8 {
+            let _ = writeln!(
+                o,
+                "    … and {} more processes (see --json)",
+                procs.len() - 8
+            );
+        }
+    }
+    for orphan in &r.orphans {
+        let held: u64 = orphan.gpu_bytes.iter().map(|&(_, b)| b).sum();
+        let held = if held > 0 {
+            format!(", holding {} of GPU memory", fmt_bytes(held))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "  {}",
+            p.warn(&format!(
+                "left running: pid {} {}{held}",
+                orphan.pid,
+                shorten(&orphan.cmdline, 60)
+            ))
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(o, "  {}", p.warn(n));
+    }
+    if r.nvml.available {
+        let driver = r.nvml.driver.as_deref().unwrap_or("?");
+        let cuda = r.nvml.cuda_driver.as_deref().unwrap_or("?");
+        let _ = writeln!(
+            o,
+            "  {}",
+            p.dim(&format!(
+                "NVML: driver {driver}, CUDA {cuda} · {} device samples every {}, {} process samples every {}",
+                r.sampling.device_samples,
+                fmt_interval(r.sampling.device_interval_s),
+                r.sampling.process_samples,
+                fmt_interval(r.sampling.process_interval_s),
+            ))
+        );
+    }
+    o
+}
+
+fn fmt_interval(s: f64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs_f64(s)).to_string()
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max - 1).collect();
+        t.push('…');
+        t
+    }
+}

@@ -1,0 +1,143 @@
+//! The sampled memory of a run, stored as changes: a value that stays flat for an hour costs one point,
+//! and every series keeps its exact peak whatever is stored.
+
+use serde::{Deserialize, Serialize};
+
+/// Microseconds since the run started.
+pub type Micros = u64;
+
+/// One quantity over time: the points where it changed, plus its peak.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    points: Vec<(Micros, u64)>,
+    peak: u64,
+    peak_at: Micros,
+    samples: u64,
+    last_at: Micros,
+}
+
+impl Series {
+    /// Records a sample; stores a point only when the value differs from the last one.
+    pub fn push(&mut self, at: Micros, value: u64) -> bool {
+        self.samples += 1;
+        self.last_at = at;
+        if self.samples == 1 || value > self.peak {
+            self.peak = value;
+            self.peak_at = at;
+        }
+        if self.points.last().map(|&(_, v)| v) != Some(value) {
+            self.points.push((at, value));
+            return true;
+        }
+        false
+    }
+
+    pub fn peak(&self) -> u64 {
+        self.peak
+    }
+
+    pub fn peak_at(&self) -> Micros {
+        self.peak_at
+    }
+
+    pub fn first(&self) -> Option<u64> {
+        self.points.first().map(|&(_, v)| v)
+    }
+
+    pub fn last(&self) -> Option<u64> {
+        self.points.last().map(|&(_, v)| v)
+    }
+
+    pub fn first_at(&self) -> Option<Micros> {
+        self.points.first().map(|&(t, _)| t)
+    }
+
+    /// Time of the last sample (not the last change).
+    pub fn last_at(&self) -> Micros {
+        self.last_at
+    }
+
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    pub fn points(&self) -> &[(Micros, u64)] {
+        &self.points
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.samples == 0
+    }
+
+    /// Heap bytes held by the stored points.
+    pub fn heap_bytes(&self) -> usize {
+        self.points.capacity() * std::mem::size_of::<(Micros, u64)>()
+    }
+
+    /// The value at `at` (the last change at or before it).
+    pub fn value_at(&self, at: Micros) -> Option<u64> {
+        let i = self.points.partition_point(|&(t, _)| t <= at);
+        i.checked_sub(1).map(|i| self.points[i].1)
+    }
+
+    /// `buckets` maxima over [0, end]: what a sparkline draws. A bucket holds the highest value the
+    /// series had at any moment inside it.
+    pub fn bucket_max(&self, end: Micros, buckets: usize) -> Vec<u64> {
+        if buckets == 0 || self.points.is_empty() {
+            return Vec::new();
+        }
+        let width = (end / buckets as u64).max(1);
+        let mut out = Vec::with_capacity(buckets);
+        let mut i = 0;
+        for b in 0..buckets as u64 {
+            let (lo, hi) = (b * width, (b + 1) * width);
+            // The value carried into the bucket, then every change inside it.
+            let mut m = self.value_at(lo).unwrap_or(0);
+            while i < self.points.len() && self.points[i].0 < hi {
+                if self.points[i].0 >= lo {
+                    m = m.max(self.points[i].1);
+                }
+                i += 1;
+            }
+            out.push(m);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_hour_at_1khz_is_one_point() {
+        let mut s = Series::default();
+        for i in 0..3_600_000u64 {
+            s.push(i * 1000, 42 << 30);
+        }
+        assert_eq!(s.points().len(), 1);
+        assert_eq!(s.samples(), 3_600_000);
+        assert!(s.heap_bytes() < 1 << 20);
+    }
+
+    #[test]
+    fn peak_is_exact_even_when_brief() {
+        let mut s = Series::default();
+        s.push(0, 10);
+        s.push(1, 99);
+        s.push(2, 10);
+        assert_eq!((s.peak(), s.peak_at()), (99, 1));
+        assert_eq!(s.points(), &[(0, 10), (1, 99), (2, 10)]);
+        assert_eq!(s.value_at(5), Some(10));
+        assert_eq!(s.value_at(1), Some(99));
+    }
+
+    #[test]
+    fn buckets_keep_short_peaks() {
+        let mut s = Series::default();
+        s.push(0, 1);
+        s.push(250, 9);
+        s.push(260, 1);
+        assert_eq!(s.bucket_max(1000, 4), vec![1, 9, 1, 1]);
+    }
+}

@@ -1,0 +1,147 @@
+//! `--trace FILE`: the timeline written as it is sampled, one row per change. CSV (the columns of
+//! `nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total --format=csv,nounits`, plus process
+//! columns) or, for a `.jsonl` name, JSON lines with exact byte counts. Flushed at least every second, so
+//! a crash or SIGKILL of gpudoc loses at most a second.
+
+use crate::gpu::GpuInfo;
+use crate::timeline::Micros;
+use serde_json::json;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Schema tag of the first line of a JSON-lines trace.
+pub const SCHEMA: &str = "gpudoc.trace/1";
+/// Longest time a sampled row waits in memory before it reaches the file.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Csv,
+    Jsonl,
+}
+
+/// Writes trace rows; errors are kept, not thrown, so a full disk never stops sampling.
+pub struct TraceWriter {
+    out: BufWriter<File>,
+    format: Format,
+    start_wall: SystemTime,
+    last_flush: Instant,
+    error: Option<String>,
+}
+
+impl TraceWriter {
+    /// Creates the file and writes its header.
+    pub fn create(
+        path: &Path,
+        start_wall: SystemTime,
+        command: &[String],
+        gpus: &[GpuInfo],
+    ) -> io::Result<TraceWriter> {
+        let format = match path.extension().and_then(|e| e.to_str()) {
+            Some("jsonl") => Format::Jsonl,
+            _ => Format::Csv,
+        };
+        let mut out = BufWriter::new(File::create(path)?);
+        match format {
+            Format::Csv => writeln!(
+                out,
+                "timestamp, index, memory.used [MiB], memory.total [MiB], pid, used_memory [MiB], in_job"
+            )?,
+            Format::Jsonl => {
+                let unix = start_wall
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs_f64();
+                let line = json!({"kind": "start", "schema": SCHEMA, "unix_s": unix,
+                                  "command": command, "gpus": gpus});
+                writeln!(out, "{line}")?
+            }
+        }
+        out.flush()?;
+        Ok(TraceWriter {
+            out,
+            format,
+            start_wall,
+            last_flush: Instant::now(),
+            error: None,
+        })
+    }
+
+    fn timestamp(&self, at: Micros) -> String {
+        let wall = self.start_wall + Duration::from_micros(at);
+        chrono::DateTime::<chrono::Local>::from(wall)
+            .format("%Y/%m/%d %H:%M:%S%.3f")
+            .to_string()
+    }
+
+    fn write(&mut self, f: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>) {
+        if self.error.is_none()
+            && let Err(e) = f(&mut self.out)
+        {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    /// A device's memory changed (`used` as `nvidia-smi` shows it).
+    pub fn device(&mut self, at: Micros, gpu: u32, used: u64, total: u64) {
+        let line = match self.format {
+            Format::Csv => format!(
+                "{}, {gpu}, {}, {}, , , ",
+                self.timestamp(at),
+                crate::units::mib(used),
+                crate::units::mib(total)
+            ),
+            Format::Jsonl => json!({"kind": "device", "t": secs(at), "gpu": gpu, "used": used,
+                                    "total": total})
+            .to_string(),
+        };
+        self.write(|o| writeln!(o, "{line}"));
+    }
+
+    /// A process's memory on a GPU changed (0 when it left the GPU).
+    pub fn process(&mut self, at: Micros, gpu: u32, pid: u32, used: u64, in_job: bool) {
+        let line = match self.format {
+            Format::Csv => format!(
+                "{}, {gpu}, , , {pid}, {}, {}",
+                self.timestamp(at),
+                crate::units::mib(used),
+                if in_job { "yes" } else { "no" }
+            ),
+            Format::Jsonl => json!({"kind": "process", "t": secs(at), "gpu": gpu, "pid": pid,
+                                    "used": used, "in_job": in_job})
+            .to_string(),
+        };
+        self.write(|o| writeln!(o, "{line}"));
+    }
+
+    /// A GPU stopped answering (JSON lines only; CSV rows simply stop).
+    pub fn lost(&mut self, at: Micros, gpu: u32, error: &str) {
+        if self.format == Format::Jsonl {
+            let line = json!({"kind": "lost", "t": secs(at), "gpu": gpu, "error": error});
+            self.write(|o| writeln!(o, "{line}"));
+        }
+    }
+
+    /// Flushes when the last flush is older than [`FLUSH_EVERY`].
+    pub fn flush_if_due(&mut self) {
+        if self.last_flush.elapsed() >= FLUSH_EVERY {
+            self.flush();
+        }
+    }
+
+    pub fn flush(&mut self) {
+        self.last_flush = Instant::now();
+        self.write(|o| o.flush());
+    }
+
+    /// The first write error, if any.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+}
+
+fn secs(at: Micros) -> f64 {
+    at as f64 / 1e6
+}

@@ -1,0 +1,96 @@
+//! Bytes are `u64` bytes everywhere inside gpudoc; human units appear only here, when printing.
+
+const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+
+/// `1536` → `1.50 KiB`; two decimals, as PyTorch prints sizes.
+pub fn fmt_bytes(bytes: u64) -> String {
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.2} {}", UNITS[unit])
+}
+
+/// `part` as a percentage of `whole`, one decimal.
+pub fn fmt_pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".into();
+    }
+    format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+}
+
+/// Seconds, short: `0.42 s`, `12.3 s`, `1h02m`.
+pub fn fmt_secs(s: f64) -> String {
+    if s < 10.0 {
+        format!("{s:.2} s")
+    } else if s < 600.0 {
+        format!("{s:.1} s")
+    } else {
+        let m = (s / 60.0).floor() as u64;
+        if m < 60 {
+            format!("{m}m{:02.0}s", s - m as f64 * 60.0)
+        } else {
+            format!("{}h{:02}m", m / 60, m % 60)
+        }
+    }
+}
+
+/// The MiB figure `nvidia-smi` prints (floor of bytes / 2^20).
+pub fn mib(bytes: u64) -> u64 {
+    bytes >> 20
+}
+
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// A sparkline of `values` scaled to `max` (the series' own maximum when `max` is 0).
+pub fn sparkline(values: &[u64], max: u64) -> String {
+    let max = if max == 0 {
+        values.iter().copied().max().unwrap_or(0)
+    } else {
+        max
+    };
+    values
+        .iter()
+        .map(|&v| {
+            if max == 0 {
+                BARS[0]
+            } else {
+                let i = ((v as f64 / max as f64) * (BARS.len() - 1) as f64).round() as usize;
+                BARS[i.min(BARS.len() - 1)]
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_in_pytorch_style() {
+        assert_eq!(fmt_bytes(0), "0 B");
+        assert_eq!(fmt_bytes(1023), "1023 B");
+        assert_eq!(fmt_bytes(1536), "1.50 KiB");
+        assert_eq!(fmt_bytes(60 << 30), "60.00 GiB");
+        assert_eq!(fmt_bytes(143771 << 20), "140.40 GiB");
+    }
+
+    #[test]
+    fn sparkline_scales_to_max() {
+        assert_eq!(sparkline(&[0, 50, 100], 100), "▁▅█");
+        assert_eq!(sparkline(&[0, 0], 0), "▁▁");
+        assert_eq!(sparkline(&[10, 20], 0), "▅█");
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(fmt_secs(0.421), "0.42 s");
+        assert_eq!(fmt_secs(75.0), "75.0 s");
+        assert_eq!(fmt_secs(3725.0), "1h02m");
+    }
+}

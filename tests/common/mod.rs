@@ -1,0 +1,108 @@
+//! Shared test fixtures: a scripted fake GPU machine (the fake NVML library and its state file) and
+//! gpudoc commands wired to it.
+
+#![allow(dead_code)]
+
+use fake_nvml::state::State;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tempfile::TempDir;
+
+/// target/<profile>, found from this test binary (target/<profile>/deps/<test>).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// The fake libnvidia-ml.so. `cargo test --workspace` builds it (fake-nvml's own test needs it).
+pub fn fake_lib() -> PathBuf {
+    let p = target_dir().join("deps").join("libfake_nvml.so");
+    assert!(
+        p.exists(),
+        "{} is missing: run the tests with `cargo test --workspace`",
+        p.display()
+    );
+    p
+}
+
+/// The `fakegpu` helper binary.
+pub fn fakegpu() -> String {
+    let p = target_dir().join("fakegpu");
+    assert!(
+        p.exists(),
+        "{} is missing: run the tests with `cargo test --workspace`",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+pub fn gpudoc_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpudoc"))
+}
+
+/// A fake machine: a temp folder with the state file.
+pub struct Machine {
+    pub dir: TempDir,
+}
+
+impl Machine {
+    pub fn h200s(n: u32) -> Machine {
+        Machine::with(State::h200s(n))
+    }
+
+    pub fn with(state: State) -> Machine {
+        let dir = tempfile::tempdir().unwrap();
+        state.store(&dir.path().join("state.json")).unwrap();
+        Machine { dir }
+    }
+
+    pub fn state_path(&self) -> PathBuf {
+        self.dir.path().join("state.json")
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `gpudoc` with the fake NVML and this machine's state, colours off, not in CI mode.
+    pub fn gpudoc(&self) -> Command {
+        let mut c = Command::new(gpudoc_bin());
+        c.env("GPUDOC_NVML_LIB", fake_lib())
+            .env("FAKE_NVML_STATE", self.state_path())
+            .env("FAKEGPU", fakegpu())
+            .env("NO_COLOR", "1")
+            .env_remove("CI");
+        c
+    }
+
+    /// How many times the fake library's functions were called (written at nvmlShutdown).
+    pub fn calls(&self) -> serde_json::Value {
+        let text = std::fs::read(self.path("state.json.calls")).expect("the calls file");
+        serde_json::from_slice(&text).unwrap()
+    }
+
+    /// Runs `gpudoc run --json report.json -- sh -c SCRIPT` and returns (exit code, report, stderr).
+    pub fn run_sh(&self, extra: &[&str], script: &str) -> (i32, serde_json::Value, String) {
+        let json = self.path("report.json");
+        let out = self
+            .gpudoc()
+            .arg("run")
+            .arg("--json")
+            .arg(&json)
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap();
+        let report = read_json(&json);
+        (
+            out.status.code().unwrap_or(-1),
+            report,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&text).unwrap()
+}

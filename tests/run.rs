@@ -1,0 +1,430 @@
+//! `gpudoc run` end to end: the real binary, a fake NVML, real child processes.
+
+mod common;
+
+use common::{Machine, read_json};
+use fake_nvml::state::{GIB, State};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn exit_codes_pass_through() {
+    let m = Machine::h200s(1);
+    for (script, want) in [
+        ("exit 0", 0),
+        ("exit 3", 3),
+        ("kill -TERM $$", 128 + 15),
+        ("kill -KILL $$", 128 + 9),
+    ] {
+        let (code, report, _) = m.run_sh(&["--quiet"], script);
+        assert_eq!(code, want, "{script}");
+        assert_eq!(report["exit"]["code"], want, "{script}");
+    }
+    let (_, report, _) = m.run_sh(&["--quiet"], "kill -TERM $$");
+    assert_eq!(report["exit"]["signal"], 15);
+}
+
+#[test]
+fn own_failures_use_their_own_codes() {
+    let m = Machine::h200s(1);
+    let out = m
+        .gpudoc()
+        .args(["run", "--", "no-such-command-xyz"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no-such-command-xyz: command not found")
+    );
+
+    let script = m.path("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    let out = m
+        .gpudoc()
+        .arg("run")
+        .arg("--")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(126));
+
+    let out = m
+        .gpudoc()
+        .args(["run", "--no-such-flag", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let out = m
+        .gpudoc()
+        .args(["run", "--interval", "soon", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--interval"));
+    let out = m
+        .gpudoc()
+        .args(["run", "--json", "/no/such/dir/r.json", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/dir"));
+}
+
+/// Starts `gpudoc run -- sh -c SCRIPT` and waits for the child to print `ready`.
+fn start_ready(
+    m: &Machine,
+    script: &str,
+) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
+    let mut child = m
+        .gpudoc()
+        .args(["run", "--quiet", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    (child, out)
+}
+
+#[test]
+fn signals_are_forwarded_to_the_child() {
+    let m = Machine::h200s(1);
+    for (sig, name) in [
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGUSR1, "USR1"),
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGINT, "INT"),
+    ] {
+        let script = format!(
+            "trap 'echo got {name}; exit 7' {name}; echo ready; while :; do sleep 0.02; done"
+        );
+        let (mut child, mut out) = start_ready(&m, &script);
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, format!("got {name}\n"));
+        assert_eq!(child.wait().unwrap().code(), Some(7), "{name}");
+    }
+}
+
+#[test]
+fn job_memory_counts_descendants_and_not_others() {
+    let m = Machine::h200s(1);
+    // Another user's process on the same GPU: this test process, holding 5 GiB.
+    let me = std::process::id().to_string();
+    let st = Command::new(common::fakegpu())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .args(["set", "--pid", &me, "--bytes", "5GiB"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // A grandchild (sh → sh → fakegpu) and an orphan whose parent subshell exits at once.
+    let script = r#"
+        ( "$FAKEGPU" alloc --steps 1GiB --hold-ms 600 & )
+        sh -c '"$FAKEGPU" alloc --steps 2GiB --hold-ms 400 & wait'
+        wait; sleep 0.3
+    "#;
+    let (code, r, _) = m.run_sh(&["--quiet"], script);
+    assert_eq!(code, 0);
+    let gpu = &r["gpus"][0];
+    assert_eq!(
+        gpu["job_peak_bytes"],
+        3 * GIB,
+        "grandchild and orphan both count: {r:#}"
+    );
+    assert_eq!(gpu["peak_used_bytes"], 8 * GIB);
+    assert_eq!(
+        gpu["start_used_bytes"],
+        5 * GIB,
+        "in use by others before the job"
+    );
+    let procs = r["processes"].as_array().unwrap();
+    let foreign = procs
+        .iter()
+        .find(|p| p["pid"] == std::process::id())
+        .unwrap();
+    assert_eq!(foreign["in_job"], false);
+    assert_eq!(procs.iter().filter(|p| p["in_job"] == true).count(), 2);
+    assert!(procs.iter().any(|p| {
+        p["in_job"] == true
+            && p["cmdline"]
+                .as_str()
+                .unwrap()
+                .contains("alloc --steps 2GiB")
+            && p["peak_bytes"] == 2 * GIB
+    }));
+}
+
+#[test]
+fn peak_is_exact_and_timeline_follows_the_steps() {
+    let m = Machine::h200s(2);
+    let script =
+        r#""$FAKEGPU" alloc --gpu 1 --steps 1GiB,5GiB,2GiB,0 --step-ms 150 --hold-ms 100 & wait"#;
+    let trace = m.path("trace.jsonl");
+    let (_, r, _) = m.run_sh(&["--quiet", "--trace", trace.to_str().unwrap()], script);
+    assert_eq!(r["gpus"][1]["job_peak_bytes"], 5 * GIB);
+    assert_eq!(r["gpus"][1]["peak_used_bytes"], 5 * GIB);
+    assert_eq!(r["gpus"][0]["job_peak_bytes"], 0);
+    assert_eq!(r["gpus"][1]["job_final_bytes"], 0);
+    // The trace holds every step, in order, for the process.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows[0]["schema"], "gpudoc.trace/1");
+    assert_eq!(rows[0]["gpus"][1]["name"], "NVIDIA H200");
+    let steps: Vec<u64> = rows
+        .iter()
+        .filter(|r| r["kind"] == "process" && r["gpu"] == 1)
+        .map(|r| r["used"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, vec![GIB, 5 * GIB, 2 * GIB, 0]);
+    let device: Vec<u64> = rows
+        .iter()
+        .filter(|r| r["kind"] == "device" && r["gpu"] == 1)
+        .map(|r| r["used"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        device,
+        vec![0, GIB, 5 * GIB, 2 * GIB, 0],
+        "device rows are written on change only"
+    );
+}
+
+#[test]
+fn csv_trace_has_nvidia_smi_columns() {
+    let m = Machine::h200s(1);
+    let trace = m.path("trace.csv");
+    let (_, _, _) = m.run_sh(
+        &["--quiet", "--trace", trace.to_str().unwrap()],
+        r#""$FAKEGPU" alloc --steps 3GiB --hold-ms 100 & wait"#,
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "timestamp, index, memory.used [MiB], memory.total [MiB], pid, used_memory [MiB], in_job"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(", ").collect()).collect();
+    assert!(
+        rows.iter()
+            .any(|r| r[1] == "0" && r[2] == "3072" && r[3] == "143771"),
+        "{text}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r[4].parse::<u32>().is_ok() && r[5] == "3072" && r[6] == "yes"),
+        "{text}"
+    );
+    // nvidia-smi's timestamp format: 2026/11/29 15:40:06.123
+    let ts = rows[0][0];
+    assert_eq!(ts.len(), 23, "{ts}");
+    assert_eq!(&ts[4..5], "/");
+}
+
+#[test]
+fn without_nvml_the_command_still_runs() {
+    let m = Machine::h200s(1);
+    let json = m.path("r.json");
+    let out = m
+        .gpudoc()
+        .env("GPUDOC_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .arg("run")
+        .arg("--json")
+        .arg(&json)
+        .args(["--", "sh", "-c", "echo hello; exit 4"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(out.stdout, b"hello\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("GPU sampling is off").count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(err.contains("/nonexistent/libnvidia-ml.so.1"));
+    let r = read_json(&json);
+    assert_eq!(r["nvml"]["available"], false);
+    assert!(r["nvml"]["error"].as_str().unwrap().contains("cannot load"));
+    assert_eq!(r["gpus"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn a_gpu_lost_mid_run_is_reported_and_the_job_goes_on() {
+    let m = Machine::h200s(2);
+    let script = r#"
+        "$FAKEGPU" alloc --gpu 0 --steps 2GiB --hold-ms 150 &
+        "$FAKEGPU" alloc --gpu 1 --steps 1GiB --hold-ms 400 &
+        sleep 0.1
+        "$FAKEGPU" error --func nvmlDeviceGetMemoryInfo_v2 --gpu 0 --code 15
+        wait; echo done
+    "#;
+    let (code, r, err) = m.run_sh(&[], script);
+    assert_eq!(code, 0);
+    let lost = &r["gpus"][0]["lost"];
+    assert!(
+        lost["error"].as_str().unwrap().ends_with("(GpuLost)"),
+        "{r:#}"
+    );
+    assert!(lost["at_s"].as_f64().unwrap() > 0.05);
+    assert_eq!(
+        r["gpus"][0]["job_peak_bytes"],
+        2 * GIB,
+        "what was sampled before the loss stays"
+    );
+    assert!(r["gpus"][1]["lost"].is_null());
+    assert_eq!(
+        r["gpus"][1]["job_peak_bytes"], GIB,
+        "the other GPU is still sampled"
+    );
+    assert!(
+        err.contains("GPU 0 NVIDIA H200") && err.contains("lost at"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unsupported_queries_are_not_retried() {
+    let mut state = State::h200s(1);
+    state.errors.push(fake_nvml::state::Injected {
+        func: "nvmlDeviceGetGraphicsRunningProcesses_v3".into(),
+        gpu: None,
+        code: 3,
+    });
+    let m = Machine::with(state);
+    let (code, r, _) = m.run_sh(
+        &["--quiet"],
+        r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 300 & wait"#,
+    );
+    assert_eq!(code, 0);
+    let calls = m.calls();
+    assert_eq!(
+        calls["nvmlDeviceGetGraphicsRunningProcesses_v3"], 1,
+        "{calls:#}"
+    );
+    assert!(
+        calls["nvmlDeviceGetComputeRunningProcesses_v3"]
+            .as_u64()
+            .unwrap()
+            > 10
+    );
+    assert!(r["gpus"][0]["lost"].is_null());
+    assert_eq!(r["gpus"][0]["job_peak_bytes"], GIB);
+    assert!(
+        r["gpus"][0]["unsupported"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("graphics processes")
+    );
+}
+
+#[test]
+fn sampling_runs_at_the_asked_rates() {
+    let m = Machine::h200s(1);
+    let (_, r, _) = m.run_sh(
+        &["--quiet", "--interval", "2ms", "--proc-interval", "20ms"],
+        "sleep 0.5",
+    );
+    let dev = r["sampling"]["device_samples"].as_u64().unwrap();
+    let proc_ = r["sampling"]["process_samples"].as_u64().unwrap();
+    // Loose bounds: CI machines are busy; this checks the rate setting, not timing precision.
+    assert!((100..=300).contains(&dev), "device samples {dev}");
+    assert!((10..=30).contains(&proc_), "process samples {proc_}");
+    assert_eq!(r["sampling"]["device_interval_s"], 0.002);
+}
+
+#[test]
+fn output_bytes_are_unchanged() {
+    let m = Machine::h200s(1);
+    let data: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let file = m.path("data.bin");
+    std::fs::write(&file, &data).unwrap();
+    let script = format!(
+        "cat '{0}'; cat '{0}' >&2; printf 'no newline at end'",
+        file.display()
+    );
+    let out = m
+        .gpudoc()
+        .args(["run", "--quiet", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let mut want = data.clone();
+    want.extend_from_slice(b"no newline at end");
+    assert!(out.stdout == want, "stdout differs");
+    assert!(
+        out.stderr == data,
+        "stderr differs ({} bytes)",
+        out.stderr.len()
+    );
+}
+
+#[test]
+fn report_goes_to_stdout_with_dash() {
+    let m = Machine::h200s(1);
+    let out = m
+        .gpudoc()
+        .args(["run", "--quiet", "--json", "-", "--", "true"])
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["schema"], "gpudoc.report/1");
+    assert_eq!(r["command"], serde_json::json!(["true"]));
+    assert_eq!(r["gpus"][0]["total_bytes"], 143771u64 << 20);
+    assert_eq!(r["nvml"]["driver"], "580.159.04");
+    for key in [
+        "duration_s",
+        "exit",
+        "processes",
+        "oom",
+        "orphans",
+        "diagnoses",
+        "gate",
+    ] {
+        assert!(r.get(key).is_some(), "{key}");
+    }
+}
+
+#[test]
+fn summary_names_peak_capacity_and_ending() {
+    let m = Machine::h200s(1);
+    let (_, _, err) = m.run_sh(
+        &[],
+        r#""$FAKEGPU" alloc --steps 70GiB --hold-ms 100 & wait; exit 2"#,
+    );
+    assert!(err.contains("exited with code 2"), "{err}");
+    assert!(
+        err.contains("job peak 70.00 GiB (49.9% of 140.40 GiB)"),
+        "{err}"
+    );
+    assert!(err.contains("driver 580.159.04"), "{err}");
+    assert!(!err.contains('\u{1b}'), "NO_COLOR: no escapes");
+    let (_, _, err) = m.run_sh(&["--color", "always"], "true");
+    assert!(err.contains('\u{1b}'), "--color always wins over NO_COLOR");
+}
+
+#[test]
+fn leftover_descendants_are_reported() {
+    let m = Machine::h200s(1);
+    let (code, r, err) = m.run_sh(
+        &[],
+        r#"( "$FAKEGPU" alloc --steps 1GiB --hold-ms 1500 & ); sleep 0.2"#,
+    );
+    assert_eq!(code, 0);
+    let orphans = r["orphans"].as_array().unwrap();
+    assert_eq!(orphans.len(), 1, "{r:#}");
+    assert!(orphans[0]["cmdline"].as_str().unwrap().contains("fakegpu"));
+    assert_eq!(orphans[0]["gpu_bytes"][0], serde_json::json!([0, GIB]));
+    assert!(err.contains("left running: pid"), "{err}");
+    let pid = orphans[0]["pid"].as_i64().unwrap() as i32;
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(50));
+}
