@@ -42,6 +42,9 @@ pub struct Exit {
     pub core_dumped: bool,
     /// gpudoc killed the job after a second Ctrl-C.
     pub killed_by_gpudoc: bool,
+    /// Signals gpudoc passed on to the command, in order (`SIGTERM`, ...). Those the terminal delivered to
+    /// the command itself are not here.
+    pub forwarded_signals: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +55,24 @@ pub struct Sampling {
     pub process_samples: u64,
     /// Memory the stored timeline took.
     pub timeline_bytes: u64,
+    /// gpudoc's own CPU time over the run (all its threads, user + system).
+    pub self_cpu_s: f64,
+    /// gpudoc's own peak resident memory.
+    pub self_max_rss_bytes: u64,
+}
+
+/// gpudoc's own CPU seconds and peak RSS so far (getrusage of this process).
+pub fn self_usage() -> (f64, u64) {
+    // SAFETY: getrusage fills the struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0);
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        tv(ru.ru_utime) + tv(ru.ru_stime),
+        ru.ru_maxrss as u64 * 1024,
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +128,13 @@ pub struct Orphan {
     pub gpu_bytes: Vec<(u32, u64)>,
 }
 
+/// `SIGTERM` for 15; `signal 64` for what has no name.
+pub fn signal_name(sig: i32) -> String {
+    nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("signal {sig}"))
+}
+
 fn secs(t: Micros) -> f64 {
     (t as f64 / 1e6 * 1e6).round() / 1e6
 }
@@ -120,6 +148,8 @@ pub struct Inputs<'a> {
     pub rates: Rates,
     pub timeline: &'a Timeline,
     pub leftovers: &'a [ProcInfo],
+    /// gpudoc's CPU seconds and peak RSS, from [`self_usage`].
+    pub self_usage: (f64, u64),
     pub notes: Vec<String>,
 }
 
@@ -211,6 +241,12 @@ impl Report {
                 signal,
                 core_dumped,
                 killed_by_gpudoc: i.outcome.escalated,
+                forwarded_signals: i
+                    .outcome
+                    .forwarded
+                    .iter()
+                    .map(|&s| signal_name(s))
+                    .collect(),
             },
             nvml: i.nvml,
             sampling: Sampling {
@@ -219,6 +255,8 @@ impl Report {
                 device_samples: t.device_samples,
                 process_samples: t.process_samples,
                 timeline_bytes: t.heap_bytes as u64,
+                self_cpu_s: i.self_usage.0,
+                self_max_rss_bytes: i.self_usage.1,
             },
             gpus,
             processes,

@@ -88,6 +88,7 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         rates,
         timeline: &timeline,
         leftovers: &leftovers,
+        self_usage: crate::report::self_usage(),
         notes,
     });
     if !args.quiet {

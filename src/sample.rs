@@ -10,7 +10,7 @@ use crate::trace::TraceWriter;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
 use std::collections::BTreeMap;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -329,7 +329,7 @@ impl<'n> Core<'n> {
 
 /// A running sampler thread.
 pub struct Sampler {
-    stop: mpsc::Sender<()>,
+    stop: Arc<AtomicBool>,
     handle: JoinHandle<(Timeline, Option<String>)>,
     pub snapshot: Arc<Mutex<Snapshot>>,
 }
@@ -344,14 +344,15 @@ impl Sampler {
         trace: Option<TraceWriter>,
         start: Instant,
     ) -> Sampler {
-        let (stop, stop_rx) = mpsc::channel::<()>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = stop.clone();
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));
         let shared = snapshot.clone();
         let handle = std::thread::Builder::new()
             .name("gpudoc-sampler".into())
             .spawn(move || {
                 let mut core = Core::new(&nvml, &gpus, job_root, trace, start);
-                run_loop(&mut core, rates, &stop_rx, &shared);
+                run_loop(&mut core, rates, &stop_flag, &shared);
                 let out = core.finish();
                 drop(nvml);
                 out
@@ -366,14 +367,14 @@ impl Sampler {
 
     /// Takes a last sample, stops, and returns the timeline (and a trace write error, if any).
     pub fn stop(self) -> (Timeline, Option<String>) {
-        let _ = self.stop.send(());
+        self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
     }
 }
 
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 
-fn run_loop(core: &mut Core, rates: Rates, stop: &mpsc::Receiver<()>, shared: &Mutex<Snapshot>) {
+fn run_loop(core: &mut Core, rates: Rates, stop: &AtomicBool, shared: &Mutex<Snapshot>) {
     let mut next_dev = Instant::now();
     let mut next_proc = next_dev;
     let mut next_snap = next_dev;
@@ -394,16 +395,16 @@ fn run_loop(core: &mut Core, rates: Rates, stop: &mpsc::Receiver<()>, shared: &M
             }
             next_snap = advance(next_snap, SNAPSHOT_EVERY, now);
         }
-        let wake = next_dev.min(next_proc).min(next_snap);
-        match stop.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-            Err(RecvTimeoutError::Timeout) => {}
-            // Stopped (or the run is gone): one last look at everything, so the end state is recorded.
-            _ => {
-                core.sample_devices();
-                core.sample_processes();
-                return;
-            }
+        if stop.load(Ordering::Relaxed) {
+            // One last look at everything, so the end state is recorded.
+            core.sample_devices();
+            core.sample_processes();
+            return;
         }
+        // A plain sleep: cheaper per wake-up than a timed wait on a channel or condition variable, and
+        // stopping waits at most one device interval.
+        let wake = next_dev.min(next_proc).min(next_snap);
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
     }
 }
 

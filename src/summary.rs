@@ -52,9 +52,7 @@ impl Paint {
 pub fn ending(r: &Report) -> String {
     match r.exit.signal {
         Some(sig) => {
-            let name = nix::sys::signal::Signal::try_from(sig)
-                .map(|s| s.as_str().to_string())
-                .unwrap_or_else(|_| format!("signal {sig}"));
+            let name = crate::report::signal_name(sig);
             let by = if r.exit.killed_by_gpudoc {
                 " (gpudoc, after a second Ctrl-C)"
             } else {

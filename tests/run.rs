@@ -109,6 +109,27 @@ fn signals_are_forwarded_to_the_child() {
         assert_eq!(rest, format!("got {name}\n"));
         assert_eq!(child.wait().unwrap().code(), Some(7), "{name}");
     }
+    let json = m.path("r.json");
+    let script = "trap 'exit 0' USR2; echo ready; while :; do sleep 0.02; done";
+    let mut child = m
+        .gpudoc()
+        .arg("run")
+        .arg("--json")
+        .arg(&json)
+        .args(["--quiet", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
+    child.wait().unwrap();
+    assert_eq!(
+        read_json(&json)["exit"]["forwarded_signals"],
+        serde_json::json!(["SIGUSR2"])
+    );
 }
 
 #[test]

@@ -1,0 +1,166 @@
+//! `gpudoc run` on a terminal: the command still sees one, Ctrl-C reaches it once, a second Ctrl-C kills
+//! the job, and the live line shows and goes away. gpudoc runs here in a session of its own with a
+//! pseudo-terminal as its controlling terminal, as in an interactive shell.
+
+mod common;
+
+use common::Machine;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+struct Term {
+    master: std::fs::File,
+    child: Child,
+    out: mpsc::Receiver<Vec<u8>>,
+    seen: Vec<u8>,
+}
+
+impl Term {
+    /// Starts `cmd` as the session leader of a new terminal.
+    fn start(mut cmd: Command) -> Term {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let slave = pty.slave;
+        cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave));
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::setsid();
+                libc::ioctl(0, libc::TIOCSCTTY, 0);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        drop(cmd);
+        let master = std::fs::File::from(pty.master);
+        let mut reader = master.try_clone().unwrap();
+        let (tx, out) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        Term {
+            master,
+            child,
+            out,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads until `needle` appears (or panics after 10 s).
+    fn expect(&mut self, needle: &str) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !String::from_utf8_lossy(&self.seen).contains(needle) {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.out.recv_timeout(left) {
+                Ok(chunk) => self.seen.extend(chunk),
+                Err(_) => panic!("no {needle:?} in {:?}", String::from_utf8_lossy(&self.seen)),
+            }
+        }
+    }
+
+    fn type_bytes(&mut self, b: &[u8]) {
+        self.master.write_all(b).unwrap();
+    }
+
+    /// Waits for exit and returns (code, everything printed).
+    fn finish(mut self) -> (i32, String) {
+        let status = self.child.wait().unwrap();
+        while let Ok(chunk) = self.out.recv_timeout(Duration::from_millis(300)) {
+            self.seen.extend(chunk);
+        }
+        use std::os::unix::process::ExitStatusExt;
+        let code = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap());
+        (code, String::from_utf8_lossy(&self.seen).into_owned())
+    }
+}
+
+fn gpudoc_sh(m: &Machine, extra: &[&str], script: &str) -> Command {
+    let mut c = m.gpudoc();
+    c.arg("run").args(extra).args(["--", "sh", "-c", script]);
+    c
+}
+
+#[test]
+fn the_command_sees_a_terminal_and_ctrl_c_reaches_it_once() {
+    let m = Machine::h200s(1);
+    let script = r#"
+        [ -t 1 ] && echo "stdout is a tty"; [ -t 2 ] && echo "stderr is a tty"
+        n=0; trap 'n=$((n+1))' INT
+        echo ready; i=0
+        while [ $i -lt 30 ]; do sleep 0.02; i=$((i+1)); done
+        echo "INT count $n"
+    "#;
+    let json = m.path("r.json");
+    let mut t = Term::start(gpudoc_sh(&m, &["--json", json.to_str().unwrap()], script));
+    t.expect("ready");
+    t.type_bytes(b"\x03");
+    let (code, out) = t.finish();
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("stdout is a tty") && out.contains("stderr is a tty"),
+        "{out}"
+    );
+    assert!(
+        out.contains("INT count 1"),
+        "Ctrl-C must reach the command exactly once: {out}"
+    );
+    // Two deliveries close together could merge into one pending signal, so check the source too:
+    // the terminal delivered it, gpudoc did not send it again.
+    let r = common::read_json(&json);
+    assert_eq!(
+        r["exit"]["forwarded_signals"],
+        serde_json::json!([]),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_second_ctrl_c_kills_the_job() {
+    let m = Machine::h200s(1);
+    let json = m.path("r.json");
+    let script = r#"trap 'echo caught' INT; echo ready; while :; do sleep 0.02; done"#;
+    let mut t = Term::start(gpudoc_sh(&m, &["--json", json.to_str().unwrap()], script));
+    t.expect("ready");
+    t.type_bytes(b"\x03");
+    t.expect("caught");
+    t.type_bytes(b"\x03");
+    let (code, out) = t.finish();
+    assert_eq!(code, 128 + 9, "{out}");
+    let r = common::read_json(&json);
+    assert_eq!(r["exit"]["killed_by_gpudoc"], true);
+    assert!(
+        out.contains("killed by SIGKILL (gpudoc, after a second Ctrl-C)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_live_line_shows_on_a_terminal_and_not_in_ci() {
+    let m = Machine::h200s(1);
+    let script = r#""$FAKEGPU" alloc --steps 2GiB --hold-ms 700 --say allocated & wait"#;
+    let mut t = Term::start(gpudoc_sh(&m, &[], script));
+    t.expect("allocated");
+    t.expect("GPU0 job 2.00 GiB");
+    let (code, out) = t.finish();
+    assert_eq!(code, 0);
+    assert!(out.contains("job peak 2.00 GiB"), "{out}");
+
+    let mut c = gpudoc_sh(&m, &[], script);
+    c.env("CI", "true");
+    let t = Term::start(c);
+    let (_, out) = t.finish();
+    assert!(
+        out.contains("allocated") && !out.contains("GPU0 job"),
+        "{out}"
+    );
+}
