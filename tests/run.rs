@@ -449,3 +449,41 @@ fn leftover_descendants_are_reported() {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     std::thread::sleep(Duration::from_millis(50));
 }
+
+#[test]
+fn if_gpudoc_is_killed_the_command_is_told_and_the_trace_survives() {
+    let m = Machine::h200s(1);
+    let trace = m.path("trace.jsonl");
+    let told = m.path("told");
+    let script = format!(
+        r#"trap 'echo TERM > "{}"; exit 0' TERM
+        "$FAKEGPU" alloc --steps 3GiB --hold-ms 2500 &
+        echo ready; while :; do sleep 0.02; done"#,
+        told.display()
+    );
+    let mut child = m
+        .gpudoc()
+        .arg("run")
+        .arg("--trace")
+        .arg(&trace)
+        .args(["--quiet", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    // Long enough for the allocation to be sampled and the trace flushed (at most every 0.5 s).
+    std::thread::sleep(Duration::from_millis(1200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !told.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::read_to_string(&told).unwrap(), "TERM\n", "the command got SIGTERM");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        text.lines().any(|l| l.contains(r#""kind":"process""#) && l.contains(&format!(r#""used":{}"#, 3 * GIB))),
+        "rows sampled before the kill are on disk: {text}"
+    );
+}
