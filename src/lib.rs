@@ -6,6 +6,7 @@ pub mod cli;
 pub mod exit;
 pub mod gpu;
 pub mod live;
+pub mod oom;
 pub mod procs;
 pub mod report;
 pub mod run;

@@ -25,7 +25,7 @@ pub struct Report {
     pub sampling: Sampling,
     pub gpus: Vec<GpuReport>,
     pub processes: Vec<ProcessReport>,
-    pub oom: Option<serde_json::Value>,
+    pub oom: Option<crate::oom::OomReport>,
     pub orphans: Vec<Orphan>,
     pub diagnoses: Vec<serde_json::Value>,
     pub gate: Option<serde_json::Value>,
@@ -42,6 +42,10 @@ pub struct Exit {
     pub core_dumped: bool,
     /// gpudoc killed the job after a second Ctrl-C.
     pub killed_by_gpudoc: bool,
+    /// `success`, `gpu_oom`, `host_oom_kill` (the kernel's OOM killer, for host RAM), `signal`, `failure`.
+    pub classification: crate::oom::Ending,
+    /// Evidence of a host-RAM OOM kill, when there is some.
+    pub host_oom: Option<crate::oom::HostOom>,
     /// Signals gpudoc passed on to the command, in order (`SIGTERM`, ...). Those the terminal delivered to
     /// the command itself are not here.
     pub forwarded_signals: Vec<String>,
@@ -116,6 +120,8 @@ pub struct ProcessReport {
     pub final_bytes: u64,
     pub first_seen_s: f64,
     pub in_job: bool,
+    /// /proc has this PID (false: another PID namespace, e.g. inside a container, or already gone).
+    pub visible: bool,
 }
 
 /// A descendant of the job still alive after the command exited.
@@ -148,6 +154,9 @@ pub struct Inputs<'a> {
     pub rates: Rates,
     pub timeline: &'a Timeline,
     pub leftovers: &'a [ProcInfo],
+    pub ending: crate::oom::Ending,
+    pub oom: Option<crate::oom::OomReport>,
+    pub host_oom: Option<crate::oom::HostOom>,
     /// gpudoc's CPU seconds and peak RSS, from [`self_usage`].
     pub self_usage: (f64, u64),
     pub notes: Vec<String>,
@@ -206,6 +215,7 @@ impl Report {
                 final_bytes: p.used.last().unwrap_or(0),
                 first_seen_s: secs(p.used.first_at().unwrap_or(0)),
                 in_job: p.in_job,
+                visible: p.visible,
             })
             .collect();
         let orphans = i
@@ -241,6 +251,8 @@ impl Report {
                 signal,
                 core_dumped,
                 killed_by_gpudoc: i.outcome.escalated,
+                classification: i.ending,
+                host_oom: i.host_oom,
                 forwarded_signals: i
                     .outcome
                     .forwarded
@@ -260,7 +272,7 @@ impl Report {
             },
             gpus,
             processes,
-            oom: None,
+            oom: i.oom,
             orphans,
             diagnoses: Vec::new(),
             gate: None,

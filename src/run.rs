@@ -5,14 +5,18 @@ use crate::cli::{ColorWhen, RunArgs, use_color};
 use crate::exit;
 use crate::gpu;
 use crate::live::{self, Live};
+use crate::oom::{self, scan::Scanner};
 use crate::report::{Inputs, Report};
 use crate::sample::{Rates, Sampler};
 use crate::summary::{self, Paint};
 use crate::supervise;
+use crate::supervise::ProcessEnd;
+use crate::timeline::Micros;
 use crate::trace::TraceWriter;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 /// Runs the command under gpudoc and returns the exit code to leave with.
@@ -53,12 +57,22 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         None => None,
     };
     let me = std::process::id();
+    let cgroup = oom::host::own_cgroup();
+    let kills_before = cgroup.as_deref().and_then(oom::host::oom_kills);
+    let scanner = Arc::new(Mutex::new(Scanner::new()));
+    let observer: supervise::Observer = {
+        let scanner = scanner.clone();
+        Box::new(move |stream, bytes| {
+            let at = start.elapsed().as_micros() as Micros;
+            scanner.lock().unwrap().feed(stream, bytes, at);
+        })
+    };
     let sampler = nvml.map(|n| Sampler::start(n, gpus, me, rates, trace, start));
     let live = match &sampler {
         Some(s) if live::wanted(args.quiet) => Live::start(s.snapshot.clone()),
         _ => Live::off(),
     };
-    let child = match supervise::spawn(&args.command, live.guard(), None) {
+    let child = match supervise::spawn(&args.command, live.guard(), Some(observer)) {
         Ok(c) => c,
         Err(e) => {
             live.finish();
@@ -69,10 +83,39 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
             return ExitCode::from(e.exit_code());
         }
     };
+    let child_pid = child.pid();
     let outcome = child.wait();
     live.finish();
     let (timeline, trace_error) = sampler.map(|s| s.stop()).unwrap_or_default();
     let leftovers = crate::procs::descendants(me);
+    let end_at = start.elapsed().as_micros() as Micros;
+    let mut scanner = std::mem::take(&mut *scanner.lock().unwrap());
+    scanner.finish(end_at);
+    let mut host = oom::HostOom::default();
+    if outcome.end != ProcessEnd::Exited(0) {
+        let kills_after = cgroup.as_deref().and_then(oom::host::oom_kills);
+        host.cgroup_oom_kills = kills_after
+            .unwrap_or(0)
+            .saturating_sub(kills_before.unwrap_or(0));
+        let mut pids: Vec<u32> = timeline
+            .procs
+            .values()
+            .filter(|p| p.in_job)
+            .map(|p| p.pid)
+            .collect();
+        pids.push(child_pid);
+        pids.extend(leftovers.iter().map(|p| p.pid));
+        if let Some(pid) = scanner.first_failure.as_ref().and_then(|f| f.pid) {
+            pids.push(pid);
+        }
+        host.kernel_log = oom::host::kernel_log_kills(&pids);
+    }
+    let (ending, oom_report, host_oom) = oom::classify(&oom::Evidence {
+        end: outcome.end,
+        scanner: &scanner,
+        timeline: &timeline,
+        host,
+    });
     let mut notes = Vec::new();
     if let Some(e) = trace_error {
         notes.push(format!("the trace file is incomplete: {e}"));
@@ -88,6 +131,9 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         rates,
         timeline: &timeline,
         leftovers: &leftovers,
+        ending,
+        oom: oom_report,
+        host_oom,
         self_usage: crate::report::self_usage(),
         notes,
     });

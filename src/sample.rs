@@ -59,6 +59,9 @@ pub struct ProcTimeline {
     pub pid: u32,
     pub gpu: u32,
     pub in_job: bool,
+    /// /proc has this PID. NVML reports host PIDs: inside a container without the host's PID namespace
+    /// they are not visible, and such a process can't be placed in or out of the job.
+    pub visible: bool,
     pub cmdline: String,
     pub uid: Option<u32>,
     pub used: Series,
@@ -260,6 +263,7 @@ impl<'n> Core<'n> {
                         pid,
                         gpu,
                         in_job: known.in_job,
+                        visible: known.info.is_some(),
                         cmdline: known
                             .info
                             .as_ref()
@@ -268,10 +272,12 @@ impl<'n> Core<'n> {
                         uid: known.info.as_ref().and_then(|i| i.uid),
                         used: Series::default(),
                     });
+                let first = entry.used.is_empty();
                 if entry.used.push(at, bytes)
                     && let Some(t) = &mut self.trace
                 {
-                    t.process(at, gpu, pid, bytes, known.in_job);
+                    let cmdline = first.then_some(entry.cmdline.as_str());
+                    t.process(at, gpu, pid, bytes, known.in_job, cmdline);
                 }
             }
             // Processes that left this GPU drop to zero.
@@ -281,7 +287,7 @@ impl<'n> Core<'n> {
                     && p.used.push(at, 0)
                     && let Some(t) = &mut self.trace
                 {
-                    t.process(at, gpu, p.pid, 0, p.in_job);
+                    t.process(at, gpu, p.pid, 0, p.in_job, None);
                 }
             }
             self.timeline.gpus[i].job.push(at, job);

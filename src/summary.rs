@@ -1,6 +1,7 @@
 //! The human summary printed on stderr after a run: how the command ended, then per GPU the job's peak
 //! against capacity, the device's peak, a sparkline of the job's memory, and the processes involved.
 
+use crate::oom::{Cause, Ending, OomReport, WINDOW_S};
 use crate::report::Report;
 use crate::units::{fmt_bytes, fmt_pct, fmt_secs, sparkline};
 use owo_colors::OwoColorize;
@@ -76,13 +77,56 @@ pub fn render(r: &Report, p: Paint) -> String {
     } else {
         p.bad(&end)
     };
-    let _ = writeln!(
-        o,
-        "{} {} {end} after {}",
-        p.bold("gpudoc:"),
-        cmd,
-        fmt_secs(r.duration_s)
-    );
+    match (&r.oom, r.exit.classification) {
+        (Some(oom), Ending::GpuOom) => {
+            let on = match (oom.gpu, oom.event.rank) {
+                (Some(g), Some(rank)) => format!(" on GPU {g} (rank {rank})"),
+                (Some(g), None) => format!(" on GPU {g}"),
+                (None, Some(rank)) => format!(" (rank {rank})"),
+                (None, None) => String::new(),
+            };
+            let _ = writeln!(
+                o,
+                "{} {} {} after {}: {end}",
+                p.bold("gpudoc:"),
+                cmd,
+                p.bad(&format!("ran out of GPU memory{on}")),
+                fmt_secs(oom.event.at_s),
+            );
+            render_oom(&mut o, oom, p);
+        }
+        (_, Ending::HostOomKill) => {
+            let _ = writeln!(
+                o,
+                "{} {} {} after {}: {end}",
+                p.bold("gpudoc:"),
+                cmd,
+                p.bad("was killed by the kernel's OOM killer for host RAM (not GPU memory)"),
+                fmt_secs(r.duration_s)
+            );
+            if let Some(h) = &r.exit.host_oom {
+                if h.cgroup_oom_kills > 0 {
+                    let _ = writeln!(
+                        o,
+                        "  the cgroup's oom_kill counter rose by {} during the run",
+                        h.cgroup_oom_kills
+                    );
+                }
+                for line in &h.kernel_log {
+                    let _ = writeln!(o, "  kernel: {}", p.dim(line));
+                }
+            }
+        }
+        _ => {
+            let _ = writeln!(
+                o,
+                "{} {} {end} after {}",
+                p.bold("gpudoc:"),
+                cmd,
+                fmt_secs(r.duration_s)
+            );
+        }
+    }
     if !r.nvml.available {
         let why = r.nvml.error.as_deref().unwrap_or("unknown reason");
         let _ = writeln!(o, "  {}", p.warn(&format!("GPU sampling was off: {why}")));
@@ -193,6 +237,109 @@ pub fn render(r: &Report, p: Paint) -> String {
         );
     }
     o
+}
+
+/// The numbers of an OOM: what was asked, what was free, who held the rest, and the seconds before.
+fn render_oom(o: &mut String, oom: &OomReport, p: Paint) {
+    let t = &oom.event.text;
+    let mut asked = String::from("  ");
+    if let Some(req) = t.requested_bytes {
+        let _ = write!(asked, "asked for {}", p.bold(&fmt_bytes(req)));
+        if let Some(free) = t.free_bytes {
+            let _ = write!(asked, " with {} free", fmt_bytes(free));
+        }
+        if let Some(total) = t.total_bytes {
+            let _ = write!(asked, " of {}", fmt_bytes(total));
+        }
+    } else {
+        asked.push_str("the output does not say how much was asked for");
+    }
+    let from = t.exception.clone().unwrap_or_else(|| t.format.clone());
+    let partial = if t.complete { "" } else { ", partial text" };
+    let _ = writeln!(o, "{asked} {}", p.dim(&format!("({from}{partial})")));
+    if let Some(alloc) = t.allocated_bytes {
+        let mut held = String::from("  the process held ");
+        if let Some(total) = t.process_bytes {
+            let _ = write!(held, "{}: ", fmt_bytes(total));
+        }
+        let _ = write!(held, "{} in live tensors", fmt_bytes(alloc));
+        if let Some(u) = t.reserved_unallocated_bytes {
+            let _ = write!(held, ", {} cached by PyTorch but unallocated", fmt_bytes(u));
+        }
+        if let (Some(total), Some(res)) = (t.process_bytes, t.reserved_bytes) {
+            let _ = write!(
+                held,
+                ", {} outside PyTorch",
+                fmt_bytes(total.saturating_sub(res))
+            );
+        }
+        let _ = writeln!(o, "{held}");
+    }
+    if oom.others_bytes > 0 {
+        let mut names: Vec<String> = t
+            .other_processes
+            .iter()
+            .map(|q| {
+                let cmd = oom
+                    .before
+                    .iter()
+                    .find(|b| b.pid == q.pid)
+                    .map(|b| format!(" {}", shorten(&b.cmdline, 40)))
+                    .unwrap_or_default();
+                format!("pid {}{cmd} {}", q.pid, fmt_bytes(q.bytes))
+            })
+            .collect();
+        if names.is_empty() {
+            names = oom
+                .before
+                .iter()
+                .filter(|b| !b.in_job && b.visible)
+                .map(|b| {
+                    format!(
+                        "pid {} {} {}",
+                        b.pid,
+                        shorten(&b.cmdline, 40),
+                        fmt_bytes(b.bytes_at)
+                    )
+                })
+                .collect();
+        }
+        let _ = writeln!(
+            o,
+            "  other processes held {}: {}",
+            fmt_bytes(oom.others_bytes),
+            names.join("; ")
+        );
+    }
+    let cause = match oom.cause {
+        Cause::TooBig => "too big",
+        Cause::Others => "other processes",
+        Cause::Fragmentation => "fragmentation",
+        Cause::SelfGrowth => "the job's own growth",
+        Cause::Unknown => "unknown",
+    };
+    let _ = writeln!(o, "  cause: {}: {}", p.bold(cause), oom.explanation);
+    if let Some(ff) = &oom.first_failure
+        && let Some(rank) = ff.rank
+    {
+        let pid = ff.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+        let _ = writeln!(o, "  torchrun: rank {rank} failed first{pid}");
+    }
+    if !oom.before.is_empty() {
+        let _ = writeln!(o, "  in the {WINDOW_S} s before (NVML):");
+        for b in oom.before.iter().take(6) {
+            let who = if b.in_job { "job  " } else { "other" };
+            let _ = writeln!(
+                o,
+                "    {who} pid {:<7} {} → {} (peak {})  {}",
+                b.pid,
+                fmt_bytes(b.bytes_before),
+                fmt_bytes(b.bytes_at),
+                fmt_bytes(b.peak_bytes),
+                p.dim(&shorten(&b.cmdline, 50))
+            );
+        }
+    }
 }
 
 fn fmt_interval(s: f64) -> String {

@@ -80,6 +80,21 @@ impl Series {
         i.checked_sub(1).map(|i| self.points[i].1)
     }
 
+    /// The highest value the series had at any moment in [lo, hi].
+    pub fn max_in(&self, lo: Micros, hi: Micros) -> Option<u64> {
+        let start = self.value_at(lo);
+        let inside = self
+            .points
+            .iter()
+            .filter(|&&(t, _)| t > lo && t <= hi)
+            .map(|&(_, v)| v)
+            .max();
+        match (start, inside) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// `buckets` maxima over [0, end]: what a sparkline draws. A bucket holds the highest value the
     /// series had at any moment inside it.
     pub fn bucket_max(&self, end: Micros, buckets: usize) -> Vec<u64> {
@@ -130,6 +145,17 @@ mod tests {
         assert_eq!(s.points(), &[(0, 10), (1, 99), (2, 10)]);
         assert_eq!(s.value_at(5), Some(10));
         assert_eq!(s.value_at(1), Some(99));
+    }
+
+    #[test]
+    fn max_in_a_window_counts_the_value_carried_in() {
+        let mut s = Series::default();
+        s.push(0, 5);
+        s.push(100, 2);
+        s.push(200, 8);
+        assert_eq!(s.max_in(50, 150), Some(5));
+        assert_eq!(s.max_in(150, 250), Some(8));
+        assert_eq!(s.max_in(101, 199), Some(2));
     }
 
     #[test]

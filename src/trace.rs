@@ -100,8 +100,17 @@ impl TraceWriter {
         self.write(|o| writeln!(o, "{line}"));
     }
 
-    /// A process's memory on a GPU changed (0 when it left the GPU).
-    pub fn process(&mut self, at: Micros, gpu: u32, pid: u32, used: u64, in_job: bool) {
+    /// A process's memory on a GPU changed (0 when it left the GPU). Its first row carries its command
+    /// line (JSON lines only).
+    pub fn process(
+        &mut self,
+        at: Micros,
+        gpu: u32,
+        pid: u32,
+        used: u64,
+        in_job: bool,
+        cmdline: Option<&str>,
+    ) {
         let line = match self.format {
             Format::Csv => format!(
                 "{}, {gpu}, , , {pid}, {}, {}",
@@ -109,9 +118,14 @@ impl TraceWriter {
                 crate::units::mib(used),
                 if in_job { "yes" } else { "no" }
             ),
-            Format::Jsonl => json!({"kind": "process", "t": secs(at), "gpu": gpu, "pid": pid,
-                                    "used": used, "in_job": in_job})
-            .to_string(),
+            Format::Jsonl => {
+                let mut row = json!({"kind": "process", "t": secs(at), "gpu": gpu, "pid": pid,
+                                     "used": used, "in_job": in_job});
+                if let Some(c) = cmdline {
+                    row["cmdline"] = c.into();
+                }
+                row.to_string()
+            }
         };
         self.write(|o| writeln!(o, "{line}"));
     }
@@ -144,4 +158,140 @@ impl TraceWriter {
 
 fn secs(at: Micros) -> f64 {
     at as f64 / 1e6
+}
+
+/// A trace file that could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("{path}:{line}: {what}")]
+    Bad {
+        path: String,
+        line: usize,
+        what: String,
+    },
+}
+
+/// Reads a JSON-lines trace back into a timeline (the command it ran, and its GPUs and processes). The
+/// job's memory per GPU is summed again from the process rows. A corrupt or truncated row is an error that
+/// names the line; a trace cut off mid-line by a crash loses only that line.
+pub fn load(path: &Path) -> Result<(Vec<String>, crate::sample::Timeline), LoadError> {
+    use crate::sample::{GpuTimeline, Lost, ProcTimeline, Timeline};
+    use crate::timeline::Series;
+    let p = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: p.clone(),
+        source,
+    })?;
+    let bad = |line: usize, what: String| LoadError::Bad {
+        path: p.clone(),
+        line,
+        what,
+    };
+    let mut timeline = Timeline::default();
+    let mut command = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let complete = text.ends_with('\n');
+    for (i, line) in lines.iter().enumerate() {
+        let n = i + 1;
+        let row: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            // A crash can cut the last line short.
+            Err(_) if n == lines.len() && !complete => break,
+            Err(e) => return Err(bad(n, format!("not JSON: {e}"))),
+        };
+        let num = |k: &str| {
+            row.get(k)
+                .and_then(|v| v.as_f64())
+                .ok_or_else(|| bad(n, format!("no number `{k}`")))
+        };
+        let at = |r: &serde_json::Value| {
+            r.get("t")
+                .and_then(|v| v.as_f64())
+                .map(|t| (t * 1e6).round() as Micros)
+        };
+        match row.get("kind").and_then(|k| k.as_str()) {
+            Some("start") => {
+                if row.get("schema").and_then(|s| s.as_str()) != Some(SCHEMA) {
+                    return Err(bad(n, format!("not a {SCHEMA} trace")));
+                }
+                command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
+                let gpus: Vec<GpuInfo> = serde_json::from_value(row["gpus"].clone())
+                    .map_err(|e| bad(n, format!("bad `gpus`: {e}")))?;
+                timeline.gpus = gpus
+                    .into_iter()
+                    .map(|info| GpuTimeline {
+                        info,
+                        used: Series::default(),
+                        driver_reserved: 0,
+                        job: Series::default(),
+                        lost: None,
+                        unsupported: Vec::new(),
+                    })
+                    .collect();
+            }
+            Some("device") => {
+                let t = at(&row).ok_or_else(|| bad(n, "no time `t`".into()))?;
+                let gpu = num("gpu")? as u32;
+                let used = num("used")? as u64;
+                let g = timeline
+                    .gpus
+                    .iter_mut()
+                    .find(|g| g.info.index == gpu)
+                    .ok_or_else(|| bad(n, format!("GPU {gpu} is not in the header")))?;
+                g.used.push(t, used);
+                timeline.device_samples += 1;
+            }
+            Some("process") => {
+                let t = at(&row).ok_or_else(|| bad(n, "no time `t`".into()))?;
+                let (gpu, pid, used) =
+                    (num("gpu")? as u32, num("pid")? as u32, num("used")? as u64);
+                let in_job = row.get("in_job").and_then(|v| v.as_bool()).unwrap_or(false);
+                let entry = timeline
+                    .procs
+                    .entry((gpu, pid))
+                    .or_insert_with(|| ProcTimeline {
+                        pid,
+                        gpu,
+                        in_job,
+                        visible: true,
+                        cmdline: String::new(),
+                        uid: None,
+                        used: Series::default(),
+                    });
+                if let Some(c) = row.get("cmdline").and_then(|c| c.as_str()) {
+                    entry.cmdline = c.to_string();
+                }
+                entry.used.push(t, used);
+                let job: u64 = timeline
+                    .procs
+                    .values()
+                    .filter(|p| p.gpu == gpu && p.in_job)
+                    .filter_map(|p| p.used.last())
+                    .sum();
+                if let Some(g) = timeline.gpus.iter_mut().find(|g| g.info.index == gpu) {
+                    g.job.push(t, job);
+                }
+                timeline.process_samples += 1;
+            }
+            Some("lost") => {
+                let t = at(&row).ok_or_else(|| bad(n, "no time `t`".into()))?;
+                let gpu = num("gpu")? as u32;
+                let error = row
+                    .get("error")
+                    .and_then(|e| e.as_str())
+                    .unwrap_or("")
+                    .to_string();
+                if let Some(g) = timeline.gpus.iter_mut().find(|g| g.info.index == gpu) {
+                    g.lost = Some(Lost { at: t, error });
+                }
+            }
+            other => return Err(bad(n, format!("unknown row kind {other:?}"))),
+        }
+    }
+    if command.is_empty() && timeline.gpus.is_empty() {
+        return Err(bad(1, format!("no `start` row: not a {SCHEMA} trace")));
+    }
+    Ok((command, timeline))
 }

@@ -471,7 +471,9 @@ fn if_gpudoc_is_killed_the_command_is_told_and_the_trace_survives() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     // Long enough for the allocation to be sampled and the trace flushed (at most every 0.5 s).
     std::thread::sleep(Duration::from_millis(1200));
     child.kill().unwrap();
@@ -480,10 +482,16 @@ fn if_gpudoc_is_killed_the_command_is_told_and_the_trace_survives() {
     while !told.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(std::fs::read_to_string(&told).unwrap(), "TERM\n", "the command got SIGTERM");
+    assert_eq!(
+        std::fs::read_to_string(&told).unwrap(),
+        "TERM\n",
+        "the command got SIGTERM"
+    );
     let text = std::fs::read_to_string(&trace).unwrap();
     assert!(
-        text.lines().any(|l| l.contains(r#""kind":"process""#) && l.contains(&format!(r#""used":{}"#, 3 * GIB))),
+        text.lines()
+            .any(|l| l.contains(r#""kind":"process""#)
+                && l.contains(&format!(r#""used":{}"#, 3 * GIB))),
         "rows sampled before the kill are on disk: {text}"
     );
 }

@@ -1,0 +1,268 @@
+//! OOM texts: every fixture parses to its exact numbers; real H200 runs replayed from their traces get
+//! the right cause; the scanner never panics, stays bounded, and never invents a number.
+
+mod common;
+
+use gpudoc::oom::scan::Scanner;
+use gpudoc::oom::{self, Cause, Ending, Evidence, HostOom};
+use gpudoc::sample::Timeline;
+use gpudoc::supervise::{ProcessEnd, Stream};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/oom")
+}
+
+/// Feeds a file to a scanner in uneven chunks, as a pipe would deliver it.
+fn scan_file(path: &Path) -> Scanner {
+    let bytes = std::fs::read(path).unwrap();
+    let mut s = Scanner::new();
+    for (i, chunk) in bytes.chunks(97).enumerate() {
+        s.feed(Stream::Stderr, chunk, 1_000_000 + i as u64);
+    }
+    s.finish(2_000_000);
+    s
+}
+
+fn text_of(name: &Path) -> PathBuf {
+    let base = name.to_str().unwrap().trim_end_matches(".expected.json");
+    [".txt", ".stderr"]
+        .iter()
+        .map(|ext| PathBuf::from(format!("{base}{ext}")))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no text for {}", name.display()))
+}
+
+#[test]
+fn every_fixture_parses_to_its_exact_numbers() {
+    let mut checked = 0;
+    for dir in ["cases", "h200"] {
+        for entry in std::fs::read_dir(fixtures().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if !path.to_str().unwrap().ends_with(".expected.json") {
+                continue;
+            }
+            let want: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            let s = scan_file(&text_of(&path));
+            let first = s
+                .first()
+                .unwrap_or_else(|| panic!("{}: no OOM found", path.display()));
+            let name = path.display();
+            assert_eq!(
+                serde_json::to_value(&first.text).unwrap(),
+                want["text"],
+                "{name}"
+            );
+            assert_eq!(json!(first.rank), want["rank"], "{name}");
+            assert_eq!(json!(s.events.len()), want["reports"], "{name}");
+            assert_eq!(json!(s.first_failure), want["first_failure"], "{name}");
+            let (ending, report, _) = oom::classify(&Evidence {
+                end: ProcessEnd::Exited(1),
+                scanner: &s,
+                timeline: &Timeline::default(),
+                host: HostOom::default(),
+            });
+            assert_eq!(ending, Ending::GpuOom, "{name}");
+            assert_eq!(json!(report.unwrap().cause), want["cause"], "{name}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 18, "only {checked} fixtures");
+}
+
+/// When the traceback was printed: the job's last sample still holding memory (its process had not yet
+/// exited), or the end of the trace when the job never held any.
+fn oom_time(t: &Timeline) -> f64 {
+    t.procs
+        .values()
+        .filter(|p| p.in_job)
+        .filter_map(|p| {
+            p.used
+                .points()
+                .iter()
+                .rev()
+                .find(|&&(_, v)| v > 0)
+                .map(|&(t, _)| t)
+        })
+        .max()
+        .unwrap_or(t.gpus[0].used.last_at()) as f64
+        / 1e6
+}
+
+#[test]
+fn real_h200_runs_replayed_from_their_traces() {
+    let cases = [
+        ("torch_too_big", Cause::TooBig),
+        ("torch_fragmentation", Cause::Fragmentation),
+        ("torch_other_process", Cause::Others),
+        ("torch_cublas", Cause::SelfGrowth),
+        ("torch_context", Cause::Others),
+        ("jax_too_big", Cause::TooBig),
+    ];
+    for (name, want) in cases {
+        let dir = fixtures().join("h200");
+        let (_, timeline) = gpudoc::trace::load(&dir.join(format!("{name}.trace.jsonl"))).unwrap();
+        let mut s = scan_file(&dir.join(format!("{name}.stderr")));
+        let at = oom_time(&timeline);
+        for e in &mut s.events {
+            e.at_s = at;
+        }
+        let (ending, report, _) = oom::classify(&Evidence {
+            end: ProcessEnd::Exited(1),
+            scanner: &s,
+            timeline: &timeline,
+            host: HostOom::default(),
+        });
+        let r = report.unwrap();
+        assert_eq!(ending, Ending::GpuOom);
+        assert_eq!((name, r.cause), (name, want), "{}", r.explanation);
+        assert_eq!(r.gpu, Some(0), "{name}");
+        if name == "torch_other_process" || name == "torch_context" {
+            // The holder ran outside the job: NVML saw it, with its command line from the trace.
+            let other = r.before.iter().find(|b| !b.in_job).unwrap();
+            assert!(other.bytes_at > 100 << 30, "{name}: {other:?}");
+        }
+    }
+}
+
+#[test]
+fn a_host_oom_kill_is_not_a_gpu_oom() {
+    let s = Scanner::new();
+    let host = HostOom {
+        cgroup_oom_kills: 1,
+        kernel_log: vec![],
+    };
+    let (ending, report, evidence) = oom::classify(&Evidence {
+        end: ProcessEnd::Signaled {
+            signal: 9,
+            core_dumped: false,
+        },
+        scanner: &s,
+        timeline: &Timeline::default(),
+        host,
+    });
+    assert_eq!(ending, Ending::HostOomKill);
+    assert!(report.is_none());
+    assert_eq!(evidence.unwrap().cgroup_oom_kills, 1);
+    // The same SIGKILL without kernel evidence is just a signal.
+    let (ending, _, evidence) = oom::classify(&Evidence {
+        end: ProcessEnd::Signaled {
+            signal: 9,
+            core_dumped: false,
+        },
+        scanner: &s,
+        timeline: &Timeline::default(),
+        host: HostOom::default(),
+    });
+    assert_eq!((ending, evidence), (Ending::Signal, None));
+}
+
+const FULL: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 38.78 GiB. GPU 0 has a total capacity of 139.80 GiB of which 28.77 GiB is free. Process 643 has 100.51 GiB memory in use. Including non-PyTorch memory, this process has 10.51 GiB memory in use. Of the allocated memory 10.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.";
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn any_bytes_never_panic_and_stay_bounded(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..5000), 0..40)) {
+        let mut s = Scanner::new();
+        for (i, c) in chunks.iter().enumerate() {
+            s.feed(if i % 2 == 0 { Stream::Stdout } else { Stream::Stderr }, c, i as u64);
+        }
+        s.finish(0);
+        prop_assert!(s.held_bytes() <= 2 * 2 * gpudoc::oom::scan::MAX_LINE);
+        prop_assert!(s.events.len() <= gpudoc::oom::scan::MAX_EVENTS);
+    }
+
+    #[test]
+    fn a_cut_or_damaged_text_never_gives_a_wrong_number(cut in 0..FULL.len(), flip in proptest::option::of((0..FULL.len(), any::<u8>()))) {
+        let full = gpudoc::oom::parse::parse_line(FULL).unwrap();
+        let mut bytes = FULL.as_bytes()[..cut].to_vec();
+        let mut damaged_at = usize::MAX;
+        if let Some((i, b)) = flip && i < bytes.len() {
+            bytes[i] = b;
+            damaged_at = i;
+        }
+        let line = String::from_utf8_lossy(&bytes);
+        if let Some(p) = gpudoc::oom::parse::parse_line(&line) {
+            // A field is either missing or what the whole text says; a damaged byte may only turn a field
+            // into another well-formed value when it falls inside that very figure.
+            let figure = |after: &str, fig: &str| {
+                let start = FULL.find(after).unwrap() + after.len();
+                assert_eq!(&FULL[start..start + fig.len()], fig);
+                start..start + fig.len()
+            };
+            let fields = [
+                (p.requested_bytes, full.requested_bytes, figure("allocate ", "38.78 GiB")),
+                (p.total_bytes, full.total_bytes, figure("capacity of ", "139.80 GiB")),
+                (p.free_bytes, full.free_bytes, figure("of which ", "28.77 GiB")),
+                (p.process_bytes, full.process_bytes, figure("this process has ", "10.51 GiB")),
+                (p.allocated_bytes, full.allocated_bytes, figure("allocated memory ", "10.00 GiB")),
+            ];
+            for (got, want, span) in fields {
+                let in_figure = damaged_at != usize::MAX && damaged_at + 1 >= span.start && damaged_at <= span.end;
+                prop_assert!(got.is_none() || got == want || in_figure, "{line}: {got:?} vs {want:?}");
+            }
+            if damaged_at == usize::MAX && p.complete {
+                prop_assert_eq!(&p, &full);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_command_that_dies_of_oom_gets_its_cause_and_numbers() {
+    let m = common::Machine::h200s(1);
+    let text = fixtures().join("h200/torch_fragmentation.stderr");
+    let script = format!(
+        r#""$FAKEGPU" alloc --steps 20GiB,139GiB --step-ms 100 --hold-ms 600 --say held &
+        sleep 0.5; cat '{}' >&2; exit 1"#,
+        text.display()
+    );
+    let (code, r, err) = m.run_sh(&[], &script);
+    assert_eq!(code, 1, "the command's own code");
+    assert_eq!(r["exit"]["classification"], "gpu_oom");
+    let oom = &r["oom"];
+    assert_eq!(oom["source"], "torch_allocator");
+    assert_eq!(oom["cause"], "fragmentation");
+    assert_eq!(oom["gpu"], 0);
+    assert_eq!(oom["requested_bytes"], 4u64 << 30);
+    assert_eq!(oom["stream"], "stderr");
+    assert!(oom["at_s"].as_f64().unwrap() >= 0.4);
+    let job = oom["before"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["in_job"] == true)
+        .unwrap();
+    assert_eq!(
+        job["bytes_at"],
+        139u64 << 30,
+        "NVML's view at the moment of the OOM: {oom:#}"
+    );
+    assert_eq!(job["peak_bytes"], 139u64 << 30);
+    let first = err.lines().find(|l| l.starts_with("gpudoc:")).unwrap_or("");
+    assert!(
+        first.contains("ran out of GPU memory on GPU 0") && first.contains("exited with code 1"),
+        "{err}"
+    );
+    assert!(err.contains("cause: fragmentation"), "{err}");
+    assert!(
+        err.contains("118.39 GiB cached by PyTorch but unallocated"),
+        "{err}"
+    );
+    // The command's own text still reached stderr, unchanged, before gpudoc's summary.
+    assert!(err.contains(&std::fs::read_to_string(&text).unwrap()));
+}
+
+#[test]
+fn a_clean_run_has_no_oom() {
+    let m = common::Machine::h200s(1);
+    let (code, r, _) = m.run_sh(&["--quiet"], "echo 'all good: no out of memory here'");
+    assert_eq!(code, 0);
+    assert_eq!(r["exit"]["classification"], "success");
+    assert!(r["oom"].is_null());
+    let (_, r, _) = m.run_sh(&["--quiet"], "exit 3");
+    assert_eq!(r["exit"]["classification"], "failure");
+}
