@@ -45,6 +45,17 @@ pub struct RunArgs {
     /// Write the timeline as it is sampled: CSV, or JSON lines for a `.jsonl` name.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Don't put the PyTorch shim in place (no framework view).
+    #[arg(long)]
+    pub no_torch: bool,
+    /// How often the shim samples PyTorch's allocator in each process.
+    #[arg(long, value_parser = parse_interval, default_value = "10ms")]
+    pub torch_interval: Duration,
+    /// Leave PyTorch's peak counters alone (by default the shim resets them after each optimizer step,
+    /// so per-step peaks are exact; a script that reads torch.cuda.max_memory_allocated() then sees the
+    /// current step's peak).
+    #[arg(long)]
+    pub keep_torch_peaks: bool,
     /// No live status line and no summary (errors still print).
     #[arg(short, long)]
     pub quiet: bool,

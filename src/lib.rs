@@ -14,5 +14,6 @@ pub mod sample;
 pub mod summary;
 pub mod supervise;
 pub mod timeline;
+pub mod torch;
 pub mod trace;
 pub mod units;

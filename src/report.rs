@@ -26,6 +26,8 @@ pub struct Report {
     pub gpus: Vec<GpuReport>,
     pub processes: Vec<ProcessReport>,
     pub oom: Option<crate::oom::OomReport>,
+    /// The framework view: PyTorch's allocator per process and GPU.
+    pub torch: crate::torch::view::TorchReport,
     pub orphans: Vec<Orphan>,
     pub diagnoses: Vec<serde_json::Value>,
     pub gate: Option<serde_json::Value>,
@@ -155,6 +157,7 @@ pub struct Inputs<'a> {
     pub timeline: &'a Timeline,
     pub leftovers: &'a [ProcInfo],
     pub ending: crate::oom::Ending,
+    pub torch: crate::torch::view::TorchReport,
     pub oom: Option<crate::oom::OomReport>,
     pub host_oom: Option<crate::oom::HostOom>,
     /// gpudoc's CPU seconds and peak RSS, from [`self_usage`].
@@ -273,6 +276,7 @@ impl Report {
             gpus,
             processes,
             oom: i.oom,
+            torch: i.torch,
             orphans,
             diagnoses: Vec::new(),
             gate: None,

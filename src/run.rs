@@ -12,6 +12,7 @@ use crate::summary::{self, Paint};
 use crate::supervise;
 use crate::supervise::ProcessEnd;
 use crate::timeline::Micros;
+use crate::torch::{self, ShimSettings};
 use crate::trace::TraceWriter;
 use std::io::Write;
 use std::path::Path;
@@ -72,7 +73,22 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         Some(s) if live::wanted(args.quiet) => Live::start(s.snapshot.clone()),
         _ => Live::off(),
     };
-    let child = match supervise::spawn(&args.command, live.guard(), Some(observer)) {
+    let (channel, env) = if args.no_torch {
+        (None, Vec::new())
+    } else {
+        let settings = ShimSettings {
+            interval: args.torch_interval,
+            reset_peaks: !args.keep_torch_peaks,
+        };
+        match torch::Channel::open(settings, start_wall) {
+            Ok((c, env)) => (Some(c), env),
+            Err(e) => {
+                eprintln!("gpudoc: the PyTorch view is off: cannot set up its shim: {e}");
+                (None, Vec::new())
+            }
+        }
+    };
+    let child = match supervise::spawn(&args.command, &env, live.guard(), Some(observer)) {
         Ok(c) => c,
         Err(e) => {
             live.finish();
@@ -87,6 +103,8 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
     let outcome = child.wait();
     live.finish();
     let (timeline, trace_error) = sampler.map(|s| s.stop()).unwrap_or_default();
+    let torch_enabled = channel.is_some();
+    let torch_timeline = channel.map(|c| c.close()).unwrap_or_default();
     let leftovers = crate::procs::descendants(me);
     let end_at = start.elapsed().as_micros() as Micros;
     let mut scanner = std::mem::take(&mut *scanner.lock().unwrap());
@@ -110,7 +128,7 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         }
         host.kernel_log = oom::host::kernel_log_kills(&pids);
     }
-    let (ending, oom_report, host_oom) = oom::classify(&oom::Evidence {
+    let (ending, mut oom_report, host_oom) = oom::classify(&oom::Evidence {
         end: outcome.end,
         scanner: &scanner,
         timeline: &timeline,
@@ -119,6 +137,32 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
     let mut notes = Vec::new();
     if let Some(e) = trace_error {
         notes.push(format!("the trace file is incomplete: {e}"));
+    }
+    if let Some(o) = oom_report.as_mut() {
+        // The observer fires just before the exception's text is printed.
+        let at = o.event.at_s;
+        o.allocator = torch_timeline
+            .ooms
+            .iter()
+            .find(|t| t.at_s >= at - oom::WINDOW_S && t.at_s <= at + 1.0)
+            .cloned();
+    }
+    let torch_report = torch::view::build(
+        &torch_timeline,
+        &timeline,
+        &timeline
+            .gpus
+            .iter()
+            .map(|g| g.info.clone())
+            .collect::<Vec<_>>(),
+        torch_enabled,
+    );
+    if !torch_timeline.errors.is_empty() {
+        notes.push(format!(
+            "the PyTorch view was lost in {} process(es): {}",
+            torch_timeline.errors.len(),
+            torch_report.errors.join("; ")
+        ));
     }
     let report = Report::build(Inputs {
         command,
@@ -132,6 +176,7 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         timeline: &timeline,
         leftovers: &leftovers,
         ending,
+        torch: torch_report,
         oom: oom_report,
         host_oom,
         self_usage: crate::report::self_usage(),

@@ -201,6 +201,7 @@ pub fn render(r: &Report, p: Paint) -> String {
             );
         }
     }
+    render_torch(&mut o, r, p);
     for orphan in &r.orphans {
         let held: u64 = orphan.gpu_bytes.iter().map(|&(_, b)| b).sum();
         let held = if held > 0 {
@@ -237,6 +238,60 @@ pub fn render(r: &Report, p: Paint) -> String {
         );
     }
     o
+}
+
+/// The two views side by side: NVML's figure per process and PyTorch's, and what lies outside PyTorch.
+fn render_torch(o: &mut String, r: &Report, p: Paint) {
+    let t = &r.torch;
+    if t.processes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "  {}",
+        p.bold("PyTorch, per process (NVML peak = reserved + non-PyTorch):")
+    );
+    let _ = writeln!(
+        o,
+        "    {:<8} {:<5} {:<4} {:>11} {:>14} {:>15} {:>12} {:>7} {:>8}",
+        "pid",
+        "rank",
+        "GPU",
+        "NVML peak",
+        "reserved peak",
+        "allocated peak",
+        "non-PyTorch",
+        "steps",
+        "retries"
+    );
+    let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "-".into());
+    for q in t.processes.iter().take(16) {
+        let rank = q
+            .rank
+            .as_ref()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|| "-".into());
+        let gpu = q
+            .gpu
+            .map(|g| g.to_string())
+            .unwrap_or_else(|| format!("cuda:{}", q.device));
+        let _ = writeln!(
+            o,
+            "    {:<8} {:<5} {:<4} {:>11} {:>14} {:>15} {:>12} {:>7} {:>8}",
+            q.pid,
+            rank,
+            gpu,
+            opt(q.nvml_peak_bytes),
+            fmt_bytes(q.peak_reserved_bytes),
+            fmt_bytes(q.peak_allocated_bytes),
+            opt(q.non_pytorch_bytes),
+            q.steps_total,
+            q.alloc_retries
+        );
+    }
+    if t.processes.len() > 16 {
+        let _ = writeln!(o, "    … and {} more (see --json)", t.processes.len() - 16);
+    }
 }
 
 /// The numbers of an OOM: what was asked, what was free, who held the rest, and the seconds before.

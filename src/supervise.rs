@@ -107,8 +107,10 @@ pub struct Child {
 const FORWARDED: [i32; 7] = [SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGINT];
 
 /// Starts `argv`. Signal handlers are installed first, so nothing the child does is missed.
+/// `env` is added to the command's environment.
 pub fn spawn(
     argv: &[OsString],
+    env: &[(String, OsString)],
     guard: Guard,
     observer: Option<Observer>,
 ) -> Result<Child, SpawnError> {
@@ -122,6 +124,7 @@ pub fn spawn(
     let observer = Arc::new(Mutex::new(observer));
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     let mut sources: Vec<(Stream, Source)> = Vec::new();
     let mut ptys = Vec::new();
     for (stream, our_fd) in [(Stream::Stdout, 1), (Stream::Stderr, 2)] {

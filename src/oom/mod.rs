@@ -88,6 +88,8 @@ pub struct OomReport {
     pub before: Vec<Before>,
     /// Device memory in use (NVML) at that moment.
     pub device_used_bytes: Option<u64>,
+    /// PyTorch's allocator at the OOM, from the shim's OOM observer (before the exception unwound).
+    pub allocator: Option<crate::torch::TorchOom>,
 }
 
 /// Evidence that the kernel's OOM killer ended a job process.
@@ -200,6 +202,7 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         reports: ev.scanner.events.len() as u64 + ev.scanner.dropped,
         before,
         device_used_bytes,
+        allocator: None,
     }
 }
 

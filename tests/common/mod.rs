@@ -106,3 +106,8 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&text).unwrap()
 }
+
+/// fixtures/fake_torch: a stand-in `torch` package.
+pub fn fake_torch() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake_torch")
+}

@@ -1,0 +1,389 @@
+//! The framework view: PyTorch's caching allocator seen from inside every Python process of the job,
+//! through a shim (`sitecustomize.py`, embedded here) that gpudoc puts first on `PYTHONPATH`. The shim
+//! writes JSON lines to a named pipe in a private folder (mode 0700); this module reads them into a
+//! [`TorchTimeline`]. The pipe is opened by path, not inherited: `subprocess` and torchrun close inherited
+//! descriptors, and every rank must still reach gpudoc.
+
+pub mod view;
+
+use crate::timeline::{Micros, Series};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The shim, written into the private folder as `sitecustomize.py`.
+pub const SHIM: &str = include_str!("sitecustomize.py");
+/// Longest line accepted from the shim (it writes under PIPE_BUF).
+const MAX_LINE: usize = 8192;
+/// Step records kept per process and device; past this, every other one is dropped (the log thins evenly,
+/// so slopes over the whole run survive).
+pub const MAX_STEPS: usize = 4096;
+
+/// Settings for the shim.
+#[derive(Debug, Clone, Copy)]
+pub struct ShimSettings {
+    pub interval: Duration,
+    /// Reset PyTorch's peak counters after each optimizer step, so per-step peaks are exact.
+    pub reset_peaks: bool,
+}
+
+/// One optimizer step as the shim saw it, after the step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub step: u64,
+    pub at_s: f64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Peaks since the previous step (exact when peaks are reset per step; since the start otherwise).
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub alloc_retries: u64,
+    pub device_allocs: u64,
+    pub device_frees: u64,
+}
+
+/// Bounded step log: keeps every `stride`-th step, doubling the stride when full.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepLog {
+    pub steps: Vec<Step>,
+    pub stride: u64,
+    pub total: u64,
+}
+
+impl StepLog {
+    pub fn push(&mut self, s: Step) {
+        self.total += 1;
+        let stride = self.stride.max(1);
+        if !(self.total - 1).is_multiple_of(stride) {
+            return;
+        }
+        self.steps.push(s);
+        if self.steps.len() >= MAX_STEPS {
+            let mut keep = false;
+            self.steps.retain(|_| {
+                keep = !keep;
+                keep
+            });
+            self.stride = stride * 2;
+        }
+    }
+}
+
+/// One process's allocator on one device.
+#[derive(Debug, Clone, Default)]
+pub struct TorchProc {
+    pub pid: u32,
+    pub rank: Option<serde_json::Value>,
+    pub local_rank: Option<serde_json::Value>,
+    /// torch's device index (after CUDA_VISIBLE_DEVICES).
+    pub device: u32,
+    /// The device's UUID, to find it among NVML's GPUs.
+    pub uuid: Option<String>,
+    pub allocated: Series,
+    pub reserved: Series,
+    pub inactive_split: Series,
+    /// The allocator's own peaks (exact, not sampled).
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    pub alloc_retries: u64,
+    pub ooms: u64,
+    pub device_allocs: u64,
+    pub device_frees: u64,
+    pub steps: StepLog,
+}
+
+/// The allocator's state at an OOM, from PyTorch's OOM observer (before the exception unwinds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TorchOom {
+    pub pid: u32,
+    pub rank: Option<serde_json::Value>,
+    pub device: u32,
+    pub uuid: Option<String>,
+    pub at_s: f64,
+    /// The allocation that failed.
+    pub requested_bytes: u64,
+    /// What the observer was told: the device's limit and its free memory.
+    pub device_limit_bytes: u64,
+    pub device_free_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    pub inactive_split_bytes: u64,
+}
+
+/// Everything the shim reported in a run.
+#[derive(Debug, Clone, Default)]
+pub struct TorchTimeline {
+    pub procs: BTreeMap<(u32, u32), TorchProc>,
+    pub ooms: Vec<TorchOom>,
+    /// torch version per pid, from each process's first message.
+    pub versions: BTreeMap<u32, String>,
+    /// Shim failures: (pid, where, error).
+    pub errors: Vec<(u32, String, String)>,
+    pub messages: u64,
+    /// Lines that were not valid shim messages.
+    pub bad_lines: u64,
+}
+
+fn u(v: &serde_json::Value, k: &str) -> u64 {
+    v.get(k).and_then(|x| x.as_u64()).unwrap_or(0)
+}
+
+impl TorchTimeline {
+    /// Applies one line from the shim. `start_unix` turns its wall-clock times into run time.
+    pub fn apply(&mut self, line: &[u8], start_unix: f64) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+            self.bad_lines += 1;
+            return;
+        };
+        let Some(pid) = v.get("pid").and_then(|p| p.as_u64()).map(|p| p as u32) else {
+            self.bad_lines += 1;
+            return;
+        };
+        self.messages += 1;
+        let kind = v.get("k").and_then(|k| k.as_str()).unwrap_or("");
+        let t = v
+            .get("t")
+            .and_then(|t| t.as_f64())
+            .map(|t| (t - start_unix).max(0.0));
+        let at: Micros = (t.unwrap_or(0.0) * 1e6) as Micros;
+        match kind {
+            "hello" => {
+                let version = v.get("torch").and_then(|x| x.as_str()).unwrap_or("?");
+                self.versions.insert(pid, version.to_string());
+            }
+            "error" => {
+                let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+                self.errors.push((pid, s("where"), s("error")));
+            }
+            "s" | "step" | "oom" => {
+                let dev = u(&v, "dev") as u32;
+                let p = self.procs.entry((pid, dev)).or_insert_with(|| TorchProc {
+                    pid,
+                    device: dev,
+                    ..Default::default()
+                });
+                p.rank = v.get("rank").cloned().or(p.rank.take());
+                p.local_rank = v.get("local_rank").cloned().or(p.local_rank.take());
+                if let Some(id) = v.get("uuid").and_then(|x| x.as_str()) {
+                    p.uuid = Some(id.to_string());
+                }
+                let (a, r) = (u(&v, "a"), u(&v, "r"));
+                p.allocated.push(at, a);
+                p.reserved.push(at, r);
+                p.inactive_split.push(at, u(&v, "i"));
+                p.peak_allocated = p.peak_allocated.max(u(&v, "pa")).max(a);
+                p.peak_reserved = p.peak_reserved.max(u(&v, "pr")).max(r);
+                p.alloc_retries = p.alloc_retries.max(u(&v, "nr"));
+                p.ooms = p.ooms.max(u(&v, "no"));
+                p.device_allocs = p.device_allocs.max(u(&v, "nda"));
+                p.device_frees = p.device_frees.max(u(&v, "ndf"));
+                if kind == "step" {
+                    p.steps.push(Step {
+                        step: u(&v, "step"),
+                        at_s: t.unwrap_or(0.0),
+                        allocated_bytes: a,
+                        reserved_bytes: r,
+                        peak_allocated_bytes: u(&v, "pa"),
+                        peak_reserved_bytes: u(&v, "pr"),
+                        alloc_retries: u(&v, "nr"),
+                        device_allocs: u(&v, "nda"),
+                        device_frees: u(&v, "ndf"),
+                    });
+                }
+                if kind == "oom" && self.ooms.len() < 32 {
+                    self.ooms.push(TorchOom {
+                        pid,
+                        rank: p.rank.clone(),
+                        device: dev,
+                        uuid: p.uuid.clone(),
+                        at_s: t.unwrap_or(0.0),
+                        requested_bytes: u(&v, "alloc"),
+                        device_limit_bytes: u(&v, "device_allocated"),
+                        device_free_bytes: u(&v, "device_free"),
+                        allocated_bytes: a,
+                        reserved_bytes: r,
+                        inactive_split_bytes: u(&v, "i"),
+                    });
+                }
+            }
+            _ => self.bad_lines += 1,
+        }
+    }
+}
+
+/// The shim's folder, pipe and reader thread for one run.
+pub struct Channel {
+    _dir: tempfile::TempDir,
+    stop: Arc<AtomicBool>,
+    reader: JoinHandle<TorchTimeline>,
+}
+
+impl Channel {
+    /// Writes the shim into a private folder, makes the pipe, starts reading it, and returns the
+    /// environment the command needs (`PYTHONPATH` first, the pipe's path, the settings).
+    pub fn open(
+        settings: ShimSettings,
+        start_wall: SystemTime,
+    ) -> std::io::Result<(Channel, Vec<(String, OsString)>)> {
+        let dir = tempfile::Builder::new().prefix("gpudoc-").tempdir()?;
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
+        std::fs::write(dir.path().join("sitecustomize.py"), SHIM)?;
+        let fifo = dir.path().join("torch.pipe");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
+        // Read-write, so the pipe never reports end-of-file while no writer is open.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)?;
+        let mut pythonpath = OsString::from(dir.path());
+        if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+            pythonpath.push(":");
+            pythonpath.push(old);
+        }
+        let env = vec![
+            ("PYTHONPATH".to_string(), pythonpath),
+            (
+                "GPUDOC_TORCH_PIPE".to_string(),
+                fifo.clone().into_os_string(),
+            ),
+            (
+                "GPUDOC_TORCH_INTERVAL".to_string(),
+                settings.interval.as_secs_f64().to_string().into(),
+            ),
+            (
+                "GPUDOC_TORCH_RESET_PEAKS".to_string(),
+                if settings.reset_peaks { "1" } else { "0" }.into(),
+            ),
+        ];
+        let start_unix = start_wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let reader = std::thread::Builder::new()
+            .name("gpudoc-torch".into())
+            .spawn(move || read_loop(file, &flag, start_unix))?;
+        Ok((
+            Channel {
+                _dir: dir,
+                stop,
+                reader,
+            },
+            env,
+        ))
+    }
+
+    /// Reads what is left and returns the timeline; the folder is removed.
+    pub fn close(self) -> TorchTimeline {
+        self.stop.store(true, Ordering::SeqCst);
+        self.reader.join().unwrap_or_default()
+    }
+}
+
+fn read_loop(mut file: std::fs::File, stop: &AtomicBool, start_unix: f64) -> TorchTimeline {
+    let mut t = TorchTimeline::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut line: Vec<u8> = Vec::new();
+    let mut skipping = false;
+    let mut quiet_since: Option<Instant> = None;
+    loop {
+        let ready = {
+            let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLIN)];
+            poll(&mut fds, PollTimeout::from(50u16)).unwrap_or(0)
+        };
+        if ready == 0 {
+            if stop.load(Ordering::SeqCst) {
+                // One quiet interval after the stop: everything written before it has been read.
+                if quiet_since.is_some_and(|q| q.elapsed() >= Duration::from_millis(50)) {
+                    break;
+                }
+                quiet_since.get_or_insert_with(Instant::now);
+            }
+            continue;
+        }
+        let n = match file.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                if !skipping && !line.is_empty() {
+                    t.apply(&line, start_unix);
+                } else if skipping {
+                    t.bad_lines += 1;
+                }
+                line.clear();
+                skipping = false;
+            } else if !skipping {
+                line.push(b);
+                if line.len() > MAX_LINE {
+                    line.clear();
+                    skipping = true;
+                }
+            }
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_log_thins_evenly_and_stays_bounded() {
+        let mut log = StepLog::default();
+        for i in 1..=100_000u64 {
+            log.push(Step {
+                step: i,
+                at_s: i as f64,
+                allocated_bytes: i,
+                reserved_bytes: i,
+                peak_allocated_bytes: i,
+                peak_reserved_bytes: i,
+                alloc_retries: 0,
+                device_allocs: 0,
+                device_frees: 0,
+            });
+        }
+        assert!(log.steps.len() < MAX_STEPS);
+        assert_eq!(log.total, 100_000);
+        assert_eq!(log.steps[0].step, 1);
+        let gaps: Vec<u64> = log
+            .steps
+            .windows(2)
+            .map(|w| w[1].step - w[0].step)
+            .collect();
+        assert!(gaps.iter().all(|&g| g == gaps[0]), "even spacing");
+    }
+
+    #[test]
+    fn messages_build_the_timeline() {
+        let mut t = TorchTimeline::default();
+        t.apply(br#"{"k":"hello","torch":"2.11.0","pid":7,"rank":1}"#, 100.0);
+        t.apply(br#"{"k":"s","dev":0,"uuid":"GPU-1","t":101.0,"a":10,"r":20,"pa":15,"pr":20,"i":3,"nr":0,"no":0,"nda":2,"ndf":0,"pid":7,"rank":1}"#, 100.0);
+        t.apply(br#"{"k":"step","step":1,"dev":0,"t":101.5,"a":12,"r":20,"pa":18,"pr":20,"i":3,"nr":1,"no":0,"nda":2,"ndf":0,"pid":7,"rank":1}"#, 100.0);
+        t.apply(b"not json", 100.0);
+        let p = &t.procs[&(7, 0)];
+        assert_eq!(
+            (p.peak_allocated, p.peak_reserved, p.alloc_retries),
+            (18, 20, 1)
+        );
+        assert_eq!(p.steps.steps[0].at_s, 1.5);
+        assert_eq!(p.rank, Some(serde_json::json!(1)));
+        assert_eq!(t.versions[&7], "2.11.0");
+        assert_eq!((t.messages, t.bad_lines), (3, 1));
+    }
+}

@@ -1,0 +1,110 @@
+//! The framework view in the report: per process and GPU, PyTorch's allocated and reserved memory beside
+//! NVML's figure for the same process, and the difference, non-PyTorch memory (CUDA context, cuBLAS and
+//! NCCL workspaces, other libraries): the seed's "two views" in one place.
+
+use super::{Step, TorchOom, TorchTimeline};
+use crate::gpu::GpuInfo;
+use crate::sample::Timeline;
+use serde::{Deserialize, Serialize};
+
+/// The report's `torch` object.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TorchReport {
+    /// The shim was put in place (not `--no-torch`).
+    pub enabled: bool,
+    pub processes: Vec<TorchProcReport>,
+    /// The allocator's state at each OOM, from PyTorch's OOM observer.
+    pub ooms: Vec<TorchOom>,
+    /// Shim failures, in words; a process whose shim failed went quiet and its numbers stop there.
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TorchProcReport {
+    pub pid: u32,
+    pub rank: Option<serde_json::Value>,
+    pub local_rank: Option<serde_json::Value>,
+    pub torch_version: Option<String>,
+    /// torch's device index (after CUDA_VISIBLE_DEVICES).
+    pub device: u32,
+    /// NVML's index of the same GPU (matched by UUID).
+    pub gpu: Option<u32>,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub final_allocated_bytes: u64,
+    pub final_reserved_bytes: u64,
+    /// Fragmentation: memory in split blocks that are not in use.
+    pub peak_inactive_split_bytes: u64,
+    /// NVML's peak for this process on this GPU.
+    pub nvml_peak_bytes: Option<u64>,
+    /// NVML − PyTorch reserved, at NVML's peak: memory outside PyTorch's allocator.
+    pub non_pytorch_bytes: Option<u64>,
+    pub alloc_retries: u64,
+    pub ooms: u64,
+    pub device_allocs: u64,
+    pub device_frees: u64,
+    /// Optimizer steps seen, and the recorded ones (every `step_stride`-th when there were many).
+    pub steps_total: u64,
+    pub step_stride: u64,
+    pub steps: Vec<Step>,
+}
+
+/// Window, in µs, over which the two views are matched.
+const ALIGN: u64 = 100_000;
+
+/// Builds the report object; `gpus` maps UUIDs to NVML indices.
+pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool) -> TorchReport {
+    let processes = t
+        .procs
+        .values()
+        .map(|p| {
+            let gpu = p
+                .uuid
+                .as_ref()
+                .and_then(|id| gpus.iter().find(|g| &g.uuid == id))
+                .map(|g| g.index);
+            let nv = gpu.and_then(|g| nvml.procs.get(&(g, p.pid)));
+            let nvml_peak = nv.map(|s| s.used.peak());
+            // The two views are sampled separately, each every few milliseconds: take PyTorch's reserved
+            // memory around NVML's peak, not at one instant, so a sample that lags by one step doesn't
+            // count the step as non-PyTorch memory.
+            let non_pytorch = nv.and_then(|s| {
+                let at = s.used.peak_at();
+                let reserved = p.reserved.max_in(at.saturating_sub(ALIGN), at + ALIGN)?;
+                Some(s.used.peak().saturating_sub(reserved))
+            });
+            TorchProcReport {
+                pid: p.pid,
+                rank: p.rank.clone(),
+                local_rank: p.local_rank.clone(),
+                torch_version: t.versions.get(&p.pid).cloned(),
+                device: p.device,
+                gpu,
+                peak_allocated_bytes: p.peak_allocated,
+                peak_reserved_bytes: p.peak_reserved,
+                final_allocated_bytes: p.allocated.last().unwrap_or(0),
+                final_reserved_bytes: p.reserved.last().unwrap_or(0),
+                peak_inactive_split_bytes: p.inactive_split.peak(),
+                nvml_peak_bytes: nvml_peak,
+                non_pytorch_bytes: non_pytorch,
+                alloc_retries: p.alloc_retries,
+                ooms: p.ooms,
+                device_allocs: p.device_allocs,
+                device_frees: p.device_frees,
+                steps_total: p.steps.total,
+                step_stride: p.steps.stride.max(1),
+                steps: p.steps.steps.clone(),
+            }
+        })
+        .collect();
+    TorchReport {
+        enabled,
+        processes,
+        ooms: t.ooms.clone(),
+        errors: t
+            .errors
+            .iter()
+            .map(|(pid, w, e)| format!("pid {pid}: {w}: {e}"))
+            .collect(),
+    }
+}

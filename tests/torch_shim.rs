@@ -1,0 +1,346 @@
+//! The framework view through the shim, with the fake `torch` package in fixtures/fake_torch.
+
+mod common;
+
+use common::{Machine, fake_torch, read_json};
+use serde_json::Value;
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+fn python(m: &Machine, extra: &[&str], args: &[&str]) -> (i32, Value, String, String) {
+    let json = m.path("report.json");
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .arg("run")
+        .arg("--json")
+        .arg(&json)
+        .args(extra)
+        .arg("--")
+        .arg("python3")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        read_json(&json),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn train() -> String {
+    fake_torch().join("train.py").to_string_lossy().into_owned()
+}
+
+#[test]
+fn per_step_numbers_equal_torchs_own() {
+    let m = Machine::h200s(1);
+    let (code, r, out, err) = python(&m, &[], &[&train(), "6"]);
+    assert_eq!(code, 0, "{err}");
+    let procs = r["torch"]["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "{r:#}");
+    let p = &procs[0];
+    assert_eq!(p["gpu"], 0, "matched to NVML's GPU by UUID");
+    assert_eq!(p["torch_version"], "2.11.0+fake");
+    assert_eq!(p["steps_total"], 6);
+    // torch's own numbers, printed by the script after each step.
+    let own: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let steps = p["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 6);
+    for (s, o) in steps.iter().zip(&own) {
+        assert_eq!(s["step"], o["step"]);
+        assert_eq!(s["allocated_bytes"], o["allocated"]);
+        assert_eq!(s["reserved_bytes"], o["reserved"]);
+    }
+    // Per-step peaks: the 512 MiB of activations on top of what the step started with.
+    assert_eq!(
+        steps[1]["peak_allocated_bytes"].as_u64().unwrap(),
+        own[0]["allocated"].as_u64().unwrap() + 512 * MIB
+    );
+    let reserved_peak = p["peak_reserved_bytes"].as_u64().unwrap();
+    assert_eq!(reserved_peak, 1024 * MIB + 6 * 256 * MIB + 256 * MIB);
+    assert_eq!(
+        p["nvml_peak_bytes"].as_u64().unwrap(),
+        reserved_peak + 500 * MIB
+    );
+    assert_eq!(
+        p["non_pytorch_bytes"].as_u64().unwrap(),
+        500 * MIB,
+        "NVML − reserved: the fake context"
+    );
+    assert!(err.contains("PyTorch, per process"), "{err}");
+    assert!(err.contains("500.00 MiB"), "{err}");
+}
+
+#[test]
+fn keep_torch_peaks_leaves_the_programs_peaks_alone() {
+    let m = Machine::h200s(1);
+    let (_, r, _, _) = python(&m, &["--keep-torch-peaks"], &[&train(), "3"]);
+    let steps = r["torch"]["processes"][0]["steps"]
+        .as_array()
+        .unwrap()
+        .clone();
+    // Without resets the peak only grows: step 3's peak is the run's peak so far.
+    let peaks: Vec<u64> = steps
+        .iter()
+        .map(|s| s["peak_allocated_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(peaks.windows(2).all(|w| w[1] >= w[0]));
+    let (_, r, _, _) = python(&m, &[], &[&train(), "3"]);
+    let reset: Vec<u64> = r["torch"]["processes"][0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["peak_allocated_bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(reset.len(), 3);
+    assert!(
+        reset[2] - reset[1] == 256 * MIB,
+        "each step's own peak: {reset:?}"
+    );
+}
+
+#[test]
+fn the_oom_observer_records_the_allocator_before_unwinding() {
+    let m = Machine::h200s(1);
+    let (code, r, _, err) = python(&m, &[], &[&train(), "2", "--oom"]);
+    assert_eq!(code, 1, "{err}");
+    let t = &r["torch"]["ooms"][0];
+    assert_eq!(t["requested_bytes"], 64u64 << 30);
+    assert_eq!(t["allocated_bytes"], (1024 + 2 * 256) * MIB);
+    assert_eq!(
+        r["oom"]["allocator"]["requested_bytes"],
+        64u64 << 30,
+        "joined with the OOM text"
+    );
+    assert_eq!(r["torch"]["processes"][0]["ooms"], 1);
+}
+
+#[test]
+fn ranks_subprocesses_and_python_m_are_all_seen() {
+    let m = Machine::h200s(2);
+    let script = m.path("launch.py");
+    std::fs::write(
+        &script,
+        format!(
+            r#"
+import os, subprocess, sys
+procs = []
+for rank in (0, 1):
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), FAKE_TORCH_DEVICES="2")
+    code = "import torch; torch.cuda.set_device(%d); exec(open(%r).read())" % (rank, {train:?})
+    # close_fds (the default) drops inherited descriptors: the shim must not depend on them.
+    procs.append(subprocess.Popen([sys.executable, "-c", code, "3"], env=env, stdout=subprocess.DEVNULL))
+sys.exit(max(p.wait() for p in procs))
+"#,
+            train = train()
+        ),
+    )
+    .unwrap();
+    let (code, r, _, err) = python(&m, &[], &[script.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let procs = r["torch"]["processes"].as_array().unwrap();
+    let mut ranks: Vec<(i64, i64)> = procs
+        .iter()
+        .map(|p| (p["rank"].as_i64().unwrap(), p["gpu"].as_i64().unwrap()))
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, vec![(0, 0), (1, 1)], "{r:#}");
+    assert!(procs.iter().all(|p| p["steps_total"] == 3));
+
+    let (code, r, _, err) = {
+        let json = m.path("m.json");
+        let out = m
+            .gpudoc()
+            .env("PYTHONPATH", fake_torch())
+            .current_dir(fake_torch())
+            .arg("run")
+            .arg("--json")
+            .arg(&json)
+            .args(["--", "python3", "-m", "train", "2"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            read_json(&json),
+            (),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["torch"]["processes"][0]["steps_total"], 2, "python -m");
+}
+
+#[test]
+fn a_forked_worker_starts_no_sampler() {
+    let m = Machine::h200s(1);
+    let script = m.path("fork.py");
+    std::fs::write(
+        &script,
+        r#"
+import os, threading, time, torch
+torch.cuda.init()
+time.sleep(0.1)
+pid = os.fork()
+if pid == 0:
+    names = [t.name for t in threading.enumerate()]
+    os._exit(3 if "gpudoc-shim" in names else 0)
+_, status = os.waitpid(pid, 0)
+print("parent has sampler:", any(t.name == "gpudoc-shim" for t in threading.enumerate()))
+raise SystemExit(os.waitstatus_to_exitcode(status))
+"#,
+    )
+    .unwrap();
+    let (code, _, out, err) = python(&m, &[], &[script.to_str().unwrap()]);
+    assert_eq!(
+        code, 0,
+        "the forked child must have no sampler thread: {err}"
+    );
+    assert_eq!(out.trim(), "parent has sampler: True");
+}
+
+#[test]
+fn a_broken_shim_goes_quiet_and_is_reported() {
+    let m = Machine::h200s(1);
+    let json = m.path("r.json");
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .env("FAKE_TORCH_BREAK", "1")
+        .arg("run")
+        .arg("--json")
+        .arg(&json)
+        .args([
+            "--",
+            "python3",
+            "-c",
+            "import torch, time; torch.cuda.init(); time.sleep(0.3); print('fine')",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the program is not broken by the shim"
+    );
+    assert_eq!(out.stdout, b"fine\n");
+    let r = read_json(&json);
+    assert!(
+        r["torch"]["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("broken on purpose"),
+        "{r:#}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the PyTorch view was lost"));
+}
+
+#[test]
+fn an_existing_sitecustomize_still_runs() {
+    let m = Machine::h200s(1);
+    let site = m.path("site");
+    std::fs::create_dir(&site).unwrap();
+    let marker = m.path("marker");
+    std::fs::write(
+        site.join("sitecustomize.py"),
+        format!("open({:?}, 'w').write('ran')\n", marker.to_str().unwrap()),
+    )
+    .unwrap();
+    let path = format!("{}:{}", site.display(), fake_torch().display());
+    let json = m.path("r.json");
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", &path)
+        .arg("run")
+        .arg("--json")
+        .arg(&json)
+        .args(["--", "python3", &train(), "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ran");
+    assert_eq!(
+        read_json(&json)["torch"]["processes"][0]["steps_total"],
+        1,
+        "and the shim ran too"
+    );
+}
+
+/// Module names a plain Python (no torch) loads, with or without gpudoc.
+fn modules(cmd: &mut Command) -> Vec<String> {
+    let out = cmd
+        .args([
+            "python3",
+            "-c",
+            "import sys; print('\\n'.join(sorted(sys.modules)))",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn commands_without_torch_are_unaffected() {
+    let m = Machine::h200s(1);
+    let bare = modules(Command::new("env").env_remove("PYTHONPATH"));
+    let mut wrapped = m.gpudoc();
+    wrapped
+        .env_remove("PYTHONPATH")
+        .args(["run", "--quiet", "--"]);
+    let under = modules(&mut wrapped);
+    let extra: Vec<&String> = under.iter().filter(|m| !bare.contains(m)).collect();
+    assert_eq!(
+        extra,
+        vec!["sitecustomize"],
+        "the shim imports nothing of its own"
+    );
+
+    // A non-Python command sees only the shim's variables added to its environment.
+    let env_of = |c: &mut Command| -> Vec<String> {
+        let out = c.arg("env").output().unwrap();
+        let mut v: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        v.sort();
+        v
+    };
+    let mut plain = m.gpudoc();
+    plain.args(["run", "--quiet", "--no-torch", "--"]);
+    let mut shimmed = m.gpudoc();
+    shimmed.args(["run", "--quiet", "--"]);
+    let (a, b) = (env_of(&mut plain), env_of(&mut shimmed));
+    let added: Vec<&str> = b
+        .iter()
+        .filter(|l| !a.contains(l))
+        .map(|l| l.split('=').next().unwrap())
+        .collect();
+    assert_eq!(
+        added,
+        vec![
+            "GPUDOC_TORCH_INTERVAL",
+            "GPUDOC_TORCH_PIPE",
+            "GPUDOC_TORCH_RESET_PEAKS",
+            "PYTHONPATH"
+        ]
+    );
+    assert!(
+        a.iter().all(|l| b.contains(l)),
+        "--no-torch adds nothing and the shim removes nothing"
+    );
+}
