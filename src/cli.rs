@@ -29,6 +29,8 @@ pub enum ColorWhen {
 pub enum Cmd {
     /// Run a command and record its GPU memory, per GPU and per process.
     Run(RunArgs),
+    /// List the processes that hold GPU memory or an NVIDIA device, and end the leftovers.
+    Orphans(crate::orphans::command::OrphansArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -56,6 +58,9 @@ pub struct RunArgs {
     /// current step's peak).
     #[arg(long)]
     pub keep_torch_peaks: bool,
+    /// End the job's descendants still running after the command exits (SIGTERM, 10 s, SIGKILL).
+    #[arg(long)]
+    pub kill_orphans: bool,
     /// No live status line and no summary (errors still print).
     #[arg(short, long)]
     pub quiet: bool,
@@ -114,5 +119,8 @@ pub fn main() -> ExitCode {
     };
     match cli.cmd {
         Cmd::Run(args) => crate::run::run(args, cli.color),
+        Cmd::Orphans(args) => {
+            crate::orphans::command::run(args, crate::summary::Paint(use_color(cli.color, false)))
+        }
     }
 }

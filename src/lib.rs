@@ -7,6 +7,7 @@ pub mod exit;
 pub mod gpu;
 pub mod live;
 pub mod oom;
+pub mod orphans;
 pub mod procs;
 pub mod report;
 pub mod run;

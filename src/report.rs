@@ -134,6 +134,8 @@ pub struct Orphan {
     pub cmdline: String,
     /// GPU memory it held at the last sample, per GPU index.
     pub gpu_bytes: Vec<(u32, u64)>,
+    /// With `--kill-orphans`: what became of it.
+    pub ended: Option<crate::orphans::end::Ended>,
 }
 
 /// `SIGTERM` for 15; `signal 64` for what has no name.
@@ -156,6 +158,8 @@ pub struct Inputs<'a> {
     pub rates: Rates,
     pub timeline: &'a Timeline,
     pub leftovers: &'a [ProcInfo],
+    /// What `--kill-orphans` did to them.
+    pub ended: &'a [crate::orphans::end::EndResult],
     pub ending: crate::oom::Ending,
     pub torch: crate::torch::view::TorchReport,
     pub oom: Option<crate::oom::OomReport>,
@@ -234,6 +238,11 @@ impl Report {
                     .filter(|q| q.pid == p.pid && q.used.last().unwrap_or(0) > 0)
                     .map(|q| (q.gpu, q.used.last().unwrap_or(0)))
                     .collect(),
+                ended: i
+                    .ended
+                    .iter()
+                    .find(|r| r.pid == p.pid)
+                    .map(|r| r.result.clone()),
             })
             .collect();
         let (code, signal, core_dumped) = match i.outcome.end {

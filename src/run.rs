@@ -20,6 +20,9 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
+/// How long `--kill-orphans` waits after SIGTERM before SIGKILL.
+const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Runs the command under gpudoc and returns the exit code to leave with.
 pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
     let paint = Paint(use_color(color, true));
@@ -106,6 +109,21 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
     let torch_enabled = channel.is_some();
     let torch_timeline = channel.map(|c| c.close()).unwrap_or_default();
     let leftovers = crate::procs::descendants(me);
+    let ended = if args.kill_orphans && !leftovers.is_empty() {
+        let holders: Vec<_> = leftovers
+            .iter()
+            .map(|p| crate::orphans::describe(p.pid, Vec::new(), Vec::new()))
+            .collect();
+        let r = crate::orphans::end::end(
+            &holders,
+            ORPHAN_GRACE,
+            &crate::orphans::end::Policy::here(false),
+        );
+        supervise::reap_all();
+        r
+    } else {
+        Vec::new()
+    };
     let end_at = start.elapsed().as_micros() as Micros;
     let mut scanner = std::mem::take(&mut *scanner.lock().unwrap());
     scanner.finish(end_at);
@@ -175,6 +193,7 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         rates,
         timeline: &timeline,
         leftovers: &leftovers,
+        ended: &ended,
         ending,
         torch: torch_report,
         oom: oom_report,

@@ -33,6 +33,10 @@ impl Paint {
             s.to_string()
         }
     }
+    /// Red, for text outside this module.
+    pub fn bad_str(&self, s: &str) -> String {
+        self.bad(s)
+    }
     fn warn(&self, s: &str) -> String {
         if self.0 {
             s.yellow().to_string()
@@ -204,6 +208,11 @@ pub fn render(r: &Report, p: Paint) -> String {
     render_torch(&mut o, r, p);
     for orphan in &r.orphans {
         let held: u64 = orphan.gpu_bytes.iter().map(|&(_, b)| b).sum();
+        let ended = orphan
+            .ended
+            .as_ref()
+            .map(|e| format!(": {}", e.describe()))
+            .unwrap_or_default();
         let held = if held > 0 {
             format!(", holding {} of GPU memory", fmt_bytes(held))
         } else {
@@ -213,7 +222,7 @@ pub fn render(r: &Report, p: Paint) -> String {
             o,
             "  {}",
             p.warn(&format!(
-                "left running: pid {} {}{held}",
+                "left running: pid {} {}{held}{ended}",
                 orphan.pid,
                 shorten(&orphan.cmdline, 60)
             ))

@@ -358,6 +358,11 @@ impl Child {
     }
 }
 
+/// Reaps every exited child of gpudoc (descendants re-parented to it included).
+pub fn reap_all() {
+    reap_until(Pid::from_raw(0));
+}
+
 /// Reaps every exited child (descendants re-parented to us included); returns the main child's end if it
 /// was among them.
 fn reap_until(main: Pid) -> Option<ProcessEnd> {

@@ -35,6 +35,9 @@ enum Cmd {
         /// Print this line to stdout once the memory is held.
         #[arg(long)]
         say: Option<String>,
+        /// Keep this file open while holding the memory (a fake /dev/nvidia* device).
+        #[arg(long)]
+        open: Vec<std::path::PathBuf>,
         #[arg(long, default_value_t = 0)]
         exit: i32,
     },
@@ -85,8 +88,18 @@ fn main() {
             hold_ms,
             leak,
             say,
+            open,
             exit,
         } => {
+            let _held: Vec<std::fs::File> = open
+                .iter()
+                .map(|p| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .open(p)
+                        .unwrap_or_else(|e| panic!("fakegpu: {}: {e}", p.display()))
+                })
+                .collect();
             for (i, bytes) in steps.iter().enumerate() {
                 set_own(&cli.state, gpu, *bytes);
                 if i + 1 < steps.len() {

@@ -1,0 +1,330 @@
+//! Who holds the GPUs: every process with GPU memory (NVML) or an open NVIDIA device file (/proc/*/fd),
+//! with the facts `ps` would give, and a verdict on whether it is a leftover. `gpudoc orphans` lists them;
+//! [`end`] ends leftovers safely.
+
+pub mod command;
+pub mod end;
+
+use crate::gpu;
+use procfs::process::{FDTarget, Process};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Test-only: the device path prefix to look for instead of `/dev/nvidia` (a test holds a fake file).
+pub const DEV_PREFIX_ENV: &str = "GPUDOC_NVIDIA_DEV_PREFIX";
+const DEV_PREFIX: &str = "/dev/nvidia";
+
+/// Processes that hold NVIDIA devices by design: never leftovers.
+const SERVICES: [&str; 8] = [
+    "nvidia-persistenced",
+    "nv-hostengine",
+    "nvidia-smi",
+    "dcgm",
+    "Xorg",
+    "Xwayland",
+    "gnome-shell",
+    "nvidia-fabricmanager",
+];
+
+/// What gpudoc makes of a GPU-holding process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Its parent died: re-parented to init or a subreaper, or its process group's leader is gone.
+    Orphan,
+    /// Dead or dying; its memory goes back once its parent reaps it.
+    Zombie,
+    /// NVML lists it but /proc does not have it.
+    Ghost,
+    /// A system service that holds the devices by design.
+    Service,
+    /// Part of a running job.
+    Live,
+}
+
+/// One process that holds GPU memory or an NVIDIA device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Holder {
+    pub pid: u32,
+    pub verdict: Verdict,
+    /// Why, in one line.
+    pub reason: String,
+    /// GPU memory per GPU index, from NVML.
+    pub gpu_bytes: Vec<(u32, u64)>,
+    /// NVIDIA device files it has open.
+    pub devices: Vec<String>,
+    pub ppid: Option<u32>,
+    pub parent_cmd: Option<String>,
+    pub pgid: Option<u32>,
+    pub sid: Option<u32>,
+    pub tty: Option<String>,
+    pub uid: Option<u32>,
+    pub user: Option<String>,
+    pub state: Option<String>,
+    /// Start time in clock ticks since boot (with the PID, the process's identity).
+    pub start_ticks: Option<u64>,
+    pub age_s: Option<f64>,
+    pub cmdline: String,
+}
+
+impl Holder {
+    pub fn total_bytes(&self) -> u64 {
+        self.gpu_bytes.iter().map(|&(_, b)| b).sum()
+    }
+
+    /// Leftovers are what `--kill` ends: orphans.
+    pub fn is_leftover(&self) -> bool {
+        self.verdict == Verdict::Orphan
+    }
+}
+
+/// The listing, and what could not be seen.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Listing {
+    pub holders: Vec<Holder>,
+    /// Processes whose open files could not be read (another user's, without root).
+    pub unreadable: u64,
+    /// Why NVML could not be asked, if it could not.
+    pub nvml_error: Option<String>,
+    /// Device memory in use per GPU (NVML `used`), at listing time.
+    pub gpu_used: Vec<(u32, u64)>,
+}
+
+/// Per PID, its memory on each GPU: `[(gpu, bytes)]`.
+pub type PerPid = BTreeMap<u32, Vec<(u32, u64)>>;
+
+/// NVML's per-process memory on every GPU, and device memory in use per GPU; the reason when NVML is not
+/// available.
+pub fn nvml_memory() -> Result<(PerPid, Vec<(u32, u64)>), String> {
+    let (nvml, status, gpus) = gpu::open();
+    let Some(nvml) = nvml else {
+        return Err(status.error.unwrap_or_else(|| "NVML unavailable".into()));
+    };
+    let mut by_pid: BTreeMap<u32, Vec<(u32, u64)>> = BTreeMap::new();
+    let mut used = Vec::new();
+    for g in &gpus {
+        let Ok(dev) = nvml.device_by_index(g.index) else {
+            continue;
+        };
+        if let Ok(m) = dev.memory_info() {
+            used.push((g.index, m.used));
+        }
+        let mut here: BTreeMap<u32, u64> = BTreeMap::new();
+        for list in [
+            dev.running_compute_processes(),
+            dev.running_graphics_processes(),
+        ] {
+            for p in list.unwrap_or_default() {
+                let b = match p.used_gpu_memory {
+                    nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => b,
+                    nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => 0,
+                };
+                let e = here.entry(p.pid).or_insert(0);
+                *e = (*e).max(b);
+            }
+        }
+        for (pid, b) in here {
+            by_pid.entry(pid).or_default().push((g.index, b));
+        }
+    }
+    Ok((by_pid, used))
+}
+
+/// Every PID with an NVIDIA device file open, with those files; and how many processes could not be read.
+pub fn device_holders(prefix: &str) -> (BTreeMap<u32, Vec<String>>, u64) {
+    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut unreadable = 0;
+    let Ok(all) = procfs::process::all_processes() else {
+        return (out, 0);
+    };
+    for p in all.flatten() {
+        let fds = match p.fd() {
+            Ok(fds) => fds,
+            Err(procfs::ProcError::PermissionDenied(_)) => {
+                unreadable += 1;
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let mut files: Vec<String> = fds
+            .flatten()
+            .filter_map(|fd| match fd.target {
+                FDTarget::Path(path) => {
+                    let s = path.to_string_lossy().into_owned();
+                    s.starts_with(prefix).then_some(s)
+                }
+                _ => None,
+            })
+            .collect();
+        if !files.is_empty() {
+            files.sort();
+            files.dedup();
+            out.insert(p.pid as u32, files);
+        }
+    }
+    (out, unreadable)
+}
+
+/// Lists every holder with its verdict.
+pub fn list() -> Listing {
+    let prefix = std::env::var(DEV_PREFIX_ENV).unwrap_or_else(|_| DEV_PREFIX.into());
+    let (mem, used, nvml_error) = match nvml_memory() {
+        Ok((m, u)) => (m, u, None),
+        Err(e) => (BTreeMap::new(), Vec::new(), Some(e)),
+    };
+    let (devs, unreadable) = device_holders(&prefix);
+    let mut pids: Vec<u32> = mem.keys().chain(devs.keys()).copied().collect();
+    pids.sort();
+    pids.dedup();
+    let me = std::process::id();
+    let holders = pids
+        .into_iter()
+        .filter(|&pid| pid != me)
+        .map(|pid| {
+            describe(
+                pid,
+                mem.get(&pid).cloned().unwrap_or_default(),
+                devs.get(&pid).cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    Listing {
+        holders,
+        unreadable,
+        nvml_error,
+        gpu_used: used,
+    }
+}
+
+fn comm_of(pid: u32) -> Option<String> {
+    Process::new(pid as i32).ok()?.stat().ok().map(|s| s.comm)
+}
+
+/// Reads a process's facts and judges it.
+pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> Holder {
+    let mut h = Holder {
+        pid,
+        verdict: Verdict::Ghost,
+        reason: String::new(),
+        gpu_bytes,
+        devices,
+        ppid: None,
+        parent_cmd: None,
+        pgid: None,
+        sid: None,
+        tty: None,
+        uid: None,
+        user: None,
+        state: None,
+        start_ticks: None,
+        age_s: None,
+        cmdline: String::new(),
+    };
+    let proc_ = Process::new(pid as i32).ok();
+    let stat = proc_.as_ref().and_then(|p| p.stat().ok());
+    let Some(stat) = stat else {
+        h.reason = "NVML lists this PID but /proc does not have it: a process in another PID namespace (a \
+                    container) or memory the driver still holds for a dead process; gpudoc cannot signal \
+                    it (look on the host, or ask an administrator)"
+            .into();
+        return h;
+    };
+    let p = proc_.unwrap();
+    h.ppid = Some(stat.ppid as u32);
+    h.parent_cmd = comm_of(stat.ppid as u32);
+    h.pgid = Some(stat.pgrp as u32);
+    h.sid = Some(stat.session as u32);
+    h.tty = (stat.tty_nr != 0).then(|| {
+        let (major, minor) = stat.tty_nr();
+        if major == 136 {
+            format!("pts/{minor}")
+        } else {
+            format!("tty({major},{minor})")
+        }
+    });
+    h.uid = p.uid().ok();
+    h.user = h
+        .uid
+        .and_then(|u| {
+            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(u))
+                .ok()
+                .flatten()
+        })
+        .map(|u| u.name);
+    h.state = Some(stat.state.to_string());
+    h.start_ticks = Some(stat.starttime);
+    h.age_s = procfs::boot_time_secs().ok().and_then(|boot| {
+        let started = boot as f64 + stat.starttime as f64 / procfs::ticks_per_second() as f64;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_secs_f64();
+        Some((now - started).max(0.0))
+    });
+    h.cmdline = p
+        .cmdline()
+        .ok()
+        .filter(|c| !c.is_empty())
+        .map(|c| c.join(" "))
+        .unwrap_or_else(|| format!("[{}]", stat.comm));
+    let (verdict, reason) = judge(&h, &stat.comm, stat.state);
+    h.verdict = verdict;
+    h.reason = reason;
+    h
+}
+
+fn judge(h: &Holder, comm: &str, state: char) -> (Verdict, String) {
+    if matches!(state, 'Z' | 'X' | 'x') {
+        return (
+            Verdict::Zombie,
+            format!(
+                "exited; the driver frees its memory once its parent (pid {}) reaps it: end or fix the parent",
+                h.ppid.unwrap_or(0)
+            ),
+        );
+    }
+    if SERVICES.iter().any(|s| comm.starts_with(s)) {
+        return (
+            Verdict::Service,
+            format!("{comm} holds the devices by design"),
+        );
+    }
+    let ppid = h.ppid.unwrap_or(0);
+    let pgid = h.pgid.unwrap_or(0);
+    if ppid == 1 || ppid == 0 {
+        // In a container the job itself can be PID 1: its children are not orphans.
+        let init = comm_of(1).unwrap_or_default();
+        if init.starts_with("python") || init.starts_with("torchrun") {
+            return (
+                Verdict::Live,
+                format!("a child of PID 1 ({init}), the container's main process"),
+            );
+        }
+        if h.sid == Some(h.pid) && h.gpu_bytes.is_empty() {
+            return (
+                Verdict::Service,
+                "a daemon (its own session) with the device open and no GPU memory".into(),
+            );
+        }
+        return (
+            Verdict::Orphan,
+            "its parent died: it was re-parented to init (pid 1)".into(),
+        );
+    }
+    if pgid != h.pid && pgid != 0 && Process::new(pgid as i32).is_err() {
+        return (
+            Verdict::Orphan,
+            format!(
+                "its job's leader (process group {pgid}) is gone; now a child of pid {ppid} ({})",
+                h.parent_cmd.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    (
+        Verdict::Live,
+        format!(
+            "part of a running job: parent pid {ppid} ({})",
+            h.parent_cmd.as_deref().unwrap_or("?")
+        ),
+    )
+}

@@ -1,0 +1,347 @@
+//! `gpudoc orphans` and `gpudoc run --kill-orphans`: real processes made orphans, holding fake-NVML
+//! memory and an open fake device file.
+
+mod common;
+
+use common::{Machine, fakegpu};
+use fake_nvml::state::{GIB, Proc, State};
+use gpudoc::orphans::end::{self, Ended, Policy};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A machine with a fake device file, world-readable so other users' processes can hold it.
+fn machine() -> (Machine, PathBuf) {
+    let m = Machine::h200s(1);
+    let dev = m.path("nvidia0");
+    std::fs::write(&dev, "").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(m.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&dev, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(m.state_path(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    (m, dev)
+}
+
+/// Starts `script` under a new session leader `sh`, reads the PID it prints, then kills the leader: what
+/// the script started is left an orphan whose job leader is gone (re-parented to init or a subreaper).
+fn orphan(m: &Machine, script: &str, as_uid: Option<u32>) -> u32 {
+    let mut c = Command::new("sh");
+    c.args(["-c", &format!("{script} & echo $!; wait")])
+        .env("FAKE_NVML_STATE", m.state_path())
+        .env("FAKEGPU", fakegpu())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    unsafe {
+        c.pre_exec(move || {
+            libc::setsid();
+            if let Some(uid) = as_uid {
+                libc::setgid(uid);
+                libc::setuid(uid);
+            }
+            Ok(())
+        });
+    }
+    let mut leader = c.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(leader.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid: u32 = line.trim().parse().unwrap();
+    leader.kill().unwrap();
+    leader.wait().unwrap();
+    // Until the orphan has registered its memory (or opened its file), it is not worth listing.
+    std::thread::sleep(Duration::from_millis(300));
+    pid
+}
+
+fn orphans(m: &Machine, dev: &std::path::Path, args: &[&str]) -> (i32, Value, String) {
+    let out = m
+        .gpudoc()
+        .env("GPUDOC_NVIDIA_DEV_PREFIX", dev.with_file_name("nvidia"))
+        .args(["orphans", "--json", "-"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    (
+        out.status.code().unwrap(),
+        v,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn holder(v: &Value, pid: u32) -> &Value {
+    v["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["pid"] == pid)
+        .unwrap_or_else(|| panic!("no pid {pid} in {v:#}"))
+}
+
+fn alive(pid: u32) -> bool {
+    fake_nvml::state::alive(pid)
+}
+
+#[test]
+fn lists_orphans_live_processes_and_ghosts() {
+    let (m, dev) = machine();
+    State::update(&m.state_path(), |s| {
+        s.procs.push(Proc {
+            pid: 999_999_999,
+            gpu: 0,
+            bytes: 2 * GIB,
+            graphics: false,
+            ghost: true,
+        })
+    })
+    .unwrap();
+    let o = orphan(
+        &m,
+        &format!(
+            r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 20000 --open {}"#,
+            dev.display()
+        ),
+        None,
+    );
+    let mut live = Command::new(fakegpu())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .args([
+            "alloc",
+            "--steps",
+            "3GiB",
+            "--hold-ms",
+            "20000",
+            "--say",
+            "held",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    BufReader::new(live.stdout.as_mut().unwrap())
+        .read_line(&mut String::new())
+        .unwrap();
+
+    let (code, v, _) = orphans(&m, &dev, &[]);
+    assert_eq!(code, 1, "leftovers found");
+    let h = holder(&v, o);
+    assert_eq!(h["verdict"], "orphan", "{h:#}");
+    assert_eq!(h["gpu_bytes"], serde_json::json!([[0, GIB]]));
+    assert_eq!(h["devices"], serde_json::json!([dev.to_str().unwrap()]));
+    assert!(
+        h["cmdline"]
+            .as_str()
+            .unwrap()
+            .contains("alloc --steps 1GiB")
+    );
+    assert!(h["age_s"].as_f64().unwrap() >= 0.0);
+    assert_eq!(holder(&v, live.id())["verdict"], "live");
+    let ghost = holder(&v, 999_999_999);
+    assert_eq!(ghost["verdict"], "ghost");
+    assert!(
+        ghost["reason"]
+            .as_str()
+            .unwrap()
+            .contains("another PID namespace")
+    );
+
+    // The human table names the same.
+    let out = m
+        .gpudoc()
+        .env("GPUDOC_NVIDIA_DEV_PREFIX", dev.with_file_name("nvidia"))
+        .arg("orphans")
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("VERDICT") && table.contains("orphan") && table.contains("ghost"),
+        "{table}"
+    );
+    unsafe { libc::kill(o as i32, libc::SIGKILL) };
+    live.kill().unwrap();
+    live.wait().unwrap();
+}
+
+#[test]
+fn kill_ends_leftovers_and_gives_the_memory_back() {
+    let (m, dev) = machine();
+    let polite = orphan(
+        &m,
+        &format!(
+            r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 20000 --open {}"#,
+            dev.display()
+        ),
+        None,
+    );
+    // This one ignores SIGTERM: it takes the SIGKILL after the grace period.
+    let stubborn = orphan(
+        &m,
+        r#"sh -c 'trap "" TERM; "$FAKEGPU" set --pid $$ --bytes 2GiB; while :; do sleep 0.05; done'"#,
+        None,
+    );
+    let mut live = Command::new(fakegpu())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .args([
+            "alloc",
+            "--steps",
+            "3GiB",
+            "--hold-ms",
+            "20000",
+            "--say",
+            "held",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    BufReader::new(live.stdout.as_mut().unwrap())
+        .read_line(&mut String::new())
+        .unwrap();
+
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    assert_eq!(code, 0, "all leftovers ended: {err}");
+    let ended = v["ended"].as_array().unwrap();
+    let outcome = |pid: u32| ended.iter().find(|r| r["pid"] == pid).cloned().unwrap();
+    assert_eq!(outcome(polite)["outcome"], "ended");
+    assert_eq!(outcome(polite)["signal"], "SIGTERM");
+    assert_eq!(outcome(stubborn)["signal"], "SIGKILL");
+    assert!(!alive(polite) && !alive(stubborn));
+    assert_eq!(
+        v["freed"],
+        serde_json::json!([[0, 3 * GIB]]),
+        "NVML shows the memory back"
+    );
+    assert!(alive(live.id()), "a live job is never touched");
+    live.kill().unwrap();
+    live.wait().unwrap();
+}
+
+#[test]
+fn without_yes_and_no_terminal_nothing_is_ended() {
+    let (m, dev) = machine();
+    let o = orphan(&m, r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 20000"#, None);
+    let (code, _, err) = orphans(&m, &dev, &["--kill"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("without --yes"), "{err}");
+    assert!(alive(o));
+    unsafe { libc::kill(o as i32, libc::SIGKILL) };
+}
+
+#[test]
+fn other_users_processes_are_left_alone() {
+    let (m, dev) = machine();
+    if !nix::unistd::geteuid().is_root() {
+        // Without root there is no other user to start; --all-users must then be refused.
+        let out = m
+            .gpudoc()
+            .args(["orphans", "--all-users"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        return;
+    }
+    let nobody = 65534;
+    // Holds the device as that user; its GPU memory is set for it (the state file is root's).
+    let o = orphan(
+        &m,
+        &format!("sh -c 'exec 3<{}; exec sleep 20'", dev.display()),
+        Some(nobody),
+    );
+    State::update(&m.state_path(), |s| {
+        s.procs.push(Proc {
+            pid: o,
+            gpu: 0,
+            bytes: GIB,
+            graphics: false,
+            ghost: false,
+        })
+    })
+    .unwrap();
+    let (code, v, _) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    assert_eq!(code, 1, "the leftover is still there");
+    let r = v["ended"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pid"] == o)
+        .unwrap()
+        .clone();
+    assert_eq!(r["outcome"], "skipped");
+    assert!(
+        r["why"]
+            .as_str()
+            .unwrap()
+            .contains("another user's process"),
+        "{r}"
+    );
+    assert!(alive(o));
+    let (code, v, _) = orphans(
+        &m,
+        &dev,
+        &["--kill", "--yes", "--grace", "1s", "--all-users"],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(v["ended"][0]["outcome"], "ended");
+    assert!(!alive(o));
+}
+
+#[test]
+fn a_reused_pid_is_never_signalled() {
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut h = gpudoc::orphans::describe(child.id(), vec![(0, GIB)], vec![]);
+    // As if the listed process had exited and its PID been given to this one since.
+    h.start_ticks = h.start_ticks.map(|t| t - 1);
+    let r = end::end(
+        &[h.clone()],
+        Duration::from_millis(200),
+        &Policy::here(false),
+    );
+    assert!(
+        matches!(&r[0].result, Ended::Skipped { why } if why.contains("another process")),
+        "{r:?}"
+    );
+    assert!(alive(child.id()));
+    // The real identity is ended.
+    let h = gpudoc::orphans::describe(child.id(), vec![], vec![]);
+    let r = end::end(&[h], Duration::from_secs(2), &Policy::here(false));
+    assert_eq!(
+        r[0].result,
+        Ended::Ended {
+            signal: "SIGTERM".into()
+        }
+    );
+    child.wait().unwrap();
+}
+
+#[test]
+fn pid_1_gpudoc_and_its_ancestors_are_refused() {
+    let policy = Policy::here(true);
+    for pid in [
+        1,
+        std::process::id(),
+        nix::unistd::getppid().as_raw() as u32,
+    ] {
+        let h = gpudoc::orphans::describe(pid, vec![], vec![]);
+        assert!(policy.refuse(&h).is_some(), "pid {pid}");
+    }
+}
+
+#[test]
+fn run_kill_orphans_ends_what_the_job_left_behind() {
+    let m = Machine::h200s(1);
+    let script = r#"( "$FAKEGPU" alloc --steps 1GiB --hold-ms 20000 & ); sleep 0.3"#;
+    let (code, r, err) = m.run_sh(&["--kill-orphans"], script);
+    assert_eq!(code, 0);
+    let o = &r["orphans"][0];
+    assert_eq!(o["ended"]["outcome"], "ended", "{r:#}");
+    assert!(!alive(o["pid"].as_u64().unwrap() as u32));
+    assert!(
+        err.contains("left running") && err.contains("ended (SIGTERM)"),
+        "{err}"
+    );
+}
