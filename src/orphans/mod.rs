@@ -72,9 +72,10 @@ impl Holder {
         self.gpu_bytes.iter().map(|&(_, b)| b).sum()
     }
 
-    /// Leftovers are what `--kill` ends: orphans.
+    /// Leftovers are what `--kill` ends: orphans that hold GPU memory. An orphan with only a device file
+    /// open (an NVML-reading tool, say) holds nothing worth ending.
     pub fn is_leftover(&self) -> bool {
-        self.verdict == Verdict::Orphan
+        self.verdict == Verdict::Orphan && self.total_bytes() > 0
     }
 }
 
