@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// How often to sample device memory on every GPU (e.g. 1ms, 500us, 0.1s).
     #[arg(long, value_parser = parse_interval, default_value = "1ms")]
     pub interval: Duration,
+    /// Device-memory sampling period once nothing has changed for a second (back to --interval at the
+    /// next change). Give the same value as --interval to sample at one rate throughout.
+    #[arg(long, value_parser = parse_interval, default_value = "5ms")]
+    pub idle_interval: Duration,
     /// How often to sample the per-process lists.
     #[arg(long, value_parser = parse_interval, default_value = "10ms")]
     pub proc_interval: Duration,

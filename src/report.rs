@@ -56,6 +56,8 @@ pub struct Exit {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sampling {
     pub device_interval_s: f64,
+    /// The device period once memory has been flat for a second.
+    pub device_idle_interval_s: f64,
     pub process_interval_s: f64,
     pub device_samples: u64,
     pub process_samples: u64,
@@ -275,6 +277,7 @@ impl Report {
             nvml: i.nvml,
             sampling: Sampling {
                 device_interval_s: i.rates.device.as_secs_f64(),
+                device_idle_interval_s: i.rates.device_idle.as_secs_f64(),
                 process_interval_s: i.rates.process.as_secs_f64(),
                 device_samples: t.device_samples,
                 process_samples: t.process_samples,

@@ -39,6 +39,7 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
     }
     let rates = Rates {
         device: args.interval,
+        device_idle: args.idle_interval,
         process: args.proc_interval,
     };
     let start_wall = SystemTime::now();

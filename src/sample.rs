@@ -15,17 +15,24 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How often to sample.
+/// How often to sample. Device memory is read every `device` while any memory moves; once nothing has
+/// changed for [`IDLE_AFTER`], every `device_idle` until the next change, which brings the fast rate back at
+/// once. A flat hour then costs a fifth of the wake-ups, and what moves is still seen at the fast rate.
 #[derive(Debug, Clone, Copy)]
 pub struct Rates {
     pub device: Duration,
+    pub device_idle: Duration,
     pub process: Duration,
 }
+
+/// How long memory must stay flat before device sampling slows to `device_idle`.
+pub const IDLE_AFTER: Duration = Duration::from_secs(1);
 
 impl Default for Rates {
     fn default() -> Self {
         Rates {
             device: Duration::from_millis(1),
+            device_idle: Duration::from_millis(5),
             process: Duration::from_millis(10),
         }
     }
@@ -179,9 +186,10 @@ impl<'n> Core<'n> {
         }
     }
 
-    /// Reads device memory on every GPU still sampled.
-    pub fn sample_devices(&mut self) {
+    /// Reads device memory on every GPU still sampled; whether any changed.
+    pub fn sample_devices(&mut self) -> bool {
         let at = self.now();
+        let mut changed = false;
         for i in 0..self.probes.len() {
             if !self.probes[i].memory || self.timeline.gpus[i].lost.is_some() {
                 continue;
@@ -190,22 +198,25 @@ impl<'n> Core<'n> {
                 Ok(m) => {
                     let g = &mut self.timeline.gpus[i];
                     g.driver_reserved = m.reserved;
-                    if g.used.push(at, m.used)
-                        && let Some(t) = &mut self.trace
-                    {
-                        t.device(at, g.info.index, m.used, m.total);
+                    if g.used.push(at, m.used) {
+                        changed = true;
+                        if let Some(t) = &mut self.trace {
+                            t.device(at, g.info.index, m.used, m.total);
+                        }
                     }
                 }
                 Err(e) => self.mark(i, "memory", &e, at),
             }
         }
         self.timeline.device_samples += 1;
+        changed
     }
 
     /// Reads the compute and graphics process lists on every GPU still sampled, attributes each PID to
-    /// the job or not, and sums the job's memory per GPU.
-    pub fn sample_processes(&mut self) {
+    /// the job or not, and sums the job's memory per GPU; whether the job's memory changed.
+    pub fn sample_processes(&mut self) -> bool {
         let at = self.now();
+        let mut changed = false;
         let mut present = Vec::new();
         for i in 0..self.probes.len() {
             if self.timeline.gpus[i].lost.is_some() {
@@ -290,10 +301,11 @@ impl<'n> Core<'n> {
                     t.process(at, gpu, p.pid, 0, p.in_job, None);
                 }
             }
-            self.timeline.gpus[i].job.push(at, job);
+            changed |= self.timeline.gpus[i].job.push(at, job);
         }
         self.cache.retain(&present);
         self.timeline.process_samples += 1;
+        changed
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -384,15 +396,30 @@ fn run_loop(core: &mut Core, rates: Rates, stop: &AtomicBool, shared: &Mutex<Sna
     let mut next_dev = Instant::now();
     let mut next_proc = next_dev;
     let mut next_snap = next_dev;
+    let mut last_change = next_dev;
     loop {
         let now = Instant::now();
-        if now >= next_dev {
-            core.sample_devices();
-            next_dev = advance(next_dev, rates.device, now);
-        }
+        let mut moved = false;
         if now >= next_proc {
-            core.sample_processes();
+            moved |= core.sample_processes();
             next_proc = advance(next_proc, rates.process, now);
+        }
+        if now >= next_dev {
+            moved |= core.sample_devices();
+            if moved {
+                last_change = now;
+            }
+            let idle = now.duration_since(last_change) >= IDLE_AFTER;
+            let step = if idle {
+                rates.device_idle.max(rates.device)
+            } else {
+                rates.device
+            };
+            next_dev = advance(next_dev, step, now);
+        } else if moved {
+            // A process changed while devices were sampled slowly: back to the fast rate now.
+            last_change = now;
+            next_dev = next_dev.min(now + rates.device);
         }
         if now >= next_snap {
             *shared.lock().unwrap() = core.snapshot();

@@ -361,6 +361,23 @@ fn sampling_runs_at_the_asked_rates() {
 }
 
 #[test]
+fn flat_memory_slows_device_sampling_to_the_idle_rate() {
+    let m = Machine::h200s(1);
+    let rate = |idle: &str| {
+        let (_, r, _) = m.run_sh(
+            &["--quiet", "--interval", "1ms", "--idle-interval", idle],
+            "sleep 2.5",
+        );
+        r["sampling"]["device_samples"].as_u64().unwrap()
+    };
+    // One second at 1 kHz, then 1.5 s at 100 Hz: about 1150; at one rate throughout: about 2500.
+    let adaptive = rate("10ms");
+    let fixed = rate("1ms");
+    assert!((900..=1700).contains(&adaptive), "adaptive {adaptive}");
+    assert!(fixed >= 2000, "fixed {fixed}");
+}
+
+#[test]
 fn output_bytes_are_unchanged() {
     let m = Machine::h200s(1);
     let data: Vec<u8> = (0..200_000u32)
