@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 /// How often to sample. Device memory is read every `device` while any memory moves; once nothing has
 /// changed for [`IDLE_AFTER`], every `device_idle` until the next change, which brings the fast rate back at
-/// once. A flat hour then costs a fifth of the wake-ups, and what moves is still seen at the fast rate.
+/// once. The process lists are read every `process` while memory moves, ten times less often while it is
+/// flat, and right away when the device's memory changes. A flat hour then costs a fifth of the wake-ups,
+/// and what moves is still seen at the fast rates.
 #[derive(Debug, Clone, Copy)]
 pub struct Rates {
     pub device: Duration,
@@ -27,6 +29,9 @@ pub struct Rates {
 
 /// How long memory must stay flat before device sampling slows to `device_idle`.
 pub const IDLE_AFTER: Duration = Duration::from_secs(1);
+/// While memory is flat, the process lists are read this many times less often (and at once whenever the
+/// device's memory moves).
+pub const PROCESS_IDLE_FACTOR: u32 = 10;
 
 impl Default for Rates {
     fn default() -> Self {
@@ -393,33 +398,42 @@ impl Sampler {
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 
 fn run_loop(core: &mut Core, rates: Rates, stop: &AtomicBool, shared: &Mutex<Snapshot>) {
-    let mut next_dev = Instant::now();
-    let mut next_proc = next_dev;
-    let mut next_snap = next_dev;
-    let mut last_change = next_dev;
+    let begin = Instant::now();
+    let (mut next_dev, mut next_proc, mut next_snap) = (begin, begin, begin);
+    let mut last_change = begin;
+    let mut last_proc: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        let mut moved = false;
-        if now >= next_proc {
-            moved |= core.sample_processes();
-            next_proc = advance(next_proc, rates.process, now);
-        }
         if now >= next_dev {
-            moved |= core.sample_devices();
-            if moved {
+            if core.sample_devices() {
                 last_change = now;
+                // A process's memory can't change without the device's: when the device moves, look at
+                // the processes now (at most every process interval), so the job's figure follows the
+                // device's without reading the process lists fast while nothing moves.
+                let soonest = last_proc.map_or(now, |t| t + rates.process);
+                next_proc = next_proc.min(soonest.max(now));
             }
-            let idle = now.duration_since(last_change) >= IDLE_AFTER;
-            let step = if idle {
+            let flat = now.duration_since(last_change) >= IDLE_AFTER;
+            let step = if flat {
                 rates.device_idle.max(rates.device)
             } else {
                 rates.device
             };
             next_dev = advance(next_dev, step, now);
-        } else if moved {
-            // A process changed while devices were sampled slowly: back to the fast rate now.
-            last_change = now;
-            next_dev = next_dev.min(now + rates.device);
+        }
+        if now >= next_proc {
+            if core.sample_processes() {
+                last_change = now;
+                next_dev = next_dev.min(now + rates.device);
+            }
+            last_proc = Some(now);
+            let flat = now.duration_since(last_change) >= IDLE_AFTER;
+            let step = if flat {
+                rates.process * PROCESS_IDLE_FACTOR
+            } else {
+                rates.process
+            };
+            next_proc = advance(next_proc, step, now);
         }
         if now >= next_snap {
             *shared.lock().unwrap() = core.snapshot();
