@@ -31,6 +31,13 @@ pub enum Cmd {
     Run(RunArgs),
     /// List the processes that hold GPU memory or an NVIDIA device, and end the leftovers.
     Orphans(crate::orphans::command::OrphansArgs),
+    /// Diagnose a saved run again (a report or a trace) with the rules in force.
+    Report(crate::replay::ReportArgs),
+    /// The rule set: list, explain a rule, list the facts rules read.
+    Rules(crate::rules::command::RulesCmd),
+    /// Show what gpudoc does: on a GPU machine, run a small example under it; elsewhere, diagnose a run
+    /// recorded on an H200.
+    Demo,
 }
 
 #[derive(Debug, clap::Args)]
@@ -68,6 +75,8 @@ pub struct RunArgs {
     /// No live status line and no summary (errors still print).
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub rules: crate::replay::RulesArgs,
     /// The command to run, after `--`.
     #[arg(required = true, trailing_var_arg = true, num_args = 1.., value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -126,5 +135,10 @@ pub fn main() -> ExitCode {
         Cmd::Orphans(args) => {
             crate::orphans::command::run(args, crate::summary::Paint(use_color(cli.color, false)))
         }
+        Cmd::Report(args) => {
+            crate::replay::run(args, crate::summary::Paint(use_color(cli.color, false)))
+        }
+        Cmd::Rules(cmd) => crate::rules::command::run(cmd),
+        Cmd::Demo => crate::run::demo(cli.color),
     }
 }

@@ -25,13 +25,20 @@ pub struct Report {
     pub sampling: Sampling,
     pub gpus: Vec<GpuReport>,
     pub processes: Vec<ProcessReport>,
+    #[serde(default)]
     pub oom: Option<crate::oom::OomReport>,
     /// The framework view: PyTorch's allocator per process and GPU.
+    #[serde(default)]
     pub torch: crate::torch::view::TorchReport,
+    #[serde(default)]
     pub orphans: Vec<Orphan>,
-    pub diagnoses: Vec<serde_json::Value>,
+    /// What the rules found, most severe first.
+    #[serde(default)]
+    pub diagnoses: Vec<crate::rules::Diagnosis>,
+    #[serde(default)]
     pub gate: Option<serde_json::Value>,
-    /// Things gpudoc could not do, in words (a trace write error, a sampling gap).
+    /// Things gpudoc could not do, in words (a trace write error, a sampling gap, a rule that failed).
+    #[serde(default)]
     pub notes: Vec<String>,
 }
 
@@ -44,12 +51,16 @@ pub struct Exit {
     pub core_dumped: bool,
     /// gpudoc killed the job after a second Ctrl-C.
     pub killed_by_gpudoc: bool,
-    /// `success`, `gpu_oom`, `host_oom_kill` (the kernel's OOM killer, for host RAM), `signal`, `failure`.
+    /// `success`, `gpu_oom`, `host_oom_kill` (the kernel's OOM killer, for host RAM), `signal`, `failure`;
+    /// `unknown` for a report rebuilt from a trace.
+    #[serde(default)]
     pub classification: crate::oom::Ending,
     /// Evidence of a host-RAM OOM kill, when there is some.
+    #[serde(default)]
     pub host_oom: Option<crate::oom::HostOom>,
     /// Signals gpudoc passed on to the command, in order (`SIGTERM`, ...). Those the terminal delivered to
     /// the command itself are not here.
+    #[serde(default)]
     pub forwarded_signals: Vec<String>,
 }
 
@@ -57,6 +68,7 @@ pub struct Exit {
 pub struct Sampling {
     pub device_interval_s: f64,
     /// The device period once memory has been flat for a second.
+    #[serde(default)]
     pub device_idle_interval_s: f64,
     pub process_interval_s: f64,
     pub device_samples: u64,
@@ -64,8 +76,10 @@ pub struct Sampling {
     /// Memory the stored timeline took.
     pub timeline_bytes: u64,
     /// gpudoc's own CPU time over the run (all its threads, user + system).
+    #[serde(default)]
     pub self_cpu_s: f64,
     /// gpudoc's own peak resident memory.
+    #[serde(default)]
     pub self_max_rss_bytes: u64,
 }
 
@@ -125,6 +139,7 @@ pub struct ProcessReport {
     pub first_seen_s: f64,
     pub in_job: bool,
     /// /proc has this PID (false: another PID namespace, e.g. inside a container, or already gone).
+    #[serde(default = "yes")]
     pub visible: bool,
 }
 
@@ -137,7 +152,12 @@ pub struct Orphan {
     /// GPU memory it held at the last sample, per GPU index.
     pub gpu_bytes: Vec<(u32, u64)>,
     /// With `--kill-orphans`: what became of it.
+    #[serde(default)]
     pub ended: Option<crate::orphans::end::Ended>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `SIGTERM` for 15; `signal 64` for what has no name.

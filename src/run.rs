@@ -14,6 +14,7 @@ use crate::supervise::ProcessEnd;
 use crate::timeline::Micros;
 use crate::torch::{self, ShimSettings};
 use crate::trace::TraceWriter;
+use clap::Parser;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -37,6 +38,13 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         eprintln!("gpudoc: --json {}: {e}", path.display());
         return ExitCode::from(exit::GPUDOC_FAILED);
     }
+    let rules = match args.rules.load() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpudoc: {e}");
+            return ExitCode::from(exit::GPUDOC_FAILED);
+        }
+    };
     let rates = Rates {
         device: args.interval,
         device_idle: args.idle_interval,
@@ -183,7 +191,7 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
             torch_report.errors.join("; ")
         ));
     }
-    let report = Report::build(Inputs {
+    let mut report = Report::build(Inputs {
         command,
         started_unix_s: start_wall
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -202,6 +210,7 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         self_usage: crate::report::self_usage(),
         notes,
     });
+    crate::rules::diagnose(&mut report, &rules);
     if !args.quiet {
         eprint!("{}", summary::render(&report, paint));
     }
@@ -245,4 +254,57 @@ fn check_writable(path: &Path) -> std::io::Result<()> {
         return Err(std::io::Error::other("is a folder"));
     }
     Ok(())
+}
+
+/// The recorded run `gpudoc demo` shows where there is no GPU.
+pub const DEMO_REPORT: &str = "fixtures/runs/cache_bloat.report.json";
+/// What `gpudoc demo` runs on a GPU machine.
+pub const DEMO_SCRIPT: [&str; 3] = ["python3", "tests/gpu/scenarios.py", "cache_bloat"];
+
+/// `gpudoc demo`: on a machine with a GPU and PyTorch, run the example under gpudoc; elsewhere show the
+/// diagnosis of the same example recorded on an H200.
+pub fn demo(color: ColorWhen) -> ExitCode {
+    let (nvml, _, gpus) = gpu::open();
+    drop(nvml);
+    let torch = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)",
+        ])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !gpus.is_empty() && torch && Path::new(DEMO_SCRIPT[1]).exists() {
+        eprintln!(
+            "gpudoc demo: running `{}` under gpudoc on this machine's GPU",
+            DEMO_SCRIPT.join(" ")
+        );
+        let argv = ["gpudoc", "run", "--"].into_iter().chain(DEMO_SCRIPT);
+        if let Ok(crate::cli::Cli {
+            cmd: crate::cli::Cmd::Run(a),
+            ..
+        }) = crate::cli::Cli::try_parse_from(argv)
+        {
+            return run(a, color);
+        }
+    }
+    if !Path::new(DEMO_REPORT).exists() {
+        eprintln!("gpudoc demo: run it from the repository's folder ({DEMO_REPORT} is not here)");
+        return ExitCode::from(exit::USAGE);
+    }
+    println!(
+        "gpudoc demo: no GPU with PyTorch here, so this is the diagnosis of `{}` recorded on an NVIDIA H200 \
+         ({DEMO_REPORT}); `gpudoc report FILE` does the same for any saved report.\n",
+        DEMO_SCRIPT.join(" ")
+    );
+    crate::replay::run(
+        crate::replay::ReportArgs {
+            file: DEMO_REPORT.into(),
+            output: None,
+            facts: false,
+            json: None,
+            rules: Default::default(),
+        },
+        Paint(use_color(color, false)),
+    )
 }

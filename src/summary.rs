@@ -131,6 +131,7 @@ pub fn render(r: &Report, p: Paint) -> String {
             );
         }
     }
+    render_diagnoses(&mut o, r, p);
     if !r.nvml.available {
         let why = r.nvml.error.as_deref().unwrap_or("unknown reason");
         let _ = writeln!(o, "  {}", p.warn(&format!("GPU sampling was off: {why}")));
@@ -247,6 +248,31 @@ pub fn render(r: &Report, p: Paint) -> String {
         );
     }
     o
+}
+
+/// What the rules found, most severe first; nothing at all for a healthy run.
+fn render_diagnoses(o: &mut String, r: &Report, p: Paint) {
+    use crate::rules::Severity;
+    for d in &r.diagnoses {
+        let tag = match d.severity {
+            Severity::Error => p.bad("error"),
+            Severity::Warn => p.warn("warn "),
+            Severity::Info => p.dim("info "),
+        };
+        let _ = writeln!(
+            o,
+            "  {tag} {} {}",
+            p.bold(&d.title),
+            p.dim(&format!("[{}]", d.rule))
+        );
+        let _ = writeln!(o, "        {}", d.message);
+        for a in &d.advice {
+            let _ = writeln!(o, "        → {a}");
+        }
+        if let Some(url) = &d.docs {
+            let _ = writeln!(o, "        {}", p.dim(url));
+        }
+    }
 }
 
 /// The two views side by side: NVML's figure per process and PyTorch's, and what lies outside PyTorch.

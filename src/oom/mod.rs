@@ -17,9 +17,12 @@ use serde::{Deserialize, Serialize};
 pub const WINDOW_S: f64 = 5.0;
 
 /// How the run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ending {
+    /// Not known: a report rebuilt from a trace, which does not record how the command ended.
+    #[default]
+    Unknown,
     Success,
     /// The output reported a GPU out-of-memory failure.
     GpuOom,
@@ -99,6 +102,26 @@ pub struct HostOom {
     pub cgroup_oom_kills: u64,
     /// Kernel log lines that name a job process.
     pub kernel_log: Vec<String>,
+}
+
+/// When a saved OOM text was printed, for a run rebuilt from its trace (which does not record it): the
+/// job's last sample still holding memory (its process had not exited yet), or the end of the trace.
+pub fn replay_time(t: &Timeline) -> f64 {
+    let last_held = t
+        .procs
+        .values()
+        .filter(|p| p.in_job)
+        .filter_map(|p| {
+            p.used
+                .points()
+                .iter()
+                .rev()
+                .find(|&&(_, v)| v > 0)
+                .map(|&(t, _)| t)
+        })
+        .max();
+    let end = t.gpus.iter().map(|g| g.used.last_at()).max().unwrap_or(0);
+    last_held.unwrap_or(end) as f64 / 1e6
 }
 
 /// Everything classification reads.

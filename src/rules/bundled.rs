@@ -1,0 +1,66 @@
+//! The rules shipped in `rules/`, embedded into the binary (a test checks none is missing).
+
+/// (file name, text) of every bundled rule.
+pub const RULES: &[(&str, &str)] = &[
+    (
+        "allocator-thrash.toml",
+        include_str!("../../rules/allocator-thrash.toml"),
+    ),
+    (
+        "cache-bloat.toml",
+        include_str!("../../rules/cache-bloat.toml"),
+    ),
+    (
+        "driver-too-old.toml",
+        include_str!("../../rules/driver-too-old.toml"),
+    ),
+    (
+        "gpu-imbalance.toml",
+        include_str!("../../rules/gpu-imbalance.toml"),
+    ),
+    (
+        "held-before-start.toml",
+        include_str!("../../rules/held-before-start.toml"),
+    ),
+    (
+        "host-oom-kill.toml",
+        include_str!("../../rules/host-oom-kill.toml"),
+    ),
+    (
+        "jax-preallocation.toml",
+        include_str!("../../rules/jax-preallocation.toml"),
+    ),
+    (
+        "leftover-processes.toml",
+        include_str!("../../rules/leftover-processes.toml"),
+    ),
+    (
+        "near-capacity.toml",
+        include_str!("../../rules/near-capacity.toml"),
+    ),
+    (
+        "oom-fragmentation.toml",
+        include_str!("../../rules/oom-fragmentation.toml"),
+    ),
+    (
+        "oom-near-capacity.toml",
+        include_str!("../../rules/oom-near-capacity.toml"),
+    ),
+    (
+        "oom-others.toml",
+        include_str!("../../rules/oom-others.toml"),
+    ),
+    (
+        "oom-too-big.toml",
+        include_str!("../../rules/oom-too-big.toml"),
+    ),
+    ("step-leak.toml", include_str!("../../rules/step-leak.toml")),
+    (
+        "stray-context.toml",
+        include_str!("../../rules/stray-context.toml"),
+    ),
+    (
+        "transient-spike.toml",
+        include_str!("../../rules/transient-spike.toml"),
+    ),
+];

@@ -1,0 +1,854 @@
+//! The facts rules read, computed from a report (so a saved report can be diagnosed again). Every fact is
+//! documented in [`DOC`]; a test checks that the example facts, every rule, the documentation and the
+//! README agree.
+
+use crate::report::Report;
+use serde::Serialize;
+
+/// Facts of one run, as the rules see them. Integers are bytes or counts, `_s` seconds, `_pct` percent.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Facts {
+    pub run: RunFacts,
+    pub oom: OomFacts,
+    pub gpus: Vec<GpuFacts>,
+    pub processes: Vec<ProcFacts>,
+    pub torch_processes: Vec<TorchFacts>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunFacts {
+    pub duration_s: f64,
+    pub exit_code: i64,
+    pub signal: i64,
+    pub classification: String,
+    pub driver: String,
+    pub cuda_driver_version: f64,
+    pub cuda_runtime_version: f64,
+    pub gpus: i64,
+    pub job_gpus: i64,
+    pub job_peak_max_bytes: i64,
+    pub job_peak_min_bytes: i64,
+    pub job_peak_max_gpu: i64,
+    pub job_peak_min_gpu: i64,
+    pub imbalance_ratio: f64,
+    pub orphans: i64,
+    pub orphans_gpu_bytes: i64,
+    pub orphan_list: String,
+    pub host_oom: bool,
+    pub has_torch: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OomFacts {
+    pub present: bool,
+    pub cause: String,
+    pub source: String,
+    pub exception: String,
+    pub complete: bool,
+    pub gpu: i64,
+    pub rank: i64,
+    pub requested_bytes: i64,
+    pub free_bytes: i64,
+    pub total_bytes: i64,
+    pub allocated_bytes: i64,
+    pub reserved_bytes: i64,
+    pub reserved_unallocated_bytes: i64,
+    pub others_bytes: i64,
+    pub others: String,
+    pub job_peak_pct: f64,
+    pub explanation: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GpuFacts {
+    pub index: i64,
+    pub name: String,
+    pub total_bytes: i64,
+    pub peak_used_bytes: i64,
+    pub peak_used_pct: f64,
+    pub start_used_bytes: i64,
+    pub others_peak_bytes: i64,
+    pub job_peak_bytes: i64,
+    pub job_peak_pct: f64,
+    pub job_final_bytes: i64,
+    pub job_share: f64,
+    pub steady_bytes: i64,
+    pub steady_pct: f64,
+    pub rise_s: f64,
+    pub spike_bytes: i64,
+    pub spike_ratio: f64,
+    pub spike_duration_s: f64,
+    pub spike_at_s: f64,
+    pub lost: bool,
+    pub torch: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProcFacts {
+    pub pid: i64,
+    pub cmdline: String,
+    pub in_job: bool,
+    pub rank: i64,
+    pub local_rank: i64,
+    pub gpus: i64,
+    pub main_gpu: i64,
+    pub main_bytes: i64,
+    pub peak_bytes: i64,
+    pub stray_gpus: Vec<i64>,
+    pub stray_bytes: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TorchFacts {
+    pub pid: i64,
+    pub rank: i64,
+    pub gpu: i64,
+    pub torch_version: String,
+    pub reserved_peak_bytes: i64,
+    pub allocated_peak_bytes: i64,
+    pub final_reserved_bytes: i64,
+    pub final_allocated_bytes: i64,
+    pub steady_reserved_bytes: i64,
+    pub steady_peak_allocated_bytes: i64,
+    pub inactive_split_peak_bytes: i64,
+    pub non_pytorch_bytes: i64,
+    pub alloc_retries: i64,
+    pub ooms: i64,
+    pub device_allocs: i64,
+    pub device_frees: i64,
+    pub steps: i64,
+    pub leak_bytes_per_step: f64,
+    pub leak_r2: f64,
+    pub leak_total_bytes: i64,
+    pub device_allocs_per_step: f64,
+    pub device_frees_per_step: f64,
+}
+
+/// Every fact, its type and what it means: the reference for rule authors (`gpudoc rules explain`, README).
+pub const DOC: &[(&str, &str, &str)] = &[
+    ("run.duration_s", "double", "length of the run"),
+    (
+        "run.exit_code",
+        "int",
+        "what gpudoc run exits with (128+N for signal N)",
+    ),
+    (
+        "run.signal",
+        "int",
+        "the signal that ended the command, 0 if none",
+    ),
+    (
+        "run.classification",
+        "string",
+        "success, gpu_oom, host_oom_kill, signal, failure (or unknown for a trace)",
+    ),
+    ("run.driver", "string", "NVIDIA driver version"),
+    (
+        "run.cuda_driver_version",
+        "double",
+        "highest CUDA version the driver supports (13.0), 0 if unknown",
+    ),
+    (
+        "run.cuda_runtime_version",
+        "double",
+        "CUDA version the job's PyTorch was built for (from +cu130), 0 if unknown",
+    ),
+    ("run.gpus", "int", "GPUs on the machine"),
+    ("run.job_gpus", "int", "GPUs on which the job held memory"),
+    ("run.job_peak_max_bytes", "int", "largest per-GPU job peak"),
+    (
+        "run.job_peak_min_bytes",
+        "int",
+        "smallest per-GPU job peak among the GPUs the job used",
+    ),
+    (
+        "run.job_peak_max_gpu",
+        "int",
+        "the GPU with the largest job peak",
+    ),
+    (
+        "run.job_peak_min_gpu",
+        "int",
+        "the GPU with the smallest job peak (among those used)",
+    ),
+    (
+        "run.imbalance_ratio",
+        "double",
+        "largest / smallest per-GPU job peak (1.0 with one GPU)",
+    ),
+    (
+        "run.orphans",
+        "int",
+        "job descendants still running after the command exited",
+    ),
+    ("run.orphans_gpu_bytes", "int", "GPU memory they held"),
+    (
+        "run.orphan_list",
+        "string",
+        "them, in words (pid, command, memory)",
+    ),
+    (
+        "run.host_oom",
+        "bool",
+        "the kernel's OOM killer ended a job process",
+    ),
+    (
+        "run.has_torch",
+        "bool",
+        "the PyTorch shim reported from at least one process",
+    ),
+    (
+        "oom.present",
+        "bool",
+        "the command printed an out-of-memory report",
+    ),
+    (
+        "oom.cause",
+        "string",
+        "too_big, others, fragmentation, self_growth, unknown",
+    ),
+    (
+        "oom.source",
+        "string",
+        "torch_allocator, cuda_runtime, cuda_library, nccl, xla, tensorflow",
+    ),
+    ("oom.exception", "string", "the exception class, if printed"),
+    ("oom.complete", "bool", "every field of the text was found"),
+    ("oom.gpu", "int", "the GPU it happened on, -1 if unknown"),
+    ("oom.rank", "int", "the rank that printed it, -1 if none"),
+    (
+        "oom.requested_bytes",
+        "int",
+        "the allocation that failed, 0 if unknown",
+    ),
+    (
+        "oom.free_bytes",
+        "int",
+        "free memory on the GPU then, as printed",
+    ),
+    ("oom.total_bytes", "int", "the GPU's capacity, as printed"),
+    ("oom.allocated_bytes", "int", "PyTorch's live tensors then"),
+    ("oom.reserved_bytes", "int", "PyTorch's whole cache then"),
+    (
+        "oom.reserved_unallocated_bytes",
+        "int",
+        "cached by PyTorch but unallocated then",
+    ),
+    (
+        "oom.others_bytes",
+        "int",
+        "memory other processes held on that GPU",
+    ),
+    ("oom.others", "string", "those processes, in words"),
+    (
+        "oom.job_peak_pct",
+        "double",
+        "the job's peak on that GPU, % of its capacity",
+    ),
+    (
+        "oom.explanation",
+        "string",
+        "the cause with its numbers, in words",
+    ),
+    ("gpu.index", "int", "NVML's index"),
+    ("gpu.name", "string", "the GPU's name"),
+    ("gpu.total_bytes", "int", "capacity"),
+    (
+        "gpu.peak_used_bytes",
+        "int",
+        "peak device memory in use (what nvidia-smi shows)",
+    ),
+    ("gpu.peak_used_pct", "double", "that, % of capacity"),
+    (
+        "gpu.start_used_bytes",
+        "int",
+        "memory in use before the job started (held by others)",
+    ),
+    (
+        "gpu.others_peak_bytes",
+        "int",
+        "sum of the peaks of processes outside the job",
+    ),
+    (
+        "gpu.job_peak_bytes",
+        "int",
+        "peak of the job's processes' memory",
+    ),
+    ("gpu.job_peak_pct", "double", "that, % of capacity"),
+    ("gpu.job_final_bytes", "int", "the job's memory at the end"),
+    (
+        "gpu.job_share",
+        "double",
+        "this GPU's job peak / the largest job peak over GPUs",
+    ),
+    (
+        "gpu.steady_bytes",
+        "int",
+        "the job's usual level: the median of its timeline while it held memory",
+    ),
+    ("gpu.steady_pct", "double", "that, % of capacity"),
+    (
+        "gpu.rise_s",
+        "double",
+        "time from the job's first memory on this GPU to 90% of its peak (to the timeline's resolution)",
+    ),
+    ("gpu.spike_bytes", "int", "job peak − steady level"),
+    ("gpu.spike_ratio", "double", "job peak / steady level"),
+    (
+        "gpu.spike_duration_s",
+        "double",
+        "how long the job stayed above halfway between steady level and peak",
+    ),
+    ("gpu.spike_at_s", "double", "when the job peaked"),
+    (
+        "gpu.lost",
+        "bool",
+        "the GPU stopped answering during the run",
+    ),
+    (
+        "gpu.torch",
+        "bool",
+        "a PyTorch process reported from this GPU",
+    ),
+    ("process.pid", "int", "PID"),
+    ("process.cmdline", "string", "command line"),
+    ("process.in_job", "bool", "part of the job"),
+    ("process.rank", "int", "RANK, -1 if unknown"),
+    ("process.local_rank", "int", "LOCAL_RANK, -1 if unknown"),
+    ("process.gpus", "int", "GPUs it held memory on"),
+    ("process.main_gpu", "int", "the GPU where it held the most"),
+    ("process.main_bytes", "int", "its peak there"),
+    ("process.peak_bytes", "int", "sum of its peaks over GPUs"),
+    (
+        "process.stray_gpus",
+        "list(int)",
+        "other GPUs where it held no more than a CUDA context's worth (2 GiB, or a tenth of its main GPU's)",
+    ),
+    ("process.stray_bytes", "int", "what it held on them"),
+    ("torch.pid", "int", "PID"),
+    ("torch.rank", "int", "RANK, -1 if unknown"),
+    (
+        "torch.gpu",
+        "int",
+        "NVML's index of its device, -1 if unmatched",
+    ),
+    ("torch.torch_version", "string", "PyTorch's version"),
+    (
+        "torch.reserved_peak_bytes",
+        "int",
+        "the allocator's peak reserved (cache) memory",
+    ),
+    (
+        "torch.allocated_peak_bytes",
+        "int",
+        "the allocator's peak live tensors",
+    ),
+    ("torch.final_reserved_bytes", "int", "reserved at the end"),
+    ("torch.final_allocated_bytes", "int", "allocated at the end"),
+    (
+        "torch.steady_reserved_bytes",
+        "int",
+        "median reserved over the steps after warm-up (final reserved without steps)",
+    ),
+    (
+        "torch.steady_peak_allocated_bytes",
+        "int",
+        "median per-step peak of live tensors after warm-up (peak allocated without steps)",
+    ),
+    (
+        "torch.inactive_split_peak_bytes",
+        "int",
+        "peak memory in split blocks not in use (fragmentation)",
+    ),
+    (
+        "torch.non_pytorch_bytes",
+        "int",
+        "NVML − reserved at NVML's peak (context, libraries)",
+    ),
+    (
+        "torch.alloc_retries",
+        "int",
+        "times the allocator freed its cache and retried (cudaMalloc failed)",
+    ),
+    ("torch.ooms", "int", "OOMs the allocator raised"),
+    ("torch.device_allocs", "int", "cudaMalloc calls"),
+    ("torch.device_frees", "int", "cudaFree calls"),
+    ("torch.steps", "int", "optimizer steps seen"),
+    (
+        "torch.leak_bytes_per_step",
+        "double",
+        "slope of allocated memory per step after warm-up (least squares)",
+    ),
+    (
+        "torch.leak_r2",
+        "double",
+        "how well a straight line fits it (R², 0..1)",
+    ),
+    (
+        "torch.leak_total_bytes",
+        "int",
+        "the slope times the steps it was fitted over",
+    ),
+    (
+        "torch.device_allocs_per_step",
+        "double",
+        "slope of cudaMalloc calls per step after warm-up",
+    ),
+    (
+        "torch.device_frees_per_step",
+        "double",
+        "slope of cudaFree calls per step after warm-up",
+    ),
+];
+
+const GIB: i64 = 1 << 30;
+
+fn pct(part: i64, whole: i64) -> f64 {
+    if whole > 0 {
+        part as f64 * 100.0 / whole as f64
+    } else {
+        0.0
+    }
+}
+
+/// `2.11.0+cu130` → 13.0; 0.0 when there is no CUDA tag.
+pub fn cuda_of_torch(version: &str) -> f64 {
+    let Some(tag) = version.split("+cu").nth(1) else {
+        return 0.0;
+    };
+    let digits: String = tag.chars().take_while(|c| c.is_ascii_digit()).collect();
+    match digits.len() {
+        3 => {
+            digits[..2].parse::<f64>().unwrap_or(0.0)
+                + digits[2..].parse::<f64>().unwrap_or(0.0) / 10.0
+        }
+        2 => {
+            digits[..1].parse::<f64>().unwrap_or(0.0)
+                + digits[1..].parse::<f64>().unwrap_or(0.0) / 10.0
+        }
+        _ => 0.0,
+    }
+}
+
+fn median(mut v: Vec<i64>) -> i64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// Least-squares slope and R² of y over x.
+pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    if points.len() < 3 {
+        return (0.0, 0.0);
+    }
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), &(x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (mut sxx, mut sxy, mut syy) = (0.0, 0.0, 0.0);
+    for &(x, y) in points {
+        sxx += (x - mx) * (x - mx);
+        sxy += (x - mx) * (y - my);
+        syy += (y - my) * (y - my);
+    }
+    if sxx == 0.0 {
+        return (0.0, 0.0);
+    }
+    let slope = sxy / sxx;
+    let r2 = if syy == 0.0 {
+        0.0
+    } else {
+        (sxy * sxy) / (sxx * syy)
+    };
+    (slope, r2)
+}
+
+impl Facts {
+    /// Computes the facts of a report.
+    pub fn of(r: &Report) -> Facts {
+        let rank_of = |pid: u32| -> (i64, i64) {
+            r.torch
+                .processes
+                .iter()
+                .find(|t| t.pid == pid)
+                .map_or((-1, -1), |t| {
+                    let n = |v: &Option<serde_json::Value>| {
+                        v.as_ref()
+                            .and_then(|x| x.as_i64().or_else(|| x.as_str()?.parse().ok()))
+                            .unwrap_or(-1)
+                    };
+                    (n(&t.rank), n(&t.local_rank))
+                })
+        };
+        let gpus: Vec<GpuFacts> = r
+            .gpus
+            .iter()
+            .map(|g| {
+                let total = g.total_bytes as i64;
+                let held: Vec<i64> = g
+                    .job_timeline
+                    .iter()
+                    .map(|&(_, v)| v as i64)
+                    .filter(|&v| v > 0)
+                    .collect();
+                let steady = median(held);
+                let peak = g.job_peak_bytes as i64;
+                let half = steady + (peak - steady) / 2;
+                let width = if g.job_timeline.len() > 1 {
+                    g.job_timeline[1].0 - g.job_timeline[0].0
+                } else {
+                    r.duration_s
+                };
+                let above = g
+                    .job_timeline
+                    .iter()
+                    .filter(|&&(_, v)| (v as i64) > half && peak > steady)
+                    .count();
+                GpuFacts {
+                    index: g.index as i64,
+                    name: g.name.clone(),
+                    total_bytes: total,
+                    peak_used_bytes: g.peak_used_bytes as i64,
+                    peak_used_pct: pct(g.peak_used_bytes as i64, total),
+                    start_used_bytes: g.start_used_bytes as i64,
+                    others_peak_bytes: r
+                        .processes
+                        .iter()
+                        .filter(|p| p.gpu == g.index && !p.in_job)
+                        .map(|p| p.peak_bytes as i64)
+                        .sum(),
+                    job_peak_bytes: peak,
+                    job_peak_pct: pct(peak, total),
+                    job_final_bytes: g.job_final_bytes as i64,
+                    job_share: 0.0,
+                    steady_bytes: steady,
+                    steady_pct: pct(steady, total),
+                    rise_s: {
+                        let first = g
+                            .job_timeline
+                            .iter()
+                            .find(|&&(_, v)| v > 0)
+                            .map(|&(t, _)| t);
+                        let high = g
+                            .job_timeline
+                            .iter()
+                            .find(|&&(_, v)| v as f64 >= 0.9 * peak as f64 && v > 0)
+                            .map(|&(t, _)| t);
+                        first.zip(high).map_or(0.0, |(a, b)| b - a)
+                    },
+                    spike_bytes: peak - steady,
+                    spike_ratio: if steady > 0 {
+                        peak as f64 / steady as f64
+                    } else {
+                        0.0
+                    },
+                    spike_duration_s: above as f64 * width,
+                    spike_at_s: g.job_peak_at_s,
+                    lost: g.lost.is_some(),
+                    torch: r.torch.processes.iter().any(|t| t.gpu == Some(g.index)),
+                }
+            })
+            .collect();
+        let max_job = gpus.iter().map(|g| g.job_peak_bytes).max().unwrap_or(0);
+        let gpus: Vec<GpuFacts> = gpus
+            .into_iter()
+            .map(|mut g| {
+                g.job_share = if max_job > 0 {
+                    g.job_peak_bytes as f64 / max_job as f64
+                } else {
+                    0.0
+                };
+                g
+            })
+            .collect();
+        let used: Vec<&GpuFacts> = gpus.iter().filter(|g| g.job_peak_bytes > 0).collect();
+        let max_g = used.iter().max_by_key(|g| g.job_peak_bytes);
+        let min_g = used.iter().min_by_key(|g| g.job_peak_bytes);
+
+        // Processes, merged over GPUs.
+        let mut pids: Vec<u32> = r.processes.iter().map(|p| p.pid).collect();
+        pids.sort();
+        pids.dedup();
+        let processes: Vec<ProcFacts> = pids
+            .into_iter()
+            .map(|pid| {
+                let rows: Vec<_> = r.processes.iter().filter(|p| p.pid == pid).collect();
+                let main = rows.iter().max_by_key(|p| p.peak_bytes).unwrap();
+                let limit = (2 * GIB).max(main.peak_bytes as i64 / 10);
+                let stray: Vec<_> = rows
+                    .iter()
+                    .filter(|p| {
+                        p.gpu != main.gpu && p.peak_bytes > 0 && (p.peak_bytes as i64) <= limit
+                    })
+                    .collect();
+                let (rank, local_rank) = rank_of(pid);
+                ProcFacts {
+                    pid: pid as i64,
+                    cmdline: main.cmdline.clone(),
+                    in_job: main.in_job,
+                    rank,
+                    local_rank,
+                    gpus: rows.iter().filter(|p| p.peak_bytes > 0).count() as i64,
+                    main_gpu: main.gpu as i64,
+                    main_bytes: main.peak_bytes as i64,
+                    peak_bytes: rows.iter().map(|p| p.peak_bytes as i64).sum(),
+                    stray_gpus: stray.iter().map(|p| p.gpu as i64).collect(),
+                    stray_bytes: stray.iter().map(|p| p.peak_bytes as i64).sum(),
+                }
+            })
+            .collect();
+
+        let torch_processes: Vec<TorchFacts> = r
+            .torch
+            .processes
+            .iter()
+            .map(|t| {
+                let warm = (t.steps.len() / 10).max(5).min(t.steps.len());
+                let after = &t.steps[warm..];
+                let (leak, r2) = fit(&after
+                    .iter()
+                    .map(|s| (s.step as f64, s.allocated_bytes as f64))
+                    .collect::<Vec<_>>());
+                let per_step = |f: fn(&crate::torch::Step) -> u64| {
+                    fit(&after
+                        .iter()
+                        .map(|s| (s.step as f64, f(s) as f64))
+                        .collect::<Vec<_>>())
+                    .0
+                };
+                let allocs = per_step(|s| s.device_allocs);
+                let frees = per_step(|s| s.device_frees);
+                let span = after
+                    .last()
+                    .zip(after.first())
+                    .map_or(0, |(l, f)| l.step.saturating_sub(f.step));
+                let (steady_reserved, steady_peak) = if after.len() >= 3 {
+                    (
+                        median(after.iter().map(|s| s.reserved_bytes as i64).collect()),
+                        median(
+                            after
+                                .iter()
+                                .map(|s| s.peak_allocated_bytes as i64)
+                                .collect(),
+                        ),
+                    )
+                } else {
+                    (t.final_reserved_bytes as i64, t.peak_allocated_bytes as i64)
+                };
+                let (rank, _) = rank_of(t.pid);
+                TorchFacts {
+                    pid: t.pid as i64,
+                    rank,
+                    gpu: t.gpu.map_or(-1, |g| g as i64),
+                    torch_version: t.torch_version.clone().unwrap_or_default(),
+                    reserved_peak_bytes: t.peak_reserved_bytes as i64,
+                    allocated_peak_bytes: t.peak_allocated_bytes as i64,
+                    final_reserved_bytes: t.final_reserved_bytes as i64,
+                    final_allocated_bytes: t.final_allocated_bytes as i64,
+                    steady_reserved_bytes: steady_reserved,
+                    steady_peak_allocated_bytes: steady_peak,
+                    inactive_split_peak_bytes: t.peak_inactive_split_bytes as i64,
+                    non_pytorch_bytes: t.non_pytorch_bytes.unwrap_or(0) as i64,
+                    alloc_retries: t.alloc_retries as i64,
+                    ooms: t.ooms as i64,
+                    device_allocs: t.device_allocs as i64,
+                    device_frees: t.device_frees as i64,
+                    steps: t.steps_total as i64,
+                    leak_bytes_per_step: leak,
+                    leak_r2: r2,
+                    leak_total_bytes: (leak * span as f64) as i64,
+                    device_allocs_per_step: allocs,
+                    device_frees_per_step: frees,
+                }
+            })
+            .collect();
+
+        let oom = match &r.oom {
+            None => OomFacts {
+                gpu: -1,
+                rank: -1,
+                ..Default::default()
+            },
+            Some(o) => {
+                let t = &o.event.text;
+                let g = |v: Option<u64>| v.map_or(0, |x| x as i64);
+                let job_peak = o
+                    .gpu
+                    .and_then(|i| gpus.iter().find(|x| x.index == i as i64))
+                    .map_or(0.0, |x| x.job_peak_pct);
+                let mut others: Vec<String> = t
+                    .other_processes
+                    .iter()
+                    .map(|p| {
+                        let cmd = o
+                            .before
+                            .iter()
+                            .find(|b| b.pid == p.pid && !b.cmdline.is_empty())
+                            .map(|b| format!(" ({})", b.cmdline))
+                            .unwrap_or_default();
+                        format!("pid {}{cmd} {}", p.pid, crate::units::fmt_bytes(p.bytes))
+                    })
+                    .collect();
+                if others.is_empty() {
+                    others = o
+                        .before
+                        .iter()
+                        .filter(|b| !b.in_job && b.visible && b.bytes_at > 0)
+                        .map(|b| {
+                            let cmd = if b.cmdline.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({})", b.cmdline)
+                            };
+                            format!("pid {}{cmd} {}", b.pid, crate::units::fmt_bytes(b.bytes_at))
+                        })
+                        .collect();
+                }
+                OomFacts {
+                    present: true,
+                    cause: serde_json::to_value(o.cause)
+                        .unwrap()
+                        .as_str()
+                        .unwrap_or("")
+                        .into(),
+                    source: serde_json::to_value(o.source)
+                        .unwrap()
+                        .as_str()
+                        .unwrap_or("")
+                        .into(),
+                    exception: t.exception.clone().unwrap_or_default(),
+                    complete: t.complete,
+                    gpu: o.gpu.map_or(-1, |x| x as i64),
+                    rank: o.event.rank.map_or(-1, |x| x as i64),
+                    requested_bytes: g(t.requested_bytes),
+                    free_bytes: g(t.free_bytes),
+                    total_bytes: g(t.total_bytes),
+                    allocated_bytes: g(t.allocated_bytes),
+                    reserved_bytes: g(t.reserved_bytes),
+                    reserved_unallocated_bytes: g(t.reserved_unallocated_bytes),
+                    others_bytes: o.others_bytes as i64,
+                    others: others.join("; "),
+                    job_peak_pct: job_peak,
+                    explanation: o.explanation.clone(),
+                }
+            }
+        };
+        let cuda_runtime = r
+            .torch
+            .processes
+            .iter()
+            .filter_map(|t| t.torch_version.as_deref())
+            .map(cuda_of_torch)
+            .fold(0.0, f64::max);
+        let orphan_bytes: i64 = r
+            .orphans
+            .iter()
+            .flat_map(|o| o.gpu_bytes.iter().map(|&(_, b)| b as i64))
+            .sum();
+        Facts {
+            run: RunFacts {
+                duration_s: r.duration_s,
+                exit_code: r.exit.code as i64,
+                signal: r.exit.signal.unwrap_or(0) as i64,
+                classification: serde_json::to_value(r.exit.classification)
+                    .unwrap()
+                    .as_str()
+                    .unwrap_or("")
+                    .into(),
+                driver: r.nvml.driver.clone().unwrap_or_default(),
+                cuda_driver_version: r
+                    .nvml
+                    .cuda_driver
+                    .as_deref()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0.0),
+                cuda_runtime_version: cuda_runtime,
+                gpus: gpus.len() as i64,
+                job_gpus: used.len() as i64,
+                job_peak_max_bytes: max_g.map_or(0, |g| g.job_peak_bytes),
+                job_peak_min_bytes: min_g.map_or(0, |g| g.job_peak_bytes),
+                job_peak_max_gpu: max_g.map_or(-1, |g| g.index),
+                job_peak_min_gpu: min_g.map_or(-1, |g| g.index),
+                imbalance_ratio: match (max_g, min_g) {
+                    (Some(a), Some(b)) if b.job_peak_bytes > 0 => {
+                        a.job_peak_bytes as f64 / b.job_peak_bytes as f64
+                    }
+                    _ => 1.0,
+                },
+                orphans: r.orphans.len() as i64,
+                orphans_gpu_bytes: orphan_bytes,
+                orphan_list: r
+                    .orphans
+                    .iter()
+                    .map(|o| {
+                        let b: u64 = o.gpu_bytes.iter().map(|&(_, b)| b).sum();
+                        format!(
+                            "pid {} ({}) {}",
+                            o.pid,
+                            o.cmdline,
+                            crate::units::fmt_bytes(b)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                host_oom: r.exit.classification == crate::oom::Ending::HostOomKill,
+                has_torch: !r.torch.processes.is_empty(),
+            },
+            oom,
+            gpus,
+            processes,
+            torch_processes,
+        }
+    }
+
+    /// Facts with one of everything, every field set: what rules are checked against at load.
+    pub fn example() -> Facts {
+        Facts {
+            run: RunFacts {
+                classification: "success".into(),
+                driver: "580.159.04".into(),
+                ..Default::default()
+            },
+            oom: OomFacts {
+                cause: "unknown".into(),
+                source: "torch_allocator".into(),
+                gpu: -1,
+                rank: -1,
+                ..Default::default()
+            },
+            gpus: vec![GpuFacts {
+                name: "NVIDIA H200".into(),
+                ..Default::default()
+            }],
+            processes: vec![ProcFacts {
+                stray_gpus: vec![1],
+                ..Default::default()
+            }],
+            torch_processes: vec![TorchFacts::default()],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_version_from_torch_tag() {
+        assert_eq!(cuda_of_torch("2.11.0+cu130"), 13.0);
+        assert_eq!(cuda_of_torch("2.4.1+cu121"), 12.1);
+        assert_eq!(cuda_of_torch("1.13.1+cu117"), 11.7);
+        assert_eq!(cuda_of_torch("2.11.0"), 0.0);
+    }
+
+    #[test]
+    fn a_straight_line_fits_exactly() {
+        let (slope, r2) = fit(&[(1.0, 10.0), (2.0, 12.0), (3.0, 14.0), (4.0, 16.0)]);
+        assert!((slope - 2.0).abs() < 1e-9 && (r2 - 1.0).abs() < 1e-9);
+        let (slope, _) = fit(&[(1.0, 5.0), (2.0, 5.0), (3.0, 5.0)]);
+        assert_eq!(slope, 0.0);
+    }
+}

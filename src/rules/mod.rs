@@ -1,0 +1,749 @@
+//! The rule set: diagnoses from facts. Rules are TOML files in `rules/` (one rule a file, embedded into
+//! the binary), overridable from a folder (`--rules DIR`). A rule's condition and the expressions in its
+//! message are CEL (the `cel` crate), evaluated over the [`facts`] of a run. A rule that does not parse,
+//! names a fact that does not exist or compares the wrong types fails at load with its file and line.
+
+pub mod bundled;
+pub mod command;
+pub mod facts;
+
+use cel::common::ast::{Expr, IdedExpr};
+use cel::{Context, Env, Program, Value};
+use facts::Facts;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// How bad a diagnosis is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warn,
+    Error,
+}
+
+/// What a rule is evaluated for: once per run, or once per GPU, process or PyTorch process (bound to the
+/// variable `gpu`, `process` or `torch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    Run,
+    Gpu,
+    Process,
+    Torch,
+}
+
+impl Scope {
+    fn var(&self) -> Option<&'static str> {
+        match self {
+            Scope::Run => None,
+            Scope::Gpu => Some("gpu"),
+            Scope::Process => Some("process"),
+            Scope::Torch => Some("torch"),
+        }
+    }
+    fn list(&self) -> &'static str {
+        match self {
+            Scope::Run => "",
+            Scope::Gpu => "gpus",
+            Scope::Process => "processes",
+            Scope::Torch => "torch_processes",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    id: String,
+    severity: Severity,
+    title: String,
+    each: Scope,
+    when: toml::Spanned<String>,
+    message: toml::Spanned<String>,
+    #[serde(default)]
+    advice: Vec<String>,
+    #[serde(default)]
+    docs: Option<String>,
+}
+
+/// A loaded rule.
+pub struct Rule {
+    pub id: String,
+    pub severity: Severity,
+    pub title: String,
+    pub scope: Scope,
+    pub when: String,
+    pub message: String,
+    pub advice: Vec<String>,
+    pub docs: Option<String>,
+    /// Where it came from: `bundled:NAME.toml` or a path.
+    pub source: String,
+    /// The facts its condition and message read.
+    pub reads: Vec<String>,
+    condition: Program,
+    pieces: Vec<Piece>,
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Rule({} from {})", self.id, self.source)
+    }
+}
+
+enum Piece {
+    Text(String),
+    Expr(Program),
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub rule: String,
+    pub severity: Severity,
+    pub title: String,
+    /// What it is about: `run`, `GPU 0`, `pid 1234`.
+    pub subject: String,
+    pub message: String,
+    pub advice: Vec<String>,
+    pub docs: Option<String>,
+}
+
+/// A rule that can't be used, with where (`line` 0: the whole file, or a flag).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleError {
+    pub file: String,
+    pub line: usize,
+    pub what: String,
+}
+
+impl std::fmt::Display for RuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            0 => write!(f, "{}: {}", self.file, self.what),
+            n => write!(f, "{}:{n}: {}", self.file, self.what),
+        }
+    }
+}
+
+impl std::error::Error for RuleError {}
+
+/// The rules in force.
+pub struct RuleSet {
+    pub rules: Vec<Rule>,
+    env: Arc<Env>,
+}
+
+const CONSTANTS: [(&str, i64); 6] = [
+    ("KiB", 1 << 10),
+    ("MiB", 1 << 20),
+    ("GiB", 1 << 30),
+    ("TiB", 1 << 40),
+    ("MB", 1_000_000),
+    ("GB", 1_000_000_000),
+];
+
+fn env() -> Arc<Env> {
+    Arc::new(Env::stdlib())
+}
+
+fn to_cel(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => n
+            .as_i64()
+            .map(Value::Int)
+            .unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(0.0))),
+        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
+        serde_json::Value::Array(a) => Value::List(Arc::new(a.iter().map(to_cel).collect())),
+        serde_json::Value::Object(o) => {
+            let m: HashMap<String, Value> = o.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+            m.into()
+        }
+    }
+}
+
+/// A context holding the run's facts, the unit constants and the formatting functions.
+fn context<'a>(env: &Arc<Env>, facts: &serde_json::Value) -> Context<'a, 'a> {
+    let mut ctx = Context::with_env(env.clone());
+    if let serde_json::Value::Object(o) = facts {
+        for (k, v) in o {
+            ctx.add_variable_from_value(k.clone(), to_cel(v));
+        }
+    }
+    for (name, v) in CONSTANTS {
+        ctx.add_variable_from_value(name, Value::Int(v));
+    }
+    let _ = ctx.add_function("fmt_bytes", |b: i64| {
+        crate::units::fmt_bytes(b.max(0) as u64)
+    });
+    let _ = ctx.add_function("fmt_pct", |p: f64| format!("{p:.1}%"));
+    let _ = ctx.add_function("fmt_ratio", |r: f64| format!("{r:.1}x"));
+    let _ = ctx.add_function("fmt_secs", |s: f64| crate::units::fmt_secs(s));
+    ctx
+}
+
+fn line_of(doc: &str, offset: usize) -> usize {
+    doc[..offset.min(doc.len())].matches('\n').count() + 1
+}
+
+/// The first line of a string value's text (a `'''` string starting with a newline begins one line on).
+fn value_line(doc: &str, span: std::ops::Range<usize>) -> usize {
+    let raw = &doc[span.clone()];
+    let skip =
+        (raw.starts_with("'''") || raw.starts_with("\"\"\"")) && raw[3..].starts_with(['\n', '\r']);
+    line_of(doc, span.start) + usize::from(skip)
+}
+
+fn compile(env: &Env, src: &str, file: &str, line: usize) -> Result<Program, RuleError> {
+    env.compile(src).map_err(|e| {
+        let first = e.errors.first();
+        let (l, c) = first.map_or((1, 0), |p| {
+            (p.pos.0.max(1) as usize, p.pos.1.max(0) as usize)
+        });
+        let msg = first.map_or_else(|| e.to_string(), |p| p.msg.clone());
+        RuleError {
+            file: file.into(),
+            line: line + l - 1,
+            what: format!("CEL syntax error at column {}: {msg}", c + 1),
+        }
+    })
+}
+
+/// Splits `GPU {gpu.index}: {fmt_bytes(x)}` into text and expressions; `{{` and `}}` are literal braces.
+fn template(env: &Env, src: &str, file: &str, line: usize) -> Result<Vec<Piece>, RuleError> {
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    let mut chars = src.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                text.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                text.push('}');
+            }
+            '{' => {
+                let mut expr = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(ch) => expr.push(ch),
+                        None => {
+                            return Err(RuleError {
+                                file: file.into(),
+                                line,
+                                what: format!("message: `{{{expr}` is not closed"),
+                            });
+                        }
+                    }
+                }
+                if !text.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut text)));
+                }
+                pieces.push(Piece::Expr(compile(env, &expr, file, line)?));
+            }
+            '}' => {
+                return Err(RuleError {
+                    file: file.into(),
+                    line,
+                    what: "message: a `}` without its `{`".into(),
+                });
+            }
+            c => text.push(c),
+        }
+    }
+    if !text.is_empty() {
+        pieces.push(Piece::Text(text));
+    }
+    Ok(pieces)
+}
+
+/// Dotted paths of the facts an expression reads (`torch.steps`, `gpus[].index` inside a macro).
+fn reads(e: &IdedExpr, bound: &HashMap<String, String>, out: &mut Vec<String>) {
+    fn path(e: &IdedExpr, bound: &HashMap<String, String>) -> Option<String> {
+        match &e.expr {
+            Expr::Ident(n) => Some(bound.get(n).cloned().unwrap_or_else(|| n.clone())),
+            Expr::Select(s) => Some(format!("{}.{}", path(&s.operand, bound)?, s.field)),
+            _ => None,
+        }
+    }
+    match &e.expr {
+        Expr::Ident(_) | Expr::Select(_) => match path(e, bound) {
+            Some(p) => out.push(p),
+            None => {
+                if let Expr::Select(s) = &e.expr {
+                    reads(&s.operand, bound, out)
+                }
+            }
+        },
+        Expr::Call(c) => {
+            if let Some(t) = &c.target {
+                reads(t, bound, out);
+            }
+            for a in &c.args {
+                reads(a, bound, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|x| reads(x, bound, out)),
+        Expr::Comprehension(c) => {
+            reads(&c.iter_range, bound, out);
+            reads(&c.accu_init, bound, out);
+            let mut inner = bound.clone();
+            if let Some(range) = path(&c.iter_range, bound) {
+                inner.insert(c.iter_var.clone(), format!("{range}[]"));
+            }
+            inner.insert(c.accu_var.clone(), String::new());
+            for x in [&c.loop_cond, &c.loop_step, &c.result] {
+                reads(x, &inner, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Evaluates each operand of `&&`, `||` and `?:` separately (recursively), and anything else whole.
+fn check_operands(e: &IdedExpr, ctx: &Context) -> Result<(), String> {
+    if let Expr::Call(c) = &e.expr
+        && matches!(c.func_name.as_str(), "_&&_" | "_||_" | "_?_:_" | "!_")
+    {
+        return c.args.iter().try_for_each(|a| check_operands(a, ctx));
+    }
+    Value::resolve(e, ctx)
+        .map(|_| ())
+        .map_err(|x| x.to_string())
+}
+
+/// Whether `path` names a fact in `facts` (the example, with one element in each list).
+fn resolves(facts: &serde_json::Value, path: &str) -> bool {
+    if path.is_empty() || CONSTANTS.iter().any(|(n, _)| *n == path) {
+        return true;
+    }
+    let mut cur = facts;
+    for part in path.split('.') {
+        let (name, elem) = match part.strip_suffix("[]") {
+            Some(n) => (n, true),
+            None => (part, false),
+        };
+        match cur.get(name) {
+            Some(v) => cur = v,
+            None => return false,
+        }
+        if elem {
+            match cur.get(0) {
+                Some(v) => cur = v,
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// The facts as the variables a rule sees: `run`, `oom`, the lists, and the scope's item.
+fn variables(facts: &Facts, scope: Scope, item: usize) -> serde_json::Value {
+    let mut v = serde_json::to_value(facts).expect("facts serialize");
+    if let Some(var) = scope.var() {
+        let elem = v[scope.list()][item].clone();
+        v[var] = elem;
+    }
+    v
+}
+
+/// The example facts with every number made 1, so a rule's arithmetic can be tried without dividing by 0.
+fn example_variables(scope: Scope) -> serde_json::Value {
+    fn ones(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Number(n) => {
+                *n = if n.is_f64() {
+                    serde_json::Number::from_f64(1.0).unwrap()
+                } else {
+                    1.into()
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(ones),
+            serde_json::Value::Object(o) => o.values_mut().for_each(ones),
+            _ => {}
+        }
+    }
+    let mut v = variables(&Facts::example(), scope, 0);
+    ones(&mut v);
+    v
+}
+
+fn render(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::UInt(u) => u.to_string(),
+        Value::Float(f) => {
+            // Two decimals at most, no trailing zeros past the first: 13.0, 12.4, 0.98.
+            let s = format!("{f:.2}");
+            let s = s.trim_end_matches('0');
+            if s.ends_with('.') {
+                format!("{s}0")
+            } else {
+                s.to_string()
+            }
+        }
+        Value::Bool(b) => b.to_string(),
+        Value::List(l) => l.iter().map(render).collect::<Vec<_>>().join(", "),
+        Value::Null => "-".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+impl Rule {
+    /// Parses and checks one rule file's text.
+    pub fn parse(text: &str, source: &str) -> Result<Rule, RuleError> {
+        let env = env();
+        let f: RuleFile = toml::from_str(text).map_err(|e| RuleError {
+            file: source.into(),
+            line: e.span().map_or(1, |s| line_of(text, s.start)),
+            what: e.message().to_string(),
+        })?;
+        let err = |line: usize, what: String| RuleError {
+            file: source.into(),
+            line,
+            what,
+        };
+        if f.id.is_empty()
+            || !f
+                .id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            return Err(err(
+                1,
+                format!("id `{}`: use lower-case letters, digits and `-`", f.id),
+            ));
+        }
+        let when_line = value_line(text, f.when.span());
+        let msg_line = value_line(text, f.message.span());
+        let condition = compile(&env, f.when.get_ref(), source, when_line)?;
+        let pieces = template(&env, f.message.get_ref(), source, msg_line)?;
+
+        // Every fact named must exist, in the scope's variables.
+        let example = example_variables(f.each);
+        let mut read = Vec::new();
+        reads(condition.expression(), &HashMap::new(), &mut read);
+        let mut msg_reads = Vec::new();
+        for p in &pieces {
+            if let Piece::Expr(e) = p {
+                reads(e.expression(), &HashMap::new(), &mut msg_reads);
+            }
+        }
+        for (paths, line, what) in [
+            (&read, when_line, "when"),
+            (&msg_reads, msg_line, "message"),
+        ] {
+            if let Some(bad) = paths.iter().find(|p| !resolves(&example, p)) {
+                let hint = match f.each.var() {
+                    Some(v) => format!(
+                        " (this rule's item is `{v}`; facts are listed by `gpudoc rules facts`)"
+                    ),
+                    None => " (facts are listed by `gpudoc rules facts`)".into(),
+                };
+                return Err(err(line, format!("{what}: unknown fact `{bad}`{hint}")));
+            }
+        }
+        // And it must run and give the right type: every operand of && and || on its own too, so
+        // short-circuiting on the example can't hide a mistake.
+        let ctx = context(&env, &example);
+        check_operands(condition.expression(), &ctx)
+            .map_err(|e| err(when_line, format!("when: {e}")))?;
+        match condition.execute(&ctx) {
+            Ok(Value::Bool(_)) => {}
+            Ok(other) => {
+                return Err(err(
+                    when_line,
+                    format!("when: must be true or false, not {other:?}"),
+                ));
+            }
+            Err(e) => return Err(err(when_line, format!("when: {e}"))),
+        }
+        for p in &pieces {
+            if let Piece::Expr(e) = p
+                && let Err(x) = e.execute(&ctx)
+            {
+                return Err(err(msg_line, format!("message: {x}")));
+            }
+        }
+        read.extend(msg_reads);
+        read.sort();
+        read.dedup();
+        read.retain(|p| !CONSTANTS.iter().any(|(n, _)| n == p));
+        Ok(Rule {
+            id: f.id,
+            severity: f.severity,
+            title: f.title,
+            scope: f.each,
+            when: f.when.into_inner().trim().to_string(),
+            message: f.message.into_inner(),
+            advice: f.advice,
+            docs: f.docs,
+            source: source.into(),
+            reads: read,
+            condition,
+            pieces,
+        })
+    }
+
+    fn message_for(&self, ctx: &Context) -> Result<String, String> {
+        let mut out = String::new();
+        for p in &self.pieces {
+            match p {
+                Piece::Text(t) => out.push_str(t),
+                Piece::Expr(e) => {
+                    out.push_str(&render(&e.execute(ctx).map_err(|x| x.to_string())?))
+                }
+            }
+        }
+        Ok(out.trim().to_string())
+    }
+}
+
+impl RuleSet {
+    /// The bundled rules, those of `dir` on top (a rule with the same id replaces the bundled one), less
+    /// the disabled ones (each must name a rule).
+    pub fn load(dir: Option<&Path>, disabled: &[String]) -> Result<RuleSet, RuleError> {
+        let mut rules: Vec<Rule> = Vec::new();
+        for (name, text) in bundled::RULES {
+            rules.push(Rule::parse(text, &format!("bundled:{name}"))?);
+        }
+        if let Some(dir) = dir {
+            let io = |what: String| RuleError {
+                file: dir.display().to_string(),
+                line: 0,
+                what,
+            };
+            let mut files: Vec<_> = std::fs::read_dir(dir)
+                .map_err(|e| io(format!("cannot read the rules folder: {e}")))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                .collect();
+            files.sort();
+            for path in files {
+                let file = path.display().to_string();
+                let text = std::fs::read_to_string(&path).map_err(|e| RuleError {
+                    file: file.clone(),
+                    line: 0,
+                    what: e.to_string(),
+                })?;
+                let rule = Rule::parse(&text, &file)?;
+                rules.retain(|r| r.id != rule.id);
+                rules.push(rule);
+            }
+        }
+        for id in disabled {
+            if !rules.iter().any(|r| &r.id == id) {
+                return Err(RuleError {
+                    file: "--disable-rule".into(),
+                    line: 0,
+                    what: format!("no rule `{id}` (see `gpudoc rules list`)"),
+                });
+            }
+        }
+        rules.retain(|r| !disabled.contains(&r.id));
+        rules.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(RuleSet { rules, env: env() })
+    }
+
+    /// Every rule against the facts; diagnoses most severe first. A rule that fails on these facts is
+    /// reported in the second list instead of firing.
+    pub fn evaluate(&self, facts: &Facts) -> (Vec<Diagnosis>, Vec<String>) {
+        let mut out = Vec::new();
+        let mut failed = Vec::new();
+        for rule in &self.rules {
+            let n = match rule.scope {
+                Scope::Run => 1,
+                Scope::Gpu => facts.gpus.len(),
+                Scope::Process => facts.processes.len(),
+                Scope::Torch => facts.torch_processes.len(),
+            };
+            for i in 0..n {
+                let vars = variables(facts, rule.scope, i);
+                let ctx = context(&self.env, &vars);
+                let fired = match rule.condition.execute(&ctx) {
+                    Ok(Value::Bool(b)) => b,
+                    Ok(other) => {
+                        failed.push(format!(
+                            "rule {}: gave {other:?}, not true or false",
+                            rule.id
+                        ));
+                        continue;
+                    }
+                    Err(e) => {
+                        failed.push(format!("rule {}: {e}", rule.id));
+                        continue;
+                    }
+                };
+                if !fired {
+                    continue;
+                }
+                let subject = match rule.scope {
+                    Scope::Run => "run".to_string(),
+                    Scope::Gpu => format!("GPU {}", facts.gpus[i].index),
+                    Scope::Process => format!("pid {}", facts.processes[i].pid),
+                    Scope::Torch => format!("pid {}", facts.torch_processes[i].pid),
+                };
+                match rule.message_for(&ctx) {
+                    Ok(message) => out.push(Diagnosis {
+                        rule: rule.id.clone(),
+                        severity: rule.severity,
+                        title: rule.title.clone(),
+                        subject,
+                        message,
+                        advice: rule.advice.clone(),
+                        docs: rule.docs.clone(),
+                    }),
+                    Err(e) => failed.push(format!("rule {}: message: {e}", rule.id)),
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            b.severity
+                .cmp(&a.severity)
+                .then(a.rule.cmp(&b.rule))
+                .then(a.subject.cmp(&b.subject))
+        });
+        (out, failed)
+    }
+}
+
+/// Evaluates `rules` on a report and stores the diagnoses in it (a rule that fails goes into its notes).
+pub fn diagnose(report: &mut crate::report::Report, rules: &RuleSet) {
+    let (found, failed) = rules.evaluate(&Facts::of(report));
+    report.diagnoses = found;
+    report.notes.retain(|n| !n.starts_with("rule "));
+    report.notes.extend(failed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundled_rules_load() {
+        let set = RuleSet::load(None, &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(set.rules.len(), bundled::RULES.len());
+    }
+
+    fn parse(text: &str) -> Result<Rule, RuleError> {
+        Rule::parse(text, "r.toml")
+    }
+
+    const GOOD: &str = "id = \"x\"\nseverity = \"warn\"\ntitle = \"t\"\neach = \"gpu\"\nwhen = \"gpu.total_bytes > 1\"\nmessage = \"GPU {gpu.index}\"\n";
+
+    #[test]
+    fn errors_name_the_line_and_what_is_wrong() {
+        assert!(parse(GOOD).is_ok());
+        let e = parse(&GOOD.replace("gpu.total_bytes > 1", "gpu.total_bytes >")).unwrap_err();
+        assert_eq!(
+            (e.line, e.what.starts_with("CEL syntax error")),
+            (5, true),
+            "{e}"
+        );
+        let e = parse(&GOOD.replace("gpu.total_bytes > 1", "gpu.totl_bytes > 1")).unwrap_err();
+        assert_eq!(e.line, 5);
+        assert!(e.what.contains("unknown fact `gpu.totl_bytes`"), "{e}");
+        let e = parse(&GOOD.replace("gpu.total_bytes > 1", "gpu.name > 1")).unwrap_err();
+        assert!(e.what.starts_with("when:"), "wrong type: {e}");
+        let e = parse(&GOOD.replace("gpu.total_bytes > 1", "gpu.total_bytes")).unwrap_err();
+        assert!(e.what.contains("true or false"), "{e}");
+        let e = parse(&GOOD.replace("{gpu.index}", "{gpu.nope}")).unwrap_err();
+        assert_eq!(e.line, 6);
+        assert!(e.what.contains("unknown fact `gpu.nope`"), "{e}");
+        let e = parse(&GOOD.replace("severity = \"warn\"", "severity = \"bad\"")).unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        let e = parse(&format!("{GOOD}colour = 1\n")).unwrap_err();
+        assert!(e.what.contains("colour"), "{e}");
+        // Facts inside a macro are checked through the list's elements.
+        assert!(
+            parse(&GOOD.replace(
+                "gpu.total_bytes > 1",
+                "gpus.exists(g, g.job_peak_bytes > 0)"
+            ))
+            .is_ok()
+        );
+        let e = parse(&GOOD.replace("gpu.total_bytes > 1", "gpus.exists(g, g.jobpeak > 0)"))
+            .unwrap_err();
+        assert!(e.what.contains("gpus[].jobpeak"), "{e}");
+    }
+
+    #[test]
+    fn every_fact_is_documented_and_every_documented_fact_exists() {
+        fn paths(v: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(o) => {
+                    for (k, x) in o {
+                        let p = if prefix.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{prefix}.{k}")
+                        };
+                        if x.is_object() {
+                            paths(x, &p, out)
+                        } else {
+                            out.push(p)
+                        }
+                    }
+                }
+                _ => out.push(prefix.to_string()),
+            }
+        }
+        let ex = serde_json::to_value(Facts::example()).unwrap();
+        let mut have = Vec::new();
+        for (name, alias) in [("run", "run"), ("oom", "oom")] {
+            paths(&ex[name], alias, &mut have);
+        }
+        for (list, alias) in [
+            ("gpus", "gpu"),
+            ("processes", "process"),
+            ("torch_processes", "torch"),
+        ] {
+            paths(&ex[list][0], alias, &mut have);
+        }
+        let documented: Vec<&str> = facts::DOC.iter().map(|d| d.0).collect();
+        for p in &have {
+            assert!(
+                documented.contains(&p.as_str()),
+                "fact {p} is not in facts::DOC"
+            );
+        }
+        for d in &documented {
+            assert!(
+                have.iter().any(|p| p == d),
+                "facts::DOC names {d}, which is no fact"
+            );
+        }
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        for d in &documented {
+            assert!(
+                readme.contains(&format!("`{d}`")),
+                "README does not document `{d}`"
+            );
+        }
+    }
+
+    #[test]
+    fn every_rule_file_is_bundled() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/rules");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".toml"))
+            .collect();
+        files.sort();
+        let bundled: Vec<String> = bundled::RULES.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(
+            files, bundled,
+            "src/rules/bundled.rs must list every file in rules/"
+        );
+    }
+}
