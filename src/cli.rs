@@ -33,6 +33,8 @@ pub enum Cmd {
     Orphans(crate::orphans::command::OrphansArgs),
     /// Diagnose a saved run again (a report or a trace) with the rules in force.
     Report(crate::replay::ReportArgs),
+    /// What changed between two runs (reports or traces), per GPU and per rule.
+    Compare(crate::compare::CompareArgs),
     /// The rule set: list, explain a rule, list the facts rules read.
     Rules(crate::rules::command::RulesCmd),
     /// Show what gpudoc does: on a GPU machine, run a small example under it; elsewhere, diagnose a run
@@ -77,6 +79,8 @@ pub struct RunArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub rules: crate::replay::RulesArgs,
+    #[command(flatten)]
+    pub gate: crate::gate::GateArgs,
     /// The command to run, after `--`.
     #[arg(required = true, trailing_var_arg = true, num_args = 1.., value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -139,6 +143,7 @@ pub fn main() -> ExitCode {
             crate::replay::run(args, crate::summary::Paint(use_color(cli.color, false)))
         }
         Cmd::Rules(cmd) => crate::rules::command::run(cmd),
+        Cmd::Compare(args) => crate::compare::run(args),
         Cmd::Demo => crate::run::demo(cli.color),
     }
 }

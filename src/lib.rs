@@ -3,7 +3,9 @@
 //! Every stage after the spawn takes data and returns data.
 
 pub mod cli;
+pub mod compare;
 pub mod exit;
+pub mod gate;
 pub mod gpu;
 pub mod live;
 pub mod oom;

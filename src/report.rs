@@ -36,7 +36,7 @@ pub struct Report {
     #[serde(default)]
     pub diagnoses: Vec<crate::rules::Diagnosis>,
     #[serde(default)]
-    pub gate: Option<serde_json::Value>,
+    pub gate: Option<crate::gate::GateReport>,
     /// Things gpudoc could not do, in words (a trace write error, a sampling gap, a rule that failed).
     #[serde(default)]
     pub notes: Vec<String>,

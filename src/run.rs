@@ -45,6 +45,13 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
             return ExitCode::from(exit::GPUDOC_FAILED);
         }
     };
+    let gate = match crate::gate::Gate::from_args(&args.gate) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("gpudoc: {e}");
+            return ExitCode::from(exit::GPUDOC_FAILED);
+        }
+    };
     let rates = Rates {
         device: args.interval,
         device_idle: args.idle_interval,
@@ -211,15 +218,32 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         notes,
     });
     crate::rules::diagnose(&mut report, &rules);
+    report.gate = gate.as_ref().map(|g| g.evaluate(&report));
     if !args.quiet {
         eprint!("{}", summary::render(&report, paint));
+    }
+    if let Some(g) = &report.gate {
+        if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
+            // Workflow commands are read from stdout.
+            print!("{}", crate::gate::annotations(g));
+        }
+        if let Some(path) = gate.as_ref().and_then(|x| x.junit.as_ref())
+            && let Err(e) = std::fs::write(path, crate::gate::junit(g, &report.command.join(" ")))
+        {
+            eprintln!("gpudoc: --junit {}: {e}", path.display());
+        }
+        for n in &g.notes {
+            eprintln!("gpudoc gate: {n}");
+        }
+        // The verdict is the last line, also with --quiet.
+        eprintln!("{}", crate::gate::verdict(g));
     }
     if let Some(path) = &args.json
         && let Err(e) = write_json(path, &report)
     {
         eprintln!("gpudoc: --json {}: {e}", path.display());
     }
-    ExitCode::from(outcome.end.code() as u8)
+    ExitCode::from(crate::gate::exit_code(outcome.end.code(), report.gate.as_ref()) as u8)
 }
 
 /// `-` is stdout; a file is written whole or not at all (temp file, then rename).

@@ -67,9 +67,48 @@ pub fn sparkline(values: &[u64], max: u64) -> String {
         .collect()
 }
 
+/// Parses a size: `40GiB`, `512 MiB`, `1.5GB` (decimal units too), `1000000` (bytes).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (write it like 40GiB or 512MiB)"))?;
+    let mult: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" => 1024.0f64.powi(4),
+        "KB" | "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        u => {
+            return Err(format!(
+                "`{s}`: unknown unit `{u}` (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ));
+        }
+    };
+    Ok((n * mult).round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("40GiB"), Ok(40 << 30));
+        assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("123"), Ok(123));
+        assert!(parse_bytes("40 gigs").is_err());
+        assert!(parse_bytes("lots").is_err());
+    }
 
     #[test]
     fn bytes_in_pytorch_style() {
