@@ -47,7 +47,16 @@ fn fired(r: &Value) -> Vec<String> {
 
 #[test]
 fn each_rule_fires_on_its_fixture_and_healthy_runs_stay_quiet() {
-    let reports: [(&str, &[&str]); 14] = [
+    let reports: [(&str, &[&str]); 18] = [
+        // DDP on two H200s under torchrun (issue 8): balanced; every rank loading a checkpoint onto cuda:0
+        // before set_device; rank 0 keeping an evaluation copy; rank 1 running out of memory.
+        ("multi/correct.report.json", &[]),
+        (
+            "multi/stray.report.json",
+            &["gpu-imbalance", "stray-context"],
+        ),
+        ("multi/rank0_extra.report.json", &["gpu-imbalance"]),
+        ("multi/oom.report.json", &["oom-too-big"]),
         ("runs/healthy.report.json", &[]),
         ("traces/alloc_known.report.json", &[]),
         ("traces/torch_steps_plain.report.json", &[]),
@@ -84,6 +93,53 @@ fn each_rule_fires_on_its_fixture_and_healthy_runs_stay_quiet() {
         );
         assert_eq!(fired(&r), want, "{name}");
     }
+}
+
+#[test]
+fn the_two_gpu_runs_name_ranks_gpus_and_numbers() {
+    let r = report(&fixture("multi/stray.report.json"), &[]);
+    let stray = r["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["rule"] == "stray-context")
+        .unwrap()
+        .clone();
+    let pid = stray["subject"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("pid ")
+        .to_string();
+    assert_eq!(
+        stray["message"],
+        format!(
+            "pid {pid} (rank 1) works on GPU 1 (2.46 GiB) but also holds 2.79 GiB on GPU 0: a stray CUDA context, the classic pile-up on GPU 0."
+        )
+    );
+    let r = report(&fixture("multi/rank0_extra.report.json"), &[]);
+    assert_eq!(
+        r["diagnoses"][0]["message"],
+        "The job peaked at 18.46 GiB on GPU 0 but 2.46 GiB on GPU 1 (7.5x): the busiest GPU sets the batch size for all of them."
+    );
+    let r = report(&fixture("multi/oom.report.json"), &[]);
+    assert_eq!(r["oom"]["gpu"], 1);
+    assert_eq!(r["oom"]["rank"], 1);
+    assert_eq!(r["oom"]["first_failure"]["rank"], 1);
+    let out = Command::new(gpudoc_bin())
+        .args([
+            "report",
+            &fixture("multi/oom.report.json"),
+            "--color",
+            "never",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ran out of GPU memory on GPU 1 (rank 1)")
+            && text.contains("torchrun: rank 1 failed first"),
+        "{text}"
+    );
 }
 
 #[test]

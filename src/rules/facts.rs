@@ -75,6 +75,7 @@ pub struct GpuFacts {
     pub steady_bytes: i64,
     pub steady_pct: f64,
     pub rise_s: f64,
+    pub last_held_bytes: i64,
     pub spike_bytes: i64,
     pub spike_ratio: f64,
     pub spike_duration_s: f64,
@@ -288,6 +289,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
     ),
     ("gpu.steady_pct", "double", "that, % of capacity"),
     (
+        "gpu.last_held_bytes",
+        "int",
+        "the job's memory in the last part of the run while it still held some (before its processes exited)",
+    ),
+    (
         "gpu.rise_s",
         "double",
         "time from the job's first memory on this GPU to 90% of its peak (to the timeline's resolution)",
@@ -316,13 +322,17 @@ pub const DOC: &[(&str, &str, &str)] = &[
     ("process.rank", "int", "RANK, -1 if unknown"),
     ("process.local_rank", "int", "LOCAL_RANK, -1 if unknown"),
     ("process.gpus", "int", "GPUs it held memory on"),
-    ("process.main_gpu", "int", "the GPU where it held the most"),
+    (
+        "process.main_gpu",
+        "int",
+        "its own GPU: its LOCAL_RANK's device when it is a PyTorch rank, else the GPU where it held the most",
+    ),
     ("process.main_bytes", "int", "its peak there"),
     ("process.peak_bytes", "int", "sum of its peaks over GPUs"),
     (
         "process.stray_gpus",
         "list(int)",
-        "other GPUs where it held no more than a CUDA context's worth (2 GiB, or a tenth of its main GPU's)",
+        "other GPUs it held memory on (for a process without a rank: only where it held no more than a CUDA context's worth, 2 GiB or a tenth of its main GPU's)",
     ),
     ("process.stray_bytes", "int", "what it held on them"),
     ("torch.pid", "int", "PID"),
@@ -526,6 +536,13 @@ impl Facts {
                     job_share: 0.0,
                     steady_bytes: steady,
                     steady_pct: pct(steady, total),
+                    last_held_bytes: g
+                        .job_timeline
+                        .iter()
+                        .rev()
+                        .map(|&(_, v)| v as i64)
+                        .find(|&v| v > 0)
+                        .unwrap_or(0),
                     rise_s: {
                         let first = g
                             .job_timeline
@@ -576,15 +593,30 @@ impl Facts {
             .into_iter()
             .map(|pid| {
                 let rows: Vec<_> = r.processes.iter().filter(|p| p.pid == pid).collect();
-                let main = rows.iter().max_by_key(|p| p.peak_bytes).unwrap();
-                let limit = (2 * GIB).max(main.peak_bytes as i64 / 10);
+                let (rank, local_rank) = rank_of(pid);
+                // A rank's own GPU is its LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's
+                // index by UUID); anything it holds elsewhere is stray, whatever its size. Without a rank,
+                // the GPU where it holds the most is its own, and only context-sized footprints elsewhere
+                // count as stray.
+                let own = r
+                    .torch
+                    .processes
+                    .iter()
+                    .find(|t| t.pid == pid && local_rank >= 0 && t.device as i64 == local_rank)
+                    .and_then(|t| t.gpu)
+                    .and_then(|g| rows.iter().find(|p| p.gpu == g && p.peak_bytes > 0));
+                let main = own.unwrap_or_else(|| rows.iter().max_by_key(|p| p.peak_bytes).unwrap());
+                let limit = if own.is_some() {
+                    i64::MAX
+                } else {
+                    (2 * GIB).max(main.peak_bytes as i64 / 10)
+                };
                 let stray: Vec<_> = rows
                     .iter()
                     .filter(|p| {
                         p.gpu != main.gpu && p.peak_bytes > 0 && (p.peak_bytes as i64) <= limit
                     })
                     .collect();
-                let (rank, local_rank) = rank_of(pid);
                 ProcFacts {
                     pid: pid as i64,
                     cmdline: main.cmdline.clone(),

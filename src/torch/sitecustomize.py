@@ -47,12 +47,13 @@ def _gpudoc_shim():
         state["dead"] = True
 
     def devices(torch):
-        # Only devices this process has touched: reading another device's stats must not create a
-        # context on it.
+        # Only devices this process has allocated on. Reading statistics never creates a context; and
+        # the current device can't tell, since it is per thread (this thread's is 0 whatever the program
+        # set with torch.cuda.set_device).
         out = []
         for d in range(torch.cuda.device_count()):
             s = torch.cuda.memory_stats_as_nested_dict(d)
-            if s.get("num_device_alloc", 0) or d == torch.cuda.current_device():
+            if s.get("num_device_alloc", 0):
                 out.append((d, s))
         return out
 
