@@ -72,25 +72,6 @@ fn every_fixture_parses_to_its_exact_numbers() {
     assert!(checked >= 18, "only {checked} fixtures");
 }
 
-/// When the traceback was printed: the job's last sample still holding memory (its process had not yet
-/// exited), or the end of the trace when the job never held any.
-fn oom_time(t: &Timeline) -> f64 {
-    t.procs
-        .values()
-        .filter(|p| p.in_job)
-        .filter_map(|p| {
-            p.used
-                .points()
-                .iter()
-                .rev()
-                .find(|&&(_, v)| v > 0)
-                .map(|&(t, _)| t)
-        })
-        .max()
-        .unwrap_or(t.gpus[0].used.last_at()) as f64
-        / 1e6
-}
-
 #[test]
 fn real_h200_runs_replayed_from_their_traces() {
     let cases = [
@@ -105,7 +86,7 @@ fn real_h200_runs_replayed_from_their_traces() {
         let dir = fixtures().join("h200");
         let (_, timeline) = gpudoc::trace::load(&dir.join(format!("{name}.trace.jsonl"))).unwrap();
         let mut s = scan_file(&dir.join(format!("{name}.stderr")));
-        let at = oom_time(&timeline);
+        let at = oom::replay_time(&timeline);
         for e in &mut s.events {
             e.at_s = at;
         }

@@ -63,8 +63,8 @@ enum Cmd {
     },
 }
 
-fn set_own(state: &std::path::Path, gpu: u32, bytes: u64) {
-    let pid = std::process::id();
+/// Records `bytes` for `pid` on `gpu`, replacing what it had there.
+fn set(state: &std::path::Path, pid: u32, gpu: u32, bytes: u64, ghost: bool) {
     State::update(state, |s| {
         s.procs.retain(|p| !(p.pid == pid && p.gpu == gpu));
         s.procs.push(Proc {
@@ -72,7 +72,7 @@ fn set_own(state: &std::path::Path, gpu: u32, bytes: u64) {
             gpu,
             bytes,
             graphics: false,
-            ghost: false,
+            ghost,
         });
     })
     .unwrap_or_else(|e| panic!("fakegpu: {e}"));
@@ -101,7 +101,7 @@ fn main() {
                 })
                 .collect();
             for (i, bytes) in steps.iter().enumerate() {
-                set_own(&cli.state, gpu, *bytes);
+                set(&cli.state, std::process::id(), gpu, *bytes, false);
                 if i + 1 < steps.len() {
                     std::thread::sleep(Duration::from_millis(step_ms));
                 }
@@ -122,17 +122,7 @@ fn main() {
             gpu,
             bytes,
             ghost,
-        } => State::update(&cli.state, |s| {
-            s.procs.retain(|p| !(p.pid == pid && p.gpu == gpu));
-            s.procs.push(Proc {
-                pid,
-                gpu,
-                bytes,
-                graphics: false,
-                ghost,
-            });
-        })
-        .unwrap_or_else(|e| panic!("fakegpu: {e}")),
+        } => set(&cli.state, pid, gpu, bytes, ghost),
         Cmd::Error { func, gpu, code } => {
             State::update(&cli.state, |s| s.errors.push(Injected { func, gpu, code }))
                 .unwrap_or_else(|e| panic!("fakegpu: {e}"))
