@@ -370,11 +370,12 @@ fn flat_memory_slows_device_sampling_to_the_idle_rate() {
         );
         r["sampling"]["device_samples"].as_u64().unwrap()
     };
-    // One second at 1 kHz, then 1.5 s at 100 Hz: about 1150; at one rate throughout: about 2500.
+    // One second at 1 kHz, then 1.5 s at 100 Hz: about 1150; at one rate throughout: about 2500. Compared
+    // with each other, so a busy machine that stretches every sleep doesn't change the verdict.
     let adaptive = rate("10ms");
     let fixed = rate("1ms");
-    assert!((900..=1700).contains(&adaptive), "adaptive {adaptive}");
-    assert!(fixed >= 2000, "fixed {fixed}");
+    assert!(adaptive * 10 < fixed * 7, "adaptive {adaptive} vs fixed {fixed}");
+    assert!(adaptive >= 400, "the first second still runs at 1 kHz: {adaptive}");
 }
 
 #[test]
