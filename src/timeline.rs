@@ -80,6 +80,26 @@ impl Series {
         i.checked_sub(1).map(|i| self.points[i].1)
     }
 
+    /// Keeps at most `max` points by merging neighbours when there are more: each merged pair keeps the
+    /// earlier time and the larger value, so peaks in any window stay (an upper bound, never lower) and the
+    /// series' own peak stays exact. For series that change at every sample (PyTorch's allocated memory).
+    pub fn thin_to(&mut self, max: usize) {
+        if self.points.len() <= max.max(2) {
+            return;
+        }
+        let last = *self.points.last().unwrap();
+        let merged: Vec<(Micros, u64)> = self
+            .points
+            .chunks(2)
+            .map(|c| (c[0].0, c.iter().map(|p| p.1).max().unwrap()))
+            .collect();
+        self.points = merged;
+        // The final value is what the series ends at: keep it as it was.
+        if self.points.last() != Some(&last) {
+            self.points.push(last);
+        }
+    }
+
     /// The highest value the series had at any moment in [lo, hi].
     pub fn max_in(&self, lo: Micros, hi: Micros) -> Option<u64> {
         let start = self.value_at(lo);
@@ -145,6 +165,23 @@ mod tests {
         assert_eq!(s.points(), &[(0, 10), (1, 99), (2, 10)]);
         assert_eq!(s.value_at(5), Some(10));
         assert_eq!(s.value_at(1), Some(99));
+    }
+
+    #[test]
+    fn thinning_bounds_points_and_keeps_peaks() {
+        let mut s = Series::default();
+        for i in 0..1_000_000u64 {
+            s.push(i, i % 7 + if i == 500_001 { 100 } else { 0 });
+            s.thin_to(10_000);
+        }
+        assert!(s.points().len() <= 10_001);
+        assert_eq!((s.peak(), s.peak_at()), (105, 500_001));
+        assert_eq!(
+            s.max_in(499_000, 501_000),
+            Some(105),
+            "a window's peak survives"
+        );
+        assert_eq!(s.last(), Some(999_999 % 7));
     }
 
     #[test]

@@ -374,8 +374,14 @@ fn flat_memory_slows_device_sampling_to_the_idle_rate() {
     // with each other, so a busy machine that stretches every sleep doesn't change the verdict.
     let adaptive = rate("10ms");
     let fixed = rate("1ms");
-    assert!(adaptive * 10 < fixed * 7, "adaptive {adaptive} vs fixed {fixed}");
-    assert!(adaptive >= 400, "the first second still runs at 1 kHz: {adaptive}");
+    assert!(
+        adaptive * 10 < fixed * 7,
+        "adaptive {adaptive} vs fixed {fixed}"
+    );
+    assert!(
+        adaptive >= 400,
+        "the first second still runs at 1 kHz: {adaptive}"
+    );
 }
 
 #[test]

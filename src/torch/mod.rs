@@ -20,6 +20,8 @@ use std::time::{Duration, SystemTime};
 pub const SHIM: &str = include_str!("sitecustomize.py");
 /// Longest line accepted from the shim (it writes under PIPE_BUF).
 const MAX_LINE: usize = 8192;
+/// Points kept per series of the framework view (about 1.5 MB each); past that, neighbours are merged.
+pub const MAX_POINTS: usize = 100_000;
 /// Step records kept per process and device; past this, every other one is dropped (the log thins evenly,
 /// so slopes over the whole run survive).
 pub const MAX_STEPS: usize = 4096;
@@ -176,6 +178,10 @@ impl TorchTimeline {
                 p.allocated.push(at, a);
                 p.reserved.push(at, r);
                 p.inactive_split.push(at, u(&v, "i"));
+                // Allocated memory changes at nearly every sample of a training loop: bound what is kept.
+                for s in [&mut p.allocated, &mut p.reserved, &mut p.inactive_split] {
+                    s.thin_to(MAX_POINTS);
+                }
                 p.peak_allocated = p.peak_allocated.max(u(&v, "pa")).max(a);
                 p.peak_reserved = p.peak_reserved.max(u(&v, "pr")).max(r);
                 p.alloc_retries = p.alloc_retries.max(u(&v, "nr"));
