@@ -27,6 +27,10 @@ pub struct Rates {
     pub process: Duration,
 }
 
+/// Points kept per series (8 MB each at most): memory that changes at every sample for days is thinned,
+/// its peaks kept (see [`Series::thin_to`]); the trace file keeps every change.
+pub const MAX_POINTS: usize = 500_000;
+
 /// How long memory must stay flat before device sampling slows to `device_idle`.
 pub const IDLE_AFTER: Duration = Duration::from_secs(1);
 /// While memory is flat, the process lists are read this many times less often (and at once whenever the
@@ -205,6 +209,7 @@ impl<'n> Core<'n> {
                     g.driver_reserved = m.reserved;
                     if g.used.push(at, m.used) {
                         changed = true;
+                        g.used.thin_to(MAX_POINTS);
                         if let Some(t) = &mut self.trace {
                             t.device(at, g.info.index, m.used, m.total);
                         }
@@ -289,6 +294,7 @@ impl<'n> Core<'n> {
                         used: Series::default(),
                     });
                 let first = entry.used.is_empty();
+                entry.used.thin_to(MAX_POINTS);
                 if entry.used.push(at, bytes)
                     && let Some(t) = &mut self.trace
                 {
@@ -307,6 +313,7 @@ impl<'n> Core<'n> {
                 }
             }
             changed |= self.timeline.gpus[i].job.push(at, job);
+            self.timeline.gpus[i].job.thin_to(MAX_POINTS);
         }
         self.cache.retain(&present);
         self.timeline.process_samples += 1;
