@@ -84,6 +84,28 @@ fn holder(v: &Value, pid: u32) -> &Value {
         .unwrap_or_else(|| panic!("no pid {pid} in {v:#}"))
 }
 
+/// A live job process (a child of this test) holding 3 GiB.
+fn live_holder(m: &Machine) -> std::process::Child {
+    let mut live = Command::new(fakegpu())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .args([
+            "alloc",
+            "--steps",
+            "3GiB",
+            "--hold-ms",
+            "20000",
+            "--say",
+            "held",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    BufReader::new(live.stdout.as_mut().unwrap())
+        .read_line(&mut String::new())
+        .unwrap();
+    live
+}
+
 fn alive(pid: u32) -> bool {
     fake_nvml::state::alive(pid)
 }
@@ -109,23 +131,7 @@ fn lists_orphans_live_processes_and_ghosts() {
         ),
         None,
     );
-    let mut live = Command::new(fakegpu())
-        .env("FAKE_NVML_STATE", m.state_path())
-        .args([
-            "alloc",
-            "--steps",
-            "3GiB",
-            "--hold-ms",
-            "20000",
-            "--say",
-            "held",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    BufReader::new(live.stdout.as_mut().unwrap())
-        .read_line(&mut String::new())
-        .unwrap();
+    let mut live = live_holder(&m);
 
     let (code, v, _) = orphans(&m, &dev, &[]);
     assert_eq!(code, 1, "leftovers found");
@@ -184,23 +190,7 @@ fn kill_ends_leftovers_and_gives_the_memory_back() {
         r#"sh -c 'trap "" TERM; "$FAKEGPU" set --pid $$ --bytes 2GiB; while :; do sleep 0.05; done'"#,
         None,
     );
-    let mut live = Command::new(fakegpu())
-        .env("FAKE_NVML_STATE", m.state_path())
-        .args([
-            "alloc",
-            "--steps",
-            "3GiB",
-            "--hold-ms",
-            "20000",
-            "--say",
-            "held",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    BufReader::new(live.stdout.as_mut().unwrap())
-        .read_line(&mut String::new())
-        .unwrap();
+    let mut live = live_holder(&m);
 
     let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
     assert_eq!(code, 0, "all leftovers ended: {err}");

@@ -71,14 +71,17 @@ fn own_failures_use_their_own_codes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/dir"));
 }
 
-/// Starts `gpudoc run -- sh -c SCRIPT` and waits for the child to print `ready`.
+/// Starts `gpudoc run --quiet [extra] -- sh -c SCRIPT` and waits for the child to print `ready`.
 fn start_ready(
     m: &Machine,
+    extra: &[&std::ffi::OsStr],
     script: &str,
 ) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let mut child = m
         .gpudoc()
-        .args(["run", "--quiet", "--", "sh", "-c", script])
+        .args(["run", "--quiet"])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -102,7 +105,7 @@ fn signals_are_forwarded_to_the_child() {
         let script = format!(
             "trap 'echo got {name}; exit 7' {name}; echo ready; while :; do sleep 0.02; done"
         );
-        let (mut child, mut out) = start_ready(&m, &script);
+        let (mut child, mut out) = start_ready(&m, &[], &script);
         unsafe { libc::kill(child.id() as i32, sig) };
         let mut rest = String::new();
         out.read_to_string(&mut rest).unwrap();
@@ -111,19 +114,7 @@ fn signals_are_forwarded_to_the_child() {
     }
     let json = m.path("r.json");
     let script = "trap 'exit 0' USR2; echo ready; while :; do sleep 0.02; done";
-    let mut child = m
-        .gpudoc()
-        .arg("run")
-        .arg("--json")
-        .arg(&json)
-        .args(["--quiet", "--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, _out) = start_ready(&m, &["--json".as_ref(), json.as_os_str()], script);
     unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
     child.wait().unwrap();
     assert_eq!(
@@ -485,19 +476,7 @@ fn if_gpudoc_is_killed_the_command_is_told_and_the_trace_survives() {
         echo ready; while :; do sleep 0.02; done"#,
         told.display()
     );
-    let mut child = m
-        .gpudoc()
-        .arg("run")
-        .arg("--trace")
-        .arg(&trace)
-        .args(["--quiet", "--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, _out) = start_ready(&m, &["--trace".as_ref(), trace.as_os_str()], &script);
     // Long enough for the allocation to be sampled and the trace flushed (at most every 0.5 s).
     std::thread::sleep(Duration::from_millis(1200));
     child.kill().unwrap();
