@@ -77,7 +77,7 @@ pub fn load(file: &Path, output: Option<&Path>) -> Result<Report, String> {
 }
 
 fn from_trace(file: &Path, output: Option<&Path>) -> Result<Report, String> {
-    let (command, timeline) = crate::trace::load(file).map_err(|e| e.to_string())?;
+    let (header, timeline) = crate::trace::load(file).map_err(|e| e.to_string())?;
     let mut scanner = Scanner::new();
     if let Some(out) = output {
         let bytes = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -111,13 +111,13 @@ fn from_trace(file: &Path, output: Option<&Path>) -> Result<Report, String> {
     let gpus: Vec<_> = timeline.gpus.iter().map(|g| g.info.clone()).collect();
     let torch = crate::torch::view::build(&Default::default(), &timeline, &gpus, false);
     let r = Report::build(Inputs {
-        command,
-        started_unix_s: 0.0,
+        command: header.command,
+        started_unix_s: header.unix_s,
         outcome: &outcome,
-        nvml: crate::gpu::NvmlStatus {
+        nvml: header.nvml.unwrap_or(crate::gpu::NvmlStatus {
             available: true,
             ..Default::default()
-        },
+        }),
         rates: Rates::default(),
         timeline: &timeline,
         leftovers: &[],

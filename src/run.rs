@@ -67,7 +67,7 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         );
     }
     let trace = match &args.trace {
-        Some(path) => match TraceWriter::create(path, start_wall, &command, &gpus) {
+        Some(path) => match TraceWriter::create(path, start_wall, &command, &gpus, &nvml_status) {
             Ok(t) => Some(t),
             Err(e) => {
                 eprintln!("gpudoc: --trace {}: {e}", path.display());

@@ -38,6 +38,7 @@ impl TraceWriter {
         start_wall: SystemTime,
         command: &[String],
         gpus: &[GpuInfo],
+        nvml: &crate::gpu::NvmlStatus,
     ) -> io::Result<TraceWriter> {
         let format = match path.extension().and_then(|e| e.to_str()) {
             Some("jsonl") => Format::Jsonl,
@@ -55,7 +56,7 @@ impl TraceWriter {
                     .unwrap_or_default()
                     .as_secs_f64();
                 let line = json!({"kind": "start", "schema": SCHEMA, "unix_s": unix,
-                                  "command": command, "gpus": gpus});
+                                  "command": command, "gpus": gpus, "nvml": nvml});
                 writeln!(out, "{line}")?
             }
         }
@@ -173,10 +174,19 @@ pub enum LoadError {
     },
 }
 
+/// What a trace holds besides its timeline.
+#[derive(Debug, Clone, Default)]
+pub struct Header {
+    pub command: Vec<String>,
+    pub unix_s: f64,
+    /// NVML's status at the start (traces from before it was recorded have none).
+    pub nvml: Option<crate::gpu::NvmlStatus>,
+}
+
 /// Reads a JSON-lines trace back into a timeline (the command it ran, and its GPUs and processes). The
 /// job's memory per GPU is summed again from the process rows. A corrupt or truncated row is an error that
 /// names the line; a trace cut off mid-line by a crash loses only that line.
-pub fn load(path: &Path) -> Result<(Vec<String>, crate::sample::Timeline), LoadError> {
+pub fn load(path: &Path) -> Result<(Header, crate::sample::Timeline), LoadError> {
     use crate::sample::{GpuTimeline, Lost, ProcTimeline, Timeline};
     use crate::timeline::Series;
     let p = path.display().to_string();
@@ -190,7 +200,7 @@ pub fn load(path: &Path) -> Result<(Vec<String>, crate::sample::Timeline), LoadE
         what,
     };
     let mut timeline = Timeline::default();
-    let mut command = Vec::new();
+    let mut header = Header::default();
     let lines: Vec<&str> = text.lines().collect();
     let complete = text.ends_with('\n');
     for (i, line) in lines.iter().enumerate() {
@@ -216,7 +226,9 @@ pub fn load(path: &Path) -> Result<(Vec<String>, crate::sample::Timeline), LoadE
                 if row.get("schema").and_then(|s| s.as_str()) != Some(SCHEMA) {
                     return Err(bad(n, format!("not a {SCHEMA} trace")));
                 }
-                command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
+                header.command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
+                header.unix_s = row["unix_s"].as_f64().unwrap_or(0.0);
+                header.nvml = serde_json::from_value(row["nvml"].clone()).ok();
                 let gpus: Vec<GpuInfo> = serde_json::from_value(row["gpus"].clone())
                     .map_err(|e| bad(n, format!("bad `gpus`: {e}")))?;
                 timeline.gpus = gpus
@@ -290,8 +302,8 @@ pub fn load(path: &Path) -> Result<(Vec<String>, crate::sample::Timeline), LoadE
             other => return Err(bad(n, format!("unknown row kind {other:?}"))),
         }
     }
-    if command.is_empty() && timeline.gpus.is_empty() {
+    if header.command.is_empty() && timeline.gpus.is_empty() {
         return Err(bad(1, format!("no `start` row: not a {SCHEMA} trace")));
     }
-    Ok((command, timeline))
+    Ok((header, timeline))
 }

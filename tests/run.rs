@@ -190,6 +190,19 @@ fn peak_is_exact_and_timeline_follows_the_steps() {
         .collect();
     assert_eq!(rows[0]["schema"], "gpudoc.trace/1");
     assert_eq!(rows[0]["gpus"][1]["name"], "NVIDIA H200");
+    assert_eq!(rows[0]["nvml"]["driver"], "580.159.04");
+    // Read back, the trace gives the same peak and names the driver.
+    let out = m
+        .gpudoc()
+        .arg("report")
+        .arg(&trace)
+        .args(["--json", "-"])
+        .output()
+        .unwrap();
+    let back: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(back["gpus"][1]["job_peak_bytes"], 5 * GIB);
+    assert_eq!(back["nvml"]["driver"], "580.159.04");
+    assert_eq!(back["exit"]["classification"], "unknown");
     let steps: Vec<u64> = rows
         .iter()
         .filter(|r| r["kind"] == "process" && r["gpu"] == 1)
