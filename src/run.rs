@@ -222,9 +222,14 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
     if !args.quiet {
         eprint!("{}", summary::render(&report, paint));
     }
+    if let Some(path) = &args.json
+        && let Err(e) = write_json(path, &report)
+    {
+        eprintln!("gpudoc: --json {}: {e}", path.display());
+    }
     if let Some(g) = &report.gate {
         if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
-            // Workflow commands are read from stdout.
+            // Workflow commands are read from stdout (after the report, with `--json -`).
             print!("{}", crate::gate::annotations(g));
         }
         if let Some(path) = gate.as_ref().and_then(|x| x.junit.as_ref())
@@ -237,11 +242,6 @@ pub fn run(args: RunArgs, color: ColorWhen) -> ExitCode {
         }
         // The verdict is the last line, also with --quiet.
         eprintln!("{}", crate::gate::verdict(g));
-    }
-    if let Some(path) = &args.json
-        && let Err(e) = write_json(path, &report)
-    {
-        eprintln!("gpudoc: --json {}: {e}", path.display());
     }
     ExitCode::from(crate::gate::exit_code(outcome.end.code(), report.gate.as_ref()) as u8)
 }
