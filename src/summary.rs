@@ -26,16 +26,13 @@ impl Paint {
             s.to_string()
         }
     }
-    fn bad(&self, s: &str) -> String {
+    /// Red and bold: failures, leftovers.
+    pub fn bad(&self, s: &str) -> String {
         if self.0 {
             s.red().bold().to_string()
         } else {
             s.to_string()
         }
-    }
-    /// Red, for text outside this module.
-    pub fn bad_str(&self, s: &str) -> String {
-        self.bad(s)
     }
     fn warn(&self, s: &str) -> String {
         if self.0 {

@@ -78,12 +78,11 @@ pub fn run(args: OrphansArgs, paint: Paint) -> ExitCode {
             );
         }
         for h in &refused {
-            let _ = writeln!(human, "  not pid {}: {}", h.pid, policy.refuse(h).unwrap());
+            let why = policy.refuse(h).unwrap_or_default();
+            let _ = writeln!(human, "  not pid {}: {why}", h.pid);
             ended.push(EndResult {
                 pid: h.pid,
-                result: Ended::Skipped {
-                    why: policy.refuse(h).unwrap(),
-                },
+                result: Ended::Skipped { why },
             });
         }
         emit(&human, to_stdout);
@@ -213,7 +212,7 @@ fn table(o: &mut String, l: &Listing, p: Paint) {
             };
             let verdict = format!("{:?}", h.verdict).to_lowercase();
             let verdict = if h.is_leftover() {
-                p.bad_str(&verdict)
+                p.bad(&verdict)
             } else {
                 verdict
             };
