@@ -10,7 +10,8 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(100_000);
-    let (nvml, status, gpus) = gpu::open();
+    let lib = gpudoc::settings::Env::read().nvml_lib;
+    let (nvml, status, gpus) = gpu::open(&lib);
     let Some(nvml) = nvml else {
         eprintln!("sample_cost: no NVML: {:?}", status.error);
         return;

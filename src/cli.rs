@@ -1,11 +1,9 @@
-//! Command-line flags, and their resolution into settings in one place.
+//! Every command-line flag, as clap parses it. Nothing here decides anything: `settings` resolves these
+//! raw flags, with the environment, into what the commands run with.
 
-use crate::exit;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Debug, Parser)]
@@ -15,7 +13,7 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto)]
     pub color: ColorWhen,
     #[command(subcommand)]
-    pub cmd: Cmd,
+    pub cmd: ClapCmd,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -26,17 +24,17 @@ pub enum ColorWhen {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Cmd {
+pub enum ClapCmd {
     /// Run a command and record its GPU memory, per GPU and per process.
     Run(RunArgs),
     /// List the processes that hold GPU memory or an NVIDIA device, and end the leftovers.
-    Orphans(crate::orphans::command::OrphansArgs),
+    Orphans(OrphansArgs),
     /// Diagnose a saved run again (a report or a trace) with the rules in force.
-    Report(crate::replay::ReportArgs),
+    Report(ReportArgs),
     /// What changed between two runs (reports or traces), per GPU and per rule.
-    Compare(crate::compare::CompareArgs),
+    Compare(CompareArgs),
     /// The rule set: list, explain a rule, list the facts rules read.
-    Rules(crate::rules::command::RulesCmd),
+    Rules(RulesCmd),
     /// Show what gpudoc does: on a GPU machine, run a small example under it; elsewhere, diagnose a run
     /// recorded on an H200.
     Demo,
@@ -78,72 +76,150 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]
-    pub rules: crate::replay::RulesArgs,
+    pub rules: RulesArgs,
     #[command(flatten)]
-    pub gate: crate::gate::GateArgs,
+    pub gate: GateArgs,
     /// The command to run, after `--`.
     #[arg(required = true, trailing_var_arg = true, num_args = 1.., value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
+/// The shortest sampling interval accepted.
+pub const MIN_INTERVAL: Duration = Duration::from_micros(100);
+
 fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("{e} (write it like 1ms, 500us or 0.5s)"))?;
-    if d < Duration::from_micros(100) {
+    if d < MIN_INTERVAL {
         return Err(format!("{s} is too short: the shortest interval is 100us"));
     }
     Ok(d)
 }
 
-/// Colours for a stream that is (or is not) a terminal.
-pub fn use_color(when: ColorWhen, stderr: bool) -> bool {
-    match when {
-        ColorWhen::Always => true,
-        ColorWhen::Never => false,
-        ColorWhen::Auto => {
-            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-            let tty = if stderr {
-                std::io::stderr().is_terminal()
-            } else {
-                std::io::stdout().is_terminal()
-            };
-            tty && !no_color
-        }
-    }
+/// Flags that choose the rules, shared by `run`, `report`, `compare` and `rules`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RulesArgs {
+    /// A folder of rule files (*.toml) added to the bundled ones; a rule with a bundled rule's id replaces it.
+    #[arg(long, value_name = "DIR", global = true)]
+    pub rules: Option<PathBuf>,
+    /// Switch a rule off (repeatable).
+    #[arg(long, value_name = "ID", global = true)]
+    pub disable_rule: Vec<String>,
 }
 
-/// Parses the command line and runs; the process's exit code.
-pub fn main() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let is_run = args
-        .iter()
-        .skip(1)
-        .find(|a| !a.to_string_lossy().starts_with('-'))
-        .is_some_and(|a| a == "run");
-    let cli = match Cli::try_parse_from(&args) {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                    ExitCode::SUCCESS
-                }
-                // `run`'s own failures must not look like the command's codes.
-                _ if is_run => ExitCode::from(exit::GPUDOC_FAILED),
-                _ => ExitCode::from(exit::USAGE),
-            };
-        }
-    };
-    match cli.cmd {
-        Cmd::Run(args) => crate::run::run(args, cli.color),
-        Cmd::Orphans(args) => {
-            crate::orphans::command::run(args, crate::summary::Paint(use_color(cli.color, false)))
-        }
-        Cmd::Report(args) => {
-            crate::replay::run(args, crate::summary::Paint(use_color(cli.color, false)))
-        }
-        Cmd::Rules(cmd) => crate::rules::command::run(cmd),
-        Cmd::Compare(args) => crate::compare::run(args),
-        Cmd::Demo => crate::run::demo(cli.color),
-    }
+/// The CI gate's flags.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct GateArgs {
+    /// Fail if the job's peak on a GPU exceeds SIZE: `40GiB` for every GPU, `1=20GiB` for GPU 1
+    /// (repeatable).
+    #[arg(long, value_name = "[GPU=]SIZE")]
+    pub max_peak: Vec<String>,
+    /// A baseline file holding the peaks of named jobs.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// The job's name in the baseline file.
+    #[arg(long, value_name = "NAME", requires = "baseline")]
+    pub name: Option<String>,
+    /// Allowed growth over the baseline: `5%`, `512MiB`, or both (`5%,512MiB`: the larger applies).
+    #[arg(long, value_name = "PCT|SIZE", default_value = "0%")]
+    pub tolerance: String,
+    /// Write this run's peaks into the baseline (creating the entry or the file).
+    #[arg(long, requires = "baseline")]
+    pub update_baseline: bool,
+    /// Which measure is gated.
+    #[arg(long, value_enum, default_value_t = GateMeasure::Nvml)]
+    pub gate: GateMeasure,
+    /// Also fail on diagnoses of this severity or worse.
+    #[arg(long, value_name = "warn|error", value_enum)]
+    pub fail_on: Option<FailOn>,
+    /// Write the gate's checks as a JUnit XML file, for CI systems other than GitHub Actions.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+}
+
+/// `--gate`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum GateMeasure {
+    /// The job's peak as NVML sees it (its processes' memory, CUDA contexts included).
+    #[default]
+    Nvml,
+    /// PyTorch's peak reserved memory (the framework view; less noisy).
+    Reserved,
+    /// PyTorch's peak allocated memory (live tensors).
+    Allocated,
+}
+
+/// `--fail-on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// A report (`gpudoc run --json`) or a JSON-lines trace (`gpudoc run --trace FILE.jsonl`).
+    pub file: PathBuf,
+    /// With a trace: the command's captured output (stderr), scanned for an out-of-memory report.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Print the facts the rules read (JSON) instead of the summary: for writing and checking rules.
+    #[arg(long)]
+    pub facts: bool,
+    /// Write the re-diagnosed report as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub rules: RulesArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The earlier run: a report or a JSON-lines trace.
+    pub old: PathBuf,
+    /// The later run.
+    pub new: PathBuf,
+    /// Write the comparison as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub rules: RulesArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RulesCmd {
+    #[command(subcommand)]
+    pub what: RulesWhat,
+    #[command(flatten)]
+    pub rules: RulesArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RulesWhat {
+    /// Every rule in force: id, severity, scope, title, where it comes from.
+    List,
+    /// One rule: its condition, the facts it reads (with their meaning), its message and advice.
+    Explain { id: String },
+    /// Every fact rules can read, with its type and meaning.
+    Facts,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct OrphansArgs {
+    /// End the leftovers (orphans): SIGTERM, wait --grace, then SIGKILL.
+    #[arg(long)]
+    pub kill: bool,
+    /// Don't ask before ending them.
+    #[arg(short, long)]
+    pub yes: bool,
+    /// How long to wait after SIGTERM before SIGKILL.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub grace: Duration,
+    /// As root, also end other users' processes.
+    #[arg(long)]
+    pub all_users: bool,
+    /// Write the listing (and what was ended) as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }

@@ -1,28 +1,14 @@
 //! `gpudoc compare OLD NEW`: what changed between two runs, per GPU and per rule, for reviewing a
 //! regression the gate caught.
 
-use crate::gate::{Measure, measured};
-use crate::replay::{self, RulesArgs};
+use crate::gate::measured;
+use crate::paint::Paint;
 use crate::report::Report;
 use crate::units::fmt_bytes;
+use crate::verdict::Measure;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::path::PathBuf;
-use std::process::ExitCode;
-
-#[derive(Debug, clap::Args)]
-pub struct CompareArgs {
-    /// The earlier run: a report or a JSON-lines trace.
-    pub old: PathBuf,
-    /// The later run.
-    pub new: PathBuf,
-    /// Write the comparison as JSON to FILE (`-` for stdout).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    #[command(flatten)]
-    pub rules: RulesArgs,
-}
 
 /// One measure on one GPU in both runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -52,14 +38,7 @@ pub struct Comparison {
 fn keyed(r: &Report) -> BTreeSet<String> {
     r.diagnoses
         .iter()
-        .map(|d| {
-            format!(
-                "{} ({}, {})",
-                d.rule,
-                format!("{:?}", d.severity).to_lowercase(),
-                d.subject
-            )
-        })
+        .map(|d| format!("{} ({}, {})", d.rule, d.severity.name(), d.subject))
         .collect()
 }
 
@@ -124,9 +103,9 @@ fn signed(d: i64) -> String {
 }
 
 /// The comparison for people.
-pub fn render(c: &Comparison) -> String {
+pub fn render(c: &Comparison, p: Paint) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "gpudoc compare: {} → {}", c.old, c.new);
+    let _ = writeln!(o, "{} {} → {}", p.bold("gpudoc compare:"), c.old, c.new);
     let mut last = None;
     for ch in &c.changes {
         if last != Some(ch.gpu) {
@@ -153,9 +132,9 @@ pub fn render(c: &Comparison) -> String {
         c.old_duration_s, c.new_duration_s
     );
     for (sign, list) in [
-        ("+", &c.rules_added),
-        ("-", &c.rules_removed),
-        ("=", &c.rules_kept),
+        (p.bad("+"), &c.rules_added),
+        (p.good("-"), &c.rules_removed),
+        (p.dim("="), &c.rules_kept),
     ] {
         for r in list {
             let _ = writeln!(o, "  {sign} {r}");
@@ -165,46 +144,4 @@ pub fn render(c: &Comparison) -> String {
         let _ = writeln!(o, "  no diagnosis in either run");
     }
     o
-}
-
-pub fn run(args: CompareArgs) -> ExitCode {
-    let rules = match args.rules.load() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("gpudoc: {e}");
-            return ExitCode::from(crate::exit::USAGE);
-        }
-    };
-    let load = |p: &PathBuf| -> Result<Report, String> {
-        let mut r = replay::load(p, None)?;
-        crate::rules::diagnose(&mut r, &rules);
-        Ok(r)
-    };
-    let (old, new) = match (load(&args.old), load(&args.new)) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("gpudoc: {e}");
-            return ExitCode::from(crate::exit::USAGE);
-        }
-    };
-    let c = compare(
-        &old,
-        &new,
-        &args.old.display().to_string(),
-        &args.new.display().to_string(),
-    );
-    match &args.json {
-        Some(p) if p.as_os_str() == "-" => {
-            println!("{}", serde_json::to_string_pretty(&c).unwrap())
-        }
-        Some(p) => {
-            print!("{}", render(&c));
-            if let Err(e) = std::fs::write(p, serde_json::to_string_pretty(&c).unwrap() + "\n") {
-                eprintln!("gpudoc: --json {}: {e}", p.display());
-                return ExitCode::from(crate::exit::USAGE);
-            }
-        }
-        None => print!("{}", render(&c)),
-    }
-    ExitCode::SUCCESS
 }

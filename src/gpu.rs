@@ -33,18 +33,17 @@ pub struct GpuInfo {
     pub total_bytes: u64,
 }
 
-/// Loads NVML and lists the GPUs. Without NVML (no driver, no library, a broken one) it returns `None`
-/// and a status that says why.
-pub fn open() -> (Option<Nvml>, NvmlStatus, Vec<GpuInfo>) {
-    let library = std::env::var(LIB_ENV).unwrap_or_else(|_| DEFAULT_LIB.to_string());
+/// Loads NVML from `library` and lists the GPUs. Without NVML (no driver, no library, a broken one) it
+/// returns `None` and a status that says why.
+pub fn open(library: &str) -> (Option<Nvml>, NvmlStatus, Vec<GpuInfo>) {
     let mut status = NvmlStatus {
-        library: library.clone(),
+        library: library.to_string(),
         ..Default::default()
     };
     let nvml = match Nvml::builder().lib_path(library.as_ref()).init() {
         Ok(n) => n,
         Err(e) => {
-            status.error = Some(describe_init_error(&library, &e));
+            status.error = Some(describe_init_error(library, &e));
             return (None, status, Vec::new());
         }
     };

@@ -1,8 +1,10 @@
-//! gpudoc: a doctor for NVIDIA GPU memory. The flow (DESIGN.md): `cli` → `run` → `supervise` (the
-//! command) with `sample` (NVML, on its own thread) → `timeline` → `report` → `summary` / JSON / trace.
-//! Every stage after the spawn takes data and returns data.
+//! gpudoc: a doctor for NVIDIA GPU memory. The flow (DESIGN.md): `commands` (with `settings` resolved from
+//! `cli` and the environment) → `supervise` (the command) with `sample` (NVML, on its own thread) and
+//! `torch` (the shim) → `timeline` → `report` → `rules` → `gate` → `summary` / `output`. Every stage after
+//! the spawn takes data and returns data; dependencies point down (a test checks there is no cycle).
 
 pub mod cli;
+pub mod commands;
 pub mod compare;
 pub mod exit;
 pub mod gate;
@@ -10,15 +12,18 @@ pub mod gpu;
 pub mod live;
 pub mod oom;
 pub mod orphans;
+pub mod output;
+pub mod paint;
 pub mod procs;
 pub mod replay;
 pub mod report;
 pub mod rules;
-pub mod run;
 pub mod sample;
+pub mod settings;
 pub mod summary;
 pub mod supervise;
 pub mod timeline;
 pub mod torch;
 pub mod trace;
 pub mod units;
+pub mod verdict;

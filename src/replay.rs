@@ -2,51 +2,16 @@
 //! (`--trace FILE.jsonl`, with the command's captured output for its OOM text, if any), with the rules in
 //! force now. A rule can be developed and checked on recorded runs this way.
 
-use crate::exit;
+use crate::gpu::GpuInfo;
 use crate::oom::{self, HostOom, scan::Scanner};
 use crate::report::{Inputs, Report};
-use crate::rules::{self, RuleSet};
 use crate::sample::Rates;
-use crate::summary::{self, Paint};
 use crate::supervise::{Outcome, ProcessEnd, Stream};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use crate::timeline::{GpuTimeline, Lost, Micros, ProcTimeline, Series, Timeline};
+use crate::trace::SCHEMA;
+use std::io;
+use std::path::Path;
 use std::time::Duration;
-
-#[derive(Debug, clap::Args)]
-pub struct ReportArgs {
-    /// A report (`gpudoc run --json`) or a JSON-lines trace (`gpudoc run --trace FILE.jsonl`).
-    pub file: PathBuf,
-    /// With a trace: the command's captured output (stderr), scanned for an out-of-memory report.
-    #[arg(long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Print the facts the rules read (JSON) instead of the summary: for writing and checking rules.
-    #[arg(long)]
-    pub facts: bool,
-    /// Write the re-diagnosed report as JSON to FILE (`-` for stdout).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    #[command(flatten)]
-    pub rules: RulesArgs,
-}
-
-/// Flags that choose the rules, shared by `run`, `report` and `rules`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct RulesArgs {
-    /// A folder of rule files (*.toml) added to the bundled ones; a rule with a bundled rule's id replaces it.
-    #[arg(long, value_name = "DIR", global = true)]
-    pub rules: Option<PathBuf>,
-    /// Switch a rule off (repeatable).
-    #[arg(long, value_name = "ID", global = true)]
-    pub disable_rule: Vec<String>,
-}
-
-impl RulesArgs {
-    pub fn load(&self) -> Result<RuleSet, rules::RuleError> {
-        RuleSet::load(self.rules.as_deref(), &self.disable_rule)
-    }
-}
 
 /// Reads a report or rebuilds one from a trace.
 pub fn load(file: &Path, output: Option<&Path>) -> Result<Report, String> {
@@ -77,7 +42,7 @@ pub fn load(file: &Path, output: Option<&Path>) -> Result<Report, String> {
 }
 
 fn from_trace(file: &Path, output: Option<&Path>) -> Result<Report, String> {
-    let (header, timeline) = crate::trace::load(file).map_err(|e| e.to_string())?;
+    let (header, timeline) = load_trace(file).map_err(|e| e.to_string())?;
     let mut scanner = Scanner::new();
     if let Some(out) = output {
         let bytes = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -135,46 +100,137 @@ fn from_trace(file: &Path, output: Option<&Path>) -> Result<Report, String> {
     Ok(r)
 }
 
-pub fn run(args: ReportArgs, paint: Paint) -> ExitCode {
-    let rules = match args.rules.load() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("gpudoc: {e}");
-            return ExitCode::from(exit::USAGE);
-        }
+/// A trace file that could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("{path}:{line}: {what}")]
+    Bad {
+        path: String,
+        line: usize,
+        what: String,
+    },
+}
+
+/// What a trace holds besides its timeline.
+#[derive(Debug, Clone, Default)]
+pub struct Header {
+    pub command: Vec<String>,
+    pub unix_s: f64,
+    /// NVML's status at the start (traces from before it was recorded have none).
+    pub nvml: Option<crate::gpu::NvmlStatus>,
+}
+
+/// Reads a JSON-lines trace back into a timeline (the command it ran, and its GPUs and processes). The
+/// job's memory per GPU is summed again from the process rows. A corrupt or truncated row is an error that
+/// names the line; a trace cut off mid-line by a crash loses only that line.
+pub fn load_trace(path: &Path) -> Result<(Header, Timeline), LoadError> {
+    let p = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: p.clone(),
+        source,
+    })?;
+    let bad = |line: usize, what: String| LoadError::Bad {
+        path: p.clone(),
+        line,
+        what,
     };
-    let mut report = match load(&args.file, args.output.as_deref()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("gpudoc: {e}");
-            return ExitCode::from(exit::USAGE);
-        }
-    };
-    if args.facts {
-        let facts = serde_json::to_string_pretty(&rules::facts::Facts::of(&report))
-            .expect("facts serialize");
-        println!("{facts}");
-        return ExitCode::SUCCESS;
-    }
-    rules::diagnose(&mut report, &rules);
-    let to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    let text = summary::render(&report, paint);
-    if to_stdout {
-        eprint!("{text}");
-    } else {
-        print!("{text}");
-    }
-    if let Some(path) = &args.json {
-        let json = report.to_json();
-        let res = if to_stdout {
-            std::io::stdout().write_all(json.as_bytes())
-        } else {
-            std::fs::write(path, json)
+    let mut timeline = Timeline::default();
+    let mut header = Header::default();
+    let lines: Vec<&str> = text.lines().collect();
+    let complete = text.ends_with('\n');
+    for (i, line) in lines.iter().enumerate() {
+        let n = i + 1;
+        let row: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            // A crash can cut the last line short.
+            Err(_) if n == lines.len() && !complete => break,
+            Err(e) => return Err(bad(n, format!("not JSON: {e}"))),
         };
-        if let Err(e) = res {
-            eprintln!("gpudoc: --json {}: {e}", path.display());
-            return ExitCode::from(exit::USAGE);
+        let num = |k: &str| {
+            row.get(k)
+                .and_then(|v| v.as_f64())
+                .ok_or_else(|| bad(n, format!("no number `{k}`")))
+        };
+        let at = |r: &serde_json::Value| {
+            r.get("t")
+                .and_then(|v| v.as_f64())
+                .map(|t| (t * 1e6).round() as Micros)
+        };
+        match row.get("kind").and_then(|k| k.as_str()) {
+            Some("start") => {
+                if row.get("schema").and_then(|s| s.as_str()) != Some(SCHEMA) {
+                    return Err(bad(n, format!("not a {SCHEMA} trace")));
+                }
+                header.command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
+                header.unix_s = row["unix_s"].as_f64().unwrap_or(0.0);
+                header.nvml = serde_json::from_value(row["nvml"].clone()).ok();
+                let gpus: Vec<GpuInfo> = serde_json::from_value(row["gpus"].clone())
+                    .map_err(|e| bad(n, format!("bad `gpus`: {e}")))?;
+                timeline.gpus = gpus.into_iter().map(GpuTimeline::new).collect();
+            }
+            Some("device") => {
+                let t = at(&row).ok_or_else(|| bad(n, "no time `t`".into()))?;
+                let gpu = num("gpu")? as u32;
+                let used = num("used")? as u64;
+                let g = timeline
+                    .gpus
+                    .iter_mut()
+                    .find(|g| g.info.index == gpu)
+                    .ok_or_else(|| bad(n, format!("GPU {gpu} is not in the header")))?;
+                g.used.push(t, used);
+                timeline.device_samples += 1;
+            }
+            Some("process") => {
+                let t = at(&row).ok_or_else(|| bad(n, "no time `t`".into()))?;
+                let (gpu, pid, used) =
+                    (num("gpu")? as u32, num("pid")? as u32, num("used")? as u64);
+                let in_job = row.get("in_job").and_then(|v| v.as_bool()).unwrap_or(false);
+                let entry = timeline
+                    .procs
+                    .entry((gpu, pid))
+                    .or_insert_with(|| ProcTimeline {
+                        pid,
+                        gpu,
+                        in_job,
+                        visible: true,
+                        cmdline: String::new(),
+                        uid: None,
+                        used: Series::default(),
+                    });
+                if let Some(c) = row.get("cmdline").and_then(|c| c.as_str()) {
+                    entry.cmdline = c.to_string();
+                }
+                entry.used.push(t, used);
+                let job: u64 = timeline
+                    .procs
+                    .values()
+                    .filter(|p| p.gpu == gpu && p.in_job)
+                    .filter_map(|p| p.used.last())
+                    .sum();
+                if let Some(g) = timeline.gpus.iter_mut().find(|g| g.info.index == gpu) {
+                    g.job.push(t, job);
+                }
+                timeline.process_samples += 1;
+            }
+            Some("lost") => {
+                let t = at(&row).ok_or_else(|| bad(n, "no time `t`".into()))?;
+                let gpu = num("gpu")? as u32;
+                let error = row
+                    .get("error")
+                    .and_then(|e| e.as_str())
+                    .unwrap_or("")
+                    .to_string();
+                if let Some(g) = timeline.gpus.iter_mut().find(|g| g.info.index == gpu) {
+                    g.lost = Some(Lost { at: t, error });
+                }
+            }
+            other => return Err(bad(n, format!("unknown row kind {other:?}"))),
         }
     }
-    ExitCode::SUCCESS
+    if header.command.is_empty() && timeline.gpus.is_empty() {
+        return Err(bad(1, format!("no `start` row: not a {SCHEMA} trace")));
+    }
+    Ok((header, timeline))
 }

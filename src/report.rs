@@ -3,9 +3,10 @@
 
 use crate::gpu::NvmlStatus;
 use crate::procs::ProcInfo;
-use crate::sample::{Rates, Timeline};
+use crate::sample::Rates;
 use crate::supervise::Outcome;
 use crate::timeline::Micros;
+use crate::timeline::Timeline;
 use serde::{Deserialize, Serialize};
 
 /// The `schema` value of this version of the report.
@@ -34,9 +35,9 @@ pub struct Report {
     pub orphans: Vec<Orphan>,
     /// What the rules found, most severe first.
     #[serde(default)]
-    pub diagnoses: Vec<crate::rules::Diagnosis>,
+    pub diagnoses: Vec<crate::verdict::Diagnosis>,
     #[serde(default)]
-    pub gate: Option<crate::gate::GateReport>,
+    pub gate: Option<crate::verdict::GateReport>,
     /// Things gpudoc could not do, in words (a trace write error, a sampling gap, a rule that failed).
     #[serde(default)]
     pub notes: Vec<String>,

@@ -5,7 +5,7 @@
 
 use crate::gpu::{self, Failure, GpuInfo};
 use crate::procs::JobCache;
-use crate::timeline::{Micros, Series};
+use crate::timeline::{GpuTimeline, Lost, Micros, ProcTimeline, Series, Timeline};
 use crate::trace::TraceWriter;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
@@ -45,54 +45,6 @@ impl Default for Rates {
             process: Duration::from_millis(10),
         }
     }
-}
-
-/// When and why a GPU stopped being sampled.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Lost {
-    pub at: Micros,
-    pub error: String,
-}
-
-/// One GPU over the run.
-#[derive(Debug, Clone)]
-pub struct GpuTimeline {
-    pub info: GpuInfo,
-    /// Device memory in use, NVML v2 `used` (what `nvidia-smi` shows).
-    pub used: Series,
-    /// Memory the driver reserves for itself (NVML v2 `reserved`), last seen.
-    pub driver_reserved: u64,
-    /// The job's memory: the sum over the job's processes, at each process sample.
-    pub job: Series,
-    pub lost: Option<Lost>,
-    /// Queries that failed as unsupported and were turned off, with the error.
-    pub unsupported: Vec<(String, String)>,
-}
-
-/// One process on one GPU.
-#[derive(Debug, Clone)]
-pub struct ProcTimeline {
-    pub pid: u32,
-    pub gpu: u32,
-    pub in_job: bool,
-    /// /proc has this PID. NVML reports host PIDs: inside a container without the host's PID namespace
-    /// they are not visible, and such a process can't be placed in or out of the job.
-    pub visible: bool,
-    pub cmdline: String,
-    pub uid: Option<u32>,
-    pub used: Series,
-}
-
-/// Everything sampled in a run.
-#[derive(Debug, Clone, Default)]
-pub struct Timeline {
-    pub gpus: Vec<GpuTimeline>,
-    /// Keyed by (gpu, pid).
-    pub procs: BTreeMap<(u32, u32), ProcTimeline>,
-    pub device_samples: u64,
-    pub process_samples: u64,
-    /// Heap bytes held by stored points at the end.
-    pub heap_bytes: usize,
 }
 
 /// The latest numbers, for the live status line.
@@ -149,14 +101,7 @@ impl<'n> Core<'n> {
                 compute: true,
                 graphics: true,
             });
-            timeline.gpus.push(GpuTimeline {
-                info: info.clone(),
-                used: Series::default(),
-                driver_reserved: 0,
-                job: Series::default(),
-                lost: None,
-                unsupported: Vec::new(),
-            });
+            timeline.gpus.push(GpuTimeline::new(info.clone()));
         }
         Core {
             probes,

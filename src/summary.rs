@@ -1,54 +1,14 @@
-//! The human summary printed on stderr after a run: how the command ended, then per GPU the job's peak
-//! against capacity, the device's peak, a sparkline of the job's memory, and the processes involved.
+//! The human summary printed after a run: how the command ended (with the OOM's numbers), the diagnoses,
+//! then per GPU the job's peak against capacity, a sparkline of the job's memory and the processes
+//! involved, the two views of PyTorch processes side by side, leftovers and notes. Pure: a report in, text
+//! out; every text from another process goes through `units::printable`.
 
 use crate::oom::{Cause, Ending, OomReport, WINDOW_S};
-use crate::report::Report;
-use crate::units::{fmt_bytes, fmt_pct, fmt_secs, sparkline};
-use owo_colors::OwoColorize;
+use crate::paint::Paint;
+use crate::report::{GpuReport, Report};
+use crate::units::{fmt_bytes, fmt_pct, fmt_secs, printable, shorten, sparkline};
+use crate::verdict::Severity;
 use std::fmt::Write;
-
-/// Colours on or off, decided once from `--color`, `NO_COLOR` and the terminal.
-#[derive(Debug, Clone, Copy)]
-pub struct Paint(pub bool);
-
-impl Paint {
-    fn bold(&self, s: &str) -> String {
-        if self.0 {
-            s.bold().to_string()
-        } else {
-            s.to_string()
-        }
-    }
-    fn good(&self, s: &str) -> String {
-        if self.0 {
-            s.green().to_string()
-        } else {
-            s.to_string()
-        }
-    }
-    /// Red and bold: failures, leftovers.
-    pub fn bad(&self, s: &str) -> String {
-        if self.0 {
-            s.red().bold().to_string()
-        } else {
-            s.to_string()
-        }
-    }
-    fn warn(&self, s: &str) -> String {
-        if self.0 {
-            s.yellow().to_string()
-        } else {
-            s.to_string()
-        }
-    }
-    fn dim(&self, s: &str) -> String {
-        if self.0 {
-            s.dimmed().to_string()
-        } else {
-            s.to_string()
-        }
-    }
-}
 
 /// How the command ended, in words.
 pub fn ending(r: &Report) -> String {
@@ -67,10 +27,33 @@ pub fn ending(r: &Report) -> String {
 }
 
 const SPARK_WIDTH: usize = 40;
+/// Processes listed per GPU, and PyTorch processes in the table; the rest are counted.
+const MAX_PROCS: usize = 8;
+const MAX_TORCH: usize = 16;
 
 /// Renders the summary.
 pub fn render(r: &Report, p: Paint) -> String {
     let mut o = String::new();
+    render_headline(&mut o, r, p);
+    render_diagnoses(&mut o, r, p);
+    if !r.nvml.available {
+        let why = r.nvml.error.as_deref().unwrap_or("unknown reason");
+        let _ = writeln!(o, "  {}", p.warn(&format!("GPU sampling was off: {why}")));
+    }
+    for g in &r.gpus {
+        render_gpu(&mut o, r, g, p);
+    }
+    render_torch(&mut o, r, p);
+    render_leftovers(&mut o, r, p);
+    for n in &r.notes {
+        let _ = writeln!(o, "  {}", p.warn(&printable(n)));
+    }
+    render_sampling(&mut o, r, p);
+    o
+}
+
+/// The first line: the command, how it ended and after how long; for an OOM or a host OOM kill, why.
+fn render_headline(o: &mut String, r: &Report, p: Paint) {
     let cmd = shorten(&r.command.join(" "), 60);
     let end = ending(r);
     let end = if r.exit.code == 0 {
@@ -78,6 +61,7 @@ pub fn render(r: &Report, p: Paint) -> String {
     } else {
         p.bad(&end)
     };
+    let head = p.bold("gpudoc:");
     match (&r.oom, r.exit.classification) {
         (Some(oom), Ending::GpuOom) => {
             let on = match (oom.gpu, oom.event.rank) {
@@ -86,23 +70,19 @@ pub fn render(r: &Report, p: Paint) -> String {
                 (None, Some(rank)) => format!(" (rank {rank})"),
                 (None, None) => String::new(),
             };
+            let what = p.bad(&format!("ran out of GPU memory{on}"));
             let _ = writeln!(
                 o,
-                "{} {} {} after {}: {end}",
-                p.bold("gpudoc:"),
-                cmd,
-                p.bad(&format!("ran out of GPU memory{on}")),
-                fmt_secs(oom.event.at_s),
+                "{head} {cmd} {what} after {}: {end}",
+                fmt_secs(oom.event.at_s)
             );
-            render_oom(&mut o, oom, p);
+            render_oom(o, oom, p);
         }
         (_, Ending::HostOomKill) => {
+            let what = p.bad("was killed by the kernel's OOM killer for host RAM (not GPU memory)");
             let _ = writeln!(
                 o,
-                "{} {} {} after {}: {end}",
-                p.bold("gpudoc:"),
-                cmd,
-                p.bad("was killed by the kernel's OOM killer for host RAM (not GPU memory)"),
+                "{head} {cmd} {what} after {}: {end}",
                 fmt_secs(r.duration_s)
             );
             if let Some(h) = &r.exit.host_oom {
@@ -114,142 +94,18 @@ pub fn render(r: &Report, p: Paint) -> String {
                     );
                 }
                 for line in &h.kernel_log {
-                    let _ = writeln!(o, "  kernel: {}", p.dim(line));
+                    let _ = writeln!(o, "  kernel: {}", p.dim(&printable(line)));
                 }
             }
         }
         _ => {
-            let _ = writeln!(
-                o,
-                "{} {} {end} after {}",
-                p.bold("gpudoc:"),
-                cmd,
-                fmt_secs(r.duration_s)
-            );
+            let _ = writeln!(o, "{head} {cmd} {end} after {}", fmt_secs(r.duration_s));
         }
     }
-    render_diagnoses(&mut o, r, p);
-    if !r.nvml.available {
-        let why = r.nvml.error.as_deref().unwrap_or("unknown reason");
-        let _ = writeln!(o, "  {}", p.warn(&format!("GPU sampling was off: {why}")));
-    }
-    for g in &r.gpus {
-        let _ = writeln!(
-            o,
-            "  GPU {} {}: job peak {} ({} of {}) at {} · device peak {} · in use at start {}",
-            g.index,
-            g.name,
-            p.bold(&fmt_bytes(g.job_peak_bytes)),
-            fmt_pct(g.job_peak_bytes, g.total_bytes),
-            fmt_bytes(g.total_bytes),
-            fmt_secs(g.job_peak_at_s),
-            fmt_bytes(g.peak_used_bytes),
-            fmt_bytes(g.start_used_bytes),
-        );
-        if g.job_peak_bytes > 0 {
-            let values: Vec<u64> = g.job_timeline.iter().map(|&(_, v)| v).collect();
-            let width = values.len().clamp(1, SPARK_WIDTH);
-            let chunk = values.len().div_ceil(width).max(1);
-            let squeezed: Vec<u64> = values
-                .chunks(chunk)
-                .map(|c| *c.iter().max().unwrap())
-                .collect();
-            let _ = writeln!(
-                o,
-                "    {} {}",
-                sparkline(&squeezed, g.job_peak_bytes),
-                p.dim("job memory over the run")
-            );
-        }
-        if let Some(l) = &g.lost {
-            let _ = writeln!(
-                o,
-                "    {}",
-                p.warn(&format!(
-                    "lost at {}: {} (no numbers for this GPU after that)",
-                    fmt_secs(l.at_s),
-                    l.error
-                ))
-            );
-        }
-        for u in &g.unsupported {
-            let _ = writeln!(
-                o,
-                "    {}",
-                p.dim(&format!("not supported here, not sampled: {u}"))
-            );
-        }
-        let mut procs: Vec<_> = r.processes.iter().filter(|q| q.gpu == g.index).collect();
-        procs.sort_by(|a, b| {
-            b.in_job
-                .cmp(&a.in_job)
-                .then(b.peak_bytes.cmp(&a.peak_bytes))
-        });
-        for q in procs.iter().take(8) {
-            let who = if q.in_job { "job  " } else { "other" };
-            let _ = writeln!(
-                o,
-                "    {who} pid {:<7} peak {:>10}  {}",
-                q.pid,
-                fmt_bytes(q.peak_bytes),
-                p.dim(&shorten(&q.cmdline, 60))
-            );
-        }
-        if procs.len() > 8 {
-            let _ = writeln!(
-                o,
-                "    … and {} more processes (see --json)",
-                procs.len() - 8
-            );
-        }
-    }
-    render_torch(&mut o, r, p);
-    for orphan in &r.orphans {
-        let held: u64 = orphan.gpu_bytes.iter().map(|&(_, b)| b).sum();
-        let ended = orphan
-            .ended
-            .as_ref()
-            .map(|e| format!(": {}", e.describe()))
-            .unwrap_or_default();
-        let held = if held > 0 {
-            format!(", holding {} of GPU memory", fmt_bytes(held))
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            o,
-            "  {}",
-            p.warn(&format!(
-                "left running: pid {} {}{held}{ended}",
-                orphan.pid,
-                shorten(&orphan.cmdline, 60)
-            ))
-        );
-    }
-    for n in &r.notes {
-        let _ = writeln!(o, "  {}", p.warn(n));
-    }
-    if r.nvml.available {
-        let driver = r.nvml.driver.as_deref().unwrap_or("?");
-        let cuda = r.nvml.cuda_driver.as_deref().unwrap_or("?");
-        let _ = writeln!(
-            o,
-            "  {}",
-            p.dim(&format!(
-                "NVML: driver {driver}, CUDA {cuda} · {} device samples every {}, {} process samples every {}",
-                r.sampling.device_samples,
-                fmt_interval(r.sampling.device_interval_s),
-                r.sampling.process_samples,
-                fmt_interval(r.sampling.process_interval_s),
-            ))
-        );
-    }
-    o
 }
 
 /// What the rules found, most severe first; nothing at all for a healthy run.
 fn render_diagnoses(o: &mut String, r: &Report, p: Paint) {
-    use crate::rules::Severity;
     for d in &r.diagnoses {
         let tag = match d.severity {
             Severity::Error => p.bad("error"),
@@ -259,16 +115,82 @@ fn render_diagnoses(o: &mut String, r: &Report, p: Paint) {
         let _ = writeln!(
             o,
             "  {tag} {} {}",
-            p.bold(&d.title),
+            p.bold(&printable(&d.title)),
             p.dim(&format!("[{}]", d.rule))
         );
-        let _ = writeln!(o, "        {}", d.message);
+        let _ = writeln!(o, "        {}", printable(&d.message));
         for a in &d.advice {
-            let _ = writeln!(o, "        → {a}");
+            let _ = writeln!(o, "        → {}", printable(a));
         }
         if let Some(url) = &d.docs {
-            let _ = writeln!(o, "        {}", p.dim(url));
+            let _ = writeln!(o, "        {}", p.dim(&printable(url)));
         }
+    }
+}
+
+/// One GPU: its peaks, the job's memory over the run, whether it was lost, and its processes.
+fn render_gpu(o: &mut String, r: &Report, g: &GpuReport, p: Paint) {
+    let _ = writeln!(
+        o,
+        "  GPU {} {}: job peak {} ({} of {}) at {} · device peak {} · in use at start {}",
+        g.index,
+        printable(&g.name),
+        p.bold(&fmt_bytes(g.job_peak_bytes)),
+        fmt_pct(g.job_peak_bytes, g.total_bytes),
+        fmt_bytes(g.total_bytes),
+        fmt_secs(g.job_peak_at_s),
+        fmt_bytes(g.peak_used_bytes),
+        fmt_bytes(g.start_used_bytes),
+    );
+    if g.job_peak_bytes > 0 {
+        let values: Vec<u64> = g.job_timeline.iter().map(|&(_, v)| v).collect();
+        let width = values.len().clamp(1, SPARK_WIDTH);
+        let chunk = values.len().div_ceil(width).max(1);
+        let squeezed: Vec<u64> = values
+            .chunks(chunk)
+            .map(|c| *c.iter().max().unwrap())
+            .collect();
+        let _ = writeln!(
+            o,
+            "    {} {}",
+            sparkline(&squeezed, g.job_peak_bytes),
+            p.dim("job memory over the run")
+        );
+    }
+    if let Some(l) = &g.lost {
+        let text = format!(
+            "lost at {}: {} (no numbers for this GPU after that)",
+            fmt_secs(l.at_s),
+            printable(&l.error)
+        );
+        let _ = writeln!(o, "    {}", p.warn(&text));
+    }
+    for u in &g.unsupported {
+        let text = format!("not supported here, not sampled: {}", printable(u));
+        let _ = writeln!(o, "    {}", p.dim(&text));
+    }
+    let mut procs: Vec<_> = r.processes.iter().filter(|q| q.gpu == g.index).collect();
+    procs.sort_by(|a, b| {
+        b.in_job
+            .cmp(&a.in_job)
+            .then(b.peak_bytes.cmp(&a.peak_bytes))
+    });
+    for q in procs.iter().take(MAX_PROCS) {
+        let who = if q.in_job { "job  " } else { "other" };
+        let _ = writeln!(
+            o,
+            "    {who} pid {:<7} peak {:>10}  {}",
+            q.pid,
+            fmt_bytes(q.peak_bytes),
+            p.dim(&shorten(&q.cmdline, 60))
+        );
+    }
+    if procs.len() > MAX_PROCS {
+        let _ = writeln!(
+            o,
+            "    … and {} more processes (see --json)",
+            procs.len() - MAX_PROCS
+        );
     }
 }
 
@@ -297,11 +219,11 @@ fn render_torch(o: &mut String, r: &Report, p: Paint) {
         "retries"
     );
     let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "-".into());
-    for q in t.processes.iter().take(16) {
+    for q in t.processes.iter().take(MAX_TORCH) {
         let rank = q
             .rank
             .as_ref()
-            .map(|r| r.to_string())
+            .map(|r| printable(&r.to_string()).into_owned())
             .unwrap_or_else(|| "-".into());
         let gpu = q
             .gpu
@@ -321,83 +243,58 @@ fn render_torch(o: &mut String, r: &Report, p: Paint) {
             q.alloc_retries
         );
     }
-    if t.processes.len() > 16 {
-        let _ = writeln!(o, "    … and {} more (see --json)", t.processes.len() - 16);
+    if t.processes.len() > MAX_TORCH {
+        let more = t.processes.len() - MAX_TORCH;
+        let _ = writeln!(o, "    … and {more} more (see --json)");
     }
+}
+
+/// Descendants still running after the command exited, and what `--kill-orphans` did to them.
+fn render_leftovers(o: &mut String, r: &Report, p: Paint) {
+    for orphan in &r.orphans {
+        let held: u64 = orphan.gpu_bytes.iter().map(|&(_, b)| b).sum();
+        let ended = orphan
+            .ended
+            .as_ref()
+            .map(|e| format!(": {}", e.describe()))
+            .unwrap_or_default();
+        let held = if held > 0 {
+            format!(", holding {} of GPU memory", fmt_bytes(held))
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "left running: pid {} {}{held}{ended}",
+            orphan.pid,
+            shorten(&orphan.cmdline, 60)
+        );
+        let _ = writeln!(o, "  {}", p.warn(&text));
+    }
+}
+
+/// NVML's driver and how often it was sampled.
+fn render_sampling(o: &mut String, r: &Report, p: Paint) {
+    if !r.nvml.available {
+        return;
+    }
+    let driver = r.nvml.driver.as_deref().unwrap_or("?");
+    let cuda = r.nvml.cuda_driver.as_deref().unwrap_or("?");
+    let text = format!(
+        "NVML: driver {}, CUDA {} · {} device samples every {}, {} process samples every {}",
+        printable(driver),
+        printable(cuda),
+        r.sampling.device_samples,
+        fmt_interval(r.sampling.device_interval_s),
+        r.sampling.process_samples,
+        fmt_interval(r.sampling.process_interval_s),
+    );
+    let _ = writeln!(o, "  {}", p.dim(&text));
 }
 
 /// The numbers of an OOM: what was asked, what was free, who held the rest, and the seconds before.
 fn render_oom(o: &mut String, oom: &OomReport, p: Paint) {
-    let t = &oom.event.text;
-    let mut asked = String::from("  ");
-    if let Some(req) = t.requested_bytes {
-        let _ = write!(asked, "asked for {}", p.bold(&fmt_bytes(req)));
-        if let Some(free) = t.free_bytes {
-            let _ = write!(asked, " with {} free", fmt_bytes(free));
-        }
-        if let Some(total) = t.total_bytes {
-            let _ = write!(asked, " of {}", fmt_bytes(total));
-        }
-    } else {
-        asked.push_str("the output does not say how much was asked for");
-    }
-    let from = t.exception.clone().unwrap_or_else(|| t.format.clone());
-    let partial = if t.complete { "" } else { ", partial text" };
-    let _ = writeln!(o, "{asked} {}", p.dim(&format!("({from}{partial})")));
-    if let Some(alloc) = t.allocated_bytes {
-        let mut held = String::from("  the process held ");
-        if let Some(total) = t.process_bytes {
-            let _ = write!(held, "{}: ", fmt_bytes(total));
-        }
-        let _ = write!(held, "{} in live tensors", fmt_bytes(alloc));
-        if let Some(u) = t.reserved_unallocated_bytes {
-            let _ = write!(held, ", {} cached by PyTorch but unallocated", fmt_bytes(u));
-        }
-        if let (Some(total), Some(res)) = (t.process_bytes, t.reserved_bytes) {
-            let _ = write!(
-                held,
-                ", {} outside PyTorch",
-                fmt_bytes(total.saturating_sub(res))
-            );
-        }
-        let _ = writeln!(o, "{held}");
-    }
-    if oom.others_bytes > 0 {
-        let mut names: Vec<String> = t
-            .other_processes
-            .iter()
-            .map(|q| {
-                let cmd = oom
-                    .before
-                    .iter()
-                    .find(|b| b.pid == q.pid)
-                    .map(|b| format!(" {}", shorten(&b.cmdline, 40)))
-                    .unwrap_or_default();
-                format!("pid {}{cmd} {}", q.pid, fmt_bytes(q.bytes))
-            })
-            .collect();
-        if names.is_empty() {
-            names = oom
-                .before
-                .iter()
-                .filter(|b| !b.in_job && b.visible)
-                .map(|b| {
-                    format!(
-                        "pid {} {} {}",
-                        b.pid,
-                        shorten(&b.cmdline, 40),
-                        fmt_bytes(b.bytes_at)
-                    )
-                })
-                .collect();
-        }
-        let _ = writeln!(
-            o,
-            "  other processes held {}: {}",
-            fmt_bytes(oom.others_bytes),
-            names.join("; ")
-        );
-    }
+    render_oom_request(o, oom, p);
+    render_oom_holders(o, oom);
     let cause = match oom.cause {
         Cause::TooBig => "too big",
         Cause::Others => "other processes",
@@ -405,7 +302,12 @@ fn render_oom(o: &mut String, oom: &OomReport, p: Paint) {
         Cause::SelfGrowth => "the job's own growth",
         Cause::Unknown => "unknown",
     };
-    let _ = writeln!(o, "  cause: {}: {}", p.bold(cause), oom.explanation);
+    let _ = writeln!(
+        o,
+        "  cause: {}: {}",
+        p.bold(cause),
+        printable(&oom.explanation)
+    );
     if let Some(ff) = &oom.first_failure
         && let Some(rank) = ff.rank
     {
@@ -429,16 +331,83 @@ fn render_oom(o: &mut String, oom: &OomReport, p: Paint) {
     }
 }
 
-fn fmt_interval(s: f64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs_f64(s)).to_string()
+/// What was asked for, with what free, in which words.
+fn render_oom_request(o: &mut String, oom: &OomReport, p: Paint) {
+    let t = &oom.event.text;
+    let mut asked = String::from("  ");
+    if let Some(req) = t.requested_bytes {
+        let _ = write!(asked, "asked for {}", p.bold(&fmt_bytes(req)));
+        if let Some(free) = t.free_bytes {
+            let _ = write!(asked, " with {} free", fmt_bytes(free));
+        }
+        if let Some(total) = t.total_bytes {
+            let _ = write!(asked, " of {}", fmt_bytes(total));
+        }
+    } else {
+        asked.push_str("the output does not say how much was asked for");
+    }
+    let from = t.exception.clone().unwrap_or_else(|| t.format.clone());
+    let partial = if t.complete { "" } else { ", partial text" };
+    let _ = writeln!(
+        o,
+        "{asked} {}",
+        p.dim(&format!("({}{partial})", printable(&from)))
+    );
 }
 
-fn shorten(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(max - 1).collect();
-        t.push('…');
-        t
+/// Who held the memory: the failing process (in PyTorch's words), and the others.
+fn render_oom_holders(o: &mut String, oom: &OomReport) {
+    let t = &oom.event.text;
+    if let Some(alloc) = t.allocated_bytes {
+        let mut held = String::from("  the process held ");
+        if let Some(total) = t.process_bytes {
+            let _ = write!(held, "{}: ", fmt_bytes(total));
+        }
+        let _ = write!(held, "{} in live tensors", fmt_bytes(alloc));
+        if let Some(u) = t.reserved_unallocated_bytes {
+            let _ = write!(held, ", {} cached by PyTorch but unallocated", fmt_bytes(u));
+        }
+        if let (Some(total), Some(res)) = (t.process_bytes, t.reserved_bytes) {
+            let outside = fmt_bytes(total.saturating_sub(res));
+            let _ = write!(held, ", {outside} outside PyTorch");
+        }
+        let _ = writeln!(o, "{held}");
     }
+    if oom.others_bytes == 0 {
+        return;
+    }
+    let mut names: Vec<String> = t
+        .other_processes
+        .iter()
+        .map(|q| {
+            let cmd = oom
+                .before
+                .iter()
+                .find(|b| b.pid == q.pid)
+                .map(|b| format!(" {}", shorten(&b.cmdline, 40)))
+                .unwrap_or_default();
+            format!("pid {}{cmd} {}", q.pid, fmt_bytes(q.bytes))
+        })
+        .collect();
+    if names.is_empty() {
+        names = oom
+            .before
+            .iter()
+            .filter(|b| !b.in_job && b.visible)
+            .map(|b| {
+                let cmd = shorten(&b.cmdline, 40);
+                format!("pid {} {cmd} {}", b.pid, fmt_bytes(b.bytes_at))
+            })
+            .collect();
+    }
+    let _ = writeln!(
+        o,
+        "  other processes held {}: {}",
+        fmt_bytes(oom.others_bytes),
+        names.join("; ")
+    );
+}
+
+fn fmt_interval(s: f64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs_f64(s)).to_string()
 }

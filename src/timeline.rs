@@ -1,7 +1,10 @@
 //! The sampled memory of a run, stored as changes: a value that stays flat for an hour costs one point,
-//! and every series keeps its exact peak whatever is stored.
+//! and every series keeps its exact peak whatever is stored. [`Timeline`] is what the sampler fills and
+//! what a trace replays into.
 
+use crate::gpu::GpuInfo;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Microseconds since the run started.
 pub type Micros = u64;
@@ -137,6 +140,89 @@ impl Series {
             out.push(m);
         }
         out
+    }
+}
+
+/// When and why a GPU stopped being sampled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lost {
+    pub at: Micros,
+    pub error: String,
+}
+
+/// One GPU over the run.
+#[derive(Debug, Clone)]
+pub struct GpuTimeline {
+    pub info: GpuInfo,
+    /// Device memory in use, NVML v2 `used` (what `nvidia-smi` shows).
+    pub used: Series,
+    /// Memory the driver reserves for itself (NVML v2 `reserved`), last seen.
+    pub driver_reserved: u64,
+    /// The job's memory: the sum over the job's processes, at each process sample.
+    pub job: Series,
+    pub lost: Option<Lost>,
+    /// Queries that failed as unsupported and were turned off, with the error.
+    pub unsupported: Vec<(String, String)>,
+}
+
+impl GpuTimeline {
+    /// A GPU with nothing sampled yet.
+    pub fn new(info: GpuInfo) -> GpuTimeline {
+        GpuTimeline {
+            info,
+            used: Series::default(),
+            driver_reserved: 0,
+            job: Series::default(),
+            lost: None,
+            unsupported: Vec::new(),
+        }
+    }
+}
+
+/// One process on one GPU.
+#[derive(Debug, Clone)]
+pub struct ProcTimeline {
+    pub pid: u32,
+    pub gpu: u32,
+    pub in_job: bool,
+    /// /proc has this PID. NVML reports host PIDs: inside a container without the host's PID namespace
+    /// they are not visible, and such a process can't be placed in or out of the job.
+    pub visible: bool,
+    pub cmdline: String,
+    pub uid: Option<u32>,
+    pub used: Series,
+}
+
+/// Everything sampled in a run.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    pub gpus: Vec<GpuTimeline>,
+    /// Keyed by (gpu, pid).
+    pub procs: BTreeMap<(u32, u32), ProcTimeline>,
+    pub device_samples: u64,
+    pub process_samples: u64,
+    /// Heap bytes held by stored points at the end.
+    pub heap_bytes: usize,
+}
+
+impl Timeline {
+    /// The GPU with NVML index `index`.
+    pub fn gpu_mut(&mut self, index: u32) -> Option<&mut GpuTimeline> {
+        self.gpus.iter_mut().find(|g| g.info.index == index)
+    }
+
+    /// The infos of every GPU sampled.
+    pub fn gpu_infos(&self) -> Vec<GpuInfo> {
+        self.gpus.iter().map(|g| g.info.clone()).collect()
+    }
+
+    /// Time of the last device sample on any GPU.
+    pub fn end(&self) -> Micros {
+        self.gpus
+            .iter()
+            .map(|g| g.used.last_at())
+            .max()
+            .unwrap_or(0)
     }
 }
 

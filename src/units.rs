@@ -1,4 +1,7 @@
-//! Bytes are `u64` bytes everywhere inside gpudoc; human units appear only here, when printing.
+//! Bytes are `u64` bytes everywhere inside gpudoc; human units appear only here, when printing. Text from
+//! other processes (command lines, names) is made printable here too.
+
+use std::borrow::Cow;
 
 const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
 
@@ -96,6 +99,41 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok((n * mult).round() as u64)
 }
 
+/// `s` with every control character escaped (`\x1b`, `\n`, `\u{9b}`), so text from another process (a
+/// command line named `$'\e]0;PWNED\a'`) can never move the cursor, retitle or clear the terminal it is
+/// printed on.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`printable`], cut to `max` characters with `…`.
+pub fn shorten(s: &str, max: usize) -> String {
+    let p = printable(s);
+    if p.chars().count() <= max {
+        p.into_owned()
+    } else {
+        let mut t: String = p.chars().take(max.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +162,18 @@ mod tests {
         assert_eq!(sparkline(&[0, 50, 100], 100), "▁▅█");
         assert_eq!(sparkline(&[0, 0], 0), "▁▁");
         assert_eq!(sparkline(&[10, 20], 0), "▅█");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("python3 train.py"), "python3 train.py");
+        assert_eq!(
+            printable("\u{1b}]0;PWNED\u{7}\u{1b}[2J"),
+            "\\x1b]0;PWNED\\x07\\x1b[2J"
+        );
+        assert_eq!(printable("a\nb\u{9b}c"), "a\\nb\\u{9b}c");
+        assert_eq!(shorten("\u{1b}[2Jabcdef", 8), "\\x1b[2J…");
+        assert_eq!(shorten("héllo wörld", 20), "héllo wörld");
     }
 
     #[test]

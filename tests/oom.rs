@@ -5,8 +5,8 @@ mod common;
 
 use gpudoc::oom::scan::Scanner;
 use gpudoc::oom::{self, Cause, Ending, Evidence, HostOom};
-use gpudoc::sample::Timeline;
 use gpudoc::supervise::{ProcessEnd, Stream};
+use gpudoc::timeline::Timeline;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -84,7 +84,8 @@ fn real_h200_runs_replayed_from_their_traces() {
     ];
     for (name, want) in cases {
         let dir = fixtures().join("h200");
-        let (_, timeline) = gpudoc::trace::load(&dir.join(format!("{name}.trace.jsonl"))).unwrap();
+        let (_, timeline) =
+            gpudoc::replay::load_trace(&dir.join(format!("{name}.trace.jsonl"))).unwrap();
         let mut s = scan_file(&dir.join(format!("{name}.stderr")));
         let at = oom::replay_time(&timeline);
         for e in &mut s.events {

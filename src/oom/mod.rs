@@ -6,9 +6,9 @@ pub mod host;
 pub mod parse;
 pub mod scan;
 
-use crate::sample::Timeline;
 use crate::supervise::ProcessEnd;
 use crate::timeline::Micros;
+use crate::timeline::Timeline;
 use parse::Kind;
 use scan::{FirstFailure, OomEvent, Scanner};
 use serde::{Deserialize, Serialize};
@@ -122,6 +122,14 @@ pub fn replay_time(t: &Timeline) -> f64 {
         .max();
     let end = t.gpus.iter().map(|g| g.used.last_at()).max().unwrap_or(0);
     last_held.unwrap_or(end) as f64 / 1e6
+}
+
+/// The shim's record of the allocator at the OOM printed at `at_s`: its observer fires just before the
+/// exception's text is printed.
+pub fn allocator_at(ooms: &[crate::torch::TorchOom], at_s: f64) -> Option<crate::torch::TorchOom> {
+    ooms.iter()
+        .find(|t| t.at_s >= at_s - WINDOW_S && t.at_s <= at_s + 1.0)
+        .cloned()
 }
 
 /// Everything classification reads.

@@ -2,8 +2,8 @@
 //! with the facts `ps` would give, and a verdict on whether it is a leftover. `gpudoc orphans` lists them;
 //! [`end`] ends leftovers safely.
 
-pub mod command;
 pub mod end;
+pub mod table;
 
 use crate::gpu;
 use procfs::process::{FDTarget, Process};
@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 
 /// Test-only: the device path prefix to look for instead of `/dev/nvidia` (a test holds a fake file).
 pub const DEV_PREFIX_ENV: &str = "GPUDOC_NVIDIA_DEV_PREFIX";
-const DEV_PREFIX: &str = "/dev/nvidia";
+/// Where NVIDIA device files are.
+pub const DEV_PREFIX: &str = "/dev/nvidia";
 
 /// Processes that hold NVIDIA devices by design: never leftovers.
 const SERVICES: [&str; 8] = [
@@ -96,8 +97,8 @@ pub type PerPid = BTreeMap<u32, Vec<(u32, u64)>>;
 
 /// NVML's per-process memory on every GPU, and device memory in use per GPU; the reason when NVML is not
 /// available.
-pub fn nvml_memory() -> Result<(PerPid, Vec<(u32, u64)>), String> {
-    let (nvml, status, gpus) = gpu::open();
+pub fn nvml_memory(library: &str) -> Result<(PerPid, Vec<(u32, u64)>), String> {
+    let (nvml, status, gpus) = gpu::open(library);
     let Some(nvml) = nvml else {
         return Err(status.error.unwrap_or_else(|| "NVML unavailable".into()));
     };
@@ -167,13 +168,12 @@ pub fn device_holders(prefix: &str) -> (BTreeMap<u32, Vec<String>>, u64) {
 }
 
 /// Lists every holder with its verdict.
-pub fn list() -> Listing {
-    let prefix = std::env::var(DEV_PREFIX_ENV).unwrap_or_else(|_| DEV_PREFIX.into());
-    let (mem, used, nvml_error) = match nvml_memory() {
+pub fn list(library: &str, prefix: &str) -> Listing {
+    let (mem, used, nvml_error) = match nvml_memory(library) {
         Ok((m, u)) => (m, u, None),
         Err(e) => (BTreeMap::new(), Vec::new(), Some(e)),
     };
-    let (devs, unreadable) = device_holders(&prefix);
+    let (devs, unreadable) = device_holders(prefix);
     let mut pids: Vec<u32> = mem.keys().chain(devs.keys()).copied().collect();
     pids.sort();
     pids.dedup();
@@ -328,4 +328,28 @@ fn judge(h: &Holder, comm: &str, state: char) -> (Verdict, String) {
             h.parent_cmd.as_deref().unwrap_or("?")
         ),
     )
+}
+
+/// Polls NVML until device memory stops falling (the driver frees a dead process's memory shortly after
+/// it exits), up to 3 s; returns what came back per GPU.
+pub fn memory_back(library: &str, before: &[(u32, u64)]) -> Vec<(u32, u64)> {
+    use std::time::{Duration, Instant};
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut last: Vec<(u32, u64)> = Vec::new();
+    loop {
+        let now = nvml_memory(library).map(|(_, u)| u).unwrap_or_default();
+        if now == last || Instant::now() >= until {
+            last = now;
+            break;
+        }
+        last = now;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    before
+        .iter()
+        .filter_map(|&(g, b)| {
+            let after = last.iter().find(|&&(x, _)| x == g)?.1;
+            (b > after).then_some((g, b - after))
+        })
+        .collect()
 }

@@ -4,9 +4,9 @@
 //! names a fact that does not exist or compares the wrong types fails at load with its file and line.
 
 pub mod bundled;
-pub mod command;
 pub mod facts;
 
+use crate::verdict::{Diagnosis, Severity};
 use cel::common::ast::{Expr, IdedExpr};
 use cel::{Context, Env, Program, Value};
 use facts::Facts;
@@ -14,15 +14,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-
-/// How bad a diagnosis is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Info,
-    Warn,
-    Error,
-}
 
 /// What a rule is evaluated for: once per run, or once per GPU, process or PyTorch process (bound to the
 /// variable `gpu`, `process` or `torch`).
@@ -98,19 +89,6 @@ enum Piece {
     Expr(Program),
 }
 
-/// One finding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Diagnosis {
-    pub rule: String,
-    pub severity: Severity,
-    pub title: String,
-    /// What it is about: `run`, `GPU 0`, `pid 1234`.
-    pub subject: String,
-    pub message: String,
-    pub advice: Vec<String>,
-    pub docs: Option<String>,
-}
-
 /// A rule that can't be used, with where (`line` 0: the whole file, or a flag).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleError {
@@ -134,6 +112,12 @@ impl std::error::Error for RuleError {}
 pub struct RuleSet {
     pub rules: Vec<Rule>,
     env: Arc<Env>,
+}
+
+impl std::fmt::Debug for RuleSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.rules).finish()
+    }
 }
 
 const CONSTANTS: [(&str, i64); 6] = [

@@ -235,6 +235,7 @@ impl Channel {
     pub fn open(
         settings: ShimSettings,
         start_wall: SystemTime,
+        pythonpath: Option<&std::ffi::OsStr>,
     ) -> std::io::Result<(Channel, Vec<(String, OsString)>)> {
         let dir = tempfile::Builder::new().prefix("gpudoc-").tempdir()?;
         std::fs::set_permissions(
@@ -249,13 +250,13 @@ impl Channel {
             .read(true)
             .write(true)
             .open(&fifo)?;
-        let mut pythonpath = OsString::from(dir.path());
-        if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
-            pythonpath.push(":");
-            pythonpath.push(old);
+        let mut path = OsString::from(dir.path());
+        if let Some(old) = pythonpath {
+            path.push(":");
+            path.push(old);
         }
         let env = vec![
-            ("PYTHONPATH".to_string(), pythonpath),
+            ("PYTHONPATH".to_string(), path),
             (
                 "GPUDOC_TORCH_PIPE".to_string(),
                 fifo.clone().into_os_string(),

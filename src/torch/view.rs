@@ -4,7 +4,7 @@
 
 use super::{Step, TorchOom, TorchTimeline};
 use crate::gpu::GpuInfo;
-use crate::sample::Timeline;
+use crate::timeline::Timeline;
 use serde::{Deserialize, Serialize};
 
 /// The report's `torch` object.

@@ -1,0 +1,71 @@
+//! The subcommands: each takes its resolved settings and returns the exit code, or a [`Failure`] that
+//! `main` prints once. Orchestration only: the work is in the domain modules below.
+
+pub mod compare;
+pub mod demo;
+pub mod orphans;
+pub mod report;
+pub mod rules;
+pub mod run;
+
+use crate::cli::{ClapCmd, Cli, RulesWhat};
+use crate::exit::{self, Failure};
+use crate::settings::{self, Env};
+use clap::Parser;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+/// Parses `args`, resolves the settings and runs the subcommand.
+pub fn main(args: Vec<OsString>, env: Env) -> Result<ExitCode, Failure> {
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return Err(clap_failure(e, is_run(&args))),
+    };
+    let color = cli.color;
+    match cli.cmd {
+        ClapCmd::Run(a) => run::run(settings::RunSettings::resolve(a, color, env)?),
+        ClapCmd::Orphans(a) => orphans::run(settings::OrphansSettings::resolve(a, color, &env)?),
+        ClapCmd::Report(a) => report::run(settings::ReportSettings::resolve(a, color, &env)?),
+        ClapCmd::Compare(a) => compare::run(settings::CompareSettings::resolve(a, color, &env)?),
+        ClapCmd::Rules(c) => {
+            let what = match c.what {
+                RulesWhat::List => rules::What::List,
+                RulesWhat::Explain { id } => rules::What::Explain(id),
+                RulesWhat::Facts => rules::What::Facts,
+            };
+            rules::run(what, settings::load_rules(&c.rules))
+        }
+        ClapCmd::Demo => demo::run(color, env),
+    }
+}
+
+/// clap prints its own message; help and version are successes. `run`'s own failures must not look like
+/// the command's codes.
+fn clap_failure(e: clap::Error, run: bool) -> Failure {
+    let printed = e.print();
+    let code = match e.kind() {
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+        _ if run => exit::GPUDOC_FAILED,
+        _ => exit::USAGE,
+    };
+    match printed {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Failure::broken_pipe(),
+        _ => Failure::new(code, ""),
+    }
+}
+
+/// Global flags that take a value in the next argument.
+const GLOBAL_WITH_VALUE: [&str; 3] = ["--color", "--rules", "--disable-rule"];
+
+/// Whether the subcommand is `run`: the first argument that is neither a global flag nor its value.
+fn is_run(args: &[OsString]) -> bool {
+    let mut it = args.iter().skip(1).map(|a| a.to_string_lossy());
+    while let Some(a) = it.next() {
+        if GLOBAL_WITH_VALUE.contains(&a.as_ref()) {
+            it.next();
+        } else if !a.starts_with('-') {
+            return a == "run";
+        }
+    }
+    false
+}

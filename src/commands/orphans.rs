@@ -1,0 +1,132 @@
+//! `gpudoc orphans [--kill]`: the `nvidia-smi` + `fuser -v /dev/nvidia*` + `ps` + `kill` workflow.
+
+use crate::exit::{self, Failure};
+use crate::orphans::end::{self, EndResult, Ended, Policy};
+use crate::orphans::{self, Holder, Listing};
+use crate::output::{self, Target};
+use crate::settings::OrphansSettings;
+use crate::units::{fmt_bytes, shorten};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+#[derive(Serialize)]
+struct Output<'a> {
+    schema: &'static str,
+    #[serde(flatten)]
+    listing: &'a Listing,
+    ended: &'a [EndResult],
+    /// Device memory that came back per GPU, `[gpu, bytes]`.
+    freed: &'a [(u32, u64)],
+}
+
+pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
+    let listing = orphans::list(&s.nvml_lib, &s.dev_prefix);
+    let json_on_stdout = s.json == Some(Target::Stdout);
+    // The table goes to stdout, unless the JSON does.
+    let emit = |text: &str| -> Result<(), Failure> {
+        if json_on_stdout {
+            eprint!("{text}");
+            Ok(())
+        } else {
+            output::stdout(text).map_err(|e| Failure::printing(e, exit::USAGE))
+        }
+    };
+    emit(&orphans::table::render(&listing, s.paint))?;
+    let policy = Policy::here(s.all_users);
+    let leftovers: Vec<Holder> = listing
+        .holders
+        .iter()
+        .filter(|h| h.is_leftover())
+        .cloned()
+        .collect();
+    let mut ended = Vec::new();
+    let mut freed = Vec::new();
+    if s.kill && !leftovers.is_empty() {
+        let (allowed, refused): (Vec<&Holder>, Vec<&Holder>) =
+            leftovers.iter().partition(|h| policy.refuse(h).is_none());
+        emit(&plan(&allowed, &refused, &policy))?;
+        for h in &refused {
+            let why = policy.refuse(h).unwrap_or_default();
+            ended.push(EndResult {
+                pid: h.pid,
+                result: Ended::Skipped { why },
+            });
+        }
+        if !allowed.is_empty() && confirmed(&s) {
+            let targets: Vec<Holder> = allowed.into_iter().cloned().collect();
+            ended.extend(end::end(&targets, s.grace, &policy));
+            freed = orphans::memory_back(&s.nvml_lib, &listing.gpu_used);
+            let mut o = String::new();
+            for r in &ended {
+                let _ = writeln!(o, "  pid {}: {}", r.pid, r.result.describe());
+            }
+            for (gpu, bytes) in &freed {
+                let _ = writeln!(o, "  GPU {gpu}: {} came back", fmt_bytes(*bytes));
+            }
+            emit(&o)?;
+        }
+    }
+    if let Some(t) = &s.json {
+        let out = Output {
+            schema: "gpudoc.orphans/1",
+            listing: &listing,
+            ended: &ended,
+            freed: &freed,
+        };
+        let text = serde_json::to_string_pretty(&out).expect("a listing serializes") + "\n";
+        output::write(t, text.as_bytes()).map_err(|e| match t {
+            Target::Stdout => Failure::printing(e, exit::USAGE),
+            Target::File(_) => Failure::new(exit::USAGE, format!("--json {}: {e}", t.display())),
+        })?;
+    }
+    let remaining = leftovers
+        .iter()
+        .filter(|h| {
+            !ended
+                .iter()
+                .any(|r| r.pid == h.pid && matches!(r.result, Ended::Ended { .. } | Ended::Gone))
+        })
+        .count();
+    Ok(ExitCode::from(if remaining == 0 {
+        0
+    } else {
+        exit::LEFTOVERS
+    }))
+}
+
+/// What `--kill` would end, and what it won't and why.
+fn plan(allowed: &[&Holder], refused: &[&Holder], policy: &Policy) -> String {
+    let mut o = format!("\nWould end {} process(es):\n", allowed.len());
+    for h in allowed {
+        let _ = writeln!(
+            o,
+            "  pid {} ({}) holding {}",
+            h.pid,
+            shorten(&h.cmdline, 50),
+            fmt_bytes(h.total_bytes())
+        );
+    }
+    for h in refused {
+        let why = policy.refuse(h).unwrap_or_default();
+        let _ = writeln!(o, "  not pid {}: {why}", h.pid);
+    }
+    o
+}
+
+/// `--yes`, or a person who said yes on the terminal; never without a terminal to ask on.
+fn confirmed(s: &OrphansSettings) -> bool {
+    if s.yes {
+        return true;
+    }
+    if !s.can_ask {
+        eprintln!("gpudoc: not ending anything without --yes (no terminal to ask on)");
+        return false;
+    }
+    eprint!("End them? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes")
+}

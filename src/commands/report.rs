@@ -1,0 +1,32 @@
+//! `gpudoc report FILE`: diagnose a saved run again with the rules in force.
+
+use crate::exit::{self, Failure};
+use crate::output::{self, Target};
+use crate::settings::ReportSettings;
+use crate::{replay, rules, summary};
+use std::process::ExitCode;
+
+pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
+    let mut report =
+        replay::load(&s.file, s.output.as_deref()).map_err(|e| Failure::new(exit::USAGE, e))?;
+    if s.facts {
+        let facts = serde_json::to_string_pretty(&rules::facts::Facts::of(&report))
+            .expect("facts serialize");
+        output::stdout(&(facts + "\n")).map_err(|e| Failure::printing(e, exit::USAGE))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    rules::diagnose(&mut report, &s.rules);
+    let text = summary::render(&report, s.paint);
+    if s.json == Some(Target::Stdout) {
+        eprint!("{text}");
+    } else {
+        output::stdout(&text).map_err(|e| Failure::printing(e, exit::USAGE))?;
+    }
+    if let Some(t) = &s.json {
+        output::write(t, report.to_json().as_bytes()).map_err(|e| match t {
+            Target::Stdout => Failure::printing(e, exit::USAGE),
+            Target::File(_) => Failure::new(exit::USAGE, format!("--json {}: {e}", t.display())),
+        })?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,109 @@
+//! `gpudoc rules list | explain ID | facts`.
+
+use crate::exit::{self, Failure};
+use crate::output;
+use crate::rules::facts::DOC;
+use crate::rules::{RuleSet, Scope};
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+/// What `gpudoc rules` shows.
+pub enum What {
+    List,
+    Explain(String),
+    Facts,
+}
+
+pub fn run(what: What, rules: Result<RuleSet, String>) -> Result<ExitCode, Failure> {
+    let text = match what {
+        What::Facts => facts(),
+        What::List => list(&rules.map_err(|e| Failure::new(exit::USAGE, e))?),
+        What::Explain(id) => {
+            let set = rules.map_err(|e| Failure::new(exit::USAGE, e))?;
+            explain(&set, &id).ok_or_else(|| {
+                Failure::new(
+                    exit::USAGE,
+                    format!("no rule `{id}` (see `gpudoc rules list`)"),
+                )
+            })?
+        }
+    };
+    output::stdout(&text).map_err(|e| Failure::printing(e, exit::USAGE))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The facts table, as the README's reference shows it.
+pub fn facts() -> String {
+    let mut o = String::from("| fact | type | meaning |\n|---|---|---|\n");
+    for (name, ty, doc) in DOC {
+        let _ = writeln!(o, "| `{name}` | {ty} | {doc} |");
+    }
+    o
+}
+
+fn list(set: &RuleSet) -> String {
+    let mut o = format!(
+        "{:<20} {:<6} {:<8} {:<60} SOURCE\n",
+        "ID", "LEVEL", "EACH", "TITLE"
+    );
+    for r in &set.rules {
+        let _ = writeln!(
+            o,
+            "{:<20} {:<6} {:<8} {:<60} {}",
+            r.id,
+            r.severity.name(),
+            r.scope.name(),
+            r.title,
+            r.source
+        );
+    }
+    o
+}
+
+fn explain(set: &RuleSet, id: &str) -> Option<String> {
+    let r = set.rules.iter().find(|r| r.id == id)?;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} ({}, for each {}): {}",
+        r.id,
+        r.severity.name(),
+        r.scope.name(),
+        r.title
+    );
+    let _ = writeln!(o, "from: {}\n", r.source);
+    let _ = writeln!(o, "fires when:\n    {}\n", r.when.replace('\n', "\n    "));
+    let _ = writeln!(o, "reads:");
+    for fact in &r.reads {
+        let key = fact
+            .replace("[]", "")
+            .replace("gpus.", "gpu.")
+            .replace("processes.", "process.")
+            .replace("torch_processes.", "torch.");
+        let doc = DOC.iter().find(|d| d.0 == key).map_or("", |d| d.2);
+        let _ = writeln!(o, "    {fact:<36} {doc}");
+    }
+    let _ = writeln!(o, "\nsays:\n    {}", r.message.trim());
+    if !r.advice.is_empty() {
+        let _ = writeln!(o, "\nadvice:");
+        for a in &r.advice {
+            let _ = writeln!(o, "    - {a}");
+        }
+    }
+    if let Some(d) = &r.docs {
+        let _ = writeln!(o, "\ndocs: {d}");
+    }
+    Some(o)
+}
+
+impl Scope {
+    /// `run`, `gpu`, `process`, `torch`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Run => "run",
+            Scope::Gpu => "gpu",
+            Scope::Process => "process",
+            Scope::Torch => "torch",
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! `gpudoc run`: orchestration only, in named stages: start the session (sampling, the shim, the trace),
+//! spawn and wait, collect the evidence, analyze it into a report (pure), emit the outputs.
+
+use crate::exit::{self, Failure};
+use crate::gpu::NvmlStatus;
+use crate::live::Live;
+use crate::oom::{self, scan::Scanner};
+use crate::orphans::end::EndResult;
+use crate::output::{self, Target};
+use crate::procs::ProcInfo;
+use crate::report::{Inputs, Report};
+use crate::sample::Sampler;
+use crate::settings::RunSettings;
+use crate::supervise::{self, Outcome, ProcessEnd};
+use crate::timeline::{Micros, Timeline};
+use crate::torch::{self, TorchTimeline};
+use crate::trace::TraceWriter;
+use crate::{gate, summary};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How long `--kill-orphans` waits after SIGTERM before SIGKILL.
+const ORPHAN_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs the command under gpudoc; the code to leave with.
+pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
+    let session = Session::start(&s)?;
+    let child = match session.spawn(&s) {
+        Ok(c) => c,
+        Err(e) => {
+            session.abandon();
+            return Err(Failure::new(e.exit_code(), e.to_string()));
+        }
+    };
+    let child_pid = child.pid();
+    let outcome = child.wait();
+    let evidence = session.collect(&s, outcome, child_pid);
+    let mut report = analyze(&s, evidence);
+    let code = emit(&s, &mut report);
+    Ok(ExitCode::from(code))
+}
+
+/// Everything running beside the command.
+struct Session {
+    start: Instant,
+    start_wall: SystemTime,
+    nvml: NvmlStatus,
+    sampler: Option<Sampler>,
+    live: Live,
+    channel: Option<torch::Channel>,
+    shim_env: Vec<(String, std::ffi::OsString)>,
+    scanner: Arc<Mutex<Scanner>>,
+    cgroup: Option<std::path::PathBuf>,
+    kills_before: Option<u64>,
+}
+
+/// What the run left to analyze.
+struct Evidence {
+    session_nvml: NvmlStatus,
+    start_wall: SystemTime,
+    outcome: Outcome,
+    timeline: Timeline,
+    torch: Option<TorchTimeline>,
+    scanner: Scanner,
+    host: oom::HostOom,
+    leftovers: Vec<ProcInfo>,
+    ended: Vec<EndResult>,
+    notes: Vec<String>,
+}
+
+impl Session {
+    fn start(s: &RunSettings) -> Result<Session, Failure> {
+        let command = lossy(&s.command);
+        let start_wall = SystemTime::now();
+        let start = Instant::now();
+        let (nvml, nvml_status, gpus) = crate::gpu::open(&s.env.nvml_lib);
+        if !nvml_status.available {
+            eprintln!(
+                "gpudoc: GPU sampling is off: {}",
+                nvml_status.error.as_deref().unwrap_or("NVML unavailable")
+            );
+        }
+        let trace = match &s.trace {
+            Some(path) => Some(
+                TraceWriter::create(path, start_wall, &command, &gpus, &nvml_status).map_err(
+                    |e| {
+                        Failure::new(
+                            exit::GPUDOC_FAILED,
+                            format!("--trace {}: {e}", path.display()),
+                        )
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        let cgroup = oom::host::own_cgroup();
+        let kills_before = cgroup.as_deref().and_then(oom::host::oom_kills);
+        let me = std::process::id();
+        let sampler = nvml.map(|n| Sampler::start(n, gpus, me, s.rates, trace, start));
+        let live = match &sampler {
+            Some(smp) if s.live => Live::start(smp.snapshot.clone()),
+            _ => Live::off(),
+        };
+        let (channel, shim_env) = match s.torch {
+            None => (None, Vec::new()),
+            Some(settings) => {
+                match torch::Channel::open(settings, start_wall, s.env.pythonpath.as_deref()) {
+                    Ok((c, env)) => (Some(c), env),
+                    Err(e) => {
+                        eprintln!("gpudoc: the PyTorch view is off: cannot set up its shim: {e}");
+                        (None, Vec::new())
+                    }
+                }
+            }
+        };
+        Ok(Session {
+            start,
+            start_wall,
+            nvml: nvml_status,
+            sampler,
+            live,
+            channel,
+            shim_env,
+            scanner: Arc::new(Mutex::new(Scanner::new())),
+            cgroup,
+            kills_before,
+        })
+    }
+
+    fn spawn(&self, s: &RunSettings) -> Result<supervise::Child, supervise::SpawnError> {
+        let scanner = self.scanner.clone();
+        let start = self.start;
+        let observer: supervise::Observer = Box::new(move |stream, bytes| {
+            let at = start.elapsed().as_micros() as Micros;
+            scanner.lock().unwrap().feed(stream, bytes, at);
+        });
+        supervise::spawn(
+            &s.command,
+            &self.shim_env,
+            self.live.guard(),
+            Some(observer),
+        )
+    }
+
+    /// The command could not start: stop what runs beside it.
+    fn abandon(self) {
+        self.live.finish();
+        if let Some(smp) = self.sampler {
+            smp.stop();
+        }
+        if let Some(c) = self.channel {
+            c.close();
+        }
+    }
+
+    /// Stops sampling and reading, then gathers what the end of the run tells: leftovers (ended with
+    /// `--kill-orphans`), the OOM scanner's findings, the kernel's OOM-killer evidence.
+    fn collect(self, s: &RunSettings, outcome: Outcome, child_pid: u32) -> Evidence {
+        self.live.finish();
+        let (timeline, trace_error) = self.sampler.map(|smp| smp.stop()).unwrap_or_default();
+        let torch = self.channel.map(|c| c.close());
+        let me = std::process::id();
+        let leftovers = crate::procs::descendants(me);
+        let ended = if s.kill_orphans && !leftovers.is_empty() {
+            end_leftovers(&leftovers)
+        } else {
+            Vec::new()
+        };
+        let mut scanner = std::mem::take(&mut *self.scanner.lock().unwrap());
+        scanner.finish(self.start.elapsed().as_micros() as Micros);
+        let mut host = oom::HostOom::default();
+        if outcome.end != ProcessEnd::Exited(0) {
+            let kills_after = self.cgroup.as_deref().and_then(oom::host::oom_kills);
+            host.cgroup_oom_kills = kills_after
+                .unwrap_or(0)
+                .saturating_sub(self.kills_before.unwrap_or(0));
+            let mut pids: Vec<u32> = timeline
+                .procs
+                .values()
+                .filter(|p| p.in_job)
+                .map(|p| p.pid)
+                .collect();
+            pids.push(child_pid);
+            pids.extend(leftovers.iter().map(|p| p.pid));
+            pids.extend(scanner.first_failure.as_ref().and_then(|f| f.pid));
+            host.kernel_log = oom::host::kernel_log_kills(&pids);
+        }
+        let notes = trace_error
+            .map(|e| format!("the trace file is incomplete: {e}"))
+            .into_iter()
+            .collect();
+        Evidence {
+            session_nvml: self.nvml,
+            start_wall: self.start_wall,
+            outcome,
+            timeline,
+            torch,
+            scanner,
+            host,
+            leftovers,
+            ended,
+            notes,
+        }
+    }
+}
+
+fn end_leftovers(leftovers: &[ProcInfo]) -> Vec<EndResult> {
+    let holders: Vec<_> = leftovers
+        .iter()
+        .map(|p| crate::orphans::describe(p.pid, Vec::new(), Vec::new()))
+        .collect();
+    let r = crate::orphans::end::end(
+        &holders,
+        ORPHAN_GRACE,
+        &crate::orphans::end::Policy::here(false),
+    );
+    supervise::reap_all();
+    r
+}
+
+fn lossy(argv: &[std::ffi::OsString]) -> Vec<String> {
+    argv.iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The report of the run, diagnosed and gated: a function of the evidence alone.
+fn analyze(s: &RunSettings, ev: Evidence) -> Report {
+    let (ending, mut oom_report, host_oom) = oom::classify(&oom::Evidence {
+        end: ev.outcome.end,
+        scanner: &ev.scanner,
+        timeline: &ev.timeline,
+        host: ev.host,
+    });
+    let torch_enabled = ev.torch.is_some();
+    let torch_timeline = ev.torch.unwrap_or_default();
+    if let Some(o) = oom_report.as_mut() {
+        o.allocator = oom::allocator_at(&torch_timeline.ooms, o.event.at_s);
+    }
+    let torch_report = torch::view::build(
+        &torch_timeline,
+        &ev.timeline,
+        &ev.timeline.gpu_infos(),
+        torch_enabled,
+    );
+    let mut notes = ev.notes;
+    if !torch_timeline.errors.is_empty() {
+        notes.push(format!(
+            "the PyTorch view was lost in {} process(es): {}",
+            torch_timeline.errors.len(),
+            torch_report.errors.join("; ")
+        ));
+    }
+    let mut report = Report::build(Inputs {
+        command: lossy(&s.command),
+        started_unix_s: ev
+            .start_wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64(),
+        outcome: &ev.outcome,
+        nvml: ev.session_nvml,
+        rates: s.rates,
+        timeline: &ev.timeline,
+        leftovers: &ev.leftovers,
+        ended: &ev.ended,
+        ending,
+        torch: torch_report,
+        oom: oom_report,
+        host_oom,
+        self_usage: crate::report::self_usage(),
+        notes,
+    });
+    crate::rules::diagnose(&mut report, &s.rules);
+    report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
+    report
+}
+
+/// Prints the summary and writes every output asked for; the exit code. A failing command's code always
+/// wins; then a failed gate (122); then an output the user asked for and did not get (125).
+fn emit(s: &RunSettings, report: &mut Report) -> u8 {
+    let mut failed_output = false;
+    let mut fail = |what: String| {
+        eprintln!("gpudoc: {what}");
+        failed_output = true;
+    };
+    if let Some(g) = s.gate.as_ref().filter(|g| g.update)
+        && let Some((path, name)) = &g.baseline
+    {
+        let note = match write_baseline(path, name, g, report) {
+            Ok(()) => format!("baseline `{name}` written to {}", path.display()),
+            Err(e) => {
+                fail(format!("--update-baseline {}: {e}", path.display()));
+                format!("baseline not written: {e}")
+            }
+        };
+        if let Some(gr) = report.gate.as_mut() {
+            gr.notes.push(note);
+        }
+    }
+    if !s.quiet {
+        eprint!("{}", summary::render(report, s.paint));
+    }
+    if let Some(t) = &s.json
+        && let Err(e) = output::write(t, report.to_json().as_bytes())
+    {
+        fail(format!("--json {}: {e}", t.display()));
+    }
+    if let Some(g) = &report.gate {
+        if s.github_actions {
+            // Workflow commands are read from stdout.
+            print!("{}", gate::annotations(g));
+        }
+        if let Some(path) = s.gate.as_ref().and_then(|x| x.junit.as_ref()) {
+            let xml = gate::junit(g, &report.command.join(" "));
+            if let Err(e) = output::write(&Target::File(path.clone()), xml.as_bytes()) {
+                fail(format!("--junit {}: {e}", path.display()));
+            }
+        }
+        for n in &g.notes {
+            eprintln!("gpudoc gate: {n}");
+        }
+        // The verdict is the last line, also with --quiet.
+        eprintln!("{}", gate::verdict(g));
+    }
+    let code = gate::exit_code(report.exit.code, report.gate.as_ref());
+    if code == 0 && failed_output {
+        exit::GPUDOC_FAILED
+    } else {
+        code as u8
+    }
+}
+
+fn write_baseline(
+    path: &std::path::Path,
+    name: &str,
+    g: &gate::Gate,
+    report: &Report,
+) -> Result<(), String> {
+    let current = gate::read_baseline(path)?.or(g.file.clone());
+    let file = gate::updated_baseline(current, name, g.measure, report);
+    let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())? + "\n";
+    output::write(&Target::File(path.to_path_buf()), text.as_bytes()).map_err(|e| e.to_string())
+}

@@ -1,0 +1,317 @@
+//! Raw flags and the environment, resolved once into what each command runs with. The environment is read
+//! here and nowhere else ([`Env::read`]): terminals, colour variables, CI, the NVML library, PYTHONPATH.
+//! A value that can't be used is refused here, before anything starts, with the flag and what is wrong.
+
+use crate::cli::{self, ColorWhen};
+use crate::exit::{self, Failure};
+use crate::gate::{self, Gate};
+use crate::output::{self, Target};
+use crate::paint::Paint;
+use crate::rules::RuleSet;
+use crate::sample::Rates;
+use crate::torch::ShimSettings;
+use crate::units::parse_bytes;
+use crate::verdict::{Measure, Severity};
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What gpudoc reads of its environment, once.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    pub stdin_tty: bool,
+    pub stdout_tty: bool,
+    pub stderr_tty: bool,
+    /// `CI` is set: no live line.
+    pub ci: bool,
+    /// `GITHUB_ACTIONS=true`: the gate prints workflow commands.
+    pub github_actions: bool,
+    /// `NO_COLOR`, `CLICOLOR`, `CLICOLOR_FORCE`, `TERM`, as `anstyle-query` reads them.
+    pub no_color: bool,
+    pub clicolor: Option<bool>,
+    pub clicolor_force: bool,
+    pub term_color: bool,
+    /// `GPUDOC_NVML_LIB`, or the driver's library.
+    pub nvml_lib: String,
+    /// The command's `PYTHONPATH`, which the shim goes in front of.
+    pub pythonpath: Option<OsString>,
+    /// Test-only: the device-file prefix `gpudoc orphans` looks for.
+    pub dev_prefix: String,
+}
+
+impl Env {
+    /// Reads the process's environment and terminals.
+    pub fn read() -> Env {
+        Env {
+            stdin_tty: std::io::stdin().is_terminal(),
+            stdout_tty: std::io::stdout().is_terminal(),
+            stderr_tty: std::io::stderr().is_terminal(),
+            ci: std::env::var_os("CI").is_some(),
+            github_actions: std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true"),
+            no_color: anstyle_query::no_color(),
+            clicolor: anstyle_query::clicolor(),
+            clicolor_force: anstyle_query::clicolor_force(),
+            term_color: anstyle_query::term_supports_color() || anstyle_query::is_ci(),
+            nvml_lib: std::env::var(crate::gpu::LIB_ENV)
+                .unwrap_or_else(|_| crate::gpu::DEFAULT_LIB.to_string()),
+            pythonpath: std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()),
+            dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
+                .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
+        }
+    }
+
+    /// Colours for a stream, by the ecosystem's rules: `--color` first, then `NO_COLOR`, `CLICOLOR_FORCE`,
+    /// `CLICOLOR=0`, then a terminal that supports colour.
+    pub fn paint(&self, when: ColorWhen, tty: bool) -> Paint {
+        Paint(match when {
+            ColorWhen::Always => true,
+            ColorWhen::Never => false,
+            ColorWhen::Auto => {
+                if self.no_color {
+                    false
+                } else if self.clicolor_force {
+                    true
+                } else if self.clicolor == Some(false) {
+                    false
+                } else {
+                    tty && (self.term_color || self.clicolor == Some(true))
+                }
+            }
+        })
+    }
+}
+
+/// `gpudoc run`, resolved.
+#[derive(Debug)]
+pub struct RunSettings {
+    pub command: Vec<OsString>,
+    pub rates: Rates,
+    pub json: Option<Target>,
+    pub trace: Option<PathBuf>,
+    /// `None` with `--no-torch`.
+    pub torch: Option<ShimSettings>,
+    pub kill_orphans: bool,
+    pub quiet: bool,
+    /// Draw the live status line (a terminal on stderr, not CI, not quiet).
+    pub live: bool,
+    /// Colours on stderr, where the summary goes.
+    pub paint: Paint,
+    pub rules: RuleSet,
+    pub gate: Option<Gate>,
+    pub github_actions: bool,
+    pub env: Env,
+}
+
+fn run_failure(flag: &str, what: impl std::fmt::Display) -> Failure {
+    Failure::new(exit::GPUDOC_FAILED, format!("{flag}: {what}"))
+}
+
+impl RunSettings {
+    pub fn resolve(a: cli::RunArgs, color: ColorWhen, env: Env) -> Result<RunSettings, Failure> {
+        let json = a.json.as_deref().map(Target::parse);
+        if let Some(t) = &json {
+            output::check(t).map_err(|e| run_failure(&format!("--json {}", t.display()), e))?;
+        }
+        let rules = load_rules(&a.rules).map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
+        let gate = resolve_gate(&a.gate).map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
+        let torch = (!a.no_torch).then_some(ShimSettings {
+            interval: a.torch_interval,
+            reset_peaks: !a.keep_torch_peaks,
+        });
+        Ok(RunSettings {
+            command: a.command,
+            rates: Rates {
+                device: a.interval,
+                device_idle: a.idle_interval,
+                process: a.proc_interval,
+            },
+            json,
+            trace: a.trace,
+            torch,
+            kill_orphans: a.kill_orphans,
+            quiet: a.quiet,
+            live: !a.quiet && env.stderr_tty && !env.ci,
+            paint: env.paint(color, env.stderr_tty),
+            rules,
+            gate,
+            github_actions: env.github_actions,
+            env,
+        })
+    }
+}
+
+/// The rules in force: the bundled ones, a folder's, less the disabled ones.
+pub fn load_rules(a: &cli::RulesArgs) -> Result<RuleSet, String> {
+    RuleSet::load(a.rules.as_deref(), &a.disable_rule).map_err(|e| e.to_string())
+}
+
+fn severity(f: cli::FailOn) -> Severity {
+    match f {
+        cli::FailOn::Info => Severity::Info,
+        cli::FailOn::Warn => Severity::Warn,
+        cli::FailOn::Error => Severity::Error,
+    }
+}
+
+fn measure(m: cli::GateMeasure) -> Measure {
+    match m {
+        cli::GateMeasure::Nvml => Measure::Nvml,
+        cli::GateMeasure::Reserved => Measure::Reserved,
+        cli::GateMeasure::Allocated => Measure::Allocated,
+    }
+}
+
+/// The gate's flags; `None` when no gate was asked for. Reads the baseline file now, so a corrupt one stops
+/// gpudoc before the command runs.
+pub fn resolve_gate(a: &cli::GateArgs) -> Result<Option<Gate>, String> {
+    if a.max_peak.is_empty() && a.baseline.is_none() && a.fail_on.is_none() {
+        return Ok(None);
+    }
+    let mut budgets = Vec::new();
+    for m in &a.max_peak {
+        let (gpu, size) = match m.split_once('=') {
+            Some((g, s)) => (
+                Some(
+                    g.trim()
+                        .parse::<u32>()
+                        .map_err(|_| format!("--max-peak {m}: `{g}` is not a GPU index"))?,
+                ),
+                s,
+            ),
+            None => (None, m.as_str()),
+        };
+        budgets.push((
+            gpu,
+            parse_bytes(size).map_err(|e| format!("--max-peak {m}: {e}"))?,
+        ));
+    }
+    let (mut pct, mut bytes) = (0.0, 0);
+    for part in a
+        .tolerance
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        if let Some(p) = part.strip_suffix('%') {
+            pct = p
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| format!("--tolerance {part}: not a percentage"))?;
+        } else {
+            bytes = parse_bytes(part).map_err(|e| format!("--tolerance {e}"))?;
+        }
+    }
+    let baseline = match (&a.baseline, &a.name) {
+        (Some(f), Some(n)) => Some((f.clone(), n.clone())),
+        (Some(_), None) => return Err("--baseline needs --name: the job's name in the file".into()),
+        _ => None,
+    };
+    let file = match &baseline {
+        Some((path, _)) => gate::read_baseline(path)?,
+        None => None,
+    };
+    Ok(Some(Gate {
+        budgets,
+        baseline,
+        tolerance_pct: pct,
+        tolerance_bytes: bytes,
+        update: a.update_baseline,
+        measure: measure(a.gate),
+        fail_on: a.fail_on.map(severity),
+        junit: a.junit.clone(),
+        file,
+    }))
+}
+
+/// `gpudoc report`, resolved.
+pub struct ReportSettings {
+    pub file: PathBuf,
+    pub output: Option<PathBuf>,
+    pub facts: bool,
+    pub json: Option<Target>,
+    pub rules: RuleSet,
+    /// Colours where the summary goes: stdout, or stderr when the JSON takes stdout.
+    pub paint: Paint,
+}
+
+impl ReportSettings {
+    pub fn resolve(a: cli::ReportArgs, color: ColorWhen, env: &Env) -> Result<Self, Failure> {
+        let rules = load_rules(&a.rules).map_err(|e| Failure::new(exit::USAGE, e))?;
+        let json = a.json.as_deref().map(Target::parse);
+        let summary_tty = if json == Some(Target::Stdout) {
+            env.stderr_tty
+        } else {
+            env.stdout_tty
+        };
+        Ok(ReportSettings {
+            file: a.file,
+            output: a.output,
+            facts: a.facts,
+            json,
+            rules,
+            paint: env.paint(color, summary_tty),
+        })
+    }
+}
+
+/// `gpudoc compare`, resolved.
+pub struct CompareSettings {
+    pub old: PathBuf,
+    pub new: PathBuf,
+    pub json: Option<Target>,
+    pub rules: RuleSet,
+    pub paint: Paint,
+}
+
+impl CompareSettings {
+    pub fn resolve(a: cli::CompareArgs, color: ColorWhen, env: &Env) -> Result<Self, Failure> {
+        let rules = load_rules(&a.rules).map_err(|e| Failure::new(exit::USAGE, e))?;
+        Ok(CompareSettings {
+            old: a.old,
+            new: a.new,
+            json: a.json.as_deref().map(Target::parse),
+            rules,
+            paint: env.paint(color, env.stdout_tty),
+        })
+    }
+}
+
+/// `gpudoc orphans`, resolved.
+pub struct OrphansSettings {
+    pub kill: bool,
+    pub yes: bool,
+    pub grace: Duration,
+    pub all_users: bool,
+    pub json: Option<Target>,
+    /// A person can be asked (stdin and stderr are terminals).
+    pub can_ask: bool,
+    pub paint: Paint,
+    pub nvml_lib: String,
+    pub dev_prefix: String,
+}
+
+impl OrphansSettings {
+    pub fn resolve(a: cli::OrphansArgs, color: ColorWhen, env: &Env) -> Result<Self, Failure> {
+        if a.all_users && !nix::unistd::geteuid().is_root() {
+            return Err(Failure::new(exit::USAGE, "--all-users needs root"));
+        }
+        let json = a.json.as_deref().map(Target::parse);
+        let table_tty = if json == Some(Target::Stdout) {
+            env.stderr_tty
+        } else {
+            env.stdout_tty
+        };
+        Ok(OrphansSettings {
+            kill: a.kill,
+            yes: a.yes,
+            grace: a.grace,
+            all_users: a.all_users,
+            json,
+            can_ask: env.stdin_tty && env.stderr_tty,
+            paint: env.paint(color, table_tty),
+            nvml_lib: env.nvml_lib.clone(),
+            dev_prefix: env.dev_prefix.clone(),
+        })
+    }
+}
