@@ -16,7 +16,14 @@ fn main() {
         eprintln!("sample_cost: no NVML: {:?}", status.error);
         return;
     };
-    let mut core = Core::new(&nvml, &gpus[..1], std::process::id(), None, Instant::now());
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(gpudoc::sample::Shared::default()));
+    let mut core = Core::new(
+        &nvml,
+        &gpus[..1],
+        std::process::id(),
+        shared,
+        Instant::now(),
+    );
     for _ in 0..1000 {
         core.sample_devices();
     }

@@ -52,7 +52,8 @@ pub struct RunArgs {
     /// How often to sample the per-process lists.
     #[arg(long, value_parser = parse_interval, default_value = "10ms")]
     pub proc_interval: Duration,
-    /// Write the report as JSON to FILE (`-` for stdout).
+    /// Write the report as JSON to FILE (a file, or a descriptor such as /dev/fd/3; not `-`: stdout is
+    /// the command's).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Write the timeline as it is sampled: CSV, or JSON lines for a `.jsonl` name.
@@ -86,12 +87,17 @@ pub struct RunArgs {
 
 /// The shortest sampling interval accepted.
 pub const MIN_INTERVAL: Duration = Duration::from_micros(100);
+/// The longest: a sampler that looks once a minute sees nothing worth the name.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(60);
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("{e} (write it like 1ms, 500us or 0.5s)"))?;
     if d < MIN_INTERVAL {
         return Err(format!("{s} is too short: the shortest interval is 100us"));
+    }
+    if d > MAX_INTERVAL {
+        return Err(format!("{s} is too long: the longest interval is 60s"));
     }
     Ok(d)
 }
@@ -135,6 +141,10 @@ pub struct GateArgs {
     /// Write the gate's checks as a JUnit XML file, for CI systems other than GitHub Actions.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Let the gate pass when it measured nothing (GPU sampling off, or a job that held no GPU memory
+    /// gpudoc saw); by default that fails it.
+    #[arg(long)]
+    pub allow_no_gpu: bool,
 }
 
 /// `--gate`.

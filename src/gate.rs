@@ -26,6 +26,8 @@ pub struct Gate {
     pub measure: Measure,
     pub fail_on: Option<Severity>,
     pub junit: Option<PathBuf>,
+    /// Pass even when nothing was measured.
+    pub allow_no_gpu: bool,
     /// The baseline file as read at start (None: no file yet).
     pub file: Option<BaselineFile>,
 }
@@ -52,7 +54,24 @@ impl Gate {
         let peaks = measured(r, self.measure);
         let mut checks = Vec::new();
         let mut notes = Vec::new();
-        self.check_budgets(&peaks, &mut checks, &mut notes);
+        if !self.budgets.is_empty() || self.baseline.is_some() {
+            match (nothing_measured(r, self.measure, &peaks), self.allow_no_gpu) {
+                (Some(why), false) => checks.push(Check {
+                    kind: "measured".into(),
+                    gpu: None,
+                    value_bytes: None,
+                    limit_bytes: None,
+                    baseline_bytes: None,
+                    passed: false,
+                    message: format!(
+                        "{why}: the gate measured nothing (--allow-no-gpu lets such a run pass)"
+                    ),
+                }),
+                (Some(why), true) => notes.push(format!("{why} (allowed by --allow-no-gpu)")),
+                (None, _) => {}
+            }
+        }
+        self.check_budgets(r, &peaks, &mut checks, &mut notes);
         self.check_baseline(&peaks, &mut checks, &mut notes);
         if let Some(level) = self.fail_on {
             checks.push(diagnoses_check(r, level));
@@ -73,6 +92,7 @@ impl Gate {
 
     fn check_budgets(
         &self,
+        r: &Report,
         peaks: &BTreeMap<u32, u64>,
         checks: &mut Vec<Check>,
         notes: &mut Vec<String>,
@@ -95,9 +115,28 @@ impl Gate {
                     ),
                 });
             }
-            if let Some(g) = gpu
-                && !peaks.contains_key(&g)
-            {
+            let Some(g) = gpu.filter(|g| !peaks.contains_key(g)) else {
+                continue;
+            };
+            if r.nvml.available && !r.gpus.iter().any(|x| x.index == g) {
+                let have: Vec<String> = r.gpus.iter().map(|x| x.index.to_string()).collect();
+                checks.push(Check {
+                    kind: "max-peak".into(),
+                    gpu: Some(g),
+                    value_bytes: None,
+                    limit_bytes: Some(limit),
+                    baseline_bytes: None,
+                    passed: false,
+                    message: format!(
+                        "--max-peak names GPU {g}, which this machine does not have (GPUs: {})",
+                        if have.is_empty() {
+                            "none".into()
+                        } else {
+                            have.join(", ")
+                        }
+                    ),
+                });
+            } else {
                 notes.push(format!(
                     "--max-peak names GPU {g}, which the job did not use"
                 ));
@@ -167,8 +206,37 @@ impl Gate {
     }
 }
 
+/// Why the gate measured nothing, if it did.
+fn nothing_measured(r: &Report, m: Measure, peaks: &BTreeMap<u32, u64>) -> Option<String> {
+    if !r.nvml.available && m == Measure::Nvml {
+        let why = r.nvml.error.as_deref().unwrap_or("NVML unavailable");
+        return Some(format!("GPU sampling was off ({why})"));
+    }
+    if !peaks.is_empty() {
+        return None;
+    }
+    Some(match m {
+        Measure::Nvml => "the job held no GPU memory that gpudoc saw".into(),
+        Measure::Reserved | Measure::Allocated => {
+            "the PyTorch view saw no process of the job on a GPU".into()
+        }
+    })
+}
+
+/// Diagnoses at `level` or worse fail the gate; so does a rule that could not be evaluated (it can't
+/// vouch for the run).
 fn diagnoses_check(r: &Report, level: Severity) -> Check {
-    let bad: Vec<_> = r.diagnoses.iter().filter(|d| d.severity >= level).collect();
+    let bad: Vec<String> = r
+        .diagnoses
+        .iter()
+        .filter(|d| d.severity >= level)
+        .map(|d| format!("[{}] {}", d.rule, d.message))
+        .chain(
+            r.rule_errors
+                .iter()
+                .map(|e| format!("a rule could not be evaluated: {e}")),
+        )
+        .collect();
     Check {
         kind: "diagnoses".into(),
         gpu: None,
@@ -179,10 +247,7 @@ fn diagnoses_check(r: &Report, level: Severity) -> Check {
         message: if bad.is_empty() {
             format!("no diagnosis at {} or worse", level.name())
         } else {
-            bad.iter()
-                .map(|d| format!("[{}] {}", d.rule, d.message))
-                .collect::<Vec<_>>()
-                .join("; ")
+            bad.join("; ")
         },
     }
 }

@@ -1,24 +1,22 @@
-//! The live status line on a terminal: current and peak job memory per GPU, redrawn ten times a second on
-//! stderr. Hidden when stderr is not a terminal, in CI (`CI` set) and with `--quiet`.
+//! The live status line on a terminal: current and peak job memory per GPU, on stderr. It is drawn only
+//! on a line the command has finished and while the command is quiet, and cleared before the command's
+//! next byte ([`Terminal`]), so it never touches a progress bar or a partial line. Off when stderr is not
+//! a terminal, in CI (`CI` set) and with `--quiet`.
 
 use crate::sample::Snapshot;
-use crate::supervise::Guard;
+use crate::supervise::Terminal;
 use crate::units::fmt_bytes;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Whether a live line may be drawn: a terminal on stderr, not CI, not quiet.
-pub fn wanted(quiet: bool) -> bool {
-    !quiet && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
-}
+const REDRAW: Duration = Duration::from_millis(100);
+const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 /// The live line, or nothing.
 pub struct Live {
-    bar: Option<ProgressBar>,
+    terminal: Option<Arc<Terminal>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -26,7 +24,7 @@ pub struct Live {
 impl Live {
     pub fn off() -> Live {
         Live {
-            bar: None,
+            terminal: None,
             stop: Arc::new(AtomicBool::new(false)),
             thread: None,
         }
@@ -34,34 +32,32 @@ impl Live {
 
     /// Starts redrawing from `snapshot`.
     pub fn start(snapshot: Arc<Mutex<Snapshot>>) -> Live {
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
-        bar.set_style(ProgressStyle::with_template("{spinner} gpudoc {msg}").unwrap());
+        let terminal = Arc::new(Terminal::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let (b, s) = (bar.clone(), stop.clone());
+        let (t, s) = (terminal.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("gpudoc-live".into())
             .spawn(move || {
+                let mut tick = 0;
                 while !s.load(Ordering::Relaxed) {
-                    let msg = line(&snapshot.lock().unwrap());
-                    b.set_message(msg);
-                    b.tick();
-                    std::thread::sleep(Duration::from_millis(100));
+                    let text = line(&snapshot.lock().unwrap());
+                    let spin = SPINNER[tick % SPINNER.len()];
+                    t.draw(&format!("{spin} gpudoc {text}"), width());
+                    tick += 1;
+                    std::thread::sleep(REDRAW);
                 }
             })
             .ok();
         Live {
-            bar: Some(bar),
+            terminal: Some(terminal),
             stop,
             thread,
         }
     }
 
-    /// Clears the line around the child's writes, so they are never mangled.
-    pub fn guard(&self) -> Guard {
-        match self.bar.clone() {
-            Some(bar) => Arc::new(move |f: &mut dyn FnMut()| bar.suspend(f)),
-            None => Arc::new(|f: &mut dyn FnMut()| f()),
-        }
+    /// The terminal the command's output passes through, when the line is on.
+    pub fn terminal(&self) -> Option<Arc<Terminal>> {
+        self.terminal.clone()
     }
 
     /// Removes the line for good.
@@ -70,9 +66,20 @@ impl Live {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        if let Some(bar) = self.bar.take() {
-            bar.finish_and_clear();
+        if let Some(t) = &self.terminal {
+            t.clear();
         }
+    }
+}
+
+/// Columns of the terminal on stderr (80 when it can't be read).
+fn width() -> usize {
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes a winsize into `ws`.
+    if unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0 {
+        ws.ws_col as usize
+    } else {
+        80
     }
 }
 

@@ -151,6 +151,23 @@ fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     tmp.persist(path).map(drop).map_err(|e| e.error)
 }
 
+/// Runs `f` (a read-modify-write of `path`, such as updating a baseline) holding an exclusive lock on the
+/// folder the file is in, so parallel jobs updating the same file never lose each other's changes.
+pub fn locked<T>(path: &Path, f: impl FnOnce() -> T) -> io::Result<T> {
+    let dir = match plan(path)? {
+        Plan::Replace(p) => folder_of(&p).to_path_buf(),
+        Plan::Through(p) => folder_of(&p).to_path_buf(),
+    };
+    let folder = fs::File::open(&dir)?;
+    // SAFETY: flock on a descriptor we own; released when `folder` is closed.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&folder), libc::LOCK_EX) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let out = f();
+    drop(folder);
+    Ok(out)
+}
+
 /// Writes to stdout; for commands whose result is their output.
 pub fn stdout(text: &str) -> io::Result<()> {
     write(&Target::Stdout, text.as_bytes())

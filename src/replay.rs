@@ -62,6 +62,7 @@ fn from_trace(file: &Path, output: Option<&Path>) -> Result<Report, String> {
         end: ProcessEnd::Exited(code),
         duration: Duration::from_micros(end),
         escalated: false,
+        terminate: false,
         forwarded: Vec::new(),
     };
     let (mut ending, oom, _) = oom::classify(&oom::Evidence {

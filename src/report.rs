@@ -6,7 +6,7 @@ use crate::procs::ProcInfo;
 use crate::sample::Rates;
 use crate::supervise::Outcome;
 use crate::timeline::Micros;
-use crate::timeline::Timeline;
+use crate::timeline::{GpuTimeline, ProcTimeline, Timeline};
 use serde::{Deserialize, Serialize};
 
 /// The `schema` value of this version of the report.
@@ -38,6 +38,10 @@ pub struct Report {
     pub diagnoses: Vec<crate::verdict::Diagnosis>,
     #[serde(default)]
     pub gate: Option<crate::verdict::GateReport>,
+    /// Rules that failed on this run's facts (a division by zero, say), with why: each is said, and
+    /// fails a gate with `--fail-on`.
+    #[serde(default)]
+    pub rule_errors: Vec<String>,
     /// Things gpudoc could not do, in words (a trace write error, a sampling gap, a rule that failed).
     #[serde(default)]
     pub notes: Vec<String>,
@@ -193,108 +197,17 @@ pub struct Inputs<'a> {
 }
 
 impl Report {
+    /// The report of a run: a function of its inputs alone.
     pub fn build(i: Inputs) -> Report {
         let t = i.timeline;
         let end: Micros = i.outcome.duration.as_micros() as Micros;
-        let gpus = t
-            .gpus
-            .iter()
-            .map(|g| GpuReport {
-                index: g.info.index,
-                name: g.info.name.clone(),
-                uuid: g.info.uuid.clone(),
-                total_bytes: g.info.total_bytes,
-                start_used_bytes: g.used.first().unwrap_or(0),
-                peak_used_bytes: g.used.peak(),
-                peak_used_at_s: secs(g.used.peak_at()),
-                final_used_bytes: g.used.last().unwrap_or(0),
-                driver_reserved_bytes: g.driver_reserved,
-                job_peak_bytes: g.job.peak(),
-                job_peak_at_s: secs(g.job.peak_at()),
-                job_final_bytes: g.job.last().unwrap_or(0),
-                job_timeline: {
-                    let step = end / TIMELINE_POINTS as u64;
-                    g.job
-                        .bucket_max(end, TIMELINE_POINTS)
-                        .into_iter()
-                        .enumerate()
-                        .map(|(k, v)| (secs(k as u64 * step), v))
-                        .collect()
-                },
-                lost: g.lost.as_ref().map(|l| LostReport {
-                    at_s: secs(l.at),
-                    error: l.error.clone(),
-                }),
-                unsupported: g
-                    .unsupported
-                    .iter()
-                    .map(|(what, e)| format!("{what}: {e}"))
-                    .collect(),
-            })
-            .collect();
-        let processes = t
-            .procs
-            .values()
-            .map(|p| ProcessReport {
-                pid: p.pid,
-                cmdline: p.cmdline.clone(),
-                uid: p.uid,
-                gpu: p.gpu,
-                peak_bytes: p.used.peak(),
-                peak_at_s: secs(p.used.peak_at()),
-                final_bytes: p.used.last().unwrap_or(0),
-                first_seen_s: secs(p.used.first_at().unwrap_or(0)),
-                in_job: p.in_job,
-                visible: p.visible,
-            })
-            .collect();
-        let orphans = i
-            .leftovers
-            .iter()
-            .map(|p| Orphan {
-                pid: p.pid,
-                ppid: p.ppid,
-                cmdline: p.cmdline.clone(),
-                gpu_bytes: t
-                    .procs
-                    .values()
-                    .filter(|q| q.pid == p.pid && q.used.last().unwrap_or(0) > 0)
-                    .map(|q| (q.gpu, q.used.last().unwrap_or(0)))
-                    .collect(),
-                ended: i
-                    .ended
-                    .iter()
-                    .find(|r| r.pid == p.pid)
-                    .map(|r| r.result.clone()),
-            })
-            .collect();
-        let (code, signal, core_dumped) = match i.outcome.end {
-            crate::supervise::ProcessEnd::Exited(c) => (c, None, false),
-            crate::supervise::ProcessEnd::Signaled {
-                signal,
-                core_dumped,
-            } => (128 + signal, Some(signal), core_dumped),
-        };
         Report {
             schema: SCHEMA.into(),
             gpudoc_version: env!("CARGO_PKG_VERSION").into(),
             command: i.command,
             started_unix_s: i.started_unix_s,
             duration_s: secs(end),
-            exit: Exit {
-                code,
-                signal,
-                core_dumped,
-                killed_by_gpudoc: i.outcome.escalated,
-                classification: i.ending,
-                host_oom: i.host_oom,
-                forwarded_signals: i
-                    .outcome
-                    .forwarded
-                    .iter()
-                    .map(|&s| signal_name(s))
-                    .collect(),
-            },
+            exit: exit_of(i.outcome, i.ending, i.host_oom),
             nvml: i.nvml,
             sampling: Sampling {
                 device_interval_s: i.rates.device.as_secs_f64(),
@@ -306,13 +219,14 @@ impl Report {
                 self_cpu_s: i.self_usage.0,
                 self_max_rss_bytes: i.self_usage.1,
             },
-            gpus,
-            processes,
+            gpus: t.gpus.iter().map(|g| gpu_report(g, end)).collect(),
+            processes: t.procs.values().map(process_report).collect(),
             oom: i.oom,
             torch: i.torch,
-            orphans,
+            orphans: orphans(i.leftovers, i.ended, t),
             diagnoses: Vec::new(),
             gate: None,
+            rule_errors: Vec::new(),
             notes: i.notes,
         }
     }
@@ -323,4 +237,104 @@ impl Report {
         s.push('\n');
         s
     }
+}
+
+fn exit_of(o: &Outcome, ending: crate::oom::Ending, host_oom: Option<crate::oom::HostOom>) -> Exit {
+    let (code, signal, core_dumped) = match o.end {
+        crate::supervise::ProcessEnd::Exited(c) => (c, None, false),
+        crate::supervise::ProcessEnd::Signaled {
+            signal,
+            core_dumped,
+        } => (128 + signal, Some(signal), core_dumped),
+    };
+    Exit {
+        code,
+        signal,
+        core_dumped,
+        killed_by_gpudoc: o.escalated,
+        classification: ending,
+        host_oom,
+        forwarded_signals: o.forwarded.iter().map(|&s| signal_name(s)).collect(),
+    }
+}
+
+/// One GPU over the run. "In use at start" is what the first sample saw that was not the job's: the
+/// job may already hold memory when NVML first answers.
+fn gpu_report(g: &GpuTimeline, end: Micros) -> GpuReport {
+    let step = end / TIMELINE_POINTS as u64;
+    GpuReport {
+        index: g.info.index,
+        name: g.info.name.clone(),
+        uuid: g.info.uuid.clone(),
+        total_bytes: g.info.total_bytes,
+        start_used_bytes: g
+            .used
+            .first()
+            .unwrap_or(0)
+            .saturating_sub(g.job.first().unwrap_or(0)),
+        peak_used_bytes: g.used.peak(),
+        peak_used_at_s: secs(g.used.peak_at()),
+        final_used_bytes: g.used.last().unwrap_or(0),
+        driver_reserved_bytes: g.driver_reserved,
+        job_peak_bytes: g.job.peak(),
+        job_peak_at_s: secs(g.job.peak_at()),
+        job_final_bytes: g.job.last().unwrap_or(0),
+        job_timeline: g
+            .job
+            .bucket_max(end, TIMELINE_POINTS)
+            .into_iter()
+            .enumerate()
+            .map(|(k, v)| (secs(k as u64 * step), v))
+            .collect(),
+        lost: g.lost.as_ref().map(|l| LostReport {
+            at_s: secs(l.at),
+            error: l.error.clone(),
+        }),
+        unsupported: g
+            .unsupported
+            .iter()
+            .map(|(what, e)| format!("{what}: {e}"))
+            .collect(),
+    }
+}
+
+fn process_report(p: &ProcTimeline) -> ProcessReport {
+    ProcessReport {
+        pid: p.pid,
+        cmdline: p.cmdline.clone(),
+        uid: p.uid,
+        gpu: p.gpu,
+        peak_bytes: p.used.peak(),
+        peak_at_s: secs(p.used.peak_at()),
+        final_bytes: p.used.last().unwrap_or(0),
+        first_seen_s: secs(p.used.first_at().unwrap_or(0)),
+        in_job: p.in_job,
+        visible: p.visible,
+    }
+}
+
+/// The job's descendants still alive after the command exited, with the GPU memory each held last.
+fn orphans(
+    leftovers: &[ProcInfo],
+    ended: &[crate::orphans::end::EndResult],
+    t: &Timeline,
+) -> Vec<Orphan> {
+    leftovers
+        .iter()
+        .map(|p| Orphan {
+            pid: p.pid,
+            ppid: p.ppid,
+            cmdline: p.cmdline.clone(),
+            gpu_bytes: t
+                .procs
+                .values()
+                .filter(|q| q.pid == p.pid && q.used.last().unwrap_or(0) > 0)
+                .map(|q| (q.gpu, q.used.last().unwrap_or(0)))
+                .collect(),
+            ended: ended
+                .iter()
+                .find(|r| r.pid == p.pid)
+                .map(|r| r.result.clone()),
+        })
+        .collect()
 }

@@ -1,18 +1,20 @@
-//! The sampler: a thread of its own that reads device memory for every GPU (1 kHz by default) and the
-//! per-process lists (100 Hz by default), and keeps both as a [`Timeline`]. A query that fails as
-//! unsupported is not asked again; a GPU that fails otherwise is marked lost from that moment and no
-//! longer sampled. Nothing here can stop or slow the wrapped command.
+//! The sampler: a thread of its own that opens NVML, then reads device memory for every GPU (1 kHz by
+//! default) and the per-process lists (100 Hz by default), and keeps both as a [`Timeline`]. A query that
+//! fails as unsupported is not asked again; a GPU that fails otherwise is marked lost from that moment
+//! and no longer sampled. Nothing here can delay the command's start or hold back gpudoc's exit: NVML is
+//! opened and called on this thread only, the shared state is locked only between NVML calls, and
+//! [`Sampler::stop`] waits at most [`STOP_GRACE`] before taking what was sampled.
 
-use crate::gpu::{self, Failure, GpuInfo};
+use crate::gpu::{self, Failure, GpuInfo, NvmlStatus};
 use crate::procs::JobCache;
 use crate::timeline::{GpuTimeline, Lost, Micros, ProcTimeline, Series, Timeline};
 use crate::trace::TraceWriter;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often to sample. Device memory is read every `device` while any memory moves; once nothing has
@@ -30,12 +32,16 @@ pub struct Rates {
 /// Points kept per series (8 MB each at most): memory that changes at every sample for days is thinned,
 /// its peaks kept (see [`Series::thin_to`]); the trace file keeps every change.
 pub const MAX_POINTS: usize = 500_000;
-
 /// How long memory must stay flat before device sampling slows to `device_idle`.
 pub const IDLE_AFTER: Duration = Duration::from_secs(1);
 /// While memory is flat, the process lists are read this many times less often (and at once whenever the
 /// device's memory moves).
 pub const PROCESS_IDLE_FACTOR: u32 = 10;
+/// The longest gpudoc waits for NVML once the command has ended: a wedged driver never holds the exit
+/// code back longer.
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+/// The longest a command's exit waits for the sampler's last look at the process lists.
+pub const LOOK_GRACE: Duration = Duration::from_millis(50);
 
 impl Default for Rates {
     fn default() -> Self {
@@ -64,6 +70,15 @@ pub struct GpuNow {
     pub total: u64,
 }
 
+/// What the sampler thread and the rest of gpudoc share: locked only between NVML calls.
+#[derive(Default)]
+pub struct Shared {
+    pub timeline: Timeline,
+    pub trace: Option<TraceWriter>,
+    /// NVML's status, once the thread has opened it.
+    pub nvml: Option<NvmlStatus>,
+}
+
 struct Probe<'n> {
     device: Device<'n>,
     memory: bool,
@@ -74,23 +89,30 @@ struct Probe<'n> {
 /// The sampling state, usable without the thread (benchmarks drive it directly).
 pub struct Core<'n> {
     probes: Vec<Probe<'n>>,
-    pub timeline: Timeline,
+    shared: Arc<Mutex<Shared>>,
     cache: JobCache,
-    trace: Option<TraceWriter>,
     start: Instant,
 }
 
+/// One NVML read of a device, done outside the lock.
+enum Read<T> {
+    Skip,
+    Value(T),
+    Failed(&'static str, nvml_wrapper::error::NvmlError),
+}
+
 impl<'n> Core<'n> {
-    /// `job_root`: the PID whose descendants are the job (gpudoc itself, a subreaper).
+    /// `job_root`: the PID whose descendants are the job (gpudoc itself, a subreaper). Fills the shared
+    /// timeline's GPUs.
     pub fn new(
         nvml: &'n Nvml,
         gpus: &[GpuInfo],
         job_root: u32,
-        trace: Option<TraceWriter>,
+        shared: Arc<Mutex<Shared>>,
         start: Instant,
     ) -> Core<'n> {
         let mut probes = Vec::new();
-        let mut timeline = Timeline::default();
+        let mut timeline = Vec::new();
         for info in gpus {
             let Ok(device) = nvml.device_by_index(info.index) else {
                 continue;
@@ -101,13 +123,13 @@ impl<'n> Core<'n> {
                 compute: true,
                 graphics: true,
             });
-            timeline.gpus.push(GpuTimeline::new(info.clone()));
+            timeline.push(GpuTimeline::new(info.clone()));
         }
+        shared.lock().unwrap().timeline.gpus = timeline;
         Core {
             probes,
-            timeline,
+            shared,
             cache: JobCache::new(job_root),
-            trace,
             start,
         }
     }
@@ -116,8 +138,9 @@ impl<'n> Core<'n> {
         self.start.elapsed().as_micros() as Micros
     }
 
-    fn mark(&mut self, i: usize, what: &str, e: &nvml_wrapper::error::NvmlError, at: Micros) {
-        let g = &mut self.timeline.gpus[i];
+    fn mark(&mut self, s: &mut Shared, i: usize, what: &str, e: &nvml_wrapper::error::NvmlError) {
+        let at = self.now();
+        let g = &mut s.timeline.gpus[i];
         let text = gpu::describe(e);
         match gpu::failure_kind(e) {
             Failure::Unsupported => {
@@ -131,7 +154,7 @@ impl<'n> Core<'n> {
             }
             Failure::Lost => {
                 if g.lost.is_none() {
-                    if let Some(t) = &mut self.trace {
+                    if let Some(t) = &mut s.trace {
                         t.lost(at, g.info.index, &text);
                     }
                     g.lost = Some(Lost { at, error: text });
@@ -140,134 +163,187 @@ impl<'n> Core<'n> {
         }
     }
 
+    /// Which GPUs are still sampled (read under the lock, then released).
+    fn live_gpus(&self) -> Vec<bool> {
+        let s = self.shared.lock().unwrap();
+        s.timeline.gpus.iter().map(|g| g.lost.is_none()).collect()
+    }
+
     /// Reads device memory on every GPU still sampled; whether any changed.
     pub fn sample_devices(&mut self) -> bool {
+        let live = self.live_gpus();
+        let reads: Vec<Read<nvml_wrapper::struct_wrappers::device::MemoryInfo>> = self
+            .probes
+            .iter()
+            .zip(&live)
+            .map(
+                |(p, &live)| match (live && p.memory).then(|| p.device.memory_info()) {
+                    None => Read::Skip,
+                    Some(Ok(m)) => Read::Value(m),
+                    Some(Err(e)) => Read::Failed("memory", e),
+                },
+            )
+            .collect();
         let at = self.now();
+        let shared = self.shared.clone();
+        let mut s = shared.lock().unwrap();
         let mut changed = false;
-        for i in 0..self.probes.len() {
-            if !self.probes[i].memory || self.timeline.gpus[i].lost.is_some() {
-                continue;
-            }
-            match self.probes[i].device.memory_info() {
-                Ok(m) => {
-                    let g = &mut self.timeline.gpus[i];
+        for (i, r) in reads.into_iter().enumerate() {
+            match r {
+                Read::Skip => {}
+                Read::Failed(what, e) => self.mark(&mut s, i, what, &e),
+                Read::Value(m) => {
+                    let Shared {
+                        timeline, trace, ..
+                    } = &mut *s;
+                    let g = &mut timeline.gpus[i];
                     g.driver_reserved = m.reserved;
                     if g.used.push(at, m.used) {
                         changed = true;
                         g.used.thin_to(MAX_POINTS);
-                        if let Some(t) = &mut self.trace {
+                        if let Some(t) = trace {
                             t.device(at, g.info.index, m.used, m.total);
                         }
                     }
                 }
-                Err(e) => self.mark(i, "memory", &e, at),
             }
         }
-        self.timeline.device_samples += 1;
+        s.timeline.device_samples += 1;
         changed
+    }
+
+    /// One GPU's processes, compute and graphics: pid → bytes (a process in both lists counts once, at
+    /// its larger figure).
+    fn list(
+        &self,
+        i: usize,
+    ) -> (
+        BTreeMap<u32, u64>,
+        Vec<(&'static str, nvml_wrapper::error::NvmlError)>,
+    ) {
+        let p = &self.probes[i];
+        let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut failed = Vec::new();
+        for (on, what, listed) in [
+            (p.compute, "compute processes", false),
+            (p.graphics, "graphics processes", true),
+        ] {
+            if !on {
+                continue;
+            }
+            let r = if listed {
+                p.device.running_graphics_processes()
+            } else {
+                p.device.running_compute_processes()
+            };
+            match r {
+                Ok(list) => {
+                    for pi in list {
+                        let bytes = match pi.used_gpu_memory {
+                            UsedGpuMemory::Used(b) => b,
+                            UsedGpuMemory::Unavailable => 0,
+                        };
+                        let e = seen.entry(pi.pid).or_insert(0);
+                        *e = (*e).max(bytes);
+                    }
+                }
+                Err(e) => failed.push((what, e)),
+            }
+        }
+        (seen, failed)
     }
 
     /// Reads the compute and graphics process lists on every GPU still sampled, attributes each PID to
     /// the job or not, and sums the job's memory per GPU; whether the job's memory changed.
     pub fn sample_processes(&mut self) -> bool {
+        let live = self.live_gpus();
+        let lists: Vec<_> = (0..self.probes.len())
+            .map(|i| live[i].then(|| self.list(i)))
+            .collect();
+        // Reading /proc for PIDs not seen before happens outside the lock too.
+        for (seen, _) in lists.iter().flatten() {
+            for &pid in seen.keys() {
+                self.cache.get(pid);
+            }
+        }
         let at = self.now();
+        let shared = self.shared.clone();
+        let mut s = shared.lock().unwrap();
         let mut changed = false;
         let mut present = Vec::new();
-        for i in 0..self.probes.len() {
-            if self.timeline.gpus[i].lost.is_some() {
+        for (i, l) in lists.into_iter().enumerate() {
+            let Some((seen, failed)) = l else { continue };
+            for (what, e) in &failed {
+                self.mark(&mut s, i, what, e);
+            }
+            if s.timeline.gpus[i].lost.is_some() {
                 continue;
             }
-            // pid → bytes; a process listed as compute and graphics counts once, at its larger figure.
-            let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
-            for graphics in [false, true] {
-                let p = &self.probes[i];
-                if (graphics && !p.graphics) || (!graphics && !p.compute) {
-                    continue;
-                }
-                let listed = if graphics {
-                    p.device.running_graphics_processes()
-                } else {
-                    p.device.running_compute_processes()
-                };
-                match listed {
-                    Ok(list) => {
-                        for pi in list {
-                            let bytes = match pi.used_gpu_memory {
-                                UsedGpuMemory::Used(b) => b,
-                                UsedGpuMemory::Unavailable => 0,
-                            };
-                            let e = seen.entry(pi.pid).or_insert(0);
-                            *e = (*e).max(bytes);
-                        }
-                    }
-                    Err(e) => {
-                        let what = if graphics {
-                            "graphics processes"
-                        } else {
-                            "compute processes"
-                        };
-                        self.mark(i, what, &e, at);
-                    }
-                }
-            }
-            if self.timeline.gpus[i].lost.is_some() {
-                continue;
-            }
-            let gpu = self.timeline.gpus[i].info.index;
-            let mut job = 0;
-            for (&pid, &bytes) in &seen {
-                present.push(pid);
-                let known = self.cache.get(pid).clone();
-                if known.in_job {
-                    job += bytes;
-                }
-                let entry = self
-                    .timeline
-                    .procs
-                    .entry((gpu, pid))
-                    .or_insert_with(|| ProcTimeline {
-                        pid,
-                        gpu,
-                        in_job: known.in_job,
-                        visible: known.info.is_some(),
-                        cmdline: known
-                            .info
-                            .as_ref()
-                            .map(|i| i.cmdline.clone())
-                            .unwrap_or_default(),
-                        uid: known.info.as_ref().and_then(|i| i.uid),
-                        used: Series::default(),
-                    });
-                let first = entry.used.is_empty();
-                entry.used.thin_to(MAX_POINTS);
-                if entry.used.push(at, bytes)
-                    && let Some(t) = &mut self.trace
-                {
-                    let cmdline = first.then_some(entry.cmdline.as_str());
-                    t.process(at, gpu, pid, bytes, known.in_job, cmdline);
-                }
-            }
-            // Processes that left this GPU drop to zero.
-            for p in self.timeline.procs.values_mut().filter(|p| p.gpu == gpu) {
-                if !seen.contains_key(&p.pid)
-                    && p.used.last() != Some(0)
-                    && p.used.push(at, 0)
-                    && let Some(t) = &mut self.trace
-                {
-                    t.process(at, gpu, p.pid, 0, p.in_job, None);
-                }
-            }
-            changed |= self.timeline.gpus[i].job.push(at, job);
-            self.timeline.gpus[i].job.thin_to(MAX_POINTS);
+            present.extend(seen.keys().copied());
+            changed |= self.record(&mut s, i, &seen, at);
         }
         self.cache.retain(&present);
-        self.timeline.process_samples += 1;
+        s.timeline.process_samples += 1;
+        changed
+    }
+
+    /// Stores one GPU's process list at `at`; whether the job's memory on it changed.
+    fn record(&mut self, s: &mut Shared, i: usize, seen: &BTreeMap<u32, u64>, at: Micros) -> bool {
+        let Shared {
+            timeline, trace, ..
+        } = s;
+        let gpu = timeline.gpus[i].info.index;
+        let mut job = 0;
+        for (&pid, &bytes) in seen {
+            let known = self.cache.get(pid).clone();
+            if known.in_job {
+                job += bytes;
+            }
+            let entry = timeline
+                .procs
+                .entry((gpu, pid))
+                .or_insert_with(|| ProcTimeline {
+                    pid,
+                    gpu,
+                    in_job: known.in_job,
+                    visible: known.info.is_some(),
+                    cmdline: known
+                        .info
+                        .as_ref()
+                        .map(|i| i.cmdline.clone())
+                        .unwrap_or_default(),
+                    uid: known.info.as_ref().and_then(|i| i.uid),
+                    used: Series::default(),
+                });
+            let first = entry.used.is_empty();
+            entry.used.thin_to(MAX_POINTS);
+            if entry.used.push(at, bytes)
+                && let Some(t) = trace.as_mut()
+            {
+                let cmdline = first.then_some(entry.cmdline.as_str());
+                t.process(at, gpu, pid, bytes, known.in_job, cmdline);
+            }
+        }
+        // Processes that left this GPU drop to zero.
+        for p in timeline.procs.values_mut().filter(|p| p.gpu == gpu) {
+            if !seen.contains_key(&p.pid)
+                && p.used.last() != Some(0)
+                && p.used.push(at, 0)
+                && let Some(t) = trace.as_mut()
+            {
+                t.process(at, gpu, p.pid, 0, p.in_job, None);
+            }
+        }
+        let g = &mut timeline.gpus[i];
+        let changed = g.job.push(at, job);
+        g.job.thin_to(MAX_POINTS);
         changed
     }
 
     fn snapshot(&self) -> Snapshot {
+        let s = self.shared.lock().unwrap();
         Snapshot {
-            gpus: self
+            gpus: s
                 .timeline
                 .gpus
                 .iter()
@@ -284,86 +360,180 @@ impl<'n> Core<'n> {
         }
     }
 
-    /// Ends sampling: flushes the trace and returns the timeline and any trace error.
-    pub fn finish(mut self) -> (Timeline, Option<String>) {
-        let mut heap = 0;
-        for g in &self.timeline.gpus {
-            heap += g.used.heap_bytes() + g.job.heap_bytes();
+    fn flush_trace_if_due(&self) {
+        if let Some(t) = &mut self.shared.lock().unwrap().trace {
+            t.flush_if_due();
         }
-        for p in self.timeline.procs.values() {
-            heap += p.used.heap_bytes();
-        }
-        self.timeline.heap_bytes = heap;
-        let err = self.trace.as_mut().and_then(|t| {
-            t.flush();
-            t.error().map(String::from)
-        });
-        (self.timeline, err)
     }
 }
 
 /// A running sampler thread.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<(Timeline, Option<String>)>,
+    look: Arc<AtomicBool>,
+    looks_done: Arc<AtomicU64>,
+    done: mpsc::Receiver<()>,
+    thread: std::thread::Thread,
+    shared: Arc<Mutex<Shared>>,
     pub snapshot: Arc<Mutex<Snapshot>>,
 }
 
+/// What the sampler leaves at the end.
+#[derive(Default)]
+pub struct Sampled {
+    pub timeline: Timeline,
+    pub trace: Option<TraceWriter>,
+    /// NVML's status; `None` when NVML never answered.
+    pub nvml: Option<NvmlStatus>,
+    /// Said when the sampler did not finish in time (NVML stopped answering).
+    pub stalled: Option<String>,
+}
+
+/// The flags the sampling loop reads.
+struct Flags {
+    stop: Arc<AtomicBool>,
+    look: Arc<AtomicBool>,
+    looks_done: Arc<AtomicU64>,
+}
+
 impl Sampler {
-    /// Starts sampling on its own thread; the thread owns NVML for the run.
+    /// Starts the thread, which opens NVML from `library` and samples until stopped. The trace (if any)
+    /// gets its start row once NVML has answered.
     pub fn start(
-        nvml: Nvml,
-        gpus: Vec<GpuInfo>,
+        library: String,
         job_root: u32,
         rates: Rates,
         trace: Option<TraceWriter>,
         start: Instant,
     ) -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop_flag = stop.clone();
+        let shared = Arc::new(Mutex::new(Shared {
+            trace,
+            ..Default::default()
+        }));
+        let flags = Flags {
+            stop: Arc::new(AtomicBool::new(false)),
+            look: Arc::new(AtomicBool::new(false)),
+            looks_done: Arc::new(AtomicU64::new(0)),
+        };
+        let (stop, look, looks_done) = (
+            flags.stop.clone(),
+            flags.look.clone(),
+            flags.looks_done.clone(),
+        );
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));
-        let shared = snapshot.clone();
+        let (tx, done) = mpsc::channel();
+        let (sh, snap) = (shared.clone(), snapshot.clone());
         let handle = std::thread::Builder::new()
             .name("gpudoc-sampler".into())
             .spawn(move || {
-                let mut core = Core::new(&nvml, &gpus, job_root, trace, start);
-                run_loop(&mut core, rates, &stop_flag, &shared);
-                let out = core.finish();
-                drop(nvml);
-                out
+                sample_thread(&library, job_root, rates, start, &sh, &snap, &flags);
+                let _ = tx.send(());
             })
             .expect("spawn the sampler thread");
         Sampler {
             stop,
-            handle,
+            look,
+            looks_done,
+            done,
+            thread: handle.thread().clone(),
+            shared,
             snapshot,
         }
     }
 
-    /// Takes a last sample, stops, and returns the timeline (and a trace write error, if any).
-    pub fn stop(self) -> (Timeline, Option<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().unwrap_or_default()
+    /// A function that asks for a look at the process lists now and waits (at most [`LOOK_GRACE`])
+    /// until it is taken: a job process that just exited may still be listed, and its memory counted.
+    pub fn looker(&self) -> impl Fn() + Send + use<> {
+        let (look, done, thread) = (
+            self.look.clone(),
+            self.looks_done.clone(),
+            self.thread.clone(),
+        );
+        move || {
+            let before = done.load(Ordering::SeqCst);
+            look.store(true, Ordering::SeqCst);
+            thread.unpark();
+            let until = Instant::now() + LOOK_GRACE;
+            while done.load(Ordering::SeqCst) == before && Instant::now() < until {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Takes a last sample and stops; waits at most [`STOP_GRACE`] for NVML, then takes what was sampled.
+    pub fn stop(self) -> Sampled {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.unpark();
+        let finished = self.done.recv_timeout(STOP_GRACE).is_ok();
+        let mut s = self.shared.lock().unwrap();
+        let stalled = (!finished).then(|| match &s.nvml {
+            None => format!(
+                "NVML did not answer within {} s of the command's end: GPU sampling was off",
+                STOP_GRACE.as_secs_f64()
+            ),
+            Some(_) => {
+                "NVML stopped answering during the run: the numbers end where it stopped".into()
+            }
+        });
+        let mut timeline = std::mem::take(&mut s.timeline);
+        timeline.heap_bytes = heap_bytes(&timeline);
+        Sampled {
+            timeline,
+            trace: s.trace.take(),
+            nvml: s.nvml.clone(),
+            stalled,
+        }
+    }
+}
+
+fn heap_bytes(t: &Timeline) -> usize {
+    let gpus: usize = t
+        .gpus
+        .iter()
+        .map(|g| g.used.heap_bytes() + g.job.heap_bytes())
+        .sum();
+    gpus + t.procs.values().map(|p| p.used.heap_bytes()).sum::<usize>()
+}
+
+fn sample_thread(
+    library: &str,
+    job_root: u32,
+    rates: Rates,
+    start: Instant,
+    shared: &Arc<Mutex<Shared>>,
+    snapshot: &Mutex<Snapshot>,
+    flags: &Flags,
+) {
+    let (nvml, status, gpus) = gpu::open(library);
+    {
+        let mut s = shared.lock().unwrap();
+        if let Some(t) = &mut s.trace {
+            t.start(&gpus, &status);
+        }
+        s.nvml = Some(status);
+    }
+    let Some(nvml) = nvml else { return };
+    let mut core = Core::new(&nvml, &gpus, job_root, shared.clone(), start);
+    run_loop(&mut core, rates, flags, snapshot);
+    if let Some(t) = &mut shared.lock().unwrap().trace {
+        t.flush();
     }
 }
 
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 
-fn run_loop(core: &mut Core, rates: Rates, stop: &AtomicBool, shared: &Mutex<Snapshot>) {
+fn run_loop(core: &mut Core, rates: Rates, flags: &Flags, shared: &Mutex<Snapshot>) {
     let begin = Instant::now();
     let (mut next_dev, mut next_proc, mut next_snap) = (begin, begin, begin);
     let mut last_change = begin;
-    let mut last_proc: Option<Instant> = None;
     loop {
         let now = Instant::now();
         if now >= next_dev {
             if core.sample_devices() {
                 last_change = now;
                 // A process's memory can't change without the device's: when the device moves, look at
-                // the processes now (at most every process interval), so the job's figure follows the
-                // device's without reading the process lists fast while nothing moves.
-                let soonest = last_proc.map_or(now, |t| t + rates.process);
-                next_proc = next_proc.min(soonest.max(now));
+                // the processes now, so a process that lives only a few milliseconds is still seen.
+                next_proc = now;
             }
             let flat = now.duration_since(last_change) >= IDLE_AFTER;
             let step = if flat {
@@ -373,37 +543,37 @@ fn run_loop(core: &mut Core, rates: Rates, stop: &AtomicBool, shared: &Mutex<Sna
             };
             next_dev = advance(next_dev, step, now);
         }
-        if now >= next_proc {
+        let look = flags.look.swap(false, Ordering::SeqCst);
+        if now >= next_proc || look {
             if core.sample_processes() {
                 last_change = now;
                 next_dev = next_dev.min(now + rates.device);
             }
-            last_proc = Some(now);
+            if look {
+                flags.looks_done.fetch_add(1, Ordering::SeqCst);
+            }
             let flat = now.duration_since(last_change) >= IDLE_AFTER;
             let step = if flat {
                 rates.process * PROCESS_IDLE_FACTOR
             } else {
                 rates.process
             };
-            next_proc = advance(next_proc, step, now);
+            next_proc = advance(now, step.max(rates.device), now);
         }
         if now >= next_snap {
             *shared.lock().unwrap() = core.snapshot();
-            if let Some(t) = &mut core.trace {
-                t.flush_if_due();
-            }
+            core.flush_trace_if_due();
             next_snap = advance(next_snap, SNAPSHOT_EVERY, now);
         }
-        if stop.load(Ordering::Relaxed) {
+        if flags.stop.load(Ordering::SeqCst) {
             // One last look at everything, so the end state is recorded.
             core.sample_devices();
             core.sample_processes();
             return;
         }
-        // A plain sleep: cheaper per wake-up than a timed wait on a channel or condition variable, and
-        // stopping waits at most one device interval.
+        // Parked rather than slept, so a request to look or stop wakes the loop at once.
         let wake = next_dev.min(next_proc).min(next_snap);
-        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+        std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
     }
 }
 

@@ -9,6 +9,7 @@ use crate::output::{self, Target};
 use crate::paint::Paint;
 use crate::rules::RuleSet;
 use crate::sample::Rates;
+use crate::supervise::Wiring;
 use crate::torch::ShimSettings;
 use crate::units::parse_bytes;
 use crate::verdict::{Measure, Severity};
@@ -38,15 +39,22 @@ pub struct Env {
     pub pythonpath: Option<OsString>,
     /// Test-only: the device-file prefix `gpudoc orphans` looks for.
     pub dev_prefix: String,
+    /// What fds 1 and 2 are, for wiring the command's output.
+    pub wiring: Wiring,
 }
 
 impl Env {
     /// Reads the process's environment and terminals.
     pub fn read() -> Env {
+        let (stdout_tty, stderr_tty) = (
+            std::io::stdout().is_terminal(),
+            std::io::stderr().is_terminal(),
+        );
         Env {
             stdin_tty: std::io::stdin().is_terminal(),
-            stdout_tty: std::io::stdout().is_terminal(),
-            stderr_tty: std::io::stderr().is_terminal(),
+            stdout_tty,
+            stderr_tty,
+            wiring: Wiring::of_this_process(stdout_tty, stderr_tty),
             ci: std::env::var_os("CI").is_some(),
             github_actions: std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true"),
             no_color: anstyle_query::no_color(),
@@ -110,11 +118,24 @@ fn run_failure(flag: &str, what: impl std::fmt::Display) -> Failure {
 impl RunSettings {
     pub fn resolve(a: cli::RunArgs, color: ColorWhen, env: Env) -> Result<RunSettings, Failure> {
         let json = a.json.as_deref().map(Target::parse);
-        if let Some(t) = &json {
-            output::check(t).map_err(|e| run_failure(&format!("--json {}", t.display()), e))?;
+        match &json {
+            Some(Target::Stdout) => {
+                return Err(run_failure(
+                    "--json -",
+                    "the command's own output goes to stdout, so the report can't go there too: give \
+                     a file (--json report.json), or a descriptor (--json /dev/fd/3 3>&1 1>&2)",
+                ));
+            }
+            Some(t) => {
+                output::check(t).map_err(|e| run_failure(&format!("--json {}", t.display()), e))?
+            }
+            None => {}
         }
         let rules = load_rules(&a.rules).map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
         let gate = resolve_gate(&a.gate).map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
+        if let Some(g) = &gate {
+            check_gate_outputs(g)?;
+        }
         let torch = (!a.no_torch).then_some(ShimSettings {
             interval: a.torch_interval,
             reset_peaks: !a.keep_torch_peaks,
@@ -138,6 +159,31 @@ impl RunSettings {
             github_actions: env.github_actions,
             env,
         })
+    }
+}
+
+/// The gate's files must be writable before the command runs: a JUnit file, a baseline to update.
+fn check_gate_outputs(g: &Gate) -> Result<(), Failure> {
+    let mut outputs: Vec<(&str, &PathBuf)> = Vec::new();
+    if let Some(j) = &g.junit {
+        outputs.push(("--junit", j));
+    }
+    if let (true, Some((b, _))) = (g.update, &g.baseline) {
+        outputs.push(("--update-baseline", b));
+    }
+    for (flag, path) in outputs {
+        output::check(&Target::File(path.clone()))
+            .map_err(|e| run_failure(&format!("{flag} {}", path.display()), e))?;
+    }
+    Ok(())
+}
+
+/// A percentage a person could mean: finite, 0 to 1000.
+fn percentage(part: &str, p: &str) -> Result<f64, String> {
+    match p.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=1000.0).contains(&v) => Ok(v),
+        Ok(_) => Err(format!("--tolerance {part}: a percentage from 0% to 1000%")),
+        Err(_) => Err(format!("--tolerance {part}: not a percentage")),
     }
 }
 
@@ -165,7 +211,7 @@ fn measure(m: cli::GateMeasure) -> Measure {
 /// The gate's flags; `None` when no gate was asked for. Reads the baseline file now, so a corrupt one stops
 /// gpudoc before the command runs.
 pub fn resolve_gate(a: &cli::GateArgs) -> Result<Option<Gate>, String> {
-    if a.max_peak.is_empty() && a.baseline.is_none() && a.fail_on.is_none() {
+    if a.max_peak.is_empty() && a.baseline.is_none() && a.fail_on.is_none() && a.junit.is_none() {
         return Ok(None);
     }
     let mut budgets = Vec::new();
@@ -194,12 +240,10 @@ pub fn resolve_gate(a: &cli::GateArgs) -> Result<Option<Gate>, String> {
         .filter(|p| !p.is_empty())
     {
         if let Some(p) = part.strip_suffix('%') {
-            pct = p
-                .trim()
-                .parse::<f64>()
-                .map_err(|_| format!("--tolerance {part}: not a percentage"))?;
+            pct = percentage(part, p)?;
         } else {
-            bytes = parse_bytes(part).map_err(|e| format!("--tolerance {e}"))?;
+            bytes =
+                parse_bytes(part).map_err(|e| format!("--tolerance {e} (or a percentage: 5%)"))?;
         }
     }
     let baseline = match (&a.baseline, &a.name) {
@@ -220,6 +264,7 @@ pub fn resolve_gate(a: &cli::GateArgs) -> Result<Option<Gate>, String> {
         measure: measure(a.gate),
         fail_on: a.fail_on.map(severity),
         junit: a.junit.clone(),
+        allow_no_gpu: a.allow_no_gpu,
         file,
     }))
 }

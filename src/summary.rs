@@ -48,6 +48,10 @@ pub fn render(r: &Report, p: Paint) -> String {
     for n in &r.notes {
         let _ = writeln!(o, "  {}", p.warn(&printable(n)));
     }
+    for e in &r.rule_errors {
+        let text = format!("a rule could not be evaluated: {e}");
+        let _ = writeln!(o, "  {}", p.warn(&printable(&text)));
+    }
     render_sampling(&mut o, r, p);
     o
 }

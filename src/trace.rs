@@ -27,47 +27,65 @@ pub struct TraceWriter {
     out: BufWriter<File>,
     format: Format,
     start_wall: SystemTime,
+    command: Vec<String>,
+    started: bool,
     last_flush: Instant,
     error: Option<String>,
 }
 
 impl TraceWriter {
-    /// Creates the file and writes its header.
+    /// Creates the file now (so a path that can't be written stops gpudoc before the command starts); a
+    /// CSV trace gets its header row at once, a JSON-lines trace its start row with [`Self::start`].
     pub fn create(
         path: &Path,
         start_wall: SystemTime,
         command: &[String],
-        gpus: &[GpuInfo],
-        nvml: &crate::gpu::NvmlStatus,
     ) -> io::Result<TraceWriter> {
         let format = match path.extension().and_then(|e| e.to_str()) {
             Some("jsonl") => Format::Jsonl,
             _ => Format::Csv,
         };
         let mut out = BufWriter::new(File::create(path)?);
-        match format {
-            Format::Csv => writeln!(
+        if format == Format::Csv {
+            writeln!(
                 out,
                 "timestamp, index, memory.used [MiB], memory.total [MiB], pid, used_memory [MiB], in_job"
-            )?,
-            Format::Jsonl => {
-                let unix = start_wall
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_secs_f64();
-                let line = json!({"kind": "start", "schema": SCHEMA, "unix_s": unix,
-                                  "command": command, "gpus": gpus, "nvml": nvml});
-                writeln!(out, "{line}")?
-            }
+            )?;
         }
         out.flush()?;
         Ok(TraceWriter {
             out,
             format,
             start_wall,
+            command: command.to_vec(),
+            started: false,
             last_flush: Instant::now(),
             error: None,
         })
+    }
+
+    /// The start row, once NVML has said what it has: the GPUs and its status. Rows before it are not
+    /// written (there are none: sampling starts after).
+    pub fn start(&mut self, gpus: &[GpuInfo], nvml: &crate::gpu::NvmlStatus) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        if self.format == Format::Jsonl {
+            let unix = self
+                .start_wall
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64();
+            let line = json!({"kind": "start", "schema": SCHEMA, "unix_s": unix,
+                              "command": self.command, "gpus": gpus, "nvml": nvml});
+            self.write(|o| writeln!(o, "{line}"));
+        }
+    }
+
+    /// Whether the start row was written.
+    pub fn started(&self) -> bool {
+        self.started
     }
 
     fn timestamp(&self, at: Micros) -> String {

@@ -70,7 +70,8 @@ pub fn sparkline(values: &[u64], max: u64) -> String {
         .collect()
 }
 
-/// Parses a size: `40GiB`, `512 MiB`, `1.5GB` (decimal units too), `1000000` (bytes).
+/// Parses a size with its unit: `40GiB`, `512 MiB`, `1.5GB` (decimal units too), `100B`; `0` alone. A
+/// number without a unit is refused: `40` could mean bytes or gigabytes, and a gate must not guess.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t
@@ -81,7 +82,13 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("`{s}` is not a size (write it like 40GiB or 512MiB)"))?;
     let mult: f64 = match unit.trim() {
-        "" | "B" => 1.0,
+        "" if n == 0.0 => 1.0,
+        "" => {
+            return Err(format!(
+                "`{s}` has no unit: write {num}GiB, {num}MiB or {num}B"
+            ));
+        }
+        "B" => 1.0,
         "KiB" => 1024.0,
         "MiB" => 1024.0 * 1024.0,
         "GiB" => 1024.0 * 1024.0 * 1024.0,
@@ -96,7 +103,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
             ));
         }
     };
-    Ok((n * mult).round() as u64)
+    let v = n * mult;
+    if !v.is_finite() || v >= u64::MAX as f64 {
+        return Err(format!("`{s}` is too large"));
+    }
+    Ok(v.round() as u64)
 }
 
 /// `s` with every control character escaped (`\x1b`, `\n`, `\u{9b}`), so text from another process (a
@@ -143,7 +154,14 @@ mod tests {
         assert_eq!(parse_bytes("40GiB"), Ok(40 << 30));
         assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
         assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
-        assert_eq!(parse_bytes("123"), Ok(123));
+        assert_eq!(parse_bytes("123B"), Ok(123));
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert!(
+            parse_bytes("40")
+                .unwrap_err()
+                .contains("no unit: write 40GiB")
+        );
+        assert!(parse_bytes("99999999999999999999TiB").is_err());
         assert!(parse_bytes("40 gigs").is_err());
         assert!(parse_bytes("lots").is_err());
     }

@@ -164,3 +164,71 @@ fn the_live_line_shows_on_a_terminal_and_not_in_ci() {
         "{out}"
     );
 }
+
+/// Runs `sh -c script` in a fresh terminal, bare or under gpudoc (live line on); everything printed.
+fn in_terminal(m: &Machine, script: &str, under_gpudoc: bool) -> String {
+    let cmd = if under_gpudoc {
+        gpudoc_sh(m, &[], script)
+    } else {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
+    };
+    let (code, out) = Term::start(cmd).finish();
+    assert_eq!(code, 0, "{out}");
+    out
+}
+
+#[test]
+fn progress_bars_and_partial_lines_reach_the_terminal_byte_for_byte() {
+    let m = Machine::h200s(1);
+    // A partial line left open for a while, then a tqdm-style bar redrawn with \r 21 times.
+    let script = r#"
+        printf 'Loading model... '; sleep 0.8; printf 'done\n'
+        i=0; while [ $i -le 20 ]; do printf '\r%3d%%|%s|' $((i*5)) "$(printf '%*s' $i '' | tr ' ' '#')"; sleep 0.05; i=$((i+1)); done
+        printf '\n'
+    "#;
+    let bare = in_terminal(&m, script, false);
+    let wrapped = in_terminal(&m, script, true);
+    let summary = wrapped.find("gpudoc:").expect("the summary");
+    assert_eq!(
+        &wrapped[..summary],
+        bare,
+        "the command's bytes, exactly, before the summary"
+    );
+    assert!(bare.contains("Loading model... done"), "{bare:?}");
+    assert_eq!(
+        bare.matches('\r').count(),
+        21 + 2,
+        "21 redraws and two line ends: {bare:?}"
+    );
+}
+
+#[test]
+fn the_live_line_sits_on_a_line_of_its_own_and_leaves_nothing_behind() {
+    let m = Machine::h200s(1);
+    let script = r#"echo first; sleep 1.2; echo second"#;
+    let bare = in_terminal(&m, script, false);
+    let wrapped = in_terminal(&m, script, true);
+    let summary = wrapped.find("gpudoc:").expect("the summary");
+    let shown = &wrapped[..summary];
+    assert!(
+        shown.contains("gpudoc sampling") || shown.contains("gpudoc GPU0"),
+        "{shown:?}"
+    );
+    // The live line is drawn after "first\n" and cleared before "second": take it out and the
+    // command's bytes are what they were.
+    let mut stripped = String::new();
+    let mut rest = shown;
+    while let Some(i) = rest.find("\r\x1b[K") {
+        stripped.push_str(&rest[..i]);
+        rest = &rest[i + 4..];
+        // What follows a clear up to the next clear or line end is the live line.
+        let end = rest.find(['\r', '\n']).unwrap_or(rest.len());
+        if rest[..end].contains("gpudoc") {
+            rest = &rest[end..];
+        }
+    }
+    stripped.push_str(rest);
+    assert_eq!(stripped, bare);
+}

@@ -25,6 +25,8 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the command under gpudoc; the code to leave with.
 pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
+    // SAFETY: no thread has started yet; everything below starts after the split.
+    let _ = unsafe { supervise::guard::split() };
     let session = Session::start(&s)?;
     let child = match session.spawn(&s) {
         Ok(c) => c,
@@ -45,8 +47,7 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
 struct Session {
     start: Instant,
     start_wall: SystemTime,
-    nvml: NvmlStatus,
-    sampler: Option<Sampler>,
+    sampler: Sampler,
     live: Live,
     channel: Option<torch::Channel>,
     shim_env: Vec<(String, std::ffi::OsString)>,
@@ -57,7 +58,7 @@ struct Session {
 
 /// What the run left to analyze.
 struct Evidence {
-    session_nvml: NvmlStatus,
+    nvml: NvmlStatus,
     start_wall: SystemTime,
     outcome: Outcome,
     timeline: Timeline,
@@ -70,37 +71,30 @@ struct Evidence {
 }
 
 impl Session {
+    /// Starts everything that runs beside the command. Nothing here waits for NVML: it is opened on the
+    /// sampler's own thread.
     fn start(s: &RunSettings) -> Result<Session, Failure> {
-        let command = lossy(&s.command);
         let start_wall = SystemTime::now();
         let start = Instant::now();
-        let (nvml, nvml_status, gpus) = crate::gpu::open(&s.env.nvml_lib);
-        if !nvml_status.available {
-            eprintln!(
-                "gpudoc: GPU sampling is off: {}",
-                nvml_status.error.as_deref().unwrap_or("NVML unavailable")
-            );
-        }
         let trace = match &s.trace {
             Some(path) => Some(
-                TraceWriter::create(path, start_wall, &command, &gpus, &nvml_status).map_err(
-                    |e| {
-                        Failure::new(
-                            exit::GPUDOC_FAILED,
-                            format!("--trace {}: {e}", path.display()),
-                        )
-                    },
-                )?,
+                TraceWriter::create(path, start_wall, &lossy(&s.command)).map_err(|e| {
+                    Failure::new(
+                        exit::GPUDOC_FAILED,
+                        format!("--trace {}: {e}", path.display()),
+                    )
+                })?,
             ),
             None => None,
         };
         let cgroup = oom::host::own_cgroup();
         let kills_before = cgroup.as_deref().and_then(oom::host::oom_kills);
         let me = std::process::id();
-        let sampler = nvml.map(|n| Sampler::start(n, gpus, me, s.rates, trace, start));
-        let live = match &sampler {
-            Some(smp) if s.live => Live::start(smp.snapshot.clone()),
-            _ => Live::off(),
+        let sampler = Sampler::start(s.env.nvml_lib.clone(), me, s.rates, trace, start);
+        let live = if s.live {
+            Live::start(sampler.snapshot.clone())
+        } else {
+            Live::off()
         };
         let (channel, shim_env) = match s.torch {
             None => (None, Vec::new()),
@@ -117,7 +111,6 @@ impl Session {
         Ok(Session {
             start,
             start_wall,
-            nvml: nvml_status,
             sampler,
             live,
             channel,
@@ -135,20 +128,20 @@ impl Session {
             let at = start.elapsed().as_micros() as Micros;
             scanner.lock().unwrap().feed(stream, bytes, at);
         });
-        supervise::spawn(
-            &s.command,
-            &self.shim_env,
-            self.live.guard(),
-            Some(observer),
-        )
+        supervise::spawn(supervise::Spawn {
+            argv: &s.command,
+            env: &self.shim_env,
+            wiring: s.env.wiring,
+            terminal: self.live.terminal(),
+            observer: Some(observer),
+            on_exit: Some(Box::new(self.sampler.looker())),
+        })
     }
 
     /// The command could not start: stop what runs beside it.
     fn abandon(self) {
         self.live.finish();
-        if let Some(smp) = self.sampler {
-            smp.stop();
-        }
+        self.sampler.stop();
         if let Some(c) = self.channel {
             c.close();
         }
@@ -158,9 +151,11 @@ impl Session {
     /// `--kill-orphans`), the OOM scanner's findings, the kernel's OOM-killer evidence.
     fn collect(self, s: &RunSettings, outcome: Outcome, child_pid: u32) -> Evidence {
         self.live.finish();
-        let (timeline, trace_error) = self.sampler.map(|smp| smp.stop()).unwrap_or_default();
+        let sampled = self.sampler.stop();
         let torch = self.channel.map(|c| c.close());
         let me = std::process::id();
+        // Reap first: a descendant that already exited is not left running.
+        supervise::reap_all();
         let leftovers = crate::procs::descendants(me);
         let ended = if s.kill_orphans && !leftovers.is_empty() {
             end_leftovers(&leftovers)
@@ -169,32 +164,34 @@ impl Session {
         };
         let mut scanner = std::mem::take(&mut *self.scanner.lock().unwrap());
         scanner.finish(self.start.elapsed().as_micros() as Micros);
-        let mut host = oom::HostOom::default();
-        if outcome.end != ProcessEnd::Exited(0) {
-            let kills_after = self.cgroup.as_deref().and_then(oom::host::oom_kills);
-            host.cgroup_oom_kills = kills_after
-                .unwrap_or(0)
-                .saturating_sub(self.kills_before.unwrap_or(0));
-            let mut pids: Vec<u32> = timeline
-                .procs
-                .values()
-                .filter(|p| p.in_job)
-                .map(|p| p.pid)
-                .collect();
-            pids.push(child_pid);
-            pids.extend(leftovers.iter().map(|p| p.pid));
-            pids.extend(scanner.first_failure.as_ref().and_then(|f| f.pid));
-            host.kernel_log = oom::host::kernel_log_kills(&pids);
+        let kills = (self.cgroup.as_deref(), self.kills_before);
+        let host = host_evidence(
+            kills,
+            &outcome,
+            &sampled.timeline,
+            &scanner,
+            child_pid,
+            &leftovers,
+        );
+        let nvml = sampled.nvml.clone().unwrap_or_else(|| NvmlStatus {
+            library: s.env.nvml_lib.clone(),
+            error: sampled.stalled.clone(),
+            ..Default::default()
+        });
+        let mut notes: Vec<String> = sampled.stalled.iter().cloned().collect();
+        if let Some(mut t) = sampled.trace {
+            t.start(&[], &nvml);
+            t.flush();
+            notes.extend(
+                t.error()
+                    .map(|e| format!("the trace file is incomplete: {e}")),
+            );
         }
-        let notes = trace_error
-            .map(|e| format!("the trace file is incomplete: {e}"))
-            .into_iter()
-            .collect();
         Evidence {
-            session_nvml: self.nvml,
+            nvml,
             start_wall: self.start_wall,
             outcome,
-            timeline,
+            timeline: sampled.timeline,
             torch,
             scanner,
             host,
@@ -203,6 +200,37 @@ impl Session {
             notes,
         }
     }
+}
+
+/// The kernel's OOM-killer evidence for a run that failed: the cgroup's counter, the kernel log's lines
+/// that name a job process.
+fn host_evidence(
+    (cgroup, kills_before): (Option<&std::path::Path>, Option<u64>),
+    outcome: &Outcome,
+    timeline: &Timeline,
+    scanner: &Scanner,
+    child_pid: u32,
+    leftovers: &[ProcInfo],
+) -> oom::HostOom {
+    let mut host = oom::HostOom::default();
+    if outcome.end == ProcessEnd::Exited(0) {
+        return host;
+    }
+    let kills_after = cgroup.and_then(oom::host::oom_kills);
+    host.cgroup_oom_kills = kills_after
+        .unwrap_or(0)
+        .saturating_sub(kills_before.unwrap_or(0));
+    let mut pids: Vec<u32> = timeline
+        .procs
+        .values()
+        .filter(|p| p.in_job)
+        .map(|p| p.pid)
+        .collect();
+    pids.push(child_pid);
+    pids.extend(leftovers.iter().map(|p| p.pid));
+    pids.extend(scanner.first_failure.as_ref().and_then(|f| f.pid));
+    host.kernel_log = oom::host::kernel_log_kills(&pids);
+    host
 }
 
 fn end_leftovers(leftovers: &[ProcInfo]) -> Vec<EndResult> {
@@ -260,7 +288,7 @@ fn analyze(s: &RunSettings, ev: Evidence) -> Report {
             .unwrap_or_default()
             .as_secs_f64(),
         outcome: &ev.outcome,
-        nvml: ev.session_nvml,
+        nvml: ev.nvml,
         rates: s.rates,
         timeline: &ev.timeline,
         leftovers: &ev.leftovers,
@@ -301,6 +329,10 @@ fn emit(s: &RunSettings, report: &mut Report) -> u8 {
     }
     if !s.quiet {
         eprint!("{}", summary::render(report, s.paint));
+    } else if !report.nvml.available {
+        // Said once, also with --quiet (the summary says it otherwise).
+        let why = report.nvml.error.as_deref().unwrap_or("NVML unavailable");
+        eprintln!("gpudoc: GPU sampling was off: {why}");
     }
     if let Some(t) = &s.json
         && let Err(e) = output::write(t, report.to_json().as_bytes())
@@ -338,8 +370,12 @@ fn write_baseline(
     g: &gate::Gate,
     report: &Report,
 ) -> Result<(), String> {
-    let current = gate::read_baseline(path)?.or(g.file.clone());
-    let file = gate::updated_baseline(current, name, g.measure, report);
-    let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())? + "\n";
-    output::write(&Target::File(path.to_path_buf()), text.as_bytes()).map_err(|e| e.to_string())
+    // Re-read under the lock: another job may have written its entry while this one ran.
+    output::locked(path, || {
+        let current = gate::read_baseline(path)?.or(g.file.clone());
+        let file = gate::updated_baseline(current, name, g.measure, report);
+        let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())? + "\n";
+        output::write(&Target::File(path.to_path_buf()), text.as_bytes()).map_err(|e| e.to_string())
+    })
+    .map_err(|e| e.to_string())?
 }

@@ -57,7 +57,7 @@ struct LineBuf {
 /// [`MAX_LINE`] bytes and at most [`MAX_EVENTS`] events.
 #[derive(Debug, Default)]
 pub struct Scanner {
-    streams: [LineBuf; 2],
+    streams: [LineBuf; 3],
     pub events: Vec<OomEvent>,
     /// Reports seen beyond [`MAX_EVENTS`].
     pub dropped: u64,
@@ -99,7 +99,7 @@ impl Scanner {
 
     /// Ends the streams: a last line without a newline is scanned too.
     pub fn finish(&mut self, at: Micros) {
-        for stream in [Stream::Stdout, Stream::Stderr] {
+        for stream in [Stream::Stdout, Stream::Stderr, Stream::Both] {
             let b = &self.streams[stream as usize];
             if !b.buf.is_empty() || b.skipping {
                 self.end_line(stream, at);
@@ -160,10 +160,7 @@ impl Scanner {
                 .and_then(|c| c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok()));
             self.events.push(OomEvent {
                 text,
-                stream: match stream {
-                    Stream::Stdout => "stdout".into(),
-                    Stream::Stderr => "stderr".into(),
-                },
+                stream: stream.name().into(),
                 at_s: at as f64 / 1e6,
                 rank,
                 line: line.chars().take(KEEP_TEXT).collect(),

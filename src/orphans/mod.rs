@@ -6,6 +6,7 @@ pub mod end;
 pub mod table;
 
 use crate::gpu;
+use crate::units::printable;
 use procfs::process::{FDTarget, Process};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -268,66 +269,109 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
         .filter(|c| !c.is_empty())
         .map(|c| c.join(" "))
         .unwrap_or_else(|| format!("[{}]", stat.comm));
-    let (verdict, reason) = judge(&h, &stat.comm, stat.state);
+    let (verdict, reason) = judge(&Lineage {
+        pid,
+        ppid: stat.ppid as u32,
+        pgid: stat.pgrp as u32,
+        sid: stat.session as u32,
+        state: stat.state,
+        comm: stat.comm.clone(),
+        parent_comm: h.parent_cmd.clone().unwrap_or_default(),
+        init_comm: comm_of(1).unwrap_or_default(),
+        pgid_alive: exists(stat.pgrp as u32),
+        sid_alive: exists(stat.session as u32),
+    });
     h.verdict = verdict;
     h.reason = reason;
     h
 }
 
-fn judge(h: &Holder, comm: &str, state: char) -> (Verdict, String) {
-    if matches!(state, 'Z' | 'X' | 'x') {
+/// What judging a process reads of it and around it: the input of [`judge`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Lineage {
+    pub pid: u32,
+    pub ppid: u32,
+    /// Its process group and session; 0 when their leader is outside this PID namespace.
+    pub pgid: u32,
+    pub sid: u32,
+    pub state: char,
+    pub comm: String,
+    pub parent_comm: String,
+    /// The command of this namespace's PID 1.
+    pub init_comm: String,
+    /// The leaders of its process group and session still exist.
+    pub pgid_alive: bool,
+    pub sid_alive: bool,
+}
+
+/// The verdict and why. An orphan is a process whose parent died: one that sits under PID 1 (or a
+/// subreaper) only counts as one when something shows it was re-parented: the leader of its process group
+/// (the job it was started as) or of its session (the shell it was started from) is gone. A child that
+/// PID 1 started itself (a container's entrypoint script running the job, a systemd service) shows no
+/// such loss, and is never judged a leftover: when it can't be told, nothing is ended.
+pub fn judge(l: &Lineage) -> (Verdict, String) {
+    if matches!(l.state, 'Z' | 'X' | 'x') {
         return (
             Verdict::Zombie,
             format!(
                 "exited; the driver frees its memory once its parent (pid {}) reaps it: end or fix the parent",
-                h.ppid.unwrap_or(0)
+                l.ppid
             ),
         );
     }
-    if SERVICES.iter().any(|s| comm.starts_with(s)) {
+    if SERVICES.iter().any(|s| l.comm.starts_with(s)) {
         return (
             Verdict::Service,
-            format!("{comm} holds the devices by design"),
+            format!("{} holds the devices by design", printable(&l.comm)),
         );
     }
-    let ppid = h.ppid.unwrap_or(0);
-    let pgid = h.pgid.unwrap_or(0);
-    if ppid == 1 || ppid == 0 {
-        // In a container the job itself can be PID 1: its children are not orphans.
-        let init = comm_of(1).unwrap_or_default();
-        if init.starts_with("python") || init.starts_with("torchrun") {
-            return (
-                Verdict::Live,
-                format!("a child of PID 1 ({init}), the container's main process"),
-            );
-        }
-        if h.sid == Some(h.pid) && h.gpu_bytes.is_empty() {
-            return (
-                Verdict::Service,
-                "a daemon (its own session) with the device open and no GPU memory".into(),
-            );
-        }
-        return (
-            Verdict::Orphan,
-            "its parent died: it was re-parented to init (pid 1)".into(),
-        );
-    }
-    if pgid != h.pid && pgid != 0 && Process::new(pgid as i32).is_err() {
-        return (
+    let group_gone = l.pgid != 0 && l.pgid != l.pid && !l.pgid_alive;
+    let session_gone = l.sid != 0 && l.sid != l.pid && !l.sid_alive;
+    let under_init = l.ppid <= 1;
+    match (group_gone, session_gone, under_init) {
+        (true, _, true) => (
             Verdict::Orphan,
             format!(
-                "its job's leader (process group {pgid}) is gone; now a child of pid {ppid} ({})",
-                h.parent_cmd.as_deref().unwrap_or("?")
+                "its parent died: it was re-parented to init (pid 1), and its job's leader (process group {}) is gone",
+                l.pgid
             ),
-        );
-    }
-    (
-        Verdict::Live,
-        format!(
-            "part of a running job: parent pid {ppid} ({})",
-            h.parent_cmd.as_deref().unwrap_or("?")
         ),
-    )
+        (false, true, true) => (
+            Verdict::Orphan,
+            format!(
+                "its parent died: it was re-parented to init (pid 1), and the session it was started in (pid {}) is gone",
+                l.sid
+            ),
+        ),
+        (false, false, true) => (
+            Verdict::Live,
+            format!(
+                "a child of PID 1 ({}) that nothing shows was re-parented (PID 1 may have started it: a container's entrypoint, a service): not judged a leftover",
+                printable(&l.init_comm)
+            ),
+        ),
+        (true, _, false) => (
+            Verdict::Orphan,
+            format!(
+                "its job's leader (process group {}) is gone; now a child of pid {} ({})",
+                l.pgid,
+                l.ppid,
+                printable(&l.parent_comm)
+            ),
+        ),
+        (false, _, false) => (
+            Verdict::Live,
+            format!(
+                "part of a running job: parent pid {} ({})",
+                l.ppid,
+                printable(&l.parent_comm)
+            ),
+        ),
+    }
+}
+
+fn exists(pid: u32) -> bool {
+    pid == 0 || Process::new(pid as i32).is_ok()
 }
 
 /// Polls NVML until device memory stops falling (the driver frees a dead process's memory shortly after
@@ -352,4 +396,61 @@ pub fn memory_back(library: &str, before: &[(u32, u64)]) -> Vec<(u32, u64)> {
             (b > after).then_some((g, b - after))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn under_init(pgid: u32, sid: u32, pgid_alive: bool, sid_alive: bool) -> Lineage {
+        Lineage {
+            pid: 40,
+            ppid: 1,
+            pgid,
+            sid,
+            state: 'S',
+            comm: "python3".into(),
+            parent_comm: "bash".into(),
+            init_comm: "bash".into(),
+            pgid_alive,
+            sid_alive,
+        }
+    }
+
+    #[test]
+    fn a_job_started_by_pid_1_is_live() {
+        // `unshare -pf ./entry.sh`: the group and session leaders are outside the namespace (0).
+        assert_eq!(judge(&under_init(0, 0, true, true)).0, Verdict::Live);
+        // `docker run ... bash -c`: PID 1 leads the group and the session.
+        assert_eq!(judge(&under_init(1, 1, true, true)).0, Verdict::Live);
+        // A systemd service, or a daemon: a session of its own.
+        assert_eq!(judge(&under_init(40, 40, true, true)).0, Verdict::Live);
+    }
+
+    #[test]
+    fn a_process_whose_job_or_shell_died_is_an_orphan() {
+        // A DataLoader worker whose main process was killed: its group's leader is gone.
+        let (v, why) = judge(&under_init(33, 20, false, true));
+        assert_eq!(v, Verdict::Orphan, "{why}");
+        assert!(why.contains("process group 33"), "{why}");
+        // `nohup python train.py &` from a shell that has exited: its own group, the session gone.
+        let (v, why) = judge(&under_init(40, 20, true, false));
+        assert_eq!(v, Verdict::Orphan, "{why}");
+        // Re-parented to a subreaper rather than init.
+        let mut l = under_init(33, 20, false, true);
+        l.ppid = 700;
+        assert_eq!(judge(&l).0, Verdict::Orphan);
+        l.pgid_alive = true;
+        assert_eq!(judge(&l).0, Verdict::Live);
+    }
+
+    #[test]
+    fn zombies_and_services() {
+        let mut l = under_init(33, 20, false, false);
+        l.state = 'Z';
+        assert_eq!(judge(&l).0, Verdict::Zombie);
+        let mut l = under_init(33, 20, false, false);
+        l.comm = "nvidia-persistenced".into();
+        assert_eq!(judge(&l).0, Verdict::Service);
+    }
 }

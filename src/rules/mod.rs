@@ -599,12 +599,13 @@ impl RuleSet {
     }
 }
 
-/// Evaluates `rules` on a report and stores the diagnoses in it (a rule that fails goes into its notes).
+/// Evaluates `rules` on a report and stores the diagnoses in it, and the rules that failed.
 pub fn diagnose(report: &mut crate::report::Report, rules: &RuleSet) {
     let (found, failed) = rules.evaluate(&Facts::of(report));
     report.diagnoses = found;
+    // Reports from before `rule_errors` kept them in their notes.
     report.notes.retain(|n| !n.starts_with("rule "));
-    report.notes.extend(failed);
+    report.rule_errors = failed;
 }
 
 #[cfg(test)]

@@ -73,6 +73,9 @@ fn call(func: &'static str, gpu: Option<u32>, body: impl FnOnce(&State) -> c_int
     let Ok(state) = State::load(&path) else {
         return ERROR_UNKNOWN;
     };
+    if let Some(d) = state.delay(func) {
+        std::thread::sleep(d);
+    }
     if let Some(code) = state.injected(func, gpu) {
         return code;
     }
@@ -104,15 +107,18 @@ pub extern "C" fn nvmlInit_v2() -> c_int {
     let Some(path) = state_path() else {
         return ERROR_DRIVER_NOT_LOADED;
     };
-    match State::load(&path) {
-        Ok(state) => match state.injected("nvmlInit_v2", None) {
-            Some(code) => code,
-            None => {
-                INITIALIZED.store(true, Ordering::SeqCst);
-                SUCCESS
-            }
-        },
-        Err(_) => ERROR_DRIVER_NOT_LOADED,
+    let Ok(state) = State::load(&path) else {
+        return ERROR_DRIVER_NOT_LOADED;
+    };
+    if let Some(d) = state.delay("nvmlInit_v2") {
+        std::thread::sleep(d);
+    }
+    match state.injected("nvmlInit_v2", None) {
+        Some(code) => code,
+        None => {
+            INITIALIZED.store(true, Ordering::SeqCst);
+            SUCCESS
+        }
     }
 }
 

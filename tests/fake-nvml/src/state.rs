@@ -26,6 +26,16 @@ pub struct State {
     pub procs: Vec<Proc>,
     #[serde(default)]
     pub errors: Vec<Injected>,
+    /// Calls that take this long before answering (a wedged driver).
+    #[serde(default)]
+    pub delays: Vec<Delay>,
+}
+
+/// A function that answers only after `ms` milliseconds (`*`: every function).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Delay {
+    pub func: String,
+    pub ms: u64,
 }
 
 /// One fake GPU. `used` as NVML reports it is `base_used` plus the bytes of its live processes.
@@ -81,6 +91,7 @@ impl State {
                 .collect(),
             procs: Vec::new(),
             errors: Vec::new(),
+            delays: Vec::new(),
         }
     }
 
@@ -127,6 +138,14 @@ impl State {
         self.procs
             .iter()
             .filter(move |p| p.gpu == gpu && (p.ghost || alive(p.pid)))
+    }
+
+    /// How long `func` takes to answer, if it was slowed down.
+    pub fn delay(&self, func: &str) -> Option<std::time::Duration> {
+        self.delays
+            .iter()
+            .find(|d| d.func == func || d.func == "*")
+            .map(|d| std::time::Duration::from_millis(d.ms))
     }
 
     /// The code injected for `func` on `gpu`, if any.

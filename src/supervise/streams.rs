@@ -1,0 +1,302 @@
+//! The command's output: how its stdout and stderr are wired, and the pumps that pass every byte through
+//! unchanged while the OOM scanner reads along.
+//!
+//! - A stream that is a terminal gets a pseudo-terminal of its own (raw mode, the terminal's size), so the
+//!   command still sees a terminal and prints colours and progress bars. Other streams get a pipe.
+//! - When stdout and stderr are the same file, terminal or pipe (`2>&1`), the command gets one channel for
+//!   both, so the order of its writes is kept exactly.
+//! - The terminal is shared with gpudoc's live line ([`Terminal`]): the command's bytes go out as they
+//!   came, and the live line is drawn only on a line the command has finished.
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Which of the command's output streams a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+    /// One channel for both (they were the same file).
+    Both,
+}
+
+impl Stream {
+    /// `stdout`, `stderr`, `stdout+stderr`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+            Stream::Both => "stdout+stderr",
+        }
+    }
+}
+
+/// What gpudoc's own stdout and stderr are, as settings found them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wiring {
+    pub stdout_tty: bool,
+    pub stderr_tty: bool,
+    /// fd 1 and fd 2 are the same file (a terminal, a pipe or a file given as `2>&1`).
+    pub shared: bool,
+}
+
+impl Wiring {
+    /// Reads fds 1 and 2 of this process.
+    pub fn of_this_process(stdout_tty: bool, stderr_tty: bool) -> Wiring {
+        // SAFETY: fds 1 and 2 stay open for gpudoc's whole life.
+        let id = |fd| {
+            nix::sys::stat::fstat(unsafe { BorrowedFd::borrow_raw(fd) })
+                .ok()
+                .map(|s| (s.st_dev, s.st_ino))
+        };
+        let (a, b) = (id(1), id(2));
+        Wiring {
+            stdout_tty,
+            stderr_tty,
+            shared: a.is_some() && a == b && stdout_tty == stderr_tty,
+        }
+    }
+}
+
+/// Sees every chunk of output, after it was passed on.
+pub type Observer = Box<dyn FnMut(Stream, &[u8]) + Send>;
+
+/// The terminal the command and gpudoc's live line share. The live line is drawn only when the command
+/// has finished its line (its last byte was a newline) and has been quiet a while; it is cleared before
+/// the command's next byte, so the command's lines, progress bars (`\r`) and partial lines reach the
+/// terminal exactly as they would without gpudoc.
+pub struct Terminal {
+    state: Mutex<TermState>,
+}
+
+struct TermState {
+    at_line_start: bool,
+    drawn: bool,
+    last_output: Instant,
+}
+
+/// How long the command must be quiet before the live line is drawn.
+pub const QUIET_BEFORE_DRAW: Duration = Duration::from_millis(500);
+const CLEAR: &[u8] = b"\r\x1b[K";
+
+impl Default for Terminal {
+    fn default() -> Self {
+        Terminal {
+            state: Mutex::new(TermState {
+                at_line_start: true,
+                drawn: false,
+                last_output: Instant::now(),
+            }),
+        }
+    }
+}
+
+impl Terminal {
+    /// Writes the command's bytes to `out`, clearing the live line first if it is drawn.
+    fn pass(&self, out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+        let mut s = self.state.lock().unwrap();
+        if s.drawn {
+            s.drawn = false;
+            let _ = stderr_raw().write_all(CLEAR);
+        }
+        let r = out.write_all(bytes);
+        if let Some(&last) = bytes.last() {
+            s.at_line_start = last == b'\n';
+        }
+        s.last_output = Instant::now();
+        r
+    }
+
+    /// Draws (or redraws) `line` on stderr, if the command's last line is finished and it has been quiet.
+    /// `line` is cut to `width - 1` columns so it never wraps.
+    pub fn draw(&self, line: &str, width: usize) {
+        let mut s = self.state.lock().unwrap();
+        if !s.at_line_start || s.last_output.elapsed() < QUIET_BEFORE_DRAW {
+            return;
+        }
+        let cut: String = line.chars().take(width.saturating_sub(1)).collect();
+        let mut buf = CLEAR.to_vec();
+        buf.extend_from_slice(cut.as_bytes());
+        if stderr_raw().write_all(&buf).is_ok() {
+            s.drawn = true;
+        }
+    }
+
+    /// Removes the live line, if drawn.
+    pub fn clear(&self) {
+        let mut s = self.state.lock().unwrap();
+        if s.drawn {
+            s.drawn = false;
+            let _ = stderr_raw().write_all(CLEAR);
+        }
+    }
+}
+
+/// gpudoc's fd 2, unbuffered, without closing it.
+fn stderr_raw() -> std::mem::ManuallyDrop<std::fs::File> {
+    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(2) })
+}
+
+/// One channel from the command: where it reads from, where it writes to.
+pub(super) struct Source {
+    pub stream: Stream,
+    /// Our end: a pseudo-terminal master or a pipe's read end.
+    pub ours: Arc<OwnedFd>,
+    /// gpudoc's fd the bytes go to (1 or 2).
+    pub to: RawFd,
+    /// A pseudo-terminal (its size follows the terminal's).
+    pub pty: bool,
+}
+
+/// The command's ends of its channels: (fd 1, fd 2).
+pub(super) struct Ends {
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+/// A pipe's capacity: room for a burst of output without blocking the command.
+const PIPE_BYTES: libc::c_int = 1 << 20;
+
+/// Makes the channels for `w`.
+pub(super) fn open(w: Wiring) -> io::Result<(Vec<Source>, Ends)> {
+    let mut sources = Vec::new();
+    if w.shared {
+        let (ours, theirs) = channel(w.stdout_tty, 1)?;
+        let stderr = theirs.try_clone()?;
+        sources.push(Source {
+            stream: Stream::Both,
+            ours,
+            to: 1,
+            pty: w.stdout_tty,
+        });
+        return Ok((
+            sources,
+            Ends {
+                stdout: theirs,
+                stderr,
+            },
+        ));
+    }
+    let (out_ours, stdout) = channel(w.stdout_tty, 1)?;
+    let (err_ours, stderr) = channel(w.stderr_tty, 2)?;
+    sources.push(Source {
+        stream: Stream::Stdout,
+        ours: out_ours,
+        to: 1,
+        pty: w.stdout_tty,
+    });
+    sources.push(Source {
+        stream: Stream::Stderr,
+        ours: err_ours,
+        to: 2,
+        pty: w.stderr_tty,
+    });
+    Ok((sources, Ends { stdout, stderr }))
+}
+
+/// A pseudo-terminal like our fd `like`, or a pipe: (our end, the command's end).
+fn channel(tty: bool, like: RawFd) -> io::Result<(Arc<OwnedFd>, OwnedFd)> {
+    if tty {
+        let (master, slave) = open_pty(like)?;
+        return Ok((Arc::new(master), slave));
+    }
+    let (r, w) = nix::unistd::pipe()?;
+    set_cloexec(r.as_raw_fd());
+    set_cloexec(w.as_raw_fd());
+    // SAFETY: fcntl on a pipe we own; failure leaves the default size.
+    unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
+    Ok((Arc::new(r), w))
+}
+
+pub(super) fn set_cloexec(fd: RawFd) {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+}
+
+/// A pseudo-terminal the size of our terminal on `like`, in raw mode so bytes pass unchanged.
+fn open_pty(like: RawFd) -> io::Result<(OwnedFd, OwnedFd)> {
+    let size = winsize(like);
+    let pty = nix::pty::openpty(size.as_ref(), None)?;
+    let mut t = nix::sys::termios::tcgetattr(&pty.slave)?;
+    nix::sys::termios::cfmakeraw(&mut t);
+    nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &t)?;
+    set_cloexec(pty.master.as_raw_fd());
+    set_cloexec(pty.slave.as_raw_fd());
+    Ok((pty.master, pty.slave))
+}
+
+pub(super) fn winsize(fd: RawFd) -> Option<nix::pty::Winsize> {
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes a winsize into `ws`.
+    (unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0).then_some(ws)
+}
+
+/// After the command exits, output still buffered is drained; a descendant that keeps the stream open is
+/// given this long of silence (and at most [`DRAIN_MAX`]) before gpudoc stops reading.
+const DRAIN_QUIET: Duration = Duration::from_millis(100);
+pub const DRAIN_MAX: Duration = Duration::from_secs(2);
+const READ_BYTES: usize = 256 * 1024;
+
+/// Copies one channel to gpudoc's stream until it ends (or, once the command exited, goes quiet),
+/// showing every chunk to the observer after it was passed on.
+pub(super) fn pump(
+    src: Source,
+    term: Option<Arc<Terminal>>,
+    observer: Arc<Mutex<Option<Observer>>>,
+    exited: Arc<AtomicBool>,
+) {
+    // Unbuffered: each chunk reaches the terminal as the command wrote it.
+    let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(src.to) });
+    let mut reader =
+        std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(src.ours.as_raw_fd()) });
+    let mut buf = vec![0u8; READ_BYTES];
+    let mut drain_started: Option<Instant> = None;
+    loop {
+        if !readable(src.ours.as_fd(), &exited) {
+            break;
+        }
+        if exited.load(Ordering::SeqCst) {
+            let started = *drain_started.get_or_insert_with(Instant::now);
+            if started.elapsed() > DRAIN_MAX {
+                break;
+            }
+        }
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // EIO: every holder of the pseudo-terminal's other side closed it.
+            Err(_) => break,
+        };
+        let chunk = &buf[..n];
+        let result = match (&term, src.pty) {
+            (Some(t), true) => t.pass(&mut *out, chunk),
+            _ => out.write_all(chunk),
+        };
+        if let Some(obs) = observer.lock().unwrap().as_mut() {
+            obs(src.stream, chunk);
+        }
+        if result.is_err() {
+            // Our reader went away (`| head`): closing our end lets the command see EPIPE as it would have.
+            break;
+        }
+    }
+}
+
+/// Waits until `fd` has data; false when the command is gone and the stream stayed quiet, or on error.
+fn readable(fd: BorrowedFd, exited: &AtomicBool) -> bool {
+    loop {
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(DRAIN_QUIET.as_millis() as u16)) {
+            Ok(0) if exited.load(Ordering::SeqCst) => return false,
+            Ok(0) | Err(Errno::EINTR) => continue,
+            Err(_) => return false,
+            Ok(_) => return true,
+        }
+    }
+}

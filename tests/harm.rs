@@ -1,0 +1,488 @@
+//! "Do no harm": gpudoc never replaces what it does not own, never slows, reorders or blocks the
+//! command, never kills a live job, and says so in its exit code when it could not give what was asked.
+
+mod common;
+
+use common::{Machine, fakegpu, read_json};
+use fake_nvml::state::{Delay, State};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+#[test]
+fn json_is_written_through_devices_and_fifos_and_follows_symlinks() {
+    let m = Machine::h200s(1);
+    if is_root() {
+        // The issue's repro: as root, `--json /dev/null` must not turn the device into a file.
+        let dev = m.path("dn");
+        let st = Command::new("mknod")
+            .args(["-m", "666"])
+            .arg(&dev)
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let out = m
+            .gpudoc()
+            .args(["run", "-q", "--json"])
+            .arg(&dev)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let ft = std::fs::metadata(&dev).unwrap().file_type();
+        assert!(ft.is_char_device(), "{dev:?} is still a character device");
+    }
+    // A symlinked report stays a symlink; the file it points to gets the report.
+    let real = m.path("real.json");
+    let link = m.path("link.json");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let st = m
+        .gpudoc()
+        .args(["run", "-q", "--json"])
+        .arg(&link)
+        .args(["--", "true"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(read_json(&real)["schema"], "gpudoc.report/1");
+    // So does a symlinked baseline.
+    let base_real = m.path("base-real.json");
+    let base_link = m.path("base.json");
+    std::os::unix::fs::symlink(&base_real, &base_link).unwrap();
+    let st = m
+        .gpudoc()
+        .args(["run", "-q", "--allow-no-gpu", "--baseline"])
+        .arg(&base_link)
+        .args(["--name", "t", "--update-baseline", "--", "true"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(
+        std::fs::symlink_metadata(&base_link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(read_json(&base_real)["schema"], "gpudoc.baseline/1");
+}
+
+#[test]
+fn json_through_a_descriptor_gives_something_a_machine_can_read() {
+    let m = Machine::h200s(1);
+    let out = m
+        .gpudoc()
+        .args(["run", "--json", "-", "--", "echo", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--json -") && err.contains("/dev/fd/3"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "the command did not run");
+    // The way round it: the report on fd 3, the command's output on stderr.
+    let gpudoc = common::gpudoc_bin();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} run -q --json /dev/fd/3 -- echo hi 3>&1 1>&2",
+            gpudoc.display()
+        ))
+        .env("GPUDOC_NVML_LIB", common::fake_lib())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .env("GITHUB_ACTIONS", "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("stdout is the report alone");
+    assert_eq!(r["command"], serde_json::json!(["echo", "hi"]));
+}
+
+#[test]
+fn outputs_that_cant_be_written_are_failures_the_exit_code_shows() {
+    let m = Machine::h200s(1);
+    let ran = m.path("ran");
+    let script = format!("touch {}", ran.display());
+    for (args, names) in [
+        (
+            vec!["--json", "/proc/gpudoc-no/r.json"],
+            "--json /proc/gpudoc-no",
+        ),
+        (
+            vec!["--junit", "/nonexistent/j.xml"],
+            "--junit /nonexistent",
+        ),
+        (
+            vec![
+                "--baseline",
+                "/nonexistent/b.json",
+                "--name",
+                "x",
+                "--update-baseline",
+            ],
+            "--update-baseline /nonexistent",
+        ),
+    ] {
+        let out = m
+            .gpudoc()
+            .arg("run")
+            .args(&args)
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
+        assert!(!ran.exists(), "{args:?}: refused before the command runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(names), "{args:?}: {err}");
+    }
+    // A write that fails at the end (a full device) turns a successful command's 0 into 125 ...
+    let out = m
+        .gpudoc()
+        .args(["run", "-q", "--json", "/dev/full", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--json /dev/full"));
+    // ... and a failing command's own code still wins.
+    let out = m
+        .gpudoc()
+        .args([
+            "run",
+            "-q",
+            "--json",
+            "/dev/full",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+}
+
+#[test]
+fn absurd_values_are_refused_with_a_hint() {
+    let m = Machine::h200s(1);
+    for (args, says) in [
+        (vec!["--max-peak", "40"], "no unit: write 40GiB"),
+        (
+            vec!["--baseline", "b.json", "--name", "x", "--tolerance", "NaN%"],
+            "percentage",
+        ),
+        (
+            vec!["--baseline", "b.json", "--name", "x", "--tolerance", "inf%"],
+            "percentage",
+        ),
+        (
+            vec!["--baseline", "b.json", "--name", "x", "--tolerance", "5"],
+            "no unit",
+        ),
+        (vec!["--interval", "10000000h"], "too long"),
+        (vec!["--proc-interval", "50us"], "too short"),
+    ] {
+        let out = m
+            .gpudoc()
+            .current_dir(m.dir.path())
+            .arg("run")
+            .args(&args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // A GPU the machine does not have fails the gate rather than passing with no check.
+    let out = m
+        .gpudoc()
+        .args(["run", "-q", "--max-peak", "99=5GiB", "--", "sh", "-c"])
+        .arg(r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 100"#)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(122), "{err}");
+    assert!(
+        err.contains("GPU 99, which this machine does not have"),
+        "{err}"
+    );
+}
+
+#[test]
+fn parallel_baseline_updates_keep_every_entry() {
+    let m = Machine::h200s(1);
+    let base = m.path("base.json");
+    let children: Vec<_> = (0..12)
+        .map(|i| {
+            m.gpudoc()
+                .args(["run", "-q", "--allow-no-gpu", "--baseline"])
+                .arg(&base)
+                .args([
+                    "--name",
+                    &format!("job{i}"),
+                    "--update-baseline",
+                    "--",
+                    "true",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let b = read_json(&base);
+    assert_eq!(b["jobs"].as_object().unwrap().len(), 12, "{b:#}");
+    let leftovers: Vec<_> = std::fs::read_dir(m.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn names_and_command_lines_are_printed_escaped() {
+    let m = Machine::h200s(1);
+    let evil = "\u{1b}]0;PWNED\u{7}\u{1b}[2J";
+    // A short name, so the escape is within the 60 characters the summary shows of a command line.
+    let f = m.path("f");
+    std::os::unix::fs::symlink(fakegpu(), &f).unwrap();
+    let out = m
+        .gpudoc()
+        .args(["run", "--"])
+        .arg(&f)
+        .args([
+            "alloc",
+            "--say",
+            evil,
+            "--steps",
+            "1GiB",
+            "--hold-ms",
+            "300",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains('\u{1b}'),
+        "no raw escape reaches the terminal: {err:?}"
+    );
+    assert!(err.contains("\\x1b]0;PWNED\\x07"), "{err}");
+    // The command's own output is its own: passed through untouched.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{evil}\n"));
+}
+
+/// A machine whose NVML takes `ms` to answer `func`.
+fn slow(func: &str, ms: u64) -> Machine {
+    let mut s = State::h200s(1);
+    s.delays.push(Delay {
+        func: func.into(),
+        ms,
+    });
+    Machine::with(s)
+}
+
+#[test]
+fn a_hung_nvml_delays_neither_the_start_nor_the_exit() {
+    for func in [
+        "nvmlInit_v2",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "*",
+    ] {
+        let m = slow(func, 5000);
+        let json = m.path("r.json");
+        let begin = Instant::now();
+        let mut child = m
+            .gpudoc()
+            .args(["run", "-q", "--json"])
+            .arg(&json)
+            .args(["--", "sh", "-c", "echo started; sleep 0.5"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let started = begin.elapsed();
+        let status = child.wait().unwrap();
+        let took = begin.elapsed();
+        assert_eq!(line, "started\n");
+        assert!(status.success(), "{func}");
+        assert!(
+            started < Duration::from_millis(800),
+            "{func}: started after {started:?}"
+        );
+        // 0.5 s of command, at most 1 s of waiting for NVML, and gpudoc's own start and end.
+        assert!(took < Duration::from_millis(2800), "{func}: took {took:?}");
+        let r = read_json(&json);
+        if func == "nvmlInit_v2" || func == "*" {
+            assert_eq!(r["nvml"]["available"], false, "{func}");
+            assert!(
+                r["nvml"]["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("did not answer"),
+                "{func}: {r:#}"
+            );
+        } else {
+            let notes = r["notes"].to_string();
+            assert!(notes.contains("stopped answering"), "{func}: {notes}");
+        }
+    }
+}
+
+#[test]
+fn stdout_and_stderr_sharing_a_file_keep_their_order() {
+    let m = Machine::h200s(1);
+    let log = m.path("out.log");
+    let script = "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo out$i; echo err$i >&2; done";
+    let f = std::fs::File::create(&log).unwrap();
+    let st = m
+        .gpudoc()
+        .args(["run", "-q", "--", "sh", "-c", script])
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let want: String = (1..=2000).map(|i| format!("out{i}\nerr{i}\n")).collect();
+    assert!(text.starts_with(&want), "the order is kept exactly");
+}
+
+#[test]
+fn descendants_that_already_exited_are_not_leftovers() {
+    let m = Machine::h200s(1);
+    for i in 0..30 {
+        let (code, r, err) = m.run_sh(&["-q", "--fail-on", "warn"], "sleep 0.1 & sleep 0.1");
+        assert_eq!(code, 0, "run {i}: {err}");
+        assert_eq!(r["orphans"], serde_json::json!([]), "run {i}");
+    }
+}
+
+/// Starts `gpudoc run -- sh -c SCRIPT` where the script starts a grandchild and prints its PID.
+fn job_with_grandchild(m: &Machine) -> (std::process::Child, u32) {
+    let mut child = m
+        .gpudoc()
+        .args(["run", "-q", "--", "sh", "-c", "sleep 300 & echo $!; wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line.trim().parse().unwrap())
+}
+
+fn alive(pid: u32) -> bool {
+    fake_nvml::state::alive(pid)
+}
+
+fn gone_within(pid: u32, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn a_killed_gpudoc_ends_the_whole_job() {
+    let m = Machine::h200s(1);
+    for sig in [libc::SIGKILL, libc::SIGTERM] {
+        let (mut child, grandchild) = job_with_grandchild(&m);
+        assert!(alive(grandchild));
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let _ = child.wait();
+        assert!(
+            gone_within(grandchild, Duration::from_secs(8)),
+            "signal {sig}: the grandchild {grandchild} runs on"
+        );
+    }
+}
+
+#[test]
+fn a_job_started_by_pid_1_in_a_container_is_not_killed() {
+    let probe = Command::new("unshare")
+        .args(["-pf", "--mount-proc", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: this machine can't make a PID namespace (unshare -pf)");
+        return;
+    }
+    let m = Machine::h200s(1);
+    let entry = m.path("entry.sh");
+    std::fs::write(
+        &entry,
+        "#!/bin/sh\n\"$FAKEGPU\" alloc --steps 1GiB --hold-ms 30000 --say ready\necho done\n",
+    )
+    .unwrap();
+    let mut job = Command::new("unshare")
+        .args(["-pf", "--mount-proc", "sh"])
+        .arg(&entry)
+        .env("FAKE_NVML_STATE", m.state_path())
+        .env("FAKEGPU", fakegpu())
+        .stdout(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(job.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    // The namespace's PID 1 (the shell running entry.sh) is unshare's child.
+    let init = std::fs::read_to_string(format!("/proc/{}/task/{}/children", job.id(), job.id()))
+        .unwrap()
+        .trim()
+        .to_string();
+    let out = Command::new("nsenter")
+        .args(["-t", &init, "-p", "-m", "--"])
+        .arg(common::gpudoc_bin())
+        .args(["orphans", "--kill", "--yes", "--grace", "1s", "--json", "-"])
+        .env("GPUDOC_NVML_LIB", common::fake_lib())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .output()
+        .unwrap();
+    let listing: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    let holder = listing["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["cmdline"].as_str().unwrap_or("").contains("alloc"))
+        .unwrap_or_else(|| panic!("{listing:#}"));
+    assert_eq!(holder["verdict"], "live", "{holder:#}");
+    assert_eq!(listing["ended"], serde_json::json!([]));
+    assert!(job.try_wait().unwrap().is_none(), "the job still runs");
+    unsafe { libc::kill(-(job.id() as i32), libc::SIGKILL) };
+    let _ = job.wait();
+}
