@@ -2,8 +2,9 @@
 //! documented in [`DOC`]; a test checks that the example facts, every rule, the documentation and the
 //! README agree.
 
-use crate::report::Report;
+use crate::report::{ProcessReport, Report};
 use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
 
 /// Facts of one run, as the rules see them. Integers are bytes or counts, `_s` seconds, `_pct` percent.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -477,359 +478,20 @@ pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
 }
 
 impl Facts {
-    /// Computes the facts of a report.
+    /// Computes the facts of a report, in time linear in its size.
     pub fn of(r: &Report) -> Facts {
-        let rank_of = |pid: u32| -> (i64, i64) {
-            r.torch
-                .processes
-                .iter()
-                .find(|t| t.pid == pid)
-                .map_or((-1, -1), |t| {
-                    let n = |v: &Option<serde_json::Value>| {
-                        v.as_ref()
-                            .and_then(|x| x.as_i64().or_else(|| x.as_str()?.parse().ok()))
-                            .unwrap_or(-1)
-                    };
-                    (n(&t.rank), n(&t.local_rank))
-                })
-        };
-        let gpus: Vec<GpuFacts> = r
-            .gpus
-            .iter()
-            .map(|g| {
-                let total = g.total_bytes as i64;
-                let held: Vec<i64> = g
-                    .job_timeline
-                    .iter()
-                    .map(|&(_, v)| v as i64)
-                    .filter(|&v| v > 0)
-                    .collect();
-                let steady = median(held);
-                let peak = g.job_peak_bytes as i64;
-                let half = steady + (peak - steady) / 2;
-                let width = if g.job_timeline.len() > 1 {
-                    g.job_timeline[1].0 - g.job_timeline[0].0
-                } else {
-                    r.duration_s
-                };
-                let above = g
-                    .job_timeline
-                    .iter()
-                    .filter(|&&(_, v)| (v as i64) > half && peak > steady)
-                    .count();
-                GpuFacts {
-                    index: g.index as i64,
-                    name: g.name.clone(),
-                    total_bytes: total,
-                    peak_used_bytes: g.peak_used_bytes as i64,
-                    peak_used_pct: pct(g.peak_used_bytes as i64, total),
-                    start_used_bytes: g.start_used_bytes as i64,
-                    others_peak_bytes: r
-                        .processes
-                        .iter()
-                        .filter(|p| p.gpu == g.index && !p.in_job)
-                        .map(|p| p.peak_bytes as i64)
-                        .sum(),
-                    job_peak_bytes: peak,
-                    job_peak_pct: pct(peak, total),
-                    job_final_bytes: g.job_final_bytes as i64,
-                    job_share: 0.0,
-                    steady_bytes: steady,
-                    steady_pct: pct(steady, total),
-                    last_held_bytes: g
-                        .job_timeline
-                        .iter()
-                        .rev()
-                        .map(|&(_, v)| v as i64)
-                        .find(|&v| v > 0)
-                        .unwrap_or(0),
-                    rise_s: {
-                        let first = g
-                            .job_timeline
-                            .iter()
-                            .find(|&&(_, v)| v > 0)
-                            .map(|&(t, _)| t);
-                        let high = g
-                            .job_timeline
-                            .iter()
-                            .find(|&&(_, v)| v as f64 >= 0.9 * peak as f64 && v > 0)
-                            .map(|&(t, _)| t);
-                        first.zip(high).map_or(0.0, |(a, b)| b - a)
-                    },
-                    spike_bytes: peak - steady,
-                    spike_ratio: if steady > 0 {
-                        peak as f64 / steady as f64
-                    } else {
-                        0.0
-                    },
-                    spike_duration_s: above as f64 * width,
-                    spike_at_s: g.job_peak_at_s,
-                    lost: g.lost.is_some(),
-                    torch: r.torch.processes.iter().any(|t| t.gpu == Some(g.index)),
-                }
-            })
-            .collect();
-        let max_job = gpus.iter().map(|g| g.job_peak_bytes).max().unwrap_or(0);
-        let gpus: Vec<GpuFacts> = gpus
-            .into_iter()
-            .map(|mut g| {
-                g.job_share = if max_job > 0 {
-                    g.job_peak_bytes as f64 / max_job as f64
-                } else {
-                    0.0
-                };
-                g
-            })
-            .collect();
-        let used: Vec<&GpuFacts> = gpus.iter().filter(|g| g.job_peak_bytes > 0).collect();
-        let max_g = used.iter().max_by_key(|g| g.job_peak_bytes);
-        let min_g = used.iter().min_by_key(|g| g.job_peak_bytes);
-
-        // Processes, merged over GPUs.
-        let mut pids: Vec<u32> = r.processes.iter().map(|p| p.pid).collect();
-        pids.sort();
-        pids.dedup();
-        let processes: Vec<ProcFacts> = pids
-            .into_iter()
-            .map(|pid| {
-                let rows: Vec<_> = r.processes.iter().filter(|p| p.pid == pid).collect();
-                let (rank, local_rank) = rank_of(pid);
-                // A rank's own GPU is its LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's
-                // index by UUID); anything it holds elsewhere is stray, whatever its size. Without a rank,
-                // the GPU where it holds the most is its own, and only context-sized footprints elsewhere
-                // count as stray.
-                let own = r
-                    .torch
-                    .processes
-                    .iter()
-                    .find(|t| t.pid == pid && local_rank >= 0 && t.device as i64 == local_rank)
-                    .and_then(|t| t.gpu)
-                    .and_then(|g| rows.iter().find(|p| p.gpu == g && p.peak_bytes > 0));
-                let main = own.unwrap_or_else(|| rows.iter().max_by_key(|p| p.peak_bytes).unwrap());
-                let limit = if own.is_some() {
-                    i64::MAX
-                } else {
-                    (2 * GIB).max(main.peak_bytes as i64 / 10)
-                };
-                let stray: Vec<_> = rows
-                    .iter()
-                    .filter(|p| {
-                        p.gpu != main.gpu && p.peak_bytes > 0 && (p.peak_bytes as i64) <= limit
-                    })
-                    .collect();
-                ProcFacts {
-                    pid: pid as i64,
-                    cmdline: main.cmdline.clone(),
-                    in_job: main.in_job,
-                    rank,
-                    local_rank,
-                    gpus: rows.iter().filter(|p| p.peak_bytes > 0).count() as i64,
-                    main_gpu: main.gpu as i64,
-                    main_bytes: main.peak_bytes as i64,
-                    peak_bytes: rows.iter().map(|p| p.peak_bytes as i64).sum(),
-                    stray_gpus: stray.iter().map(|p| p.gpu as i64).collect(),
-                    stray_bytes: stray.iter().map(|p| p.peak_bytes as i64).sum(),
-                }
-            })
-            .collect();
-
-        let torch_processes: Vec<TorchFacts> = r
+        let ranks = Ranks::of(r);
+        let gpus = gpu_facts(r);
+        let processes = process_facts(r, &ranks);
+        let torch_processes = r
             .torch
             .processes
             .iter()
-            .map(|t| {
-                let warm = (t.steps.len() / 10).max(5).min(t.steps.len());
-                let after = &t.steps[warm..];
-                let (leak, r2) = fit(&after
-                    .iter()
-                    .map(|s| (s.step as f64, s.allocated_bytes as f64))
-                    .collect::<Vec<_>>());
-                let per_step = |f: fn(&crate::torch::Step) -> u64| {
-                    fit(&after
-                        .iter()
-                        .map(|s| (s.step as f64, f(s) as f64))
-                        .collect::<Vec<_>>())
-                    .0
-                };
-                let allocs = per_step(|s| s.device_allocs);
-                let frees = per_step(|s| s.device_frees);
-                let span = after
-                    .last()
-                    .zip(after.first())
-                    .map_or(0, |(l, f)| l.step.saturating_sub(f.step));
-                let (steady_reserved, steady_peak) = if after.len() >= 3 {
-                    (
-                        median(after.iter().map(|s| s.reserved_bytes as i64).collect()),
-                        median(
-                            after
-                                .iter()
-                                .map(|s| s.peak_allocated_bytes as i64)
-                                .collect(),
-                        ),
-                    )
-                } else {
-                    (t.final_reserved_bytes as i64, t.peak_allocated_bytes as i64)
-                };
-                let (rank, _) = rank_of(t.pid);
-                TorchFacts {
-                    pid: t.pid as i64,
-                    rank,
-                    gpu: t.gpu.map_or(-1, |g| g as i64),
-                    torch_version: t.torch_version.clone().unwrap_or_default(),
-                    reserved_peak_bytes: t.peak_reserved_bytes as i64,
-                    allocated_peak_bytes: t.peak_allocated_bytes as i64,
-                    final_reserved_bytes: t.final_reserved_bytes as i64,
-                    final_allocated_bytes: t.final_allocated_bytes as i64,
-                    steady_reserved_bytes: steady_reserved,
-                    steady_peak_allocated_bytes: steady_peak,
-                    inactive_split_peak_bytes: t.peak_inactive_split_bytes as i64,
-                    non_pytorch_bytes: t.non_pytorch_bytes.unwrap_or(0) as i64,
-                    alloc_retries: t.alloc_retries as i64,
-                    ooms: t.ooms as i64,
-                    device_allocs: t.device_allocs as i64,
-                    device_frees: t.device_frees as i64,
-                    steps: t.steps_total as i64,
-                    leak_bytes_per_step: leak,
-                    leak_r2: r2,
-                    leak_total_bytes: (leak * span as f64) as i64,
-                    device_allocs_per_step: allocs,
-                    device_frees_per_step: frees,
-                }
-            })
+            .map(|t| torch_facts(t, &ranks))
             .collect();
-
-        let oom = match &r.oom {
-            None => OomFacts {
-                gpu: -1,
-                rank: -1,
-                ..Default::default()
-            },
-            Some(o) => {
-                let t = &o.event.text;
-                let g = |v: Option<u64>| v.map_or(0, |x| x as i64);
-                let job_peak = o
-                    .gpu
-                    .and_then(|i| gpus.iter().find(|x| x.index == i as i64))
-                    .map_or(0.0, |x| x.job_peak_pct);
-                let mut others: Vec<String> = t
-                    .other_processes
-                    .iter()
-                    .map(|p| {
-                        let cmd = o
-                            .before
-                            .iter()
-                            .find(|b| b.pid == p.pid && !b.cmdline.is_empty())
-                            .map(|b| format!(" ({})", b.cmdline))
-                            .unwrap_or_default();
-                        format!("pid {}{cmd} {}", p.pid, crate::units::fmt_bytes(p.bytes))
-                    })
-                    .collect();
-                if others.is_empty() {
-                    others = o
-                        .before
-                        .iter()
-                        .filter(|b| !b.in_job && b.visible && b.bytes_at > 0)
-                        .map(|b| {
-                            let cmd = if b.cmdline.is_empty() {
-                                String::new()
-                            } else {
-                                format!(" ({})", b.cmdline)
-                            };
-                            format!("pid {}{cmd} {}", b.pid, crate::units::fmt_bytes(b.bytes_at))
-                        })
-                        .collect();
-                }
-                OomFacts {
-                    present: true,
-                    cause: serde_json::to_value(o.cause)
-                        .unwrap()
-                        .as_str()
-                        .unwrap_or("")
-                        .into(),
-                    source: serde_json::to_value(o.source)
-                        .unwrap()
-                        .as_str()
-                        .unwrap_or("")
-                        .into(),
-                    exception: t.exception.clone().unwrap_or_default(),
-                    complete: t.complete,
-                    gpu: o.gpu.map_or(-1, |x| x as i64),
-                    rank: o.event.rank.map_or(-1, |x| x as i64),
-                    requested_bytes: g(t.requested_bytes),
-                    free_bytes: g(t.free_bytes),
-                    total_bytes: g(t.total_bytes),
-                    allocated_bytes: g(t.allocated_bytes),
-                    reserved_bytes: g(t.reserved_bytes),
-                    reserved_unallocated_bytes: g(t.reserved_unallocated_bytes),
-                    others_bytes: o.others_bytes as i64,
-                    others: others.join("; "),
-                    job_peak_pct: job_peak,
-                    explanation: o.explanation.clone(),
-                }
-            }
-        };
-        let cuda_runtime = r
-            .torch
-            .processes
-            .iter()
-            .filter_map(|t| t.torch_version.as_deref())
-            .map(cuda_of_torch)
-            .fold(0.0, f64::max);
-        let orphan_bytes: i64 = r
-            .orphans
-            .iter()
-            .flat_map(|o| o.gpu_bytes.iter().map(|&(_, b)| b as i64))
-            .sum();
         Facts {
-            run: RunFacts {
-                duration_s: r.duration_s,
-                exit_code: r.exit.code as i64,
-                signal: r.exit.signal.unwrap_or(0) as i64,
-                classification: serde_json::to_value(r.exit.classification)
-                    .unwrap()
-                    .as_str()
-                    .unwrap_or("")
-                    .into(),
-                driver: r.nvml.driver.clone().unwrap_or_default(),
-                cuda_driver_version: r
-                    .nvml
-                    .cuda_driver
-                    .as_deref()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0.0),
-                cuda_runtime_version: cuda_runtime,
-                gpus: gpus.len() as i64,
-                job_gpus: used.len() as i64,
-                job_peak_max_bytes: max_g.map_or(0, |g| g.job_peak_bytes),
-                job_peak_min_bytes: min_g.map_or(0, |g| g.job_peak_bytes),
-                job_peak_max_gpu: max_g.map_or(-1, |g| g.index),
-                job_peak_min_gpu: min_g.map_or(-1, |g| g.index),
-                imbalance_ratio: match (max_g, min_g) {
-                    (Some(a), Some(b)) if b.job_peak_bytes > 0 => {
-                        a.job_peak_bytes as f64 / b.job_peak_bytes as f64
-                    }
-                    _ => 1.0,
-                },
-                orphans: r.orphans.len() as i64,
-                orphans_gpu_bytes: orphan_bytes,
-                orphan_list: r
-                    .orphans
-                    .iter()
-                    .map(|o| {
-                        let b: u64 = o.gpu_bytes.iter().map(|&(_, b)| b).sum();
-                        format!(
-                            "pid {} ({}) {}",
-                            o.pid,
-                            o.cmdline,
-                            crate::units::fmt_bytes(b)
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                host_oom: r.exit.classification == crate::oom::Ending::HostOomKill,
-                has_torch: !r.torch.processes.is_empty(),
-            },
-            oom,
+            run: run_facts(r, &gpus),
+            oom: oom_facts(r, &gpus),
             gpus,
             processes,
             torch_processes,
@@ -861,6 +523,354 @@ impl Facts {
             }],
             torch_processes: vec![TorchFacts::default()],
         }
+    }
+}
+
+/// RANK and LOCAL_RANK per PID, and each PID's PyTorch processes, from the framework view.
+struct Ranks<'a> {
+    by_pid: HashMap<u32, (i64, i64)>,
+    torch: HashMap<u32, Vec<&'a crate::torch::view::TorchProcReport>>,
+}
+
+impl<'a> Ranks<'a> {
+    fn of(r: &'a Report) -> Ranks<'a> {
+        let n = |v: &Option<serde_json::Value>| {
+            v.as_ref()
+                .and_then(|x| x.as_i64().or_else(|| x.as_str()?.parse().ok()))
+                .unwrap_or(-1)
+        };
+        let mut by_pid = HashMap::new();
+        let mut torch: HashMap<u32, Vec<_>> = HashMap::new();
+        for t in &r.torch.processes {
+            by_pid
+                .entry(t.pid)
+                .or_insert((n(&t.rank), n(&t.local_rank)));
+            torch.entry(t.pid).or_default().push(t);
+        }
+        Ranks { by_pid, torch }
+    }
+
+    fn of_pid(&self, pid: u32) -> (i64, i64) {
+        self.by_pid.get(&pid).copied().unwrap_or((-1, -1))
+    }
+}
+
+fn gpu_facts(r: &Report) -> Vec<GpuFacts> {
+    let mut others: HashMap<u32, i64> = HashMap::new();
+    for p in r.processes.iter().filter(|p| !p.in_job) {
+        *others.entry(p.gpu).or_default() += p.peak_bytes as i64;
+    }
+    let mut gpus: Vec<GpuFacts> = r
+        .gpus
+        .iter()
+        .map(|g| one_gpu(r, g, others.get(&g.index).copied().unwrap_or(0)))
+        .collect();
+    let max_job = gpus.iter().map(|g| g.job_peak_bytes).max().unwrap_or(0);
+    for g in &mut gpus {
+        g.job_share = if max_job > 0 {
+            g.job_peak_bytes as f64 / max_job as f64
+        } else {
+            0.0
+        };
+    }
+    gpus
+}
+
+fn one_gpu(r: &Report, g: &crate::report::GpuReport, others_peak: i64) -> GpuFacts {
+    let total = g.total_bytes as i64;
+    let held: Vec<i64> = g
+        .job_timeline
+        .iter()
+        .map(|&(_, v)| v as i64)
+        .filter(|&v| v > 0)
+        .collect();
+    let steady = median(held);
+    let peak = g.job_peak_bytes as i64;
+    let half = steady + (peak - steady) / 2;
+    let width = if g.job_timeline.len() > 1 {
+        g.job_timeline[1].0 - g.job_timeline[0].0
+    } else {
+        r.duration_s
+    };
+    let above = g
+        .job_timeline
+        .iter()
+        .filter(|&&(_, v)| (v as i64) > half && peak > steady)
+        .count();
+    let first = g
+        .job_timeline
+        .iter()
+        .find(|&&(_, v)| v > 0)
+        .map(|&(t, _)| t);
+    let high = g
+        .job_timeline
+        .iter()
+        .find(|&&(_, v)| v as f64 >= 0.9 * peak as f64 && v > 0)
+        .map(|&(t, _)| t);
+    GpuFacts {
+        index: g.index as i64,
+        name: g.name.clone(),
+        total_bytes: total,
+        peak_used_bytes: g.peak_used_bytes as i64,
+        peak_used_pct: pct(g.peak_used_bytes as i64, total),
+        start_used_bytes: g.start_used_bytes as i64,
+        others_peak_bytes: others_peak,
+        job_peak_bytes: peak,
+        job_peak_pct: pct(peak, total),
+        job_final_bytes: g.job_final_bytes as i64,
+        job_share: 0.0,
+        steady_bytes: steady,
+        steady_pct: pct(steady, total),
+        last_held_bytes: g
+            .job_timeline
+            .iter()
+            .rev()
+            .map(|&(_, v)| v as i64)
+            .find(|&v| v > 0)
+            .unwrap_or(0),
+        rise_s: first.zip(high).map_or(0.0, |(a, b)| b - a),
+        spike_bytes: peak - steady,
+        spike_ratio: if steady > 0 {
+            peak as f64 / steady as f64
+        } else {
+            0.0
+        },
+        spike_duration_s: above as f64 * width,
+        spike_at_s: g.job_peak_at_s,
+        lost: g.lost.is_some(),
+        torch: r.torch.processes.iter().any(|t| t.gpu == Some(g.index)),
+    }
+}
+
+/// Processes, merged over GPUs: one entry per PID.
+fn process_facts(r: &Report, ranks: &Ranks) -> Vec<ProcFacts> {
+    let mut by_pid: BTreeMap<u32, Vec<&ProcessReport>> = BTreeMap::new();
+    for p in &r.processes {
+        by_pid.entry(p.pid).or_default().push(p);
+    }
+    by_pid
+        .into_iter()
+        .map(|(pid, rows)| one_process(pid, &rows, ranks))
+        .collect()
+}
+
+/// A rank's own GPU is its LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by UUID);
+/// anything it holds elsewhere is stray, whatever its size. Without a rank, the GPU where it holds the
+/// most is its own, and only context-sized footprints elsewhere count as stray.
+fn one_process(pid: u32, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
+    let (rank, local_rank) = ranks.of_pid(pid);
+    let own = ranks
+        .torch
+        .get(&pid)
+        .into_iter()
+        .flatten()
+        .find(|t| local_rank >= 0 && t.device as i64 == local_rank)
+        .and_then(|t| t.gpu)
+        .and_then(|g| rows.iter().find(|p| p.gpu == g && p.peak_bytes > 0));
+    let main = own.unwrap_or_else(|| rows.iter().max_by_key(|p| p.peak_bytes).unwrap());
+    let limit = if own.is_some() {
+        i64::MAX
+    } else {
+        (2 * GIB).max(main.peak_bytes as i64 / 10)
+    };
+    let stray: Vec<_> = rows
+        .iter()
+        .filter(|p| p.gpu != main.gpu && p.peak_bytes > 0 && (p.peak_bytes as i64) <= limit)
+        .collect();
+    ProcFacts {
+        pid: pid as i64,
+        cmdline: main.cmdline.clone(),
+        in_job: main.in_job,
+        rank,
+        local_rank,
+        gpus: rows.iter().filter(|p| p.peak_bytes > 0).count() as i64,
+        main_gpu: main.gpu as i64,
+        main_bytes: main.peak_bytes as i64,
+        peak_bytes: rows.iter().map(|p| p.peak_bytes as i64).sum(),
+        stray_gpus: stray.iter().map(|p| p.gpu as i64).collect(),
+        stray_bytes: stray.iter().map(|p| p.peak_bytes as i64).sum(),
+    }
+}
+
+fn torch_facts(t: &crate::torch::view::TorchProcReport, ranks: &Ranks) -> TorchFacts {
+    let warm = (t.steps.len() / 10).max(5).min(t.steps.len());
+    let after = &t.steps[warm..];
+    let slope = |f: fn(&crate::torch::Step) -> u64| {
+        fit(&after
+            .iter()
+            .map(|s| (s.step as f64, f(s) as f64))
+            .collect::<Vec<_>>())
+    };
+    let (leak, r2) = slope(|s| s.allocated_bytes);
+    let span = after
+        .last()
+        .zip(after.first())
+        .map_or(0, |(l, f)| l.step.saturating_sub(f.step));
+    let (steady_reserved, steady_peak) = if after.len() >= 3 {
+        (
+            median(after.iter().map(|s| s.reserved_bytes as i64).collect()),
+            median(
+                after
+                    .iter()
+                    .map(|s| s.peak_allocated_bytes as i64)
+                    .collect(),
+            ),
+        )
+    } else {
+        (t.final_reserved_bytes as i64, t.peak_allocated_bytes as i64)
+    };
+    TorchFacts {
+        pid: t.pid as i64,
+        rank: ranks.of_pid(t.pid).0,
+        gpu: t.gpu.map_or(-1, |g| g as i64),
+        torch_version: t.torch_version.clone().unwrap_or_default(),
+        reserved_peak_bytes: t.peak_reserved_bytes as i64,
+        allocated_peak_bytes: t.peak_allocated_bytes as i64,
+        final_reserved_bytes: t.final_reserved_bytes as i64,
+        final_allocated_bytes: t.final_allocated_bytes as i64,
+        steady_reserved_bytes: steady_reserved,
+        steady_peak_allocated_bytes: steady_peak,
+        inactive_split_peak_bytes: t.peak_inactive_split_bytes as i64,
+        non_pytorch_bytes: t.non_pytorch_bytes.unwrap_or(0) as i64,
+        alloc_retries: t.alloc_retries as i64,
+        ooms: t.ooms as i64,
+        device_allocs: t.device_allocs as i64,
+        device_frees: t.device_frees as i64,
+        steps: t.steps_total as i64,
+        leak_bytes_per_step: leak,
+        leak_r2: r2,
+        leak_total_bytes: (leak * span as f64) as i64,
+        device_allocs_per_step: slope(|s| s.device_allocs).0,
+        device_frees_per_step: slope(|s| s.device_frees).0,
+    }
+}
+
+/// The processes an OOM text names, in words; else those NVML saw holding memory then.
+fn oom_others(o: &crate::oom::OomReport) -> String {
+    let t = &o.event.text;
+    let with_cmd = |pid: u32, cmdline: &str, bytes: u64| {
+        let cmd = if cmdline.is_empty() {
+            String::new()
+        } else {
+            format!(" ({cmdline})")
+        };
+        format!("pid {pid}{cmd} {}", crate::units::fmt_bytes(bytes))
+    };
+    let mut others: Vec<String> = t
+        .other_processes
+        .iter()
+        .map(|p| {
+            let cmd = o
+                .before
+                .iter()
+                .find(|b| b.pid == p.pid)
+                .map_or("", |b| b.cmdline.as_str());
+            with_cmd(p.pid, cmd, p.bytes)
+        })
+        .collect();
+    if others.is_empty() {
+        others = o
+            .before
+            .iter()
+            .filter(|b| !b.in_job && b.visible && b.bytes_at > 0)
+            .map(|b| with_cmd(b.pid, &b.cmdline, b.bytes_at))
+            .collect();
+    }
+    others.join("; ")
+}
+
+fn name_of<T: serde::Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
+    let Some(o) = &r.oom else {
+        return OomFacts {
+            gpu: -1,
+            rank: -1,
+            ..Default::default()
+        };
+    };
+    let t = &o.event.text;
+    let g = |v: Option<u64>| v.map_or(0, |x| x as i64);
+    OomFacts {
+        present: true,
+        cause: name_of(o.cause),
+        source: name_of(o.source),
+        exception: t.exception.clone().unwrap_or_default(),
+        complete: t.complete,
+        gpu: o.gpu.map_or(-1, |x| x as i64),
+        rank: o.event.rank.map_or(-1, |x| x as i64),
+        requested_bytes: g(t.requested_bytes),
+        free_bytes: g(t.free_bytes),
+        total_bytes: g(t.total_bytes),
+        allocated_bytes: g(t.allocated_bytes),
+        reserved_bytes: g(t.reserved_bytes),
+        reserved_unallocated_bytes: g(t.reserved_unallocated_bytes),
+        others_bytes: o.others_bytes as i64,
+        others: oom_others(o),
+        job_peak_pct: o
+            .gpu
+            .and_then(|i| gpus.iter().find(|x| x.index == i as i64))
+            .map_or(0.0, |x| x.job_peak_pct),
+        explanation: o.explanation.clone(),
+    }
+}
+
+fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
+    let used: Vec<&GpuFacts> = gpus.iter().filter(|g| g.job_peak_bytes > 0).collect();
+    let max_g = used.iter().max_by_key(|g| g.job_peak_bytes);
+    let min_g = used.iter().min_by_key(|g| g.job_peak_bytes);
+    let cuda_runtime = r
+        .torch
+        .processes
+        .iter()
+        .filter_map(|t| t.torch_version.as_deref())
+        .map(cuda_of_torch)
+        .fold(0.0, f64::max);
+    let orphan_bytes =
+        |o: &crate::report::Orphan| -> u64 { o.gpu_bytes.iter().map(|&(_, b)| b).sum() };
+    RunFacts {
+        duration_s: r.duration_s,
+        exit_code: r.exit.code as i64,
+        signal: r.exit.signal.unwrap_or(0) as i64,
+        classification: name_of(r.exit.classification),
+        driver: r.nvml.driver.clone().unwrap_or_default(),
+        cuda_driver_version: r
+            .nvml
+            .cuda_driver
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0),
+        cuda_runtime_version: cuda_runtime,
+        gpus: gpus.len() as i64,
+        job_gpus: used.len() as i64,
+        job_peak_max_bytes: max_g.map_or(0, |g| g.job_peak_bytes),
+        job_peak_min_bytes: min_g.map_or(0, |g| g.job_peak_bytes),
+        job_peak_max_gpu: max_g.map_or(-1, |g| g.index),
+        job_peak_min_gpu: min_g.map_or(-1, |g| g.index),
+        imbalance_ratio: match (max_g, min_g) {
+            (Some(a), Some(b)) if b.job_peak_bytes > 0 => {
+                a.job_peak_bytes as f64 / b.job_peak_bytes as f64
+            }
+            _ => 1.0,
+        },
+        orphans: r.orphans.len() as i64,
+        orphans_gpu_bytes: r.orphans.iter().map(|o| orphan_bytes(o) as i64).sum(),
+        orphan_list: r
+            .orphans
+            .iter()
+            .map(|o| {
+                let b = crate::units::fmt_bytes(orphan_bytes(o));
+                format!("pid {} ({}) {b}", o.pid, o.cmdline)
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        host_oom: r.exit.classification == crate::oom::Ending::HostOomKill,
+        has_torch: !r.torch.processes.is_empty(),
     }
 }
 

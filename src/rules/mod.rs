@@ -254,6 +254,10 @@ fn reads(e: &IdedExpr, bound: &HashMap<String, String>, out: &mut Vec<String>) {
         match &e.expr {
             Expr::Ident(n) => Some(bound.get(n).cloned().unwrap_or_else(|| n.clone())),
             Expr::Select(s) => Some(format!("{}.{}", path(&s.operand, bound)?, s.field)),
+            // `gpus[1]`: an element of the list, whichever.
+            Expr::Call(c) if c.func_name == "_[_]" && c.args.len() == 2 => {
+                Some(format!("{}[]", path(&c.args[0], bound)?))
+            }
             _ => None,
         }
     }
@@ -266,6 +270,14 @@ fn reads(e: &IdedExpr, bound: &HashMap<String, String>, out: &mut Vec<String>) {
                 }
             }
         },
+        Expr::Call(c) if c.func_name == "_[_]" && c.args.len() == 2 => {
+            if let Some(p) = path(e, bound) {
+                out.push(p);
+            } else {
+                reads(&c.args[0], bound, out);
+            }
+            reads(&c.args[1], bound, out);
+        }
         Expr::Call(c) => {
             if let Some(t) = &c.target {
                 reads(t, bound, out);
@@ -291,16 +303,33 @@ fn reads(e: &IdedExpr, bound: &HashMap<String, String>, out: &mut Vec<String>) {
     }
 }
 
-/// Evaluates each operand of `&&`, `||` and `?:` separately (recursively), and anything else whole.
+/// Evaluates each operand of `&&`, `||` and `?:` separately (recursively), and anything else whole. Only
+/// type errors count: what depends on the values (an index past the example's one element, a division by
+/// its zero) is for the run to find, guarded as the rule guards it.
 fn check_operands(e: &IdedExpr, ctx: &Context) -> Result<(), String> {
     if let Expr::Call(c) = &e.expr
         && matches!(c.func_name.as_str(), "_&&_" | "_||_" | "_?_:_" | "!_")
     {
         return c.args.iter().try_for_each(|a| check_operands(a, ctx));
     }
-    Value::resolve(e, ctx)
-        .map(|_| ())
-        .map_err(|x| x.to_string())
+    match Value::resolve(e, ctx) {
+        Ok(_) => Ok(()),
+        Err(x) if depends_on_values(&x) => Ok(()),
+        Err(x) => Err(x.to_string()),
+    }
+}
+
+/// An error that a rule's guard can rule out at run time, not a mistake in the rule.
+fn depends_on_values(e: &cel::ExecutionError) -> bool {
+    use cel::ExecutionError as E;
+    matches!(
+        e,
+        E::IndexOutOfBounds(_)
+            | E::DivisionByZero(_)
+            | E::RemainderByZero(_)
+            | E::Overflow(..)
+            | E::NoSuchKey(_)
+    )
 }
 
 /// Whether `path` names a fact in `facts` (the example, with one element in each list).
@@ -354,7 +383,12 @@ fn example_variables(scope: Scope) -> serde_json::Value {
             _ => {}
         }
     }
-    let mut v = variables(&Facts::example(), scope, 0);
+    // Two of everything, so `gpus[1]` can be checked too (past that, the index depends on the run).
+    let mut f = Facts::example();
+    f.gpus.extend(f.gpus.clone());
+    f.processes.extend(f.processes.clone());
+    f.torch_processes.extend(f.torch_processes.clone());
+    let mut v = variables(&f, scope, 0);
     ones(&mut v);
     v
 }
@@ -448,11 +482,13 @@ impl Rule {
                     format!("when: must be true or false, not {other:?}"),
                 ));
             }
+            Err(e) if depends_on_values(&e) => {}
             Err(e) => return Err(err(when_line, format!("when: {e}"))),
         }
         for p in &pieces {
             if let Piece::Expr(e) = p
                 && let Err(x) = e.execute(&ctx)
+                && !depends_on_values(&x)
             {
                 return Err(err(msg_line, format!("message: {x}")));
             }
@@ -475,6 +511,19 @@ impl Rule {
             condition,
             pieces,
         })
+    }
+
+    /// The message if the rule fires in `ctx`, `None` if it does not.
+    fn fire(&self, ctx: &Context) -> Result<Option<String>, String> {
+        match self.condition.execute(ctx) {
+            Ok(Value::Bool(false)) => Ok(None),
+            Ok(Value::Bool(true)) => self
+                .message_for(ctx)
+                .map(Some)
+                .map_err(|e| format!("message: {e}")),
+            Ok(other) => Err(format!("gave {other:?}, not true or false")),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     fn message_for(&self, ctx: &Context) -> Result<String, String> {
@@ -538,54 +587,53 @@ impl RuleSet {
     }
 
     /// Every rule against the facts; diagnoses most severe first. A rule that fails on these facts is
-    /// reported in the second list instead of firing.
+    /// reported in the second list instead of firing. The facts are turned into CEL values once; each
+    /// item of a rule's scope is then bound in a scope of its own, so the cost grows with the facts, not
+    /// with their square.
     pub fn evaluate(&self, facts: &Facts) -> (Vec<Diagnosis>, Vec<String>) {
+        let all = serde_json::to_value(facts).expect("facts serialize");
+        let root = context(&self.env, &all);
+        let items = |scope: Scope| -> Vec<Value> {
+            match all.get(scope.list()).and_then(|v| v.as_array()) {
+                Some(list) => list.iter().map(to_cel).collect(),
+                None => vec![Value::Null],
+            }
+        };
+        let scopes: Vec<(Scope, Vec<Value>)> =
+            [Scope::Run, Scope::Gpu, Scope::Process, Scope::Torch]
+                .into_iter()
+                .map(|s| {
+                    (
+                        s,
+                        if s == Scope::Run {
+                            vec![Value::Null]
+                        } else {
+                            items(s)
+                        },
+                    )
+                })
+                .collect();
         let mut out = Vec::new();
         let mut failed = Vec::new();
         for rule in &self.rules {
-            let n = match rule.scope {
-                Scope::Run => 1,
-                Scope::Gpu => facts.gpus.len(),
-                Scope::Process => facts.processes.len(),
-                Scope::Torch => facts.torch_processes.len(),
-            };
-            for i in 0..n {
-                let vars = variables(facts, rule.scope, i);
-                let ctx = context(&self.env, &vars);
-                let fired = match rule.condition.execute(&ctx) {
-                    Ok(Value::Bool(b)) => b,
-                    Ok(other) => {
-                        failed.push(format!(
-                            "rule {}: gave {other:?}, not true or false",
-                            rule.id
-                        ));
-                        continue;
-                    }
-                    Err(e) => {
-                        failed.push(format!("rule {}: {e}", rule.id));
-                        continue;
-                    }
-                };
-                if !fired {
-                    continue;
+            let list = &scopes.iter().find(|(s, _)| *s == rule.scope).unwrap().1;
+            for (i, item) in list.iter().enumerate() {
+                let mut ctx = root.new_inner_scope();
+                if let Some(var) = rule.scope.var() {
+                    ctx.add_variable_from_value(var, item.clone());
                 }
-                let subject = match rule.scope {
-                    Scope::Run => "run".to_string(),
-                    Scope::Gpu => format!("GPU {}", facts.gpus[i].index),
-                    Scope::Process => format!("pid {}", facts.processes[i].pid),
-                    Scope::Torch => format!("pid {}", facts.torch_processes[i].pid),
-                };
-                match rule.message_for(&ctx) {
-                    Ok(message) => out.push(Diagnosis {
+                match rule.fire(&ctx) {
+                    Ok(None) => {}
+                    Ok(Some(message)) => out.push(Diagnosis {
                         rule: rule.id.clone(),
                         severity: rule.severity,
                         title: rule.title.clone(),
-                        subject,
+                        subject: subject(facts, rule.scope, i),
                         message,
                         advice: rule.advice.clone(),
                         docs: rule.docs.clone(),
                     }),
-                    Err(e) => failed.push(format!("rule {}: message: {e}", rule.id)),
+                    Err(e) => failed.push(format!("rule {}: {e}", rule.id)),
                 }
             }
         }
@@ -596,6 +644,16 @@ impl RuleSet {
                 .then(a.subject.cmp(&b.subject))
         });
         (out, failed)
+    }
+}
+
+/// What a diagnosis is about: `run`, `GPU 0`, `pid 1234`.
+fn subject(facts: &Facts, scope: Scope, i: usize) -> String {
+    match scope {
+        Scope::Run => "run".to_string(),
+        Scope::Gpu => format!("GPU {}", facts.gpus[i].index),
+        Scope::Process => format!("pid {}", facts.processes[i].pid),
+        Scope::Torch => format!("pid {}", facts.torch_processes[i].pid),
     }
 }
 
@@ -658,6 +716,59 @@ mod tests {
         let e = parse(&GOOD.replace("gpu.total_bytes > 1", "gpus.exists(g, g.jobpeak > 0)"))
             .unwrap_err();
         assert!(e.what.contains("gpus[].jobpeak"), "{e}");
+    }
+
+    #[test]
+    fn a_guard_is_checked_for_types_not_values_at_load() {
+        // The example facts have one GPU: `gpus[1]` is out of bounds there, and the guard says so.
+        let guarded = GOOD
+            .replace("each = \"gpu\"", "each = \"run\"")
+            .replace(
+                "gpu.total_bytes > 1",
+                "size(gpus) > 1 && gpus[1].job_peak_bytes > 0",
+            )
+            .replace("{gpu.index}", "{gpus[1].job_peak_bytes}");
+        assert!(parse(&guarded).is_ok(), "{:?}", parse(&guarded).err());
+        // A type mistake behind the index is still found.
+        let wrong = guarded.replace("gpus[1].job_peak_bytes > 0", "gpus[1].name > 0");
+        assert!(parse(&wrong).unwrap_err().what.starts_with("when:"));
+        let unknown = guarded.replace("gpus[1].job_peak_bytes > 0", "gpus[1].nope > 0");
+        assert!(parse(&unknown).unwrap_err().what.contains("gpus[].nope"));
+    }
+
+    #[test]
+    fn a_rule_that_fails_at_run_time_is_said_not_skipped() {
+        let text = "id = \"ratio\"\nseverity = \"warn\"\ntitle = \"t\"\neach = \"run\"\nwhen = \"run.job_peak_max_bytes / run.job_gpus > 0\"\nmessage = \"m\"\n";
+        let rule = Rule::parse(text, "ratio.toml").unwrap();
+        let set = RuleSet {
+            rules: vec![rule],
+            env: env(),
+        };
+        let (found, failed) = set.evaluate(&Facts::default());
+        assert!(found.is_empty());
+        assert_eq!(failed.len(), 1);
+        assert!(
+            failed[0].starts_with("rule ratio:") && failed[0].contains("zero"),
+            "{failed:?}"
+        );
+    }
+
+    #[test]
+    fn diagnosis_grows_linearly_with_processes() {
+        // 100,000 process entries, each of the per-process rules evaluated once per process: this took
+        // hours when every item re-serialized every fact.
+        let set = RuleSet::load(None, &[]).unwrap();
+        let mut f = Facts::example();
+        f.processes = (0..100_000)
+            .map(|pid| facts::ProcFacts {
+                pid,
+                in_job: true,
+                ..Default::default()
+            })
+            .collect();
+        let (found, failed) = set.evaluate(&f);
+        assert!(failed.is_empty(), "{failed:?}");
+        assert!(found.iter().all(|d| d.rule != "stray-context"));
     }
 
     #[test]
