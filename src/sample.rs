@@ -372,6 +372,7 @@ pub struct Sampler {
     stop: Arc<AtomicBool>,
     look: Arc<AtomicBool>,
     looks_done: Arc<AtomicU64>,
+    sampling: Arc<AtomicBool>,
     done: mpsc::Receiver<()>,
     thread: std::thread::Thread,
     shared: Arc<Mutex<Shared>>,
@@ -394,6 +395,8 @@ struct Flags {
     stop: Arc<AtomicBool>,
     look: Arc<AtomicBool>,
     looks_done: Arc<AtomicU64>,
+    /// The loop is running (NVML answered and sampling has not ended).
+    sampling: Arc<AtomicBool>,
 }
 
 impl Sampler {
@@ -414,11 +417,13 @@ impl Sampler {
             stop: Arc::new(AtomicBool::new(false)),
             look: Arc::new(AtomicBool::new(false)),
             looks_done: Arc::new(AtomicU64::new(0)),
+            sampling: Arc::new(AtomicBool::new(false)),
         };
-        let (stop, look, looks_done) = (
+        let (stop, look, looks_done, sampling) = (
             flags.stop.clone(),
             flags.look.clone(),
             flags.looks_done.clone(),
+            flags.sampling.clone(),
         );
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));
         let (tx, done) = mpsc::channel();
@@ -434,6 +439,7 @@ impl Sampler {
             stop,
             look,
             looks_done,
+            sampling,
             done,
             thread: handle.thread().clone(),
             shared,
@@ -444,12 +450,16 @@ impl Sampler {
     /// A function that asks for a look at the process lists now and waits (at most [`LOOK_GRACE`])
     /// until it is taken: a job process that just exited may still be listed, and its memory counted.
     pub fn looker(&self) -> impl Fn() + Send + use<> {
-        let (look, done, thread) = (
+        let (look, done, thread, sampling) = (
             self.look.clone(),
             self.looks_done.clone(),
             self.thread.clone(),
+            self.sampling.clone(),
         );
         move || {
+            if !sampling.load(Ordering::SeqCst) {
+                return;
+            }
             let before = done.load(Ordering::SeqCst);
             look.store(true, Ordering::SeqCst);
             thread.unpark();
@@ -514,7 +524,9 @@ fn sample_thread(
     }
     let Some(nvml) = nvml else { return };
     let mut core = Core::new(&nvml, &gpus, job_root, shared.clone(), start);
+    flags.sampling.store(true, Ordering::SeqCst);
     run_loop(&mut core, rates, flags, snapshot);
+    flags.sampling.store(false, Ordering::SeqCst);
     if let Some(t) = &mut shared.lock().unwrap().trace {
         t.flush();
     }

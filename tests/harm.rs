@@ -486,3 +486,63 @@ fn a_job_started_by_pid_1_in_a_container_is_not_killed() {
     unsafe { libc::kill(-(job.id() as i32), libc::SIGKILL) };
     let _ = job.wait();
 }
+
+const OOM_LINE: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 138.00 GiB memory in use. Of the allocated memory 130.00 GiB is allocated by PyTorch, and 7.50 GiB is reserved by PyTorch but unallocated.";
+
+/// `gpudoc run` of a command that prints an OOM text on stdout, with gpudoc's stdout set by `wire`.
+fn oom_on_stdout(m: &Machine, wire: impl FnOnce(&mut Command)) -> Value {
+    let json = m.path("r.json");
+    let mut c = m.gpudoc();
+    c.args(["run", "-q", "--json"]).arg(&json).args([
+        "--",
+        "sh",
+        "-c",
+        &format!("echo '{OOM_LINE}'; exit 1"),
+    ]);
+    wire(&mut c);
+    let st = c.status().unwrap();
+    assert_eq!(st.code(), Some(1));
+    read_json(&json)
+}
+
+#[test]
+fn oom_texts_on_stdout_are_read_whatever_stdout_is() {
+    let m = Machine::h200s(1);
+    let log = m.path("out.log");
+    let to_file = oom_on_stdout(&m, |c| {
+        c.stdout(std::fs::File::create(&log).unwrap());
+    });
+    let to_pipe = oom_on_stdout(&m, |c| {
+        c.stdout(Stdio::piped());
+    });
+    for (how, r) in [("a file", &to_file), ("a pipe", &to_pipe)] {
+        assert_eq!(r["exit"]["classification"], "gpu_oom", "{how}: {r:#}");
+        assert_eq!(r["oom"]["stream"], "stdout", "{how}");
+        assert_eq!(r["oom"]["requested_bytes"], 2u64 << 30, "{how}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        format!("{OOM_LINE}\n"),
+        "the file holds exactly what the command wrote"
+    );
+}
+
+#[test]
+fn stdout_and_stderr_sharing_a_pipe_keep_their_order() {
+    let m = Machine::h200s(1);
+    let script = "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo out$i; echo err$i >&2; done";
+    let gpudoc = common::gpudoc_bin();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} run -q -- sh -c '{script}' 2>&1 | cat",
+            gpudoc.display()
+        ))
+        .env("GPUDOC_NVML_LIB", common::fake_lib())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let want: String = (1..=2000).map(|i| format!("out{i}\nerr{i}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}

@@ -1,6 +1,8 @@
-//! Parsing one line of a program's output that reports running out of GPU memory: PyTorch's caching
-//! allocator (every format since 1.x), CUDA runtime and driver errors, cuBLAS/cuDNN allocation failures,
-//! NCCL, JAX/XLA and TensorFlow. A field that is not in the text stays `None` and the parse is marked
+//! Parsing what a program prints when it runs out of GPU memory: PyTorch's caching allocator (every format
+//! since 0.x), CUDA runtime and driver errors, cuBLAS/cuDNN allocation failures, NCCL, JAX/XLA (and its
+//! BFC and async allocators) and TensorFlow. A message may span lines (a logger broke it, a terminal
+//! wrapped it in the middle of a number): [`parse_line`] opens it, [`refine`] reads it again each time a
+//! following line is joined on. A field that is not in the text stays `None` and the parse is marked
 //! incomplete: a truncated or garbled text never yields a made-up number.
 
 use regex::Regex;
@@ -13,15 +15,16 @@ use std::sync::LazyLock;
 pub enum Kind {
     /// PyTorch's caching allocator (`CUDA out of memory. Tried to allocate ...`).
     TorchAllocator,
-    /// The CUDA runtime or driver (`CUDA error: out of memory`), e.g. at context creation.
+    /// The CUDA runtime or driver (`CUDA error: out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, old PyTorch's
+    /// `cuda runtime error (2)`), e.g. at context creation.
     CudaRuntime,
     /// A CUDA library failing to allocate its workspace or handle (cuBLAS, cuDNN).
     CudaLibrary,
-    /// NCCL (`Cuda failure 'out of memory'`).
+    /// NCCL (`Cuda failure 'out of memory'`, `Failed to CUDA calloc N bytes`).
     Nccl,
-    /// JAX / XLA (`RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...`).
+    /// JAX / XLA (`RESOURCE_EXHAUSTED: ...`, its BFC and async allocators).
     Xla,
-    /// TensorFlow (`OOM when allocating tensor with shape[...]`).
+    /// TensorFlow (`OOM when allocating tensor with shape[...]`, its BFC allocator).
     Tensorflow,
 }
 
@@ -37,7 +40,8 @@ pub struct TextProcess {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OomText {
     pub kind: Kind,
-    /// The text's layout: `torch>=2.1`, `torch<2.1`, `torch<1.4` (`cached`), or the kind's name.
+    /// The text's layout: `torch>=2.1`, `torch-2.1`, `torch<2.1`, `torch<1.4` (`cached`), `thc`, or the
+    /// kind's own (`xla`, `xla-bfc`, `xla-async`, `nccl`, `tensorflow`, ...).
     pub format: String,
     /// The exception or error class the text was raised as (`torch.OutOfMemoryError`).
     pub exception: Option<String>,
@@ -72,11 +76,15 @@ fn re(s: &str) -> Regex {
     Regex::new(&s.replace("SIZE", SIZE)).expect("a valid built-in pattern")
 }
 
+// PyTorch's caching allocator. Words may be joined without their space when a logger broke the message.
 static TORCH: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"(?i:out of memory)\. Tried to allocate SIZE|OutOfMemoryError: Tried to allocate SIZE")
+    re(
+        r"(?i:out of memory)\.\s*Tried to allocate(?:\s*SIZE)?|OutOfMemoryError: Tried to allocate(?:\s*SIZE)?",
+    )
 });
-static NEW_TOTAL: LazyLock<Regex> =
-    LazyLock::new(|| re(r"GPU (\d+) has a total (capacity|capacty) of SIZE of which SIZE is free"));
+static NEW_TOTAL: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"GPU (\d+) has a total\s*(capacity|capacty)\s*of SIZE of which SIZE is free")
+});
 static OLD_PAREN: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"\(GPU (\d+); SIZE total capacity; SIZE already allocated; SIZE free; (?:SIZE allowed; )?SIZE (reserved in total by PyTorch|cached)\)",
@@ -87,23 +95,47 @@ static THIS_PROCESS: LazyLock<Regex> = LazyLock::new(|| re(r"this process has SI
 static ALLOWED: LazyLock<Regex> = LazyLock::new(|| re(r"SIZE allowed;"));
 static OF_ALLOCATED: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"Of the allocated memory SIZE is allocated by PyTorch, (?:with SIZE allocated in private pools \(e\.g\., CUDA Graphs\), )?and SIZE is reserved by PyTorch but unallocated",
+        r"Of the allocated memory SIZE is allocated by PyTorch,\s*(?:with SIZE allocated in private pools \(e\.g\., CUDA Graphs\),\s*)?and SIZE is reserved by PyTorch but unallocated",
     )
+});
+// Old PyTorch (THC): no numbers at all.
+static THC: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*error=2 : out of memory")
 });
 static CUDA_RUNTIME: LazyLock<Regex> =
     LazyLock::new(|| re(r"CUDA (?:driver )?error: out of memory|CUDA_ERROR_OUT_OF_MEMORY"));
+static BYTES_IN_PARENS: LazyLock<Regex> =
+    LazyLock::new(|| re(r"failed to allocate [^(]*\((\d+) bytes\)"));
 static CUDA_LIBRARY: LazyLock<Regex> =
     LazyLock::new(|| re(r"\b(CUBLAS|CUDNN|CUSOLVER|CUSPARSE|CUFFT)_STATUS_ALLOC_FAILED\b"));
-static NCCL: LazyLock<Regex> = LazyLock::new(|| re(r"Cuda failure (?:\d+ )?'out of memory'"));
+static NCCL: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc (?:async )?(\d+) bytes")
+});
+/// NCCL's `host:pid:tid [dev]` prefix names the CUDA device.
+static NCCL_DEVICE: LazyLock<Regex> = LazyLock::new(|| re(r"[\w.\-]+:\d+:\d+ \[(\d+)\]"));
 static XLA: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"RESOURCE_EXHAUSTED: Out of memory (?:while trying to allocate|allocating) (?:(\d+) bytes|SIZE)",
+        r"(?i:resource[_ ]exhausted): Out of memory (?:while trying to allocate|allocating)(?:\s*(\d+) bytes|\s*SIZE)?",
     )
 });
-static XLA_DEVICE: LazyLock<Regex> = LazyLock::new(|| re(r"on device (\d+)|GPU_(\d+)_bfc"));
+static XLA_REQUEST: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i:resource[_ ]exhausted): Failed to allocate request for SIZE(?: \((\d+)B\))?(?: on device ordinal (\d+))?",
+    )
+});
+static XLA_ASYNC: LazyLock<Regex> =
+    LazyLock::new(|| re(r"cuMemAllocAsync failed to allocate (\d+) bytes"));
+static FREE_TOTAL: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?i:Free memory/Total memory): (\d+)/(\d+)"));
+static BFC: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"Allocator \(([\w]+)\) ran out of memory trying to allocate SIZE(?: \(rounded to (\d+)\))?")
+});
+static BFC_GPU: LazyLock<Regex> = LazyLock::new(|| re(r"GPU_(\d+)_bfc"));
+static XLA_DEVICE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"on device (?:ordinal )?(\d+)|GPU_(\d+)_bfc"));
 static TF: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"OOM when allocating tensor with shape\[([\d,\s]*)\] and type (\w+) on [^\s]*?device:GPU:(\d+)",
+        r"OOM when allocating tensor (?:with|of) shape ?\[([\d,\s]*)\](?: and type (\w+))?(?: on [^\s]*?device:GPU:(\d+))?",
     )
 });
 static EXCEPTION: LazyLock<Regex> =
@@ -126,6 +158,10 @@ pub fn size_bytes(num: &str, unit: &str) -> Option<u64> {
 
 fn cap_size(c: &regex::Captures, i: usize) -> Option<u64> {
     size_bytes(c.get(i)?.as_str(), c.get(i + 1)?.as_str())
+}
+
+fn cap_u64(c: &regex::Captures, i: usize) -> Option<u64> {
+    c.get(i)?.as_str().parse().ok()
 }
 
 fn cap_u32(c: &regex::Captures, i: usize) -> Option<u32> {
@@ -153,84 +189,232 @@ fn empty(kind: Kind, format: &str) -> OomText {
     }
 }
 
-/// The exception class named just before `at` on the line (`torch.OutOfMemoryError: ...`).
-fn exception_before(line: &str, at: usize) -> Option<String> {
-    EXCEPTION.captures(&line[..at]).map(|c| c[1].to_string())
+/// The exception class named just before `at` on the line (`torch.OutOfMemoryError: ...`), and where it
+/// starts.
+fn exception_before(line: &str, at: usize) -> Option<(String, usize)> {
+    EXCEPTION
+        .captures(&line[..at])
+        .map(|c| (c[1].to_string(), c.get(1).unwrap().start()))
 }
+
+/// An OOM text opened on a line: what it says so far, and where the message proper starts (what comes
+/// before is a prefix: a timestamp, a log level, a rank label).
+pub struct Opened {
+    pub text: OomText,
+    pub start: usize,
+}
+
+type Opener = fn(&str) -> Option<Opened>;
+
+/// The openers, most specific first.
+const OPENERS: [Opener; 10] = [
+    open_torch,
+    open_thc,
+    open_xla,
+    open_xla_request,
+    open_xla_async,
+    open_bfc,
+    open_tf,
+    open_nccl,
+    open_library,
+    open_cuda,
+];
 
 /// Parses a line that opens an OOM report; `None` for any other line.
 pub fn parse_line(line: &str) -> Option<OomText> {
-    if let Some(c) = TORCH.captures(line) {
-        let m = c.get(0).unwrap();
-        let mut t = empty(Kind::TorchAllocator, "torch>=2.1");
-        t.requested_bytes = cap_size(&c, 1).or_else(|| cap_size(&c, 3));
-        // The exception precedes "CUDA out of memory." (or the bare "Tried to allocate").
-        let start = line[..m.start()].rfind("CUDA ").unwrap_or(m.start());
-        t.exception = exception_before(line, start).or_else(|| {
-            m.as_str().starts_with("OutOfMemoryError").then(|| {
-                let before = &line[..m.start() + "OutOfMemoryError".len()];
-                let s = before.rfind(|ch: char| !(ch.is_alphanumeric() || ch == '.' || ch == '_'));
-                before[s.map_or(0, |s| s + 1)..].to_string()
-            })
-        });
-        continue_torch(&mut t, line);
-        return Some(t);
-    }
-    if let Some(m) = CUDA_RUNTIME.find(line) {
-        let mut t = empty(Kind::CudaRuntime, "cuda");
-        t.exception = exception_before(line, m.start());
-        t.complete = true;
-        return Some(t);
-    }
-    if let Some(c) = CUDA_LIBRARY.captures(line) {
-        let mut t = empty(Kind::CudaLibrary, &c[1].to_ascii_lowercase());
-        t.exception = line
-            .find("CUDA error:")
-            .and_then(|i| exception_before(line, i))
-            .or_else(|| exception_before(line, c.get(0).unwrap().start()));
-        t.complete = true;
-        return Some(t);
-    }
-    if NCCL.is_match(line) {
-        let mut t = empty(Kind::Nccl, "nccl");
-        t.complete = true;
-        return Some(t);
-    }
-    if let Some(c) = XLA.captures(line) {
-        let mut t = empty(Kind::Xla, "xla");
-        t.requested_bytes = c
-            .get(1)
-            .and_then(|b| b.as_str().parse().ok())
-            .or_else(|| cap_size(&c, 2));
-        t.exception = exception_before(line, c.get(0).unwrap().start());
-        t.gpu = XLA_DEVICE
-            .captures(line)
-            .and_then(|d| cap_u32(&d, 1).or_else(|| cap_u32(&d, 2)));
-        t.complete = t.requested_bytes.is_some() && t.gpu.is_some();
-        return Some(t);
-    }
-    if let Some(c) = TF.captures(line) {
-        let mut t = empty(Kind::Tensorflow, "tensorflow");
-        let dims: Option<Vec<u64>> = c[1]
-            .split(',')
-            .map(|d| d.trim().parse::<u64>().ok())
-            .collect();
-        let elem = dtype_bytes(&c[2]);
-        t.requested_bytes = dims
-            .zip(elem)
-            .and_then(|(d, e)| d.iter().try_fold(e, |acc, &x| acc.checked_mul(x)));
-        t.tensor = Some(format!("{}[{}]", &c[2], c[1].trim()));
-        t.exception = exception_before(line, c.get(0).unwrap().start());
-        t.gpu = cap_u32(&c, 3);
-        t.complete = t.requested_bytes.is_some();
-        return Some(t);
-    }
-    None
+    open(line).map(|o| o.text)
 }
 
-/// Fills the fields of a PyTorch allocator text from `text` (the opening line, or a continuation line
-/// when a logger broke the message over several lines). Returns whether the text is now complete.
+/// [`parse_line`], with where the message starts.
+pub fn open(line: &str) -> Option<Opened> {
+    OPENERS.iter().find_map(|f| f(line))
+}
+
+/// Reads `text` (the opening line with the lines that followed it joined on) again, filling what the
+/// opening line lacked. Returns whether the message is over: nothing a following line could add.
+pub fn refine(t: &mut OomText, text: &str) -> bool {
+    match t.kind {
+        Kind::TorchAllocator => continue_torch(t, text),
+        Kind::Xla => {
+            if t.requested_bytes.is_none()
+                && let Some(c) = XLA.captures(text)
+            {
+                t.requested_bytes = cap_u64(&c, 1).or_else(|| cap_size(&c, 2));
+            }
+            if let Some(c) = FREE_TOTAL.captures(text) {
+                t.free_bytes = t.free_bytes.or(cap_u64(&c, 1));
+                t.total_bytes = t.total_bytes.or(cap_u64(&c, 2));
+            }
+            let asynchronous = t.format == "xla-async";
+            t.complete = t.requested_bytes.is_some()
+                && (t.gpu.is_some() || asynchronous)
+                && (!asynchronous || t.total_bytes.is_some());
+            t.requested_bytes.is_some() && (!asynchronous || t.total_bytes.is_some())
+        }
+        _ => true,
+    }
+}
+
+/// Whether a following line may still add to `t`.
+pub fn open_ended(t: &OomText) -> bool {
+    match t.kind {
+        Kind::TorchAllocator => !t.complete,
+        Kind::Xla => {
+            t.requested_bytes.is_none() || (t.format == "xla-async" && t.total_bytes.is_none())
+        }
+        _ => false,
+    }
+}
+
+fn with_exception(mut t: OomText, line: &str, at: usize) -> Opened {
+    let start = match exception_before(line, at) {
+        Some((e, s)) => {
+            t.exception = Some(e);
+            s
+        }
+        None => at,
+    };
+    Opened { text: t, start }
+}
+
+fn open_torch(line: &str) -> Option<Opened> {
+    let c = TORCH.captures(line)?;
+    let m = c.get(0).unwrap();
+    let mut t = empty(Kind::TorchAllocator, "torch>=2.1");
+    t.requested_bytes = cap_size(&c, 1).or_else(|| cap_size(&c, 3));
+    // The exception precedes "CUDA out of memory." (or the bare "Tried to allocate").
+    let at = line[..m.start()].rfind("CUDA ").unwrap_or(m.start());
+    let mut opened = with_exception(t, line, at);
+    if opened.text.exception.is_none() && m.as_str().starts_with("OutOfMemoryError") {
+        let before = &line[..m.start() + "OutOfMemoryError".len()];
+        let s = before
+            .rfind(|ch: char| !(ch.is_alphanumeric() || ch == '.' || ch == '_'))
+            .map_or(0, |s| s + 1);
+        opened.text.exception = Some(before[s..].to_string());
+        opened.start = s;
+    }
+    continue_torch(&mut opened.text, line);
+    Some(opened)
+}
+
+fn open_thc(line: &str) -> Option<Opened> {
+    let m = THC.find(line)?;
+    let mut t = empty(Kind::CudaRuntime, "thc");
+    t.complete = true;
+    Some(with_exception(t, line, m.start()))
+}
+
+fn open_cuda(line: &str) -> Option<Opened> {
+    let m = CUDA_RUNTIME.find(line)?;
+    let mut t = empty(Kind::CudaRuntime, "cuda");
+    // The driver's words through TensorFlow/JAX: `failed to allocate 1.00G (1073741824 bytes) from device`.
+    if let Some(c) = BYTES_IN_PARENS.captures(line) {
+        t.requested_bytes = cap_u64(&c, 1);
+        t.format = "cuda-driver".into();
+    }
+    t.complete = true;
+    let at = BYTES_IN_PARENS
+        .find(line)
+        .map_or(m.start(), |b| b.start().min(m.start()));
+    Some(with_exception(t, line, at))
+}
+
+fn open_library(line: &str) -> Option<Opened> {
+    let c = CUDA_LIBRARY.captures(line)?;
+    let mut t = empty(Kind::CudaLibrary, &c[1].to_ascii_lowercase());
+    t.complete = true;
+    // `RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling ...`: the class precedes "CUDA".
+    let at = line
+        .find("CUDA error:")
+        .unwrap_or(c.get(0).unwrap().start());
+    Some(with_exception(t, line, at))
+}
+
+fn open_xla(line: &str) -> Option<Opened> {
+    let c = XLA.captures(line)?;
+    let mut t = empty(Kind::Xla, "xla");
+    t.requested_bytes = cap_u64(&c, 1).or_else(|| cap_size(&c, 2));
+    t.gpu = XLA_DEVICE
+        .captures(line)
+        .and_then(|d| cap_u32(&d, 1).or_else(|| cap_u32(&d, 2)));
+    t.complete = t.requested_bytes.is_some() && t.gpu.is_some();
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+fn open_xla_request(line: &str) -> Option<Opened> {
+    let c = XLA_REQUEST.captures(line)?;
+    let mut t = empty(Kind::Xla, "xla");
+    // The exact bytes in parentheses, when printed, over the rounded figure.
+    t.requested_bytes = cap_u64(&c, 3).or_else(|| cap_size(&c, 1));
+    t.gpu = cap_u32(&c, 4);
+    t.complete = t.requested_bytes.is_some() && t.gpu.is_some();
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+fn open_xla_async(line: &str) -> Option<Opened> {
+    let c = XLA_ASYNC.captures(line)?;
+    let mut t = empty(Kind::Xla, "xla-async");
+    t.requested_bytes = cap_u64(&c, 1);
+    refine(&mut t, line);
+    Some(Opened {
+        text: t,
+        start: c.get(0).unwrap().start(),
+    })
+}
+
+fn open_bfc(line: &str) -> Option<Opened> {
+    let c = BFC.captures(line)?;
+    let tf = line.contains("TF_GPU_ALLOCATOR") || line.contains("tensorflow");
+    let kind = if tf { Kind::Tensorflow } else { Kind::Xla };
+    let mut t = empty(kind, "bfc");
+    t.requested_bytes = cap_u64(&c, 4).or_else(|| cap_size(&c, 2));
+    t.gpu = BFC_GPU.captures(&c[1]).and_then(|g| cap_u32(&g, 1));
+    t.complete = t.requested_bytes.is_some() && t.gpu.is_some();
+    Some(Opened {
+        text: t,
+        start: c.get(0).unwrap().start(),
+    })
+}
+
+fn open_tf(line: &str) -> Option<Opened> {
+    let c = TF.captures(line)?;
+    let mut t = empty(Kind::Tensorflow, "tensorflow");
+    let dims: Option<Vec<u64>> = c[1]
+        .split(',')
+        .map(|d| d.trim().parse::<u64>().ok())
+        .collect();
+    let dtype = c.get(2).map(|m| m.as_str());
+    t.requested_bytes = dims
+        .zip(dtype.and_then(dtype_bytes))
+        .and_then(|(d, e)| d.iter().try_fold(e, |acc, &x| acc.checked_mul(x)));
+    t.tensor = Some(match dtype {
+        Some(d) => format!("{d}[{}]", c[1].trim()),
+        None => format!("[{}]", c[1].trim()),
+    });
+    t.gpu = cap_u32(&c, 3);
+    t.complete = t.requested_bytes.is_some() && t.gpu.is_some();
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+fn open_nccl(line: &str) -> Option<Opened> {
+    let c = NCCL.captures(line)?;
+    let mut t = empty(Kind::Nccl, "nccl");
+    t.requested_bytes = cap_u64(&c, 1);
+    let device = NCCL_DEVICE.captures(line);
+    t.gpu = device.as_ref().and_then(|d| cap_u32(d, 1));
+    t.complete = true;
+    let start = device.map_or(c.get(0).unwrap().start(), |d| d.get(0).unwrap().start());
+    Some(Opened { text: t, start })
+}
+
+/// Fills the fields of a PyTorch allocator text from `text` (the opening line, or the opening line with
+/// the lines that continue it joined on). Returns whether the text is now complete.
 pub fn continue_torch(t: &mut OomText, text: &str) -> bool {
+    if t.requested_bytes.is_none()
+        && let Some(c) = TORCH.captures(text)
+    {
+        t.requested_bytes = cap_size(&c, 1).or_else(|| cap_size(&c, 3));
+    }
     if let Some(c) = NEW_TOTAL.captures(text) {
         t.gpu = t.gpu.or(cap_u32(&c, 1));
         if &c[2] == "capacty" {
@@ -240,26 +424,7 @@ pub fn continue_torch(t: &mut OomText, text: &str) -> bool {
         t.free_bytes = t.free_bytes.or(cap_size(&c, 5));
     }
     if let Some(c) = OLD_PAREN.captures(text) {
-        let cached = &c[12] == "cached";
-        t.format = if cached { "torch<1.4" } else { "torch<2.1" }.into();
-        t.gpu = t.gpu.or(cap_u32(&c, 1));
-        t.total_bytes = t.total_bytes.or(cap_size(&c, 2));
-        t.allocated_bytes = t.allocated_bytes.or(cap_size(&c, 4));
-        t.free_bytes = t.free_bytes.or(cap_size(&c, 6));
-        t.allowed_bytes = t.allowed_bytes.or(cap_size(&c, 8));
-        let last = cap_size(&c, 10);
-        if cached {
-            // Before 1.4, "cached" was the cache beyond live tensors ("8.94 GiB already allocated; ...
-            // 0 bytes cached").
-            t.reserved_unallocated_bytes = t.reserved_unallocated_bytes.or(last);
-            t.reserved_bytes = t.allocated_bytes.zip(last).map(|(a, c)| a + c);
-        } else {
-            t.reserved_bytes = t.reserved_bytes.or(last);
-            t.reserved_unallocated_bytes = t
-                .reserved_bytes
-                .zip(t.allocated_bytes)
-                .map(|(r, a)| r.saturating_sub(a));
-        }
+        read_old_paren(t, &c);
     }
     for c in PROCESS.captures_iter(text) {
         if let (Some(pid), Some(bytes)) = (cap_u32(&c, 1), cap_size(&c, 2))
@@ -294,6 +459,30 @@ pub fn continue_torch(t: &mut OomText, text: &str) -> bool {
     t.complete
 }
 
+/// `(GPU 0; 15.78 GiB total capacity; ... reserved in total by PyTorch)`, 1.4 to 2.0 (`cached` before).
+fn read_old_paren(t: &mut OomText, c: &regex::Captures) {
+    let cached = &c[12] == "cached";
+    t.format = if cached { "torch<1.4" } else { "torch<2.1" }.into();
+    t.gpu = t.gpu.or(cap_u32(c, 1));
+    t.total_bytes = t.total_bytes.or(cap_size(c, 2));
+    t.allocated_bytes = t.allocated_bytes.or(cap_size(c, 4));
+    t.free_bytes = t.free_bytes.or(cap_size(c, 6));
+    t.allowed_bytes = t.allowed_bytes.or(cap_size(c, 8));
+    let last = cap_size(c, 10);
+    if cached {
+        // Before 1.4, "cached" was the cache beyond live tensors ("8.94 GiB already allocated; ...
+        // 0 bytes cached").
+        t.reserved_unallocated_bytes = t.reserved_unallocated_bytes.or(last);
+        t.reserved_bytes = t.allocated_bytes.zip(last).map(|(a, c)| a + c);
+    } else {
+        t.reserved_bytes = t.reserved_bytes.or(last);
+        t.reserved_unallocated_bytes = t
+            .reserved_bytes
+            .zip(t.allocated_bytes)
+            .map(|(r, a)| r.saturating_sub(a));
+    }
+}
+
 fn dtype_bytes(dtype: &str) -> Option<u64> {
     Some(match dtype {
         "float" | "float32" | "int32" | "uint32" => 4,
@@ -326,6 +515,7 @@ mod tests {
             "Traceback (most recent call last):",
             "we may run out of memory. Tried to be careful",
             "torch.cuda.OutOfMemoryError is caught below",
+            "failed to allocate a seat on the bus",
         ] {
             assert_eq!(parse_line(line), None, "{line}");
         }
@@ -352,5 +542,38 @@ mod tests {
         assert_eq!(t.requested_bytes, Some(1024 * 1024 * 64 * 4));
         assert_eq!(t.gpu, Some(1));
         assert_eq!(t.tensor.as_deref(), Some("float[1024,1024,64]"));
+        let t = parse_line(
+            "ResourceExhaustedError: OOM when allocating tensor with shape[48,8,8,2080]",
+        )
+        .unwrap();
+        assert_eq!((t.requested_bytes, t.gpu), (None, None), "no type: no size");
+        assert_eq!(t.tensor.as_deref(), Some("[48,8,8,2080]"));
+        let t =
+            parse_line("OOM when allocating tensor of shape [3,3,256,512] and type float").unwrap();
+        assert_eq!(t.requested_bytes, Some(3 * 3 * 256 * 512 * 4));
+    }
+
+    #[test]
+    fn other_wordings_carry_their_fields() {
+        let t = parse_line("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3206250496B) on device ordinal 0").unwrap();
+        assert_eq!(
+            (t.kind, t.requested_bytes, t.gpu),
+            (Kind::Xla, Some(3206250496), Some(0))
+        );
+        let t = parse_line("2023-01-01 W external/xla/xla/service/gpu/bfc_allocator.cc: Allocator (GPU_3_bfc) ran out of memory trying to allocate 1.25TiB (rounded to 1374389534720)requested by op").unwrap();
+        assert_eq!((t.requested_bytes, t.gpu), (Some(1374389534720), Some(3)));
+        let t = parse_line("E tensorflow/stream_executor/cuda/cuda_driver.cc:936] failed to allocate 1.00G (1073741824 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory").unwrap();
+        assert_eq!(
+            (t.kind, t.requested_bytes),
+            (Kind::CudaRuntime, Some(1073741824))
+        );
+        let t = parse_line("gpu-node-1:28717:28717 [3] include/alloc.h:48 NCCL WARN Failed to CUDA calloc 10485760 bytes").unwrap();
+        assert_eq!(
+            (t.kind, t.requested_bytes, t.gpu),
+            (Kind::Nccl, Some(10485760), Some(3))
+        );
+        let t = parse_line("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingHostAllocator.cpp:265").unwrap();
+        assert_eq!((t.kind, t.format.as_str()), (Kind::CudaRuntime, "thc"));
+        assert_eq!(t.exception.as_deref(), Some("RuntimeError"));
     }
 }

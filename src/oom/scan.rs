@@ -1,11 +1,15 @@
-//! The scanner over the command's output: splits each stream into lines in bounded memory, parses OOM
-//! reports, follows a PyTorch message a logger broke over several lines, and tags each report with the
-//! rank that printed it (`[rank1]:` from torchrun, `rank=1` from vLLM-style prefixes). torchrun's closing
-//! "Root Cause (first observed failure)" block says which rank failed first.
+//! The scanner over the command's output: finds OOM reports in any stream, in bounded memory, without
+//! holding the output back. A multi-pattern search runs over each chunk as it passes ([`NEEDLES`], at
+//! gigabytes a second); only the lines it hits, and the few lines after a report that may continue it, are
+//! looked at closely. A report that spans lines (a logger broke it, a terminal wrapped it in the middle of
+//! a number, a log prefix on every line) is joined up again; each report is tagged with the rank that
+//! printed it (`[rank1]:`, `[host:1]:`, `rank=1`, srun's `1: `); torchrun's closing "Root Cause (first
+//! observed failure)" block says which rank failed first.
 
-use super::parse::{self, Kind, OomText};
+use super::parse::{self, OomText};
 use crate::supervise::Stream;
 use crate::timeline::Micros;
+use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
@@ -14,22 +18,75 @@ use std::sync::LazyLock;
 pub const MAX_LINE: usize = 64 * 1024;
 /// Reports kept; later ones are only counted.
 pub const MAX_EVENTS: usize = 32;
-/// Lines after an incomplete PyTorch message that may continue it.
-const CONTINUATION_LINES: u8 = 4;
-/// Characters of the matched line kept in the report.
-const KEEP_TEXT: usize = 2000;
+/// Non-empty lines after an incomplete report that may continue it.
+const CONTINUATION_LINES: u8 = 6;
+/// Characters of a report (its lines joined) kept, and read again as lines join on.
+const KEEP_TEXT: usize = 4000;
+/// Lines of torchrun's root-cause block.
+const ROOT_CAUSE_LINES: u8 = 12;
+
+/// Words that every OOM report the parser reads contains, as programs spell them. A line with none of
+/// them is never parsed. Spelled out rather than matched case-insensitively, so the search runs on the
+/// vectorized multi-pattern searcher (Teddy), at several gigabytes a second.
+pub const NEEDLES: [&str; 14] = [
+    "out of memory",
+    "Out of memory",
+    "OUT OF MEMORY",
+    "Out Of Memory",
+    "OutOfMemory",
+    "OUT_OF_MEMORY",
+    "ALLOC_FAILED",
+    "RESOURCE_EXHAUSTED",
+    "esource exhausted",
+    "OOM when allocating",
+    "ailed to allocate",
+    "CUDA calloc",
+    "Root Cause (first observed failure)",
+    "cuMemAllocAsync",
+];
+
+/// The vectorized searcher where the processor has it, an automaton elsewhere.
+enum Finder {
+    Packed(aho_corasick::packed::Searcher),
+    Automaton(AhoCorasick),
+}
+
+impl Finder {
+    fn hits<'a>(&'a self, b: &'a [u8]) -> Box<dyn Iterator<Item = usize> + 'a> {
+        match self {
+            Finder::Packed(s) => Box::new(s.find_iter(b).map(|m| m.start())),
+            Finder::Automaton(a) => Box::new(a.find_iter(b).map(|m| m.start())),
+        }
+    }
+
+    fn is_match(&self, b: &[u8]) -> bool {
+        self.hits(b).next().is_some()
+    }
+}
+
+static FINDER: LazyLock<Finder> = LazyLock::new(|| {
+    match aho_corasick::packed::Config::new()
+        .builder()
+        .extend(NEEDLES)
+        .build()
+    {
+        Some(s) => Finder::Packed(s),
+        None => Finder::Automaton(AhoCorasick::new(NEEDLES).expect("built-in patterns")),
+    }
+});
 
 /// One OOM report seen in the output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OomEvent {
     #[serde(flatten)]
     pub text: OomText,
-    /// `stderr` or `stdout`.
+    /// `stderr`, `stdout`, or `stdout+stderr` when the two were one file.
     pub stream: String,
     /// Seconds since the run started, when the line arrived.
     pub at_s: f64,
     pub rank: Option<u32>,
-    /// The line as printed (ANSI colours removed, at most 2000 characters).
+    /// The report as printed (its lines joined, ANSI colours and repeated prefixes removed, at most 4000
+    /// characters).
     pub line: String,
 }
 
@@ -42,18 +99,48 @@ pub struct FirstFailure {
     pub pid: Option<u32>,
 }
 
+/// An incomplete report that the next lines may continue.
+#[derive(Debug)]
+struct Pending {
+    index: usize,
+    left: u8,
+    /// The opening line's prefix, digits loosened (`2024-05-01 12:00:00,123 ERROR `): continuation
+    /// lines that start with the same shape have it removed before they are joined.
+    prefix: Option<Regex>,
+}
+
 #[derive(Debug, Default)]
 struct LineBuf {
-    buf: Vec<u8>,
+    /// The current line, up to [`MAX_LINE`] bytes.
+    partial: Vec<u8>,
     /// The current line passed MAX_LINE; skipping to its end.
     skipping: bool,
-    /// Index of an incomplete PyTorch event and how many more lines may continue it.
-    pending: Option<(usize, u8)>,
+    pending: Option<Pending>,
     /// Lines left in a torchrun root-cause block.
     root_cause: u8,
 }
 
-/// Scans both streams. Memory stays bounded whatever the input: one line buffer per stream of at most
+impl LineBuf {
+    /// Whether the next line matters whatever it says.
+    fn expecting(&self) -> bool {
+        self.pending.is_some() || self.root_cause > 0
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        if self.skipping {
+            return;
+        }
+        let room = MAX_LINE - self.partial.len();
+        if bytes.len() > room {
+            self.partial.extend_from_slice(&bytes[..room]);
+            self.skipping = true;
+        } else {
+            self.partial.extend_from_slice(bytes);
+        }
+    }
+}
+
+/// Scans the streams. Memory stays bounded whatever the input: one line buffer per stream of at most
 /// [`MAX_LINE`] bytes and at most [`MAX_EVENTS`] events.
 #[derive(Debug, Default)]
 pub struct Scanner {
@@ -65,33 +152,69 @@ pub struct Scanner {
 }
 
 static ANSI: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]").unwrap());
-static RANK: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^\s*\[(?:rank|default)(\d+)\]:|\brank=(\d+) pid=\d+\)").unwrap());
+static RANK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\[(?:rank|default)(\d+)\]:|\[[A-Za-z][\w.\-]*:(\d+)\]:|\brank=(\d+)\b|^\s*(\d+): ")
+        .unwrap()
+});
 static RC_RANK: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)").unwrap());
 static RC_EXIT: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)").unwrap());
+
+fn line_end(b: &[u8]) -> Option<usize> {
+    memchr::memchr2(b'\n', b'\r', b)
+}
 
 impl Scanner {
     pub fn new() -> Scanner {
         Scanner::default()
     }
 
-    /// Feeds a chunk of output that arrived at `at`.
+    /// Feeds a chunk of output that arrived at `at`. Lines end at `\n` or `\r` (progress bars end
+    /// theirs with `\r`).
     pub fn feed(&mut self, stream: Stream, bytes: &[u8], at: Micros) {
         let i = stream as usize;
         let mut rest = bytes;
-        while !rest.is_empty() {
-            // Progress bars end their lines with \r: a line ends at either.
-            match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
-                Some(end) => {
-                    self.append(i, &rest[..end]);
+        // Finish the line the last chunk left open.
+        if !self.streams[i].partial.is_empty() || self.streams[i].skipping {
+            match line_end(rest) {
+                Some(e) => {
+                    self.streams[i].append(&rest[..e]);
                     self.end_line(stream, at);
-                    rest = &rest[end + 1..];
+                    rest = &rest[e + 1..];
                 }
                 None => {
-                    self.append(i, rest);
-                    rest = &[];
+                    self.streams[i].append(rest);
+                    return;
+                }
+            }
+        }
+        let mut hits = FINDER.hits(rest).peekable();
+        let mut p = 0;
+        loop {
+            let start = if self.streams[i].expecting() {
+                p
+            } else {
+                // Skip to the line of the next hit; nothing between matters.
+                while hits.next_if(|&h| h < p).is_some() {}
+                match hits.next() {
+                    Some(h) => memchr::memrchr2(b'\n', b'\r', &rest[p..h]).map_or(p, |x| p + x + 1),
+                    None => {
+                        let tail =
+                            memchr::memrchr2(b'\n', b'\r', &rest[p..]).map_or(p, |x| p + x + 1);
+                        self.streams[i].append(&rest[tail..]);
+                        return;
+                    }
+                }
+            };
+            match line_end(&rest[start..]) {
+                Some(e) => {
+                    self.line(stream, &rest[start..start + e], at);
+                    p = start + e + 1;
+                }
+                None => {
+                    self.streams[i].append(&rest[start..]);
+                    return;
                 }
             }
         }
@@ -101,78 +224,114 @@ impl Scanner {
     pub fn finish(&mut self, at: Micros) {
         for stream in [Stream::Stdout, Stream::Stderr, Stream::Both] {
             let b = &self.streams[stream as usize];
-            if !b.buf.is_empty() || b.skipping {
+            if !b.partial.is_empty() || b.skipping {
                 self.end_line(stream, at);
             }
         }
     }
 
-    fn append(&mut self, i: usize, bytes: &[u8]) {
-        let b = &mut self.streams[i];
-        if b.skipping {
-            return;
-        }
-        let room = MAX_LINE - b.buf.len();
-        if bytes.len() > room {
-            b.buf.extend_from_slice(&bytes[..room]);
-            b.skipping = true;
-        } else {
-            b.buf.extend_from_slice(bytes);
+    fn end_line(&mut self, stream: Stream, at: Micros) {
+        let i = stream as usize;
+        let raw = std::mem::take(&mut self.streams[i].partial);
+        self.streams[i].skipping = false;
+        if self.streams[i].expecting() || FINDER.is_match(&raw) {
+            self.line(stream, &raw, at);
         }
     }
 
-    fn end_line(&mut self, stream: Stream, at: Micros) {
-        let i = stream as usize;
-        let raw = std::mem::take(&mut self.streams[i].buf);
-        self.streams[i].skipping = false;
-        if raw.is_empty() {
-            return;
-        }
-        let text = String::from_utf8_lossy(&raw);
+    /// One line that matters: a hit, or one that an open report or block may go on with.
+    fn line(&mut self, stream: Stream, raw: &[u8], at: Micros) {
+        let text = String::from_utf8_lossy(raw);
         let line = if text.contains('\x1b') {
             ANSI.replace_all(&text, "").into_owned()
         } else {
             text.into_owned()
         };
-        self.scan_line(stream, &line, at);
-    }
-
-    fn scan_line(&mut self, stream: Stream, line: &str, at: Micros) {
         let i = stream as usize;
         if self.streams[i].root_cause > 0 {
             self.streams[i].root_cause -= 1;
-            self.root_cause_line(line);
+            self.root_cause_line(&line);
         }
         if line.contains("Root Cause (first observed failure)") {
-            self.streams[i].root_cause = 12;
+            self.streams[i].root_cause = ROOT_CAUSE_LINES;
             self.first_failure.get_or_insert_with(FirstFailure::default);
             return;
         }
-        if let Some(text) = parse::parse_line(line) {
+        if let Some(opened) = parse::open(&line) {
             self.streams[i].pending = None;
-            let incomplete_torch = text.kind == Kind::TorchAllocator && !text.complete;
-            if self.events.len() >= MAX_EVENTS {
-                self.dropped += 1;
-                return;
-            }
-            let rank = RANK
-                .captures(line)
-                .and_then(|c| c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok()));
-            self.events.push(OomEvent {
-                text,
-                stream: stream.name().into(),
-                at_s: at as f64 / 1e6,
-                rank,
-                line: line.chars().take(KEEP_TEXT).collect(),
-            });
-            if incomplete_torch {
-                self.streams[i].pending = Some((self.events.len() - 1, CONTINUATION_LINES));
-            }
+            self.open(stream, &line, opened, at);
             return;
         }
-        if let Some((idx, left)) = self.streams[i].pending {
-            let done = parse::continue_torch(&mut self.events[idx].text, line);
-            self.streams[i].pending = (!done && left > 1).then_some((idx, left - 1));
+        if !line.trim().is_empty() {
+            self.continue_pending(i, &line);
+        }
+    }
+
+    fn open(&mut self, stream: Stream, line: &str, opened: parse::Opened, at: Micros) {
+        if self.events.len() >= MAX_EVENTS {
+            self.dropped += 1;
+            return;
+        }
+        let rank = RANK.captures(line).and_then(|c| {
+            (1..=4)
+                .find_map(|k| c.get(k))
+                .and_then(|m| m.as_str().parse().ok())
+        });
+        let open_ended = parse::open_ended(&opened.text);
+        let mut text = opened.text;
+        self.absorb_allocator_warning(stream, &mut text, at);
+        self.events.push(OomEvent {
+            text,
+            stream: stream.name().into(),
+            at_s: at as f64 / 1e6,
+            rank,
+            line: line.chars().take(KEEP_TEXT).collect(),
+        });
+        if open_ended {
+            let prefix = line[..opened.start].trim_end();
+            self.streams[stream as usize].pending = Some(Pending {
+                index: self.events.len() - 1,
+                left: CONTINUATION_LINES,
+                prefix: (!prefix.is_empty()).then(|| shape_of(prefix)).flatten(),
+            });
+        }
+    }
+
+    /// A BFC allocator's "ran out of memory" warning is followed by the error that reports the same
+    /// failure (TensorFlow's ResourceExhaustedError, XLA's RESOURCE_EXHAUSTED): the two are one report,
+    /// the error's, with what only the warning said (the GPU, the exact size).
+    fn absorb_allocator_warning(&mut self, stream: Stream, t: &mut OomText, at: Micros) {
+        if !matches!(t.kind, parse::Kind::Xla | parse::Kind::Tensorflow) || t.format == "bfc" {
+            return;
+        }
+        let Some(last) = self.events.last() else {
+            return;
+        };
+        let recent = (at as f64 / 1e6 - last.at_s) <= 5.0;
+        if last.text.format == "bfc" && last.stream == stream.name() && recent {
+            let warning = self.events.pop().unwrap().text;
+            t.gpu = t.gpu.or(warning.gpu);
+            t.requested_bytes = t.requested_bytes.or(warning.requested_bytes);
+        }
+    }
+
+    /// Joins `line` onto the open report (its repeated prefix removed) and reads it again. A line broken
+    /// by a terminal's wrap continues mid-word, so nothing goes between the two.
+    fn continue_pending(&mut self, i: usize, line: &str) {
+        let Some(p) = self.streams[i].pending.as_mut() else {
+            return;
+        };
+        let body = match p.prefix.as_ref().and_then(|r| r.find(line)) {
+            Some(m) if m.start() == 0 => line[m.end()..].trim_start(),
+            _ => line,
+        };
+        let e = &mut self.events[p.index];
+        let room = KEEP_TEXT.saturating_sub(e.line.chars().count());
+        e.line.extend(body.chars().take(room));
+        let done = parse::refine(&mut e.text, &e.line);
+        p.left -= 1;
+        if done || p.left == 0 {
+            self.streams[i].pending = None;
         }
     }
 
@@ -190,9 +349,9 @@ impl Scanner {
         }
     }
 
-    /// Bytes held by the line buffers (bounded by 2 × [`MAX_LINE`] whatever the input).
+    /// Bytes held by the line buffers (bounded by 3 × [`MAX_LINE`] whatever the input).
     pub fn held_bytes(&self) -> usize {
-        self.streams.iter().map(|s| s.buf.capacity()).sum()
+        self.streams.iter().map(|s| s.partial.capacity()).sum()
     }
 
     /// The report that names the failure: the first one with a size asked for, else the first.
@@ -202,6 +361,24 @@ impl Scanner {
             .find(|e| e.text.requested_bytes.is_some())
             .or(self.events.first())
     }
+}
+
+/// A prefix as a pattern of its shape: digits loosened, the rest literal, anchored at the start.
+fn shape_of(prefix: &str) -> Option<Regex> {
+    let mut pattern = String::from("^\\s*");
+    let mut digits = false;
+    for c in prefix.trim_start().chars() {
+        if c.is_ascii_digit() {
+            if !digits {
+                pattern.push_str(r"\d+");
+            }
+            digits = true;
+        } else {
+            digits = false;
+            pattern.push_str(&regex::escape(&c.to_string()));
+        }
+    }
+    Regex::new(&pattern).ok()
 }
 
 #[cfg(test)]
@@ -222,15 +399,16 @@ mod tests {
         assert_eq!(s.events.len(), 1);
         let e = &s.events[0];
         assert_eq!(e.text.exception.as_deref(), Some("torch.OutOfMemoryError"));
-        assert_eq!(e.text.gpu, None, "the clause naming the GPU was broken too");
+        // A terminal wrapped it in the middle of a number: joined up, every field is read.
+        assert_eq!(e.text.gpu, Some(1));
         assert_eq!(e.text.requested_bytes, Some(2 << 30));
-        assert_eq!(e.text.total_bytes, None, "`79.\\n15 GiB` is not a size");
+        assert_eq!(e.text.total_bytes, parse::size_bytes("79.15", "GiB"));
         assert_eq!(e.text.process_bytes, Some(78 << 30));
         assert_eq!(
             e.text.reserved_unallocated_bytes,
             Some(7 * (1 << 30) + (1 << 29))
         );
-        assert!(!e.text.complete);
+        assert!(e.text.complete);
         assert_eq!(e.at_s, 1.5);
     }
 
@@ -263,7 +441,7 @@ Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-29_16:00:00\n 
         for _ in 0..100 {
             s.feed(Stream::Stdout, &junk, 0);
         }
-        assert!(s.streams[0].buf.capacity() <= 2 * MAX_LINE);
+        assert!(s.streams[0].partial.capacity() <= 2 * MAX_LINE);
         let line = b"RuntimeError: CUDA error: out of memory\n";
         for _ in 0..1000 {
             s.feed(Stream::Stderr, line, 0);

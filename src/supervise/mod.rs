@@ -26,7 +26,7 @@ use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -133,8 +133,8 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
     let mut cmd = Command::new(&s.argv[0]);
     cmd.args(&s.argv[1..])
         .envs(s.env.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::from(ends.stdout))
-        .stderr(Stdio::from(ends.stderr));
+        .stdout(ends.stdout)
+        .stderr(ends.stderr);
     let parent = std::process::id() as i32;
     // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
     unsafe {
@@ -159,16 +159,23 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
     let observer = Arc::new(Mutex::new(s.observer));
     let ptys = sources
         .iter()
-        .filter(|src| src.pty)
-        .map(|src| (src.ours.clone(), src.to))
+        .filter_map(|src| match src {
+            streams::Source::Pump {
+                ours,
+                to,
+                pty: true,
+                ..
+            } => Some((ours.clone(), *to)),
+            _ => None,
+        })
         .collect();
     let pumps = sources
         .into_iter()
         .map(|src| {
             let (term, observer, exited) = (s.terminal.clone(), observer.clone(), exited.clone());
             std::thread::Builder::new()
-                .name(format!("gpudoc-{}", src.stream.name()))
-                .spawn(move || streams::pump(src, term, observer, exited))
+                .name(format!("gpudoc-{}", src.stream().name()))
+                .spawn(move || streams::watch(src, term, observer, exited))
                 .expect("spawn an output thread")
         })
         .collect();
@@ -242,6 +249,9 @@ impl Child {
             end_descendants(std::process::id(), END_GRACE);
         }
         self.exited.store(true, Ordering::SeqCst);
+        for p in &self.pumps {
+            p.thread().unpark();
+        }
         for p in self.pumps.drain(..) {
             let _ = p.join();
         }

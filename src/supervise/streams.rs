@@ -2,9 +2,12 @@
 //! unchanged while the OOM scanner reads along.
 //!
 //! - A stream that is a terminal gets a pseudo-terminal of its own (raw mode, the terminal's size), so the
-//!   command still sees a terminal and prints colours and progress bars. Other streams get a pipe.
-//! - When stdout and stderr are the same file, terminal or pipe (`2>&1`), the command gets one channel for
-//!   both, so the order of its writes is kept exactly.
+//!   command still sees a terminal and prints colours and progress bars.
+//! - A stream that is a regular file (`> log`) is the command's own, as without gpudoc: gpudoc reads the
+//!   file behind it ([`follow`]), so the output costs nothing and its order is the command's.
+//! - Anything else (a pipe to `tee` or a CI runner, `/dev/null`) gets a pipe that gpudoc copies on.
+//! - When stdout and stderr are the same file (`2>&1`), the command gets one channel for both, so the
+//!   order of its writes is kept exactly.
 //! - The terminal is shared with gpudoc's live line ([`Terminal`]): the command's bytes go out as they
 //!   came, and the live line is drawn only on a line the command has finished.
 
@@ -12,6 +15,7 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,11 +40,22 @@ impl Stream {
     }
 }
 
+/// What one of gpudoc's output fds is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Kind {
+    Terminal,
+    /// A regular file.
+    File,
+    /// A pipe, a socket, a device: anything else.
+    #[default]
+    Other,
+}
+
 /// What gpudoc's own stdout and stderr are, as settings found them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Wiring {
-    pub stdout_tty: bool,
-    pub stderr_tty: bool,
+    pub stdout: Kind,
+    pub stderr: Kind,
     /// fd 1 and fd 2 are the same file (a terminal, a pipe or a file given as `2>&1`).
     pub shared: bool,
 }
@@ -49,16 +64,19 @@ impl Wiring {
     /// Reads fds 1 and 2 of this process.
     pub fn of_this_process(stdout_tty: bool, stderr_tty: bool) -> Wiring {
         // SAFETY: fds 1 and 2 stay open for gpudoc's whole life.
-        let id = |fd| {
-            nix::sys::stat::fstat(unsafe { BorrowedFd::borrow_raw(fd) })
-                .ok()
-                .map(|s| (s.st_dev, s.st_ino))
+        let stat = |fd| nix::sys::stat::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).ok();
+        let kind = |tty: bool, st: &Option<libc::stat>| match st {
+            _ if tty => Kind::Terminal,
+            Some(s) if s.st_mode & libc::S_IFMT == libc::S_IFREG => Kind::File,
+            _ => Kind::Other,
         };
-        let (a, b) = (id(1), id(2));
+        let (a, b) = (stat(1), stat(2));
+        let (stdout, stderr) = (kind(stdout_tty, &a), kind(stderr_tty, &b));
+        let id = |s: &Option<libc::stat>| s.map(|s| (s.st_dev, s.st_ino));
         Wiring {
-            stdout_tty,
-            stderr_tty,
-            shared: a.is_some() && a == b && stdout_tty == stderr_tty,
+            stdout,
+            stderr,
+            shared: id(&a).is_some() && id(&a) == id(&b) && stdout == stderr,
         }
     }
 }
@@ -142,21 +160,38 @@ fn stderr_raw() -> std::mem::ManuallyDrop<std::fs::File> {
     std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(2) })
 }
 
-/// One channel from the command: where it reads from, where it writes to.
-pub(super) struct Source {
-    pub stream: Stream,
-    /// Our end: a pseudo-terminal master or a pipe's read end.
-    pub ours: Arc<OwnedFd>,
-    /// gpudoc's fd the bytes go to (1 or 2).
-    pub to: RawFd,
-    /// A pseudo-terminal (its size follows the terminal's).
-    pub pty: bool,
+/// One channel from the command, and how gpudoc sees what goes through it.
+pub(super) enum Source {
+    /// gpudoc copies the bytes on: from `ours` (a pseudo-terminal master or a pipe's read end) to its fd
+    /// `to` (1 or 2).
+    Pump {
+        stream: Stream,
+        ours: Arc<OwnedFd>,
+        to: RawFd,
+        /// A pseudo-terminal (its size follows the terminal's).
+        pty: bool,
+    },
+    /// The command writes to gpudoc's fd (a regular file) itself; gpudoc reads the same file through
+    /// `file`, opened anew for reading, from `from` on.
+    Follow {
+        stream: Stream,
+        file: std::fs::File,
+        from: u64,
+    },
 }
 
-/// The command's ends of its channels: (fd 1, fd 2).
+impl Source {
+    pub(super) fn stream(&self) -> Stream {
+        match self {
+            Source::Pump { stream, .. } | Source::Follow { stream, .. } => *stream,
+        }
+    }
+}
+
+/// The command's fd 1 and fd 2.
 pub(super) struct Ends {
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
+    pub stdout: Stdio,
+    pub stderr: Stdio,
 }
 
 /// A pipe's capacity: room for a burst of output without blocking the command.
@@ -164,53 +199,89 @@ const PIPE_BYTES: libc::c_int = 1 << 20;
 
 /// Makes the channels for `w`.
 pub(super) fn open(w: Wiring) -> io::Result<(Vec<Source>, Ends)> {
-    let mut sources = Vec::new();
     if w.shared {
-        let (ours, theirs) = channel(w.stdout_tty, 1)?;
-        let stderr = theirs.try_clone()?;
-        sources.push(Source {
-            stream: Stream::Both,
-            ours,
-            to: 1,
-            pty: w.stdout_tty,
-        });
+        let (source, end) = channel(w.stdout, 1, Stream::Both)?;
+        let stderr = match &end {
+            End::Inherit => Stdio::inherit(),
+            End::Fd(fd) => Stdio::from(fd.try_clone()?),
+        };
         return Ok((
-            sources,
+            vec![source],
             Ends {
-                stdout: theirs,
+                stdout: end.into(),
                 stderr,
             },
         ));
     }
-    let (out_ours, stdout) = channel(w.stdout_tty, 1)?;
-    let (err_ours, stderr) = channel(w.stderr_tty, 2)?;
-    sources.push(Source {
-        stream: Stream::Stdout,
-        ours: out_ours,
-        to: 1,
-        pty: w.stdout_tty,
-    });
-    sources.push(Source {
-        stream: Stream::Stderr,
-        ours: err_ours,
-        to: 2,
-        pty: w.stderr_tty,
-    });
-    Ok((sources, Ends { stdout, stderr }))
+    let (out, stdout) = channel(w.stdout, 1, Stream::Stdout)?;
+    let (err, stderr) = channel(w.stderr, 2, Stream::Stderr)?;
+    Ok((
+        vec![out, err],
+        Ends {
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+        },
+    ))
 }
 
-/// A pseudo-terminal like our fd `like`, or a pipe: (our end, the command's end).
-fn channel(tty: bool, like: RawFd) -> io::Result<(Arc<OwnedFd>, OwnedFd)> {
-    if tty {
-        let (master, slave) = open_pty(like)?;
-        return Ok((Arc::new(master), slave));
+/// The command's end of a channel.
+enum End {
+    /// gpudoc's own fd, inherited as it is.
+    Inherit,
+    Fd(OwnedFd),
+}
+
+impl From<End> for Stdio {
+    fn from(e: End) -> Stdio {
+        match e {
+            End::Inherit => Stdio::inherit(),
+            End::Fd(fd) => Stdio::from(fd),
+        }
     }
-    let (r, w) = nix::unistd::pipe()?;
-    set_cloexec(r.as_raw_fd());
-    set_cloexec(w.as_raw_fd());
-    // SAFETY: fcntl on a pipe we own; failure leaves the default size.
-    unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
-    Ok((Arc::new(r), w))
+}
+
+/// The channel for gpudoc's fd `like`, of kind `kind`.
+fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Source, End)> {
+    match kind {
+        Kind::Terminal => {
+            let (master, slave) = open_pty(like)?;
+            let source = Source::Pump {
+                stream,
+                ours: Arc::new(master),
+                to: like,
+                pty: true,
+            };
+            Ok((source, End::Fd(slave)))
+        }
+        Kind::File => match std::fs::File::open(format!("/proc/self/fd/{like}")) {
+            Ok(file) => {
+                // SAFETY: lseek on gpudoc's own fd, which stays open.
+                let at = unsafe { libc::lseek(like, 0, libc::SEEK_CUR) };
+                let source = Source::Follow {
+                    stream,
+                    file,
+                    from: at.max(0) as u64,
+                };
+                Ok((source, End::Inherit))
+            }
+            // Not readable by gpudoc (another user's file): copied on instead, as a pipe is.
+            Err(_) => channel(Kind::Other, like, stream),
+        },
+        Kind::Other => {
+            let (r, w) = nix::unistd::pipe()?;
+            set_cloexec(r.as_raw_fd());
+            set_cloexec(w.as_raw_fd());
+            // SAFETY: fcntl on a pipe we own; failure leaves the default size.
+            unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
+            let source = Source::Pump {
+                stream,
+                ours: Arc::new(r),
+                to: like,
+                pty: false,
+            };
+            Ok((source, End::Fd(w)))
+        }
+    }
 }
 
 pub(super) fn set_cloexec(fd: RawFd) {
@@ -242,22 +313,87 @@ const DRAIN_QUIET: Duration = Duration::from_millis(100);
 pub const DRAIN_MAX: Duration = Duration::from_secs(2);
 const READ_BYTES: usize = 256 * 1024;
 
-/// Copies one channel to gpudoc's stream until it ends (or, once the command exited, goes quiet),
-/// showing every chunk to the observer after it was passed on.
-pub(super) fn pump(
+/// Watches one channel until it ends: copies it on ([`pump`]) or reads the file behind it ([`follow`]).
+pub(super) fn watch(
     src: Source,
     term: Option<Arc<Terminal>>,
     observer: Arc<Mutex<Option<Observer>>>,
     exited: Arc<AtomicBool>,
 ) {
+    match src {
+        Source::Pump {
+            stream,
+            ours,
+            to,
+            pty,
+        } => pump(stream, &ours, to, term.filter(|_| pty), &observer, &exited),
+        Source::Follow { stream, file, from } => follow(stream, &file, from, &observer, &exited),
+    }
+}
+
+/// How often a followed file is looked at for what the command wrote.
+const FOLLOW_EVERY: Duration = Duration::from_millis(50);
+
+/// Reads what the command writes to a regular file, from `from` on, through a descriptor of gpudoc's own
+/// (the command's offset is never moved), and shows it to the observer. Stops once the command has
+/// exited and the file is read to its end (at most [`DRAIN_MAX`] after).
+fn follow(
+    stream: Stream,
+    file: &std::fs::File,
+    from: u64,
+    observer: &Mutex<Option<Observer>>,
+    exited: &AtomicBool,
+) {
+    let mut buf = vec![0u8; READ_BYTES];
+    let mut pos = from;
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let done = exited.load(Ordering::SeqCst);
+        if done && *deadline.get_or_insert_with(|| Instant::now() + DRAIN_MAX) < Instant::now() {
+            return;
+        }
+        match std::os::unix::fs::FileExt::read_at(file, &mut buf, pos) {
+            Ok(n) if n > 0 => {
+                pos += n as u64;
+                if let Some(obs) = observer.lock().unwrap().as_mut() {
+                    obs(stream, &buf[..n]);
+                }
+                continue;
+            }
+            Ok(_) if !done => {}
+            _ => return,
+        }
+        // A file the command truncated starts again from its new end.
+        if let Ok(m) = file.metadata()
+            && m.len() < pos
+        {
+            pos = m.len();
+        }
+        // Parked, so the command's exit wakes it at once.
+        std::thread::park_timeout(FOLLOW_EVERY);
+    }
+}
+
+/// Copies one channel to gpudoc's fd `to` until it ends (or, once the command exited, goes quiet),
+/// showing every chunk to the observer after it was passed on.
+fn pump(
+    stream: Stream,
+    ours: &OwnedFd,
+    to: RawFd,
+    term: Option<Arc<Terminal>>,
+    observer: &Mutex<Option<Observer>>,
+    exited: &AtomicBool,
+) {
     // Unbuffered: each chunk reaches the terminal as the command wrote it.
-    let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(src.to) });
+    let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(to) });
     let mut reader =
-        std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(src.ours.as_raw_fd()) });
+        std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(ours.as_raw_fd()) });
     let mut buf = vec![0u8; READ_BYTES];
     let mut drain_started: Option<Instant> = None;
+    // A full buffer means more is waiting: read again without asking poll first.
+    let mut more = false;
     loop {
-        if !readable(src.ours.as_fd(), &exited) {
+        if !more && !readable(ours.as_fd(), exited) {
             break;
         }
         if exited.load(Ordering::SeqCst) {
@@ -273,13 +409,14 @@ pub(super) fn pump(
             // EIO: every holder of the pseudo-terminal's other side closed it.
             Err(_) => break,
         };
+        more = n == buf.len();
         let chunk = &buf[..n];
-        let result = match (&term, src.pty) {
-            (Some(t), true) => t.pass(&mut *out, chunk),
-            _ => out.write_all(chunk),
+        let result = match &term {
+            Some(t) => t.pass(&mut *out, chunk),
+            None => out.write_all(chunk),
         };
         if let Some(obs) = observer.lock().unwrap().as_mut() {
-            obs(src.stream, chunk);
+            obs(stream, chunk);
         }
         if result.is_err() {
             // Our reader went away (`| head`): closing our end lets the command see EPIPE as it would have.

@@ -292,6 +292,7 @@ impl Channel {
     /// Reads what is left and returns the timeline; the folder is removed.
     pub fn close(self) -> TorchTimeline {
         self.stop.store(true, Ordering::SeqCst);
+        self.reader.thread().unpark();
         self.reader.join().unwrap_or_default()
     }
 }
@@ -345,7 +346,8 @@ fn read_loop(mut file: std::fs::File, stop: &AtomicBool, start_unix: f64) -> Tor
         if last {
             return t;
         }
-        std::thread::sleep(READ_EVERY);
+        // Parked, so closing the channel wakes it at once.
+        std::thread::park_timeout(READ_EVERY);
     }
 }
 
