@@ -14,6 +14,8 @@ pub struct ProcInfo {
     pub start_ticks: u64,
     pub uid: Option<u32>,
     pub cmdline: String,
+    /// It has exited and waits for its parent to reap it.
+    pub zombie: bool,
 }
 
 /// Reads one process; `None` when it is gone (or in another PID namespace).
@@ -32,6 +34,7 @@ pub fn read(pid: u32) -> Option<ProcInfo> {
         start_ticks: stat.starttime,
         uid: p.uid().ok(),
         cmdline,
+        zombie: matches!(stat.state, 'Z' | 'X' | 'x'),
     })
 }
 
@@ -59,7 +62,8 @@ pub fn descends_from(pid: u32, root: u32) -> bool {
     false
 }
 
-/// Every live descendant of `root` (not `root` itself), read in one pass over /proc.
+/// Every live descendant of `root` (not `root` itself, not those that have exited and wait to be reaped),
+/// read in one pass over /proc.
 pub fn descendants(root: u32) -> Vec<ProcInfo> {
     let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
@@ -77,7 +81,9 @@ pub fn descendants(root: u32) -> Vec<ProcInfo> {
     while let Some(pid) = stack.pop() {
         for &i in children.get(&pid).into_iter().flatten() {
             stack.push(infos[i].pid);
-            out.push(infos[i].clone());
+            if !infos[i].zombie {
+                out.push(infos[i].clone());
+            }
         }
     }
     out.sort_by_key(|p| p.pid);

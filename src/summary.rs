@@ -3,7 +3,7 @@
 //! involved, the two views of PyTorch processes side by side, leftovers and notes. Pure: a report in, text
 //! out; every text from another process goes through `units::printable`.
 
-use crate::oom::{Cause, Ending, OomReport, WINDOW_S};
+use crate::oom::{Ending, OomReport, WINDOW_S};
 use crate::paint::Paint;
 use crate::report::{GpuReport, Report};
 use crate::units::{fmt_bytes, fmt_pct, fmt_secs, printable, shorten, sparkline};
@@ -299,17 +299,10 @@ fn render_sampling(o: &mut String, r: &Report, p: Paint) {
 fn render_oom(o: &mut String, oom: &OomReport, p: Paint) {
     render_oom_request(o, oom, p);
     render_oom_holders(o, oom);
-    let cause = match oom.cause {
-        Cause::TooBig => "too big",
-        Cause::Others => "other processes",
-        Cause::Fragmentation => "fragmentation",
-        Cause::SelfGrowth => "the job's own growth",
-        Cause::Unknown => "unknown",
-    };
     let _ = writeln!(
         o,
         "  cause: {}: {}",
-        p.bold(cause),
+        p.bold(oom.cause.words()),
         printable(&oom.explanation)
     );
     if let Some(ff) = &oom.first_failure
@@ -363,19 +356,28 @@ fn render_oom_request(o: &mut String, oom: &OomReport, p: Paint) {
 fn render_oom_holders(o: &mut String, oom: &OomReport) {
     let t = &oom.event.text;
     if let Some(alloc) = t.allocated_bytes {
+        // PyTorch prints "this process has 0 bytes" when NVML can't see it (in a container): unknown.
+        let total = t.process_bytes.filter(|&b| b > 0);
         let mut held = String::from("  the process held ");
-        if let Some(total) = t.process_bytes {
+        if let Some(total) = total {
             let _ = write!(held, "{}: ", fmt_bytes(total));
         }
         let _ = write!(held, "{} in live tensors", fmt_bytes(alloc));
         if let Some(u) = t.reserved_unallocated_bytes {
             let _ = write!(held, ", {} cached by PyTorch but unallocated", fmt_bytes(u));
         }
-        if let (Some(total), Some(res)) = (t.process_bytes, t.reserved_bytes) {
+        if let (Some(total), Some(res)) = (total, t.reserved_bytes) {
             let outside = fmt_bytes(total.saturating_sub(res));
             let _ = write!(held, ", {outside} outside PyTorch");
         }
         let _ = writeln!(o, "{held}");
+    }
+    if oom.job_others_bytes > 0 {
+        let _ = writeln!(
+            o,
+            "  the job's other processes held {} (the text names them as other processes)",
+            fmt_bytes(oom.job_others_bytes)
+        );
     }
     if oom.others_bytes == 0 {
         return;

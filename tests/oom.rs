@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::Machine;
 use gpudoc::oom::scan::Scanner;
 use gpudoc::oom::{self, Cause, Ending, Evidence, HostOom};
 use gpudoc::supervise::{ProcessEnd, Stream};
@@ -38,7 +39,7 @@ fn text_of(name: &Path) -> PathBuf {
 #[test]
 fn every_fixture_parses_to_its_exact_numbers() {
     let mut checked = 0;
-    for dir in ["cases", "h200"] {
+    for dir in ["cases", "h200", "real"] {
         for entry in std::fs::read_dir(fixtures().join(dir)).unwrap() {
             let path = entry.unwrap().path();
             if !path.to_str().unwrap().ends_with(".expected.json") {
@@ -46,6 +47,10 @@ fn every_fixture_parses_to_its_exact_numbers() {
             }
             let want: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
             let s = scan_file(&text_of(&path));
+            if want.get("oom") == Some(&Value::Null) {
+                assert!(s.events.is_empty(), "{}: not an OOM", path.display());
+                continue;
+            }
             let first = s
                 .first()
                 .unwrap_or_else(|| panic!("{}: no OOM found", path.display()));
@@ -65,7 +70,11 @@ fn every_fixture_parses_to_its_exact_numbers() {
                 host: HostOom::default(),
             });
             assert_eq!(ending, Ending::GpuOom, "{name}");
-            assert_eq!(json!(report.unwrap().cause), want["cause"], "{name}");
+            let report = report.unwrap();
+            assert_eq!(json!(report.cause), want["cause"], "{name}");
+            if let Some(why) = want.get("explanation") {
+                assert_eq!(json!(report.explanation), *why, "{name}");
+            }
             checked += 1;
         }
     }
@@ -247,4 +256,139 @@ fn a_clean_run_has_no_oom() {
     assert!(r["oom"].is_null());
     let (_, r, _) = m.run_sh(&["--quiet"], "exit 3");
     assert_eq!(r["exit"]["classification"], "failure");
+}
+
+/// The collection of real texts from public issue trackers, and how each may reach gpudoc.
+fn real_texts() -> Vec<(String, Value, Vec<u8>)> {
+    let dir = fixtures().join("real");
+    let mut out: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_str().unwrap().ends_with(".expected.json"))
+        .map(|p| {
+            let want: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            let text = std::fs::read(text_of(&p)).unwrap();
+            let name = p
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replace(".expected.json", "");
+            (name, want, text)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[test]
+fn the_real_collection_is_large_and_says_where_each_text_came_from() {
+    let texts = real_texts();
+    let positives: Vec<_> = texts
+        .iter()
+        .filter(|(_, w, _)| w["text"].is_object())
+        .collect();
+    assert!(positives.len() >= 40, "{} real OOM texts", positives.len());
+    let projects: std::collections::BTreeSet<&str> = texts
+        .iter()
+        .map(|(_, w, _)| w["url"].as_str().unwrap().split('/').nth(3).unwrap())
+        .collect();
+    assert!(projects.len() >= 8, "{projects:?}");
+    for (name, w, _) in &texts {
+        let url = w["url"].as_str().unwrap();
+        assert!(url.starts_with("https://github.com/"), "{name}: {url}");
+    }
+}
+
+/// The fields a delivery must not change.
+fn essence(v: &Value) -> Value {
+    json!([
+        v["kind"],
+        v["requested_bytes"],
+        v["gpu"],
+        v["total_bytes"],
+        v["free_bytes"],
+        v["allocated_bytes"],
+        v["reserved_bytes"],
+        v["other_processes"]
+    ])
+}
+
+#[test]
+fn real_texts_read_the_same_in_every_delivery() {
+    type Delivery = fn(&[u8]) -> Vec<u8>;
+    let deliveries: [(&str, Delivery); 3] = [
+        ("CRLF line endings", |t| {
+            String::from_utf8_lossy(t)
+                .replace('\n', "\r\n")
+                .into_bytes()
+        }),
+        ("a log prefix on every line", |t| {
+            String::from_utf8_lossy(t)
+                .lines()
+                .enumerate()
+                .map(|(i, l)| format!("2024-05-01 12:00:{:02},123 ERROR [worker]: {l}\n", i % 60))
+                .collect::<String>()
+                .into_bytes()
+        }),
+        ("ANSI colours", |t| {
+            let s = String::from_utf8_lossy(t);
+            s.lines()
+                .map(|l| format!("\x1b[31m{l}\x1b[0m\n"))
+                .collect::<String>()
+                .into_bytes()
+        }),
+    ];
+    for (name, want, text) in real_texts() {
+        for (how, deliver) in &deliveries {
+            let bytes = deliver(&text);
+            for stream in [Stream::Stdout, Stream::Stderr, Stream::Both] {
+                let mut s = Scanner::new();
+                for c in bytes.chunks(61) {
+                    s.feed(stream, c, 0);
+                }
+                s.finish(0);
+                match s.first() {
+                    None => assert!(want["text"].is_null(), "{name}, {how}: no OOM found"),
+                    Some(e) => {
+                        let got = serde_json::to_value(&e.text).unwrap();
+                        assert_eq!(essence(&got), essence(&want["text"]), "{name}, {how}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn real_texts_are_found_on_stderr_a_stdout_pipe_and_a_terminal() {
+    let m = Machine::h200s(1);
+    for (name, want, _) in real_texts() {
+        let file = fixtures().join("real").join(format!("{name}.txt"));
+        for (how, script) in [
+            ("stderr", format!("cat '{}' >&2; exit 1", file.display())),
+            ("stdout", format!("cat '{}'; exit 1", file.display())),
+        ] {
+            let (code, r, err) = m.run_sh(&["-q"], &script);
+            assert_eq!(code, 1, "{name} on {how}: {err}");
+            if want["text"].is_null() {
+                assert!(r["oom"].is_null(), "{name} on {how}");
+                continue;
+            }
+            assert_eq!(r["exit"]["classification"], "gpu_oom", "{name} on {how}");
+            // A text that names no GPU is placed on the machine's only one.
+            let gpu = match &want["text"]["gpu"] {
+                Value::Null => json!(0),
+                g => g.clone(),
+            };
+            assert_eq!(
+                json!([
+                    r["oom"]["kind"],
+                    r["oom"]["requested_bytes"],
+                    r["oom"]["gpu"]
+                ]),
+                json!([want["text"]["kind"], want["text"]["requested_bytes"], gpu]),
+                "{name} on {how}"
+            );
+        }
+    }
 }

@@ -232,3 +232,42 @@ fn the_live_line_sits_on_a_line_of_its_own_and_leaves_nothing_behind() {
     stripped.push_str(rest);
     assert_eq!(stripped, bare);
 }
+
+#[test]
+fn real_oom_texts_on_a_terminal_are_read() {
+    let m = Machine::h200s(1);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/oom/real");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(name) = path.to_str().unwrap().strip_suffix(".expected.json") else {
+            continue;
+        };
+        let want: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let json = m.path("r.json");
+        let script = format!("cat '{name}.txt'; exit 1");
+        let t = Term::start(gpudoc_sh(
+            &m,
+            &["-q", "--json", json.to_str().unwrap()],
+            &script,
+        ));
+        let (code, out) = t.finish();
+        assert_eq!(code, 1, "{name}: {out}");
+        let r = common::read_json(&json);
+        if want["text"].is_null() {
+            assert!(r["oom"].is_null(), "{name}");
+        } else {
+            assert_eq!(
+                r["oom"]["stream"], "stdout+stderr",
+                "one terminal for both: {name}"
+            );
+            assert_eq!(
+                r["oom"]["requested_bytes"], want["text"]["requested_bytes"],
+                "{name}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 40);
+}

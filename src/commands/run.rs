@@ -153,10 +153,7 @@ impl Session {
         self.live.finish();
         let sampled = self.sampler.stop();
         let torch = self.channel.map(|c| c.close());
-        let me = std::process::id();
-        // Reap first: a descendant that already exited is not left running.
-        supervise::reap_all();
-        let leftovers = crate::procs::descendants(me);
+        let leftovers = settled_leftovers();
         let ended = if s.kill_orphans && !leftovers.is_empty() {
             end_leftovers(&leftovers)
         } else {
@@ -231,6 +228,25 @@ fn host_evidence(
     pids.extend(scanner.first_failure.as_ref().and_then(|f| f.pid));
     host.kernel_log = oom::host::kernel_log_kills(&pids);
     host
+}
+
+/// How long descendants get, once the command has ended, to end on their own before they count as left
+/// running (a worker that exits right after the main process is not a leftover).
+const LEFTOVER_SETTLE: Duration = Duration::from_millis(200);
+
+/// The job's descendants still running [`LEFTOVER_SETTLE`] after the command ended, reaping as they go:
+/// one that already exited is never counted.
+fn settled_leftovers() -> Vec<ProcInfo> {
+    let me = std::process::id();
+    let until = Instant::now() + LEFTOVER_SETTLE;
+    loop {
+        supervise::reap_all();
+        let left = crate::procs::descendants(me);
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn end_leftovers(leftovers: &[ProcInfo]) -> Vec<EndResult> {

@@ -2,6 +2,7 @@
 //! cgroup's `oom_kill` counter, the kernel log), and what NVML saw in the seconds before. [`classify`]
 //! turns them into how the run ended and, for a GPU OOM, whose memory it was.
 
+pub mod cause;
 pub mod host;
 pub mod parse;
 pub mod scan;
@@ -12,6 +13,7 @@ use crate::timeline::Timeline;
 use parse::Kind;
 use scan::{FirstFailure, OomEvent, Scanner};
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 
 /// Seconds of timeline kept before the OOM.
 pub const WINDOW_S: f64 = 5.0;
@@ -34,21 +36,7 @@ pub enum Ending {
     Failure,
 }
 
-/// Why the GPU ran out, in one word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cause {
-    /// One allocation larger than the GPU (or than what the process may use).
-    TooBig,
-    /// Other processes held memory that would have made the allocation fit.
-    Others,
-    /// PyTorch's cache held enough memory, but in pieces too small for the request.
-    Fragmentation,
-    /// The job itself grew to fill the GPU.
-    SelfGrowth,
-    /// Not enough numbers to say.
-    Unknown,
-}
+pub use cause::Cause;
 
 /// A process on the OOM's GPU in the seconds before it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +69,15 @@ pub struct OomReport {
     pub explanation: String,
     /// Memory other processes held on that GPU: from the text's list, else NVML's at that moment.
     pub others_bytes: u64,
+    /// Memory the job's own other processes held, as the text names them (a child it started).
+    #[serde(default)]
+    pub job_others_bytes: u64,
+    /// The "Process N" entry taken to be the failing process, when the text has no "this process" line
+    /// (inside a container); `this_pid_guessed`: more than one entry could have been it.
+    #[serde(default)]
+    pub this_pid: Option<u32>,
+    #[serde(default)]
+    pub this_pid_guessed: bool,
     /// torchrun's "first observed failure".
     pub first_failure: Option<FirstFailure>,
     /// Ranks that reported an OOM, in the order they did.
@@ -211,10 +208,22 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         .filter(|b| !b.in_job && b.visible)
         .map(|b| b.bytes_at)
         .sum();
-    let text_others: u64 = text_others(t);
-    let others_bytes = text_others.max(nvml_others);
-    let total = t.total_bytes.or(device.map(|d| d.info.total_bytes));
-    let (cause, explanation) = cause_of(t, total, others_bytes, device_used_bytes);
+    let job_pids: HashSet<u32> = ev
+        .timeline
+        .procs
+        .values()
+        .filter(|p| p.in_job)
+        .map(|p| p.pid)
+        .collect();
+    let holders = cause::holders(t, &job_pids);
+    let total = device.map(|d| d.info.total_bytes);
+    let figures = cause::Figures::of(t, &holders, nvml_others, total, device_used_bytes);
+    let (cause, mut explanation) = cause::cause_of(&figures);
+    if let (Some(pid), true) = (holders.this_pid, holders.guessed) {
+        explanation.push_str(&format!(
+            " (the text names no \"this process\": pid {pid} is taken to be the failing process, a guess)"
+        ));
+    }
     let mut ranks = Vec::new();
     for r in ev.scanner.events.iter().filter_map(|e| e.rank) {
         if !ranks.contains(&r) {
@@ -227,7 +236,10 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         gpu,
         cause,
         explanation,
-        others_bytes,
+        others_bytes: figures.others,
+        job_others_bytes: holders.job,
+        this_pid: holders.this_pid,
+        this_pid_guessed: holders.guessed,
         first_failure: ev.scanner.first_failure.clone(),
         ranks,
         reports: ev.scanner.events.len() as u64 + ev.scanner.dropped,
@@ -235,118 +247,4 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         device_used_bytes,
         allocator: None,
     }
-}
-
-/// Memory the text says other processes held. PyTorch names the failing process "this process"; when it
-/// can't (inside a container NVML's PIDs are the host's), the failing process is listed as "Process N"
-/// like the others: the entry that holds at least PyTorch's reserved memory is taken to be it.
-fn text_others(t: &parse::OomText) -> u64 {
-    let all: u64 = t.other_processes.iter().map(|p| p.bytes).sum();
-    if t.process_bytes.is_some() {
-        return all;
-    }
-    let own = t.reserved_bytes.unwrap_or(u64::MAX);
-    match t
-        .other_processes
-        .iter()
-        .filter(|p| p.bytes >= own)
-        .max_by_key(|p| p.bytes)
-    {
-        Some(me) => all - me.bytes,
-        None => all,
-    }
-}
-
-fn cause_of(
-    t: &parse::OomText,
-    total: Option<u64>,
-    others: u64,
-    used: Option<u64>,
-) -> (Cause, String) {
-    use crate::units::fmt_bytes as b;
-    let limit = t.allowed_bytes.or(total);
-    if let (Some(req), Some(limit)) = (t.requested_bytes, limit)
-        && req > limit
-    {
-        let what = if t.allowed_bytes.is_some() {
-            "the memory fraction this process may use"
-        } else {
-            "the whole GPU"
-        };
-        return (
-            Cause::TooBig,
-            format!(
-                "one allocation of {} is larger than {what} ({})",
-                b(req),
-                b(limit)
-            ),
-        );
-    }
-    if let (Some(req), Some(free)) = (t.requested_bytes, t.free_bytes)
-        && others > 0
-        && free + others >= req
-    {
-        return (
-            Cause::Others,
-            format!(
-                "other processes held {} of the GPU; with it free, the {} asked for would have fit ({} was free)",
-                b(others),
-                b(req),
-                b(free)
-            ),
-        );
-    }
-    if let (Some(req), Some(unalloc)) = (t.requested_bytes, t.reserved_unallocated_bytes)
-        && unalloc >= req
-    {
-        return (
-            Cause::Fragmentation,
-            format!(
-                "PyTorch held {} reserved but unallocated, more than the {} asked for, in pieces too small to use",
-                b(unalloc),
-                b(req)
-            ),
-        );
-    }
-    if let Some(req) = t.requested_bytes
-        && t.allocated_bytes.is_some()
-    {
-        let held = t.process_bytes.or(t.reserved_bytes).unwrap_or(0);
-        return (
-            Cause::SelfGrowth,
-            format!(
-                "the job itself held {} when it asked for {} more",
-                b(held),
-                b(req)
-            ),
-        );
-    }
-    // Without the allocator's numbers, NVML's view decides between others and the job.
-    if let (Some(total), Some(_)) = (total, used)
-        && others * 2 > total
-    {
-        return (
-            Cause::Others,
-            format!(
-                "other processes held {} of the GPU's {}",
-                b(others),
-                b(total)
-            ),
-        );
-    }
-    if let (Some(total), Some(used)) = (total, used)
-        && used * 10 > total * 9
-    {
-        return (
-            Cause::SelfGrowth,
-            format!(
-                "the GPU was {} full, mostly by the job",
-                crate::units::fmt_pct(used, total)
-            ),
-        );
-    }
-    (
-        Cause::Unknown,
-        "the output does not carry the allocator's numbers".into(),
-    )
 }

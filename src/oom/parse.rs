@@ -26,6 +26,8 @@ pub enum Kind {
     Xla,
     /// TensorFlow (`OOM when allocating tensor with shape[...]`, its BFC allocator).
     Tensorflow,
+    /// CuPy's memory pool (`cupy.cuda.memory.OutOfMemoryError: out of memory to allocate N bytes`).
+    Cupy,
 }
 
 /// Another process named in the text as holding memory on the GPU.
@@ -82,9 +84,11 @@ static TORCH: LazyLock<Regex> = LazyLock::new(|| {
         r"(?i:out of memory)\.\s*Tried to allocate(?:\s*SIZE)?|OutOfMemoryError: Tried to allocate(?:\s*SIZE)?",
     )
 });
-static NEW_TOTAL: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"GPU (\d+) has a total\s*(capacity|capacty)\s*of SIZE of which SIZE is free")
-});
+// The 2.1+ clause, read in parts so a cut-off text still gives what it has.
+static GPU_HAS: LazyLock<Regex> = LazyLock::new(|| re(r"GPU (\d+) has a total"));
+static TOTAL_OF: LazyLock<Regex> =
+    LazyLock::new(|| re(r"has a total\s*(capacity|capacty)\s*of SIZE"));
+static FREE_OF: LazyLock<Regex> = LazyLock::new(|| re(r"of which SIZE is free"));
 static OLD_PAREN: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"\(GPU (\d+); SIZE total capacity; SIZE already allocated; SIZE free; (?:SIZE allowed; )?SIZE (reserved in total by PyTorch|cached)\)",
@@ -100,10 +104,15 @@ static OF_ALLOCATED: LazyLock<Regex> = LazyLock::new(|| {
 });
 // Old PyTorch (THC): no numbers at all.
 static THC: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"cuda runtime error \(2\) : out of memory|THCudaCheck FAIL.*error=2 : out of memory")
+    re(r"cuda runtime error ?\(2\) ?: ?out of memory|THCudaCheck FAIL.*error=2 : out of memory")
 });
-static CUDA_RUNTIME: LazyLock<Regex> =
-    LazyLock::new(|| re(r"CUDA (?:driver )?error: out of memory|CUDA_ERROR_OUT_OF_MEMORY"));
+static CUDA_RUNTIME: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"CUDA (?:driver )?error: ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cuMemAlloc\w* failed: out of memory",
+    )
+});
+static CUPY: LazyLock<Regex> =
+    LazyLock::new(|| re(r"OutOfMemoryError: out of memory to allocate (\d+) bytes"));
 static BYTES_IN_PARENS: LazyLock<Regex> =
     LazyLock::new(|| re(r"failed to allocate [^(]*\((\d+) bytes\)"));
 static CUDA_LIBRARY: LazyLock<Regex> =
@@ -124,7 +133,7 @@ static XLA_REQUEST: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 static XLA_ASYNC: LazyLock<Regex> =
-    LazyLock::new(|| re(r"cuMemAllocAsync failed to allocate (\d+) bytes"));
+    LazyLock::new(|| re(r"(?:gpu_async_(\d+) )?cuMemAllocAsync failed to allocate (\d+) bytes"));
 static FREE_TOTAL: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i:Free memory/Total memory): (\d+)/(\d+)"));
 static BFC: LazyLock<Regex> = LazyLock::new(|| {
@@ -207,8 +216,9 @@ pub struct Opened {
 type Opener = fn(&str) -> Option<Opened>;
 
 /// The openers, most specific first.
-const OPENERS: [Opener; 10] = [
+const OPENERS: [Opener; 11] = [
     open_torch,
+    open_cupy,
     open_thc,
     open_xla,
     open_xla_request,
@@ -319,6 +329,24 @@ fn open_cuda(line: &str) -> Option<Opened> {
     Some(with_exception(t, line, at))
 }
 
+fn open_cupy(line: &str) -> Option<Opened> {
+    let c = CUPY.captures(line)?;
+    let mut t = empty(Kind::Cupy, "cupy");
+    t.requested_bytes = cap_u64(&c, 1);
+    t.complete = true;
+    let at = c.get(0).unwrap().start() + "OutOfMemoryError".len();
+    let mut opened = with_exception(t, line, at);
+    if opened.text.exception.is_none() {
+        let before = &line[..at];
+        let s = before
+            .rfind(|ch: char| !(ch.is_alphanumeric() || ch == '.' || ch == '_'))
+            .map_or(0, |s| s + 1);
+        opened.text.exception = Some(before[s..].to_string());
+        opened.start = s;
+    }
+    Some(opened)
+}
+
 fn open_library(line: &str) -> Option<Opened> {
     let c = CUDA_LIBRARY.captures(line)?;
     let mut t = empty(Kind::CudaLibrary, &c[1].to_ascii_lowercase());
@@ -354,7 +382,8 @@ fn open_xla_request(line: &str) -> Option<Opened> {
 fn open_xla_async(line: &str) -> Option<Opened> {
     let c = XLA_ASYNC.captures(line)?;
     let mut t = empty(Kind::Xla, "xla-async");
-    t.requested_bytes = cap_u64(&c, 1);
+    t.gpu = cap_u32(&c, 1);
+    t.requested_bytes = cap_u64(&c, 2);
     refine(&mut t, line);
     Some(Opened {
         text: t,
@@ -363,6 +392,10 @@ fn open_xla_async(line: &str) -> Option<Opened> {
 }
 
 fn open_bfc(line: &str) -> Option<Opened> {
+    // TensorFlow's BFC allocator also says it when it will retry and go on: that is no failure.
+    if line.contains("not a failure") {
+        return None;
+    }
     let c = BFC.captures(line)?;
     let tf = line.contains("TF_GPU_ALLOCATOR") || line.contains("tensorflow");
     let kind = if tf { Kind::Tensorflow } else { Kind::Xla };
@@ -415,13 +448,17 @@ pub fn continue_torch(t: &mut OomText, text: &str) -> bool {
     {
         t.requested_bytes = cap_size(&c, 1).or_else(|| cap_size(&c, 3));
     }
-    if let Some(c) = NEW_TOTAL.captures(text) {
+    if let Some(c) = GPU_HAS.captures(text) {
         t.gpu = t.gpu.or(cap_u32(&c, 1));
-        if &c[2] == "capacty" {
+    }
+    if let Some(c) = TOTAL_OF.captures(text) {
+        if &c[1] == "capacty" {
             t.format = "torch-2.1".into();
         }
-        t.total_bytes = t.total_bytes.or(cap_size(&c, 3));
-        t.free_bytes = t.free_bytes.or(cap_size(&c, 5));
+        t.total_bytes = t.total_bytes.or(cap_size(&c, 2));
+    }
+    if let Some(c) = FREE_OF.captures(text) {
+        t.free_bytes = t.free_bytes.or(cap_size(&c, 1));
     }
     if let Some(c) = OLD_PAREN.captures(text) {
         read_old_paren(t, &c);
@@ -525,7 +562,8 @@ mod tests {
     fn truncated_text_is_partial_and_invents_nothing() {
         let t = parse_line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 60.00 GiB. GPU 0 has a total capac").unwrap();
         assert_eq!(t.requested_bytes, Some(60 << 30));
-        assert_eq!((t.gpu, t.total_bytes, t.free_bytes), (None, None, None));
+        // "GPU 0 has a total" is there; its capacity is cut off.
+        assert_eq!((t.gpu, t.total_bytes, t.free_bytes), (Some(0), None, None));
         assert!(!t.complete);
         let t = parse_line("CUDA out of memory. Tried to allocate 60.0")
             .unwrap_or_else(|| empty(Kind::TorchAllocator, ""));

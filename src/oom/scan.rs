@@ -116,6 +116,9 @@ struct LineBuf {
     /// The current line passed MAX_LINE; skipping to its end.
     skipping: bool,
     pending: Option<Pending>,
+    /// A line with an OOM word that opened nothing: the next line may finish its phrase (a terminal
+    /// wrapped "Resource exhausted: Out " / "of memory while trying to allocate N bytes").
+    tentative: Option<String>,
     /// Lines left in a torchrun root-cause block.
     root_cause: u8,
 }
@@ -123,7 +126,7 @@ struct LineBuf {
 impl LineBuf {
     /// Whether the next line matters whatever it says.
     fn expecting(&self) -> bool {
-        self.pending.is_some() || self.root_cause > 0
+        self.pending.is_some() || self.tentative.is_some() || self.root_cause > 0
     }
 
     fn append(&mut self, bytes: &[u8]) {
@@ -257,13 +260,26 @@ impl Scanner {
             self.first_failure.get_or_insert_with(FirstFailure::default);
             return;
         }
+        if line.trim().is_empty() {
+            return;
+        }
+        if let Some(first) = self.streams[i].tentative.take() {
+            let joined = first.clone() + &line[shared_prefix(&first, &line)..];
+            if let Some(opened) = parse::open(&joined) {
+                self.streams[i].pending = None;
+                self.open(stream, &joined, opened, at);
+                return;
+            }
+        }
         if let Some(opened) = parse::open(&line) {
             self.streams[i].pending = None;
             self.open(stream, &line, opened, at);
             return;
         }
-        if !line.trim().is_empty() {
+        if self.streams[i].pending.is_some() {
             self.continue_pending(i, &line);
+        } else if FINDER.is_match(line.as_bytes()) {
+            self.streams[i].tentative = Some(line.chars().take(KEEP_TEXT).collect());
         }
     }
 
@@ -361,6 +377,22 @@ impl Scanner {
             .find(|e| e.text.requested_bytes.is_some())
             .or(self.events.first())
     }
+}
+
+/// How much of `next` repeats the start of `first` as a log prefix would (the same characters, any
+/// digits): up to the last separator they share, so no word of the message itself is cut.
+fn shared_prefix(first: &str, next: &str) -> usize {
+    let mut end = 0;
+    for ((i, a), b) in next.char_indices().zip(first.chars()) {
+        let same = a == b || (a.is_ascii_digit() && b.is_ascii_digit());
+        if !same {
+            break;
+        }
+        if matches!(a, ' ' | ']' | ':' | '|' | ')') {
+            end = i + a.len_utf8();
+        }
+    }
+    if end >= 3 { end } else { 0 }
 }
 
 /// A prefix as a pattern of its shape: digits loosened, the rest literal, anchored at the start.
