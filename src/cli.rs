@@ -62,12 +62,8 @@ pub struct RunArgs {
     /// Don't put the PyTorch shim in place (no framework view).
     #[arg(long)]
     pub no_torch: bool,
-    /// How often the shim samples PyTorch's allocator in each process.
-    #[arg(long, value_parser = parse_interval, default_value = "10ms")]
-    pub torch_interval: Duration,
-    /// Leave PyTorch's peak counters alone (by default the shim resets them after each optimizer step,
-    /// so per-step peaks are exact; a script that reads torch.cuda.max_memory_allocated() then sees the
-    /// current step's peak).
+    /// Never reset PyTorch's peak counters (by default the shim resets them at each record, so per-step
+    /// peaks are exact, while the program's own view of them stays as if they were never reset).
     #[arg(long)]
     pub keep_torch_peaks: bool,
     /// End the job's descendants still running after the command exits (SIGTERM, 10 s, SIGKILL).

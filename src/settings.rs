@@ -37,6 +37,8 @@ pub struct Env {
     pub nvml_lib: String,
     /// The command's `PYTHONPATH`, which the shim goes in front of.
     pub pythonpath: Option<OsString>,
+    /// Where temporary folders go (`TMPDIR`).
+    pub tmpdir: PathBuf,
     /// Test-only: the device-file prefix `gpudoc orphans` looks for.
     pub dev_prefix: String,
     /// What fds 1 and 2 are, for wiring the command's output.
@@ -64,6 +66,7 @@ impl Env {
             nvml_lib: std::env::var(crate::gpu::LIB_ENV)
                 .unwrap_or_else(|_| crate::gpu::DEFAULT_LIB.to_string()),
             pythonpath: std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()),
+            tmpdir: std::env::temp_dir(),
             dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
                 .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
         }
@@ -137,7 +140,6 @@ impl RunSettings {
             check_gate_outputs(g)?;
         }
         let torch = (!a.no_torch).then_some(ShimSettings {
-            interval: a.torch_interval,
             reset_peaks: !a.keep_torch_peaks,
         });
         Ok(RunSettings {

@@ -99,7 +99,12 @@ impl Session {
         let (channel, shim_env) = match s.torch {
             None => (None, Vec::new()),
             Some(settings) => {
-                match torch::Channel::open(settings, start_wall, s.env.pythonpath.as_deref()) {
+                match torch::Channel::open(
+                    settings,
+                    start_wall,
+                    s.env.pythonpath.as_deref(),
+                    &s.env.tmpdir,
+                ) {
                     Ok((c, env)) => (Some(c), env),
                     Err(e) => {
                         eprintln!("gpudoc: the PyTorch view is off: cannot set up its shim: {e}");

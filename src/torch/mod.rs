@@ -1,6 +1,8 @@
 //! The framework view: PyTorch's caching allocator seen from inside every Python process of the job,
-//! through a shim (`sitecustomize.py`, embedded here) that gpudoc puts first on `PYTHONPATH`. The shim
-//! writes JSON lines to a named pipe in a private folder (mode 0700); this module reads them into a
+//! through a shim (`shim/`, embedded here) that gpudoc puts first on `PYTHONPATH`: a tiny
+//! `sitecustomize.py` that watches for `import torch`, and `_gpudoc_torch.py`, loaded only then, that
+//! records the allocator from the optimizer's step hook at a cost kept under 0.5% of the step time. The
+//! shim writes JSON lines to a named pipe in a private folder (mode 0700); this module reads them into a
 //! [`TorchTimeline`]. The pipe is opened by path, not inherited: `subprocess` and torchrun close inherited
 //! descriptors, and every rank must still reach gpudoc.
 
@@ -16,8 +18,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-/// The shim, written into the private folder as `sitecustomize.py`.
-pub const SHIM: &str = include_str!("sitecustomize.py");
+/// The shim's files, written into the private folder (the marker tells other shims the folder is one).
+pub const SHIM: [(&str, &str); 3] = [
+    ("sitecustomize.py", include_str!("shim/sitecustomize.py")),
+    ("_gpudoc_torch.py", include_str!("shim/_gpudoc_torch.py")),
+    (".gpudoc-shim", ""),
+];
 /// Longest line accepted from the shim (it writes under PIPE_BUF).
 const MAX_LINE: usize = 8192;
 /// Points kept per series of the framework view (about 1.5 MB each); past that, neighbours are merged.
@@ -29,19 +35,24 @@ pub const MAX_STEPS: usize = 4096;
 /// Settings for the shim.
 #[derive(Debug, Clone, Copy)]
 pub struct ShimSettings {
-    pub interval: Duration,
-    /// Reset PyTorch's peak counters after each optimizer step, so per-step peaks are exact.
+    /// Reset PyTorch's peak counters at each record, so per-record peaks are exact (the program's own
+    /// view of them is kept as if they were never reset).
     pub reset_peaks: bool,
 }
 
-/// One optimizer step as the shim saw it, after the step.
+/// A record of the optimizer's steps as the shim saw it: the numbers after step `step`, and the peaks over
+/// the `steps` steps it covers (the shim records every Nth step when steps are fast, to keep its cost down).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Step {
     pub step: u64,
+    /// Steps this record covers (1: every step recorded).
+    #[serde(default = "one")]
+    pub steps: u64,
     pub at_s: f64,
     pub allocated_bytes: u64,
     pub reserved_bytes: u64,
-    /// Peaks since the previous step (exact when peaks are reset per step; since the start otherwise).
+    /// Peaks over the steps covered (exact when peaks are reset at each record; since the start with
+    /// `--keep-torch-peaks`).
     pub peak_allocated_bytes: u64,
     pub peak_reserved_bytes: u64,
     pub alloc_retries: u64,
@@ -49,7 +60,11 @@ pub struct Step {
     pub device_frees: u64,
 }
 
-/// Bounded step log: keeps every `stride`-th step, doubling the stride when full.
+fn one() -> u64 {
+    1
+}
+
+/// Bounded step log: keeps every `stride`-th record, doubling the stride when full.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepLog {
     pub steps: Vec<Step>,
@@ -97,6 +112,14 @@ pub struct TorchProc {
     pub device_allocs: u64,
     pub device_frees: u64,
     pub steps: StepLog,
+    /// Optimizer steps seen (the last record's step number).
+    pub last_step: u64,
+    /// Steps per record the shim settled on last.
+    pub record_every: u64,
+    /// The shim's measured cost over its records, and the time of the steps those records covered, in µs
+    /// (each message carries the previous record's cost).
+    pub shim_cost_us: u64,
+    pub covered_us: u64,
 }
 
 /// The allocator's state at an OOM, from PyTorch's OOM observer (before the exception unwinds).
@@ -188,9 +211,18 @@ impl TorchTimeline {
                 p.ooms = p.ooms.max(u(&v, "no"));
                 p.device_allocs = p.device_allocs.max(u(&v, "nda"));
                 p.device_frees = p.device_frees.max(u(&v, "ndf"));
+                if matches!(kind, "step" | "s") {
+                    p.last_step = p.last_step.max(u(&v, "step"));
+                }
                 if kind == "step" {
+                    p.record_every = u(&v, "n").max(1);
+                    if u(&v, "c") > 0 {
+                        p.shim_cost_us += u(&v, "c");
+                        p.covered_us += u(&v, "n").max(1) * u(&v, "p");
+                    }
                     p.steps.push(Step {
                         step: u(&v, "step"),
+                        steps: u(&v, "n").max(1),
                         at_s: t.unwrap_or(0.0),
                         allocated_bytes: a,
                         reserved_bytes: r,
@@ -236,13 +268,12 @@ impl Channel {
         settings: ShimSettings,
         start_wall: SystemTime,
         pythonpath: Option<&std::ffi::OsStr>,
+        tmpdir: &std::path::Path,
     ) -> std::io::Result<(Channel, Vec<(String, OsString)>)> {
-        let dir = tempfile::Builder::new().prefix("gpudoc-").tempdir()?;
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )?;
-        std::fs::write(dir.path().join("sitecustomize.py"), SHIM)?;
+        let dir = private_dir(tmpdir)?;
+        for (name, text) in SHIM {
+            std::fs::write(dir.path().join(name), text)?;
+        }
         let fifo = dir.path().join("torch.pipe");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
         // Read-write, so the pipe never reports end-of-file while no writer is open.
@@ -260,10 +291,6 @@ impl Channel {
             (
                 "GPUDOC_TORCH_PIPE".to_string(),
                 fifo.clone().into_os_string(),
-            ),
-            (
-                "GPUDOC_TORCH_INTERVAL".to_string(),
-                settings.interval.as_secs_f64().to_string().into(),
             ),
             (
                 "GPUDOC_TORCH_RESET_PEAKS".to_string(),
@@ -295,6 +322,24 @@ impl Channel {
         self.reader.thread().unpark();
         self.reader.join().unwrap_or_default()
     }
+}
+
+/// A private folder (mode 0700) for the shim. Its path goes on PYTHONPATH, where `:` separates entries:
+/// a TMPDIR with one in it is passed over for /tmp.
+fn private_dir(tmp: &std::path::Path) -> std::io::Result<tempfile::TempDir> {
+    let base = if tmp.to_string_lossy().contains(':') {
+        std::path::PathBuf::from("/tmp")
+    } else {
+        tmp.to_path_buf()
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("gpudoc-")
+        .tempdir_in(base)?;
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )?;
+    Ok(dir)
 }
 
 /// How often the pipe is emptied. Reading in batches, not on every line, keeps gpudoc's wake-ups few when
@@ -361,6 +406,7 @@ mod tests {
         for i in 1..=100_000u64 {
             log.push(Step {
                 step: i,
+                steps: 1,
                 at_s: i as f64,
                 allocated_bytes: i,
                 reserved_bytes: i,

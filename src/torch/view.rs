@@ -43,10 +43,16 @@ pub struct TorchProcReport {
     pub ooms: u64,
     pub device_allocs: u64,
     pub device_frees: u64,
-    /// Optimizer steps seen, and the recorded ones (every `step_stride`-th when there were many).
+    /// Optimizer steps seen, and the records of them (each covering `steps` steps; past 4096 records,
+    /// every `step_stride`-th is kept).
     pub steps_total: u64,
     pub step_stride: u64,
     pub steps: Vec<Step>,
+    /// Steps per record the shim settled on (1: every step), and its measured share of the step time.
+    #[serde(default)]
+    pub record_every: u64,
+    #[serde(default)]
+    pub shim_cost_pct: Option<f64>,
 }
 
 /// Window, in µs, over which the two views are matched.
@@ -91,9 +97,12 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                 ooms: p.ooms,
                 device_allocs: p.device_allocs,
                 device_frees: p.device_frees,
-                steps_total: p.steps.total,
+                steps_total: p.last_step.max(p.steps.total),
                 step_stride: p.steps.stride.max(1),
                 steps: p.steps.steps.clone(),
+                record_every: p.record_every.max(1),
+                shim_cost_pct: (p.covered_us > 0)
+                    .then(|| p.shim_cost_us as f64 * 100.0 / p.covered_us as f64),
             }
         })
         .collect();

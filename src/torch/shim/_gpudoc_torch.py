@@ -1,0 +1,394 @@
+"""gpudoc's shim, the part loaded when the program imports torch (sitecustomize.py, beside it, watches
+for that). It costs the program nothing it could measure:
+
+- No thread, no timer. It samples PyTorch's caching allocator from the optimizer's step hook, at CUDA
+  initialisation, at an out-of-memory failure (PyTorch's OOM observer) and at exit.
+- Its cost is bounded by design: one statistics read per device in use per record, and records are taken
+  every Nth step, N chosen from its own measured cost and the step time so that its share of the step time
+  stays under BUDGET. Each record's peaks are exact over the steps it covers (the allocator's peak
+  counters are reset at each record), and the program's own view of those counters is kept as if they
+  were never reset.
+- It never changes what the program sees: no exception, warning, signal or output of its own; writes go
+  to gpudoc's pipe only, checked to still be that pipe, with SIGPIPE held off; any failure makes it go
+  quiet and is reported to gpudoc.
+"""
+import functools
+import json
+import os
+import signal
+import time
+
+# Share of the step time the shim aims at, with room under the 0.5% gpudoc promises.
+BUDGET = 0.003
+# Records further apart than this many steps are not made.
+MAX_STRIDE = 4096
+# The devices in use are looked for again every this many records.
+RESCAN_EVERY = 64
+
+
+class _State(object):
+    period = 0.0
+    last_cost = 0.0
+    dead = False
+    cuda = False
+    torch = None
+    pipe = os.environ.get("GPUDOC_TORCH_PIPE", "")
+    reset_peaks = os.environ.get("GPUDOC_TORCH_RESET_PEAKS", "1") == "1"
+    fd = None
+    fd_id = None
+    tail = ""
+    records = 0
+    last_step = 0
+    last_t = 0.0
+    cost = 0.0
+    devices = None
+    uuids = {}
+    # Per device: the peaks since the program last reset them, over gpudoc's own resets.
+    held = {}
+    # Per device: (allocated, reserved) peaks the program's own reset would have erased mid-record.
+    folded = {}
+
+
+S = _State()
+# [steps seen, step of the next record]: a list, so the hook's fast path is two index operations.
+STEP = [0, 1]
+
+
+def _rank_field(name, value):
+    if value is None:
+        return ""
+    if value and all("0" <= c <= "9" for c in value):
+        return ',"%s":%d' % (name, int(value))
+    return ',"%s":%s' % (name, json.dumps(value))
+
+
+def _identify():
+    """The fields every message carries: who sent it."""
+    S.tail = (
+        ',"pid":%d' % os.getpid()
+        + _rank_field("rank", os.environ.get("RANK"))
+        + _rank_field("local_rank", os.environ.get("LOCAL_RANK"))
+        + "}\n"
+    )
+
+
+def _open():
+    fd = os.open(S.pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    S.fd, S.fd_id = fd, (st.st_dev, st.st_ino)
+
+
+def _still_ours():
+    """The descriptor is still gpudoc's pipe: a program may close it and open its own file in its place."""
+    try:
+        st = os.fstat(S.fd)
+        return (st.st_dev, st.st_ino) == S.fd_id
+    except OSError:
+        return False
+
+
+def _send(body):
+    """Writes one message (under PIPE_BUF, so processes writing at once never interleave)."""
+    if S.dead:
+        return
+    data = (body + S.tail).encode()
+    if len(data) > 4000:
+        return
+    try:
+        if S.fd is None or not _still_ours():
+            _open()
+    except OSError:
+        S.dead = True
+        return
+    # A program that restored SIGPIPE's default would die writing to a pipe gpudoc has left.
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+    try:
+        os.write(S.fd, data)
+    except BlockingIOError:
+        pass  # gpudoc is behind: this record is dropped, the program is never held up
+    except OSError:
+        S.dead = True
+        if signal.SIGPIPE not in old:
+            signal.sigtimedwait({signal.SIGPIPE}, 0)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _fail(where, exc):
+    try:
+        _send('{"k":"error","where":%s,"error":%s' % (
+            json.dumps(where), json.dumps("%s: %s" % (type(exc).__name__, exc))))
+    except Exception:
+        pass
+    S.dead = True
+
+
+def _peaks(stats, path=()):
+    """Every peak in the nested statistics, by path."""
+    out = {}
+    for k, v in stats.items():
+        if type(v) is dict:
+            if "peak" in v:
+                out[path + (k,)] = v["peak"]
+            else:
+                out.update(_peaks(v, path + (k,)))
+    return out
+
+
+def _keep(device, stats):
+    """Remembers the peaks a reset is about to erase, for the program's view."""
+    held = S.held.setdefault(device, {})
+    for path, peak in _peaks(stats).items():
+        if peak > held.get(path, 0):
+            held[path] = peak
+
+
+def _cur(stats, key):
+    return stats.get(key, {}).get("all", {}).get("current", 0)
+
+
+def _peak(stats, key):
+    return stats.get(key, {}).get("all", {}).get("peak", 0)
+
+
+def _numbers(stats, device):
+    fold = S.folded.pop(device, (0, 0))
+    return '"dev":%d,"t":%.6f,"a":%d,"r":%d,"pa":%d,"pr":%d,"i":%d,"nr":%d,"no":%d,"nda":%d,"ndf":%d' % (
+        device,
+        time.time(),
+        _cur(stats, "allocated_bytes"),
+        _cur(stats, "reserved_bytes"),
+        max(_peak(stats, "allocated_bytes"), fold[0]),
+        max(_peak(stats, "reserved_bytes"), fold[1]),
+        _cur(stats, "inactive_split_bytes"),
+        stats.get("num_alloc_retries", 0),
+        stats.get("num_ooms", 0),
+        stats.get("num_device_alloc", 0),
+        stats.get("num_device_free", 0),
+    )
+
+
+def _uuid(device):
+    if device not in S.uuids:
+        try:
+            u = str(S.torch.cuda.get_device_properties(device).uuid)
+            S.uuids[device] = u if u.startswith("GPU-") else "GPU-" + u
+        except Exception:
+            S.uuids[device] = None
+        if S.uuids[device]:
+            return ',"uuid":"%s"' % S.uuids[device]
+    return ""
+
+
+def _devices():
+    """The devices this process has allocated on (reading a device's statistics creates no context)."""
+    if S.devices is None or S.records % RESCAN_EVERY == 0:
+        stats = S.orig_stats
+        S.devices = [
+            d for d in range(S.torch.cuda.device_count()) if stats(d).get("num_device_alloc", 0)
+        ]
+    return S.devices
+
+
+def _record(step, covered, kind="step"):
+    """One record per device in use: the numbers now and the peaks over the steps since the last one."""
+    for d in _devices():
+        stats = S.orig_stats(d)
+        body = '{"k":"%s","step":%d,"n":%d,%s%s,"c":%d,"p":%d' % (
+            kind, step, covered, _numbers(stats, d), _uuid(d), S.last_cost * 1e6, S.period * 1e6)
+        if S.reset_peaks and kind == "step":
+            _keep(d, stats)
+            S.orig_reset(d)
+        _send(body)
+
+
+
+def _on_step(optimizer, args, kwargs):
+    """The optimizer's step post-hook. Most steps only count; every Nth is recorded."""
+    STEP[0] += 1
+    if STEP[0] < STEP[1]:
+        return
+    if S.dead or not S.cuda:
+        STEP[1] = STEP[0] + 1
+        return
+    t0 = time.perf_counter()
+    try:
+        covered = STEP[0] - S.last_step
+        if S.last_step:
+            S.period = (t0 - S.last_t) / covered
+        _record(STEP[0], covered)
+        S.records += 1
+    except Exception as e:
+        _fail("step hook", e)
+        return
+    t1 = time.perf_counter()
+    cost = t1 - t0
+    # The first record pays once for what later ones don't (the device list, its UUID): not counted.
+    if S.records > 1:
+        S.cost = cost if S.cost == 0 else 0.8 * S.cost + 0.2 * cost
+        S.last_cost = cost
+    stride = 1
+    if S.period > 0:
+        stride = min(MAX_STRIDE, max(1, int(S.cost / (BUDGET * S.period)) + 1))
+    S.last_step, S.last_t = STEP[0], t1
+    STEP[1] = STEP[0] + stride
+
+
+def _user_stats(device):
+    """torch._C._cuda_memoryStats as the program sees it: peaks since its own last reset."""
+    stats = S.orig_stats(device)
+    held = S.held.get(device)
+    if held:
+        for path, peak in held.items():
+            node = stats
+            for k in path:
+                node = node.get(k) if type(node) is dict else None
+                if node is None:
+                    break
+            if type(node) is dict and peak > node.get("peak", 0):
+                node["peak"] = peak
+    return stats
+
+
+def _user_reset(device):
+    """torch._C._cuda_resetPeakMemoryStats as the program calls it: its view starts again; gpudoc's
+    record in progress keeps what the reset erases."""
+    try:
+        stats = S.orig_stats(device)
+        before = S.folded.get(device, (0, 0))
+        S.folded[device] = (
+            max(before[0], _peak(stats, "allocated_bytes")),
+            max(before[1], _peak(stats, "reserved_bytes")),
+        )
+        S.held.pop(device, None)
+    except Exception:
+        pass
+    return S.orig_reset(device)
+
+
+def _on_oom(device, alloc, device_allocated, device_free):
+    """PyTorch's OOM observer, called before the exception unwinds."""
+    try:
+        stats = S.orig_stats(device)
+        _send('{"k":"oom","alloc":%d,"device_allocated":%d,"device_free":%d,%s%s' % (
+            alloc, device_allocated, device_free, _numbers(stats, device), _uuid(device)))
+    except Exception as e:
+        _fail("oom observer", e)
+
+
+def _on_cuda_init():
+    """Runs once PyTorch has initialised CUDA (queued with torch.cuda._lazy_call). Never raises: an error
+    here would surface in the program as a failed CUDA call."""
+    try:
+        torch = S.torch
+        S.cuda = True
+        try:
+            torch._C._cuda_attach_out_of_memory_observer(_on_oom)
+        except Exception:
+            pass  # no observer in this torch: the OOM text still reaches gpudoc
+        _send('{"k":"hello","torch":%s,"budget":%s' % (
+            json.dumps(getattr(torch, "__version__", "?")), BUDGET))
+    except Exception as e:
+        _fail("cuda init", e)
+
+
+def _on_exit():
+    """A last record at exit: what the program holds at its end, and its peaks."""
+    try:
+        if S.cuda and not S.dead:
+            _record(STEP[0], STEP[0] - S.last_step, "s")
+    except Exception as e:
+        _fail("exit", e)
+
+
+def _on_fork():
+    """A forked child is a process of its own: its own messages, its own descriptor, its own steps."""
+    try:
+        if S.fd is not None and _still_ours():
+            os.close(S.fd)
+    except OSError:
+        pass
+    S.fd = S.fd_id = None
+    STEP[0], STEP[1] = 0, 1
+    S.last_step = S.records = 0
+    S.devices = None
+    _identify()
+
+
+def _install(torch):
+    """Puts the hooks in place once torch is imported."""
+    S.torch = torch
+    _identify()
+    C = torch._C
+    S.orig_stats = C._cuda_memoryStats
+    S.orig_reset = C._cuda_resetPeakMemoryStats
+    if S.reset_peaks:
+        C._cuda_memoryStats = _user_stats
+        C._cuda_resetPeakMemoryStats = _user_reset
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(_on_step)
+    except Exception:
+        pass  # torch < 2.0: no global step hook; init, OOM and exit are still seen
+    torch.cuda._lazy_call(_on_cuda_init)
+    import atexit
+
+    atexit.register(_on_exit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_on_fork)
+
+
+def _after_import(module):
+    try:
+        _install(module)
+    except Exception as e:
+        _fail("start", e)
+
+
+# The loader's methods run the module through this; its frames are importlib's own to Python, so a
+# failing `import torch` shows the program exactly the traceback it would without gpudoc.
+_HIDDEN = """
+def _call_with_frames_removed(real, after, restore, module):
+    try:
+        real(module)
+    finally:
+        restore()
+    after(module)
+"""
+_HIDDEN_LOAD = """
+def _call_with_frames_removed(real, after, restore, fullname):
+    try:
+        module = real(fullname)
+    finally:
+        restore()
+    after(module)
+    return module
+"""
+
+
+def _hidden(src):
+    ns = {}
+    exec(compile(src, "<frozen importlib._bootstrap>", "exec"), ns)
+    return ns["_call_with_frames_removed"]
+
+
+def hook_loader(spec):
+    """Makes torch's loader call back once torch's module has run (exec_module, or an old loader's
+    load_module), and then forget it did."""
+    loader = spec.loader
+    if not hasattr(loader, "__dict__"):
+        return
+    name, src = ("exec_module", _HIDDEN) if hasattr(loader, "exec_module") else ("load_module", _HIDDEN_LOAD)
+    if not hasattr(loader, name):
+        return
+    missing = object()
+    before = loader.__dict__.get(name, missing)
+
+    def restore():
+        if before is missing:
+            loader.__dict__.pop(name, None)
+        else:
+            loader.__dict__[name] = before
+
+    setattr(loader, name, functools.partial(_hidden(src), getattr(loader, name), _after_import, restore))

@@ -1,0 +1,394 @@
+//! The shim is invisible to the program: each way it once changed or broke one (issue 12), checked
+//! against the same program without gpudoc (`--no-torch`) or bare. The fake `torch` stands in for PyTorch.
+
+mod common;
+
+use common::{Machine, fake_torch, read_json};
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs `python3 SCRIPT` under `gpudoc run [extra]` with the fake torch on PYTHONPATH.
+fn under(m: &Machine, extra: &[&str], script: &Path, env: &[(&str, &str)]) -> Output {
+    m.gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .envs(env.iter().copied())
+        .arg("run")
+        .args(["-q", "--json"])
+        .arg(m.path("r.json"))
+        .args(extra)
+        .args(["--", "python3"])
+        .arg(script)
+        .output()
+        .unwrap()
+}
+
+fn bare(script: &Path, env: &[(&str, &str)]) -> Output {
+    Command::new("python3")
+        .env("PYTHONPATH", fake_torch())
+        .envs(env.iter().copied())
+        .arg(script)
+        .output()
+        .unwrap()
+}
+
+fn write(m: &Machine, name: &str, text: &str) -> std::path::PathBuf {
+    let p = m.path(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn the_programs_own_peaks_are_what_they_would_be_without_gpudoc() {
+    let m = Machine::h200s(1);
+    let script = write(
+        &m,
+        "peaks.py",
+        r#"
+import torch
+torch.cuda.init()
+opt = torch.optim.SGD()
+MiB = 1 << 20
+torch.cuda._alloc(1024 * MiB)
+for i in range(20):
+    torch.cuda._alloc(4096 * MiB); torch.cuda._free(4096 * MiB)
+    opt.step()
+    if i == 10:
+        print("mid", torch.cuda.max_memory_allocated() // MiB)
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda._alloc(512 * MiB); torch.cuda._free(512 * MiB)
+        print("after reset", torch.cuda.max_memory_allocated() // MiB)
+print("end", torch.cuda.max_memory_allocated() // MiB, torch.cuda.memory_stats()["reserved_bytes.all.peak"] // MiB)
+"#,
+    );
+    let b = bare(&script, &[]);
+    let g = under(&m, &[], &script, &[]);
+    assert!(b.status.success() && g.status.success(), "{}", text(&g));
+    assert_eq!(
+        String::from_utf8_lossy(&g.stdout),
+        String::from_utf8_lossy(&b.stdout)
+    );
+    assert!(String::from_utf8_lossy(&b.stdout).contains("end 5120 5120"));
+    // And gpudoc still saw each step's own peak.
+    let r = read_json(&m.path("r.json"));
+    let steps = r["torch"]["processes"][0]["steps"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        steps
+            .iter()
+            .all(|s| s["peak_allocated_bytes"] == 5120u64 << 20),
+        "{steps:?}"
+    );
+}
+
+#[test]
+fn nested_gpudoc_and_delegating_finders_import_torch_once() {
+    let m = Machine::h200s(1);
+    // A finder that asks every other finder in turn, as tracers' import hooks do.
+    let script = write(
+        &m,
+        "finder.py",
+        r#"
+import sys
+class Delegating:
+    def find_spec(self, name, path=None, target=None):
+        for f in sys.meta_path:
+            if f is self or not hasattr(f, "find_spec"):
+                continue
+            spec = f.find_spec(name, path, target)
+            if spec is not None:
+                return spec
+        return None
+sys.meta_path.insert(0, Delegating())
+import torch
+print(len(sys.meta_path), sum(1 for f in sys.meta_path if getattr(f, "_gpudoc", False)))
+"#,
+    );
+    let g = under(&m, &[], &script, &[]);
+    assert!(g.status.success(), "{}", text(&g));
+    let bare_len: usize = String::from_utf8_lossy(&bare(&script, &[]).stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&g.stdout).trim(),
+        format!("{} 1", bare_len + 1),
+        "one gpudoc finder, no growth"
+    );
+    // gpudoc under gpudoc: the inner shim only; torch imports fine.
+    let inner = common::gpudoc_bin();
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .args(["run", "-q", "--"])
+        .arg(&inner)
+        .args(["run", "-q", "--", "python3", "-c"])
+        .arg("import sys, torch; print(sum(1 for f in sys.meta_path if getattr(f, '_gpudoc', False)))")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+}
+
+#[test]
+fn a_program_that_reuses_descriptors_gets_nothing_in_its_files() {
+    let m = Machine::h200s(1);
+    let log = m.path("train.log");
+    let script = write(
+        &m,
+        "fds.py",
+        &format!(
+            r#"
+import os, torch
+torch.cuda.init()
+opt = torch.optim.SGD()
+torch.cuda._alloc(1 << 20)
+opt.step()
+os.closerange(3, 1024)
+log = open({log:?}, "w")
+for i in range(5):
+    opt.step()
+log.write("only the program's own line\n")
+log.close()
+"#
+        ),
+    );
+    let g = under(&m, &[], &script, &[]);
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "only the program's own line\n"
+    );
+}
+
+#[test]
+fn sigpipe_restored_never_kills_the_program_when_gpudoc_is_gone() {
+    let m = Machine::h200s(1);
+    let done = m.path("done");
+    let trainer = write(
+        &m,
+        "trainer.py",
+        &format!(
+            r#"
+import signal, time, torch
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+torch.cuda.init()
+opt = torch.optim.SGD()
+torch.cuda._alloc(1 << 20)
+for i in range(30):
+    opt.step()
+    time.sleep(0.05)
+open({done:?}, "w").write("finished")
+"#
+        ),
+    );
+    // The trainer runs on in the background after the command (and gpudoc) have ended.
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .args(["run", "-q", "--", "sh", "-c"])
+        .arg(format!("python3 {} & sleep 0.4", trainer.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    for _ in 0..100 {
+        if done.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&done).unwrap_or_default(),
+        "finished",
+        "the trainer was killed once gpudoc had left"
+    );
+}
+
+#[test]
+fn odd_ranks_and_a_failing_import_are_the_programs_own() {
+    let m = Machine::h200s(1);
+    let script = write(
+        &m,
+        "rank.py",
+        "import torch\ntorch.cuda.init()\nopt = torch.optim.SGD()\ntorch.cuda._alloc(1 << 20)\nopt.step()\nprint('ok')\n",
+    );
+    let g = under(&m, &[], &script, &[("RANK", "²")]);
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(String::from_utf8_lossy(&g.stdout), "ok\n");
+
+    // A torch whose import fails: the traceback is exactly the one without gpudoc.
+    let broken = m.path("broken");
+    std::fs::create_dir_all(broken.join("torch")).unwrap();
+    std::fs::write(
+        broken.join("torch/__init__.py"),
+        "def f():\n    raise ValueError('no torch here')\nf()\n",
+    )
+    .unwrap();
+    let script = write(&m, "imp.py", "import torch\n");
+    let env = [("PYTHONPATH", broken.to_str().unwrap())];
+    let b = Command::new("python3")
+        .envs(env)
+        .arg(&script)
+        .output()
+        .unwrap();
+    let g = m
+        .gpudoc()
+        .envs(env)
+        .args(["run", "-q", "--", "python3"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(g.status.code(), b.status.code());
+    assert_eq!(
+        String::from_utf8_lossy(&g.stderr),
+        String::from_utf8_lossy(&b.stderr),
+        "the same traceback, no shim frame in it"
+    );
+}
+
+#[test]
+fn fork_children_that_import_torch_are_seen_and_forked_descriptors_are_dropped() {
+    let m = Machine::h200s(1);
+    let script = write(
+        &m,
+        "fork.py",
+        r#"
+import os, sys
+pid = os.fork()
+if pid == 0:
+    import torch
+    torch.cuda.init()
+    opt = torch.optim.SGD()
+    torch.cuda._alloc(1 << 20)
+    for _ in range(3):
+        opt.step()
+    sys.exit(0)
+os.waitpid(pid, 0)
+import torch
+torch.cuda.init()
+opt = torch.optim.SGD()
+torch.cuda._alloc(1 << 20)
+for _ in range(2):
+    opt.step()
+"#,
+    );
+    let g = under(&m, &[], &script, &[]);
+    assert!(g.status.success(), "{}", text(&g));
+    let r = read_json(&m.path("r.json"));
+    let mut steps: Vec<u64> = r["torch"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["steps_total"].as_u64().unwrap())
+        .collect();
+    steps.sort();
+    assert_eq!(
+        steps,
+        vec![2, 3],
+        "the parent and its forked child, each with its own steps"
+    );
+}
+
+#[test]
+fn the_environments_sitecustomize_runs_even_without_the_pipe() {
+    let m = Machine::h200s(1);
+    let site = m.path("site");
+    std::fs::create_dir(&site).unwrap();
+    let marker = m.path("marker");
+    std::fs::write(
+        site.join("sitecustomize.py"),
+        format!("open({:?}, 'a').write('ran ')\n", marker.to_str().unwrap()),
+    )
+    .unwrap();
+    // A tool that keeps PYTHONPATH but drops gpudoc's other variables (tox, sudo's allow-lists).
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", &site)
+        .args([
+            "run",
+            "-q",
+            "--",
+            "env",
+            "-u",
+            "GPUDOC_TORCH_PIPE",
+            "python3",
+            "-c",
+            "pass",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ran ");
+}
+
+#[test]
+fn a_tmpdir_with_a_colon_puts_nothing_odd_on_sys_path() {
+    let m = Machine::h200s(1);
+    let odd = m.path("a:b");
+    std::fs::create_dir(&odd).unwrap();
+    let out = m
+        .gpudoc()
+        .env("TMPDIR", &odd)
+        .args(["run", "-q", "--", "python3", "-c"])
+        .arg("import sys; print([p for p in sys.path if 'a:b' in p or p.endswith('/a')])")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+}
+
+#[test]
+fn a_loader_with_only_load_module_is_still_seen() {
+    let m = Machine::h200s(1);
+    let script = write(
+        &m,
+        "legacy.py",
+        &format!(
+            r#"
+import importlib.util, sys
+class Legacy:
+    def load_module(self, fullname):
+        spec = importlib.util.spec_from_file_location(
+            "torch", {init:?}, submodule_search_locations=[{dir:?}])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["torch"] = module
+        spec.loader.exec_module(module)
+        return module
+class Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            return importlib.util.spec_from_loader("torch", Legacy())
+sys.meta_path.insert(1, Finder())
+import torch
+torch.cuda.init()
+opt = torch.optim.SGD()
+torch.cuda._alloc(1 << 20)
+opt.step()
+"#,
+            init = fake_torch().join("torch/__init__.py"),
+            dir = fake_torch().join("torch"),
+        ),
+    );
+    let out = m
+        .gpudoc()
+        .args(["run", "-q", "--json"])
+        .arg(m.path("r.json"))
+        .args(["--", "python3"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r = read_json(&m.path("r.json"));
+    assert_eq!(r["torch"]["processes"][0]["steps_total"], 1, "{r:#}");
+}
