@@ -3,6 +3,7 @@
 //! `torch` (the shim) → `timeline` → `report` → `rules` → `gate` → `summary` / `output`. Every stage after
 //! the spawn takes data and returns data; dependencies point down (a test checks there is no cycle).
 
+pub mod analysis;
 pub mod cli;
 pub mod commands;
 pub mod compare;

@@ -3,10 +3,11 @@
 //! parent died is re-parented to gpudoc and stays in the job.
 
 use procfs::process::Process;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// The facts gpudoc keeps about a process.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcInfo {
     pub pid: u32,
     pub ppid: u32,
@@ -15,6 +16,7 @@ pub struct ProcInfo {
     pub uid: Option<u32>,
     pub cmdline: String,
     /// It has exited and waits for its parent to reap it.
+    #[serde(default)]
     pub zombie: bool,
 }
 

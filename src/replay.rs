@@ -1,29 +1,43 @@
 //! `gpudoc report FILE`: diagnose a saved run again: a report (`--json` of `gpudoc run`) or a trace
-//! (`--trace FILE.jsonl`, with the command's captured output for its OOM text, if any), with the rules in
-//! force now. A rule can be developed and checked on recorded runs this way.
+//! (`--trace FILE.jsonl`), with the rules in force now. A trace is rebuilt into the run's evidence and
+//! analyzed by the same stage as the run ([`crate::analysis`]), so it gives the run's own OOM,
+//! classification and diagnoses; a trace without an end row (cut short, or from an older gpudoc) says what
+//! it does not know instead of inventing it.
 
-use crate::gpu::GpuInfo;
+use crate::analysis::{self, EndRow, Evidence};
+use crate::gpu::{GpuInfo, NvmlStatus};
 use crate::oom::{self, HostOom, scan::Scanner};
-use crate::report::{Inputs, Report};
+use crate::report::Report;
+use crate::rules::RuleSet;
 use crate::sample::Rates;
-use crate::supervise::{Outcome, ProcessEnd, Stream};
+use crate::supervise::Stream;
 use crate::timeline::{GpuTimeline, Lost, Micros, ProcTimeline, Series, Timeline};
-use crate::trace::SCHEMA;
+use crate::torch::TorchTimeline;
+use crate::trace::{OLD_SCHEMAS as OLD_TRACES, SCHEMA};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
-use std::time::Duration;
 
-/// Reads a report or rebuilds one from a trace.
-pub fn load(file: &Path, output: Option<&Path>) -> Result<Report, String> {
+/// Report schemas this gpudoc still reads (their missing fields take their defaults).
+const OLD_REPORTS: &[&str] = &["gpudoc.report/1"];
+
+/// Reads a report or rebuilds one from a trace, diagnosed with `rules`. `output`: the command's captured
+/// output, scanned for OOM text (for a trace from before gpudoc recorded what it found).
+pub fn load(file: &Path, output: Option<&Path>, rules: &RuleSet) -> Result<Report, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let first = text.lines().next().unwrap_or("");
-    if first.contains("\"gpudoc.trace/1\"") || first.contains("\"kind\"") {
-        return from_trace(file, output);
+    if first.contains("\"kind\"") {
+        return from_trace(file, output, rules);
     }
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a report or trace: {e}", file.display()))?;
-    match value.get("schema").and_then(|s| s.as_str()) {
-        Some(crate::report::SCHEMA) => {}
+    let schema = value
+        .get("schema")
+        .and_then(|s| s.as_str())
+        .map(String::from);
+    let old = match schema.as_deref() {
+        Some(crate::report::SCHEMA) => false,
+        Some(s) if OLD_REPORTS.contains(&s) => true,
         Some(other) => {
             return Err(format!(
                 "{}: schema {other}, this gpudoc reads {}",
@@ -37,68 +51,92 @@ pub fn load(file: &Path, output: Option<&Path>) -> Result<Report, String> {
                 file.display()
             ));
         }
+    };
+    let mut report: Report =
+        serde_json::from_value(value).map_err(|e| format!("{}: {e}", file.display()))?;
+    if output.is_some() {
+        return Err(format!(
+            "{}: --output goes with a trace; a report already holds what the output said",
+            file.display()
+        ));
     }
-    serde_json::from_value(value).map_err(|e| format!("{}: {e}", file.display()))
+    if old {
+        // Upgraded: written again, it is a report of this schema, with the note.
+        report.notes.push(format!(
+            "written as {}: what that version did not record is shown as unknown",
+            schema.unwrap_or_default()
+        ));
+        report.schema = crate::report::SCHEMA.into();
+    }
+    crate::rules::diagnose(&mut report, rules);
+    Ok(report)
 }
 
-fn from_trace(file: &Path, output: Option<&Path>) -> Result<Report, String> {
-    let (header, timeline) = load_trace(file).map_err(|e| e.to_string())?;
-    let mut scanner = Scanner::new();
-    if let Some(out) = output {
-        let bytes = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()))?;
-        let at = (oom::replay_time(&timeline) * 1e6) as u64;
-        scanner.feed(Stream::Stderr, &bytes, at);
-        scanner.finish(at);
-    }
-    let end = timeline
-        .gpus
-        .iter()
-        .map(|g| g.used.last_at())
-        .max()
-        .unwrap_or(0);
-    // A trace does not record how the command ended: an OOM text means it failed.
-    let code = if scanner.events.is_empty() { 0 } else { 1 };
-    let outcome = Outcome {
-        end: ProcessEnd::Exited(code),
-        duration: Duration::from_micros(end),
-        escalated: false,
-        terminate: false,
-        forwarded: Vec::new(),
+fn from_trace(file: &Path, output: Option<&Path>, rules: &RuleSet) -> Result<Report, String> {
+    let trace = load_trace(file).map_err(|e| e.to_string())?;
+    let end = trace.end.clone();
+    let mut notes = Vec::new();
+    let scanner = match (output, &end) {
+        (Some(out), _) => {
+            let bytes = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()))?;
+            let at = (oom::replay_time(&trace.timeline) * 1e6) as u64;
+            let mut s = Scanner::new();
+            s.feed(Stream::Stderr, &bytes, at);
+            s.finish(at);
+            notes.push(format!("OOM text read from {}", out.display()));
+            s
+        }
+        (None, Some(e)) => e.scanner(),
+        (None, None) => Scanner::new(),
     };
-    let (mut ending, oom, _) = oom::classify(&oom::Evidence {
-        end: outcome.end,
-        scanner: &scanner,
-        timeline: &timeline,
-        host: HostOom::default(),
-    });
-    if oom.is_none() {
-        ending = oom::Ending::Unknown;
-    }
-    let gpus: Vec<_> = timeline.gpus.iter().map(|g| g.info.clone()).collect();
-    let torch = crate::torch::view::build(&Default::default(), &timeline, &gpus, false);
-    let r = Report::build(Inputs {
-        command: header.command,
-        started_unix_s: header.unix_s,
-        outcome: &outcome,
-        nvml: header.nvml.unwrap_or(crate::gpu::NvmlStatus {
-            available: true,
-            ..Default::default()
-        }),
-        rates: Rates::default(),
-        timeline: &timeline,
-        leftovers: &[],
-        ended: &[],
-        ending,
-        torch,
-        oom,
-        host_oom: None,
-        self_usage: (0.0, 0),
-        notes: vec![format!(
-            "rebuilt from the trace {}: no exit status, no PyTorch view",
-            file.display()
-        )],
-    });
-    Ok(r)
+    let mut timeline = trace.timeline;
+    let ev = match end {
+        Some(e) => {
+            e.complete(&mut timeline);
+            notes.extend(e.notes.iter().cloned());
+            Evidence {
+                command: trace.header.command,
+                started_unix_s: trace.header.unix_s,
+                outcome: e.outcome(),
+                nvml: e.nvml.clone().or(trace.header.nvml).unwrap_or_default(),
+                rates: e.rates(),
+                timeline,
+                torch: (e.torch_enabled || trace.torch.messages > 0).then_some(trace.torch),
+                scanner,
+                host: e.host.clone(),
+                leftovers: e.leftovers.clone(),
+                ended: e.ended.clone(),
+                notes,
+                self_usage: (e.self_cpu_s, e.self_max_rss_bytes),
+            }
+        }
+        None => {
+            notes.push(format!(
+                "rebuilt from the trace {}, which has no end row (cut short, or written by an older \
+                 gpudoc): how the command ended, its leftovers and gpudoc's own costs are unknown",
+                file.display()
+            ));
+            Evidence {
+                command: trace.header.command,
+                started_unix_s: trace.header.unix_s,
+                outcome: None,
+                nvml: trace.header.nvml.unwrap_or(NvmlStatus {
+                    available: true,
+                    ..Default::default()
+                }),
+                rates: Rates::default(),
+                timeline,
+                torch: (trace.torch.messages > 0).then_some(trace.torch),
+                scanner,
+                host: HostOom::default(),
+                leftovers: Vec::new(),
+                ended: Vec::new(),
+                notes,
+                self_usage: (0.0, 0),
+            }
+        }
+    };
+    Ok(analysis::analyze(ev, rules))
 }
 
 /// A trace file that could not be read back.
@@ -114,19 +152,62 @@ pub enum LoadError {
     },
 }
 
-/// What a trace holds besides its timeline.
+/// What a trace's start row holds.
 #[derive(Debug, Clone, Default)]
 pub struct Header {
     pub command: Vec<String>,
     pub unix_s: f64,
     /// NVML's status at the start (traces from before it was recorded have none).
-    pub nvml: Option<crate::gpu::NvmlStatus>,
+    pub nvml: Option<NvmlStatus>,
 }
 
-/// Reads a JSON-lines trace back into a timeline (the command it ran, and its GPUs and processes). The
-/// job's memory per GPU is summed again from the process rows. A corrupt or truncated row is an error that
-/// names the line; a trace cut off mid-line by a crash loses only that line.
-pub fn load_trace(path: &Path) -> Result<(Header, Timeline), LoadError> {
+/// A trace read back: the timeline its rows rebuild, the shim's messages, and its end row if it has one.
+#[derive(Debug, Default)]
+pub struct Trace {
+    pub header: Header,
+    pub timeline: Timeline,
+    pub torch: TorchTimeline,
+    pub end: Option<EndRow>,
+}
+
+/// The job's memory per GPU summed from process rows, for traces without `job` rows (gpudoc.trace/1).
+/// Rows at one instant are summed once they are all in, as the sampler did, so a process leaving as
+/// another arrives never shows as a peak that was not there.
+#[derive(Default)]
+struct JobSums {
+    /// GPU → (time of the open instant, job bytes per pid, the sums so far).
+    open: BTreeMap<u32, (Micros, BTreeMap<u32, u64>, Series)>,
+}
+
+impl JobSums {
+    fn add(&mut self, gpu: u32, at: Micros, pid: u32, used: u64, in_job: bool) {
+        let (when, held, sums) = self.open.entry(gpu).or_default();
+        if *when != at {
+            sums.push(*when, held.values().sum());
+            *when = at;
+        }
+        if in_job {
+            held.insert(pid, used);
+        }
+    }
+
+    /// Gives each GPU without `job` rows its summed series.
+    fn finish(self, t: &mut Timeline) {
+        for (gpu, (at, held, mut sums)) in self.open {
+            sums.push(at, held.values().sum());
+            if let Some(g) = t.gpu_mut(gpu)
+                && g.job.is_empty()
+            {
+                g.job = sums;
+            }
+        }
+    }
+}
+
+/// Reads a JSON-lines trace back. The job's memory per GPU is summed again from the process rows. A
+/// corrupt or truncated row is an error that names the line; a trace cut off mid-line by a crash loses
+/// only that line.
+pub fn load_trace(path: &Path) -> Result<Trace, LoadError> {
     let p = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
         path: p.clone(),
@@ -137,8 +218,8 @@ pub fn load_trace(path: &Path) -> Result<(Header, Timeline), LoadError> {
         line,
         what,
     };
-    let mut timeline = Timeline::default();
-    let mut header = Header::default();
+    let mut trace = Trace::default();
+    let mut sums = JobSums::default();
     let lines: Vec<&str> = text.lines().collect();
     let complete = text.ends_with('\n');
     for (i, line) in lines.iter().enumerate() {
@@ -149,89 +230,102 @@ pub fn load_trace(path: &Path) -> Result<(Header, Timeline), LoadError> {
             Err(_) if n == lines.len() && !complete => break,
             Err(e) => return Err(bad(n, format!("not JSON: {e}"))),
         };
-        let num = |k: &str| {
-            row.get(k)
-                .and_then(|v| v.as_f64())
-                .ok_or_else(|| bad(n, format!("no number `{k}`")))
-        };
-        let at = |r: &serde_json::Value| {
-            r.get("t")
-                .and_then(|v| v.as_f64())
-                .map(|t| (t * 1e6).round() as Micros)
-        };
-        match row.get("kind").and_then(|k| k.as_str()) {
-            Some("start") => {
-                if row.get("schema").and_then(|s| s.as_str()) != Some(SCHEMA) {
-                    return Err(bad(n, format!("not a {SCHEMA} trace")));
-                }
-                header.command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
-                header.unix_s = row["unix_s"].as_f64().unwrap_or(0.0);
-                header.nvml = serde_json::from_value(row["nvml"].clone()).ok();
-                let gpus: Vec<GpuInfo> = serde_json::from_value(row["gpus"].clone())
-                    .map_err(|e| bad(n, format!("bad `gpus`: {e}")))?;
-                timeline.gpus = gpus.into_iter().map(GpuTimeline::new).collect();
-            }
-            Some("device") => {
-                let t = at(&row).ok_or_else(|| bad(n, "no time `t`".into()))?;
-                let gpu = num("gpu")? as u32;
-                let used = num("used")? as u64;
-                let g = timeline
-                    .gpus
-                    .iter_mut()
-                    .find(|g| g.info.index == gpu)
-                    .ok_or_else(|| bad(n, format!("GPU {gpu} is not in the header")))?;
-                g.used.push(t, used);
-                timeline.device_samples += 1;
-            }
-            Some("process") => {
-                let t = at(&row).ok_or_else(|| bad(n, "no time `t`".into()))?;
-                let (gpu, pid, used) =
-                    (num("gpu")? as u32, num("pid")? as u32, num("used")? as u64);
-                let in_job = row.get("in_job").and_then(|v| v.as_bool()).unwrap_or(false);
-                let entry = timeline
-                    .procs
-                    .entry((gpu, pid))
-                    .or_insert_with(|| ProcTimeline {
-                        pid,
-                        gpu,
-                        in_job,
-                        visible: true,
-                        cmdline: String::new(),
-                        uid: None,
-                        used: Series::default(),
-                    });
-                if let Some(c) = row.get("cmdline").and_then(|c| c.as_str()) {
-                    entry.cmdline = c.to_string();
-                }
-                entry.used.push(t, used);
-                let job: u64 = timeline
-                    .procs
-                    .values()
-                    .filter(|p| p.gpu == gpu && p.in_job)
-                    .filter_map(|p| p.used.last())
-                    .sum();
-                if let Some(g) = timeline.gpus.iter_mut().find(|g| g.info.index == gpu) {
-                    g.job.push(t, job);
-                }
-                timeline.process_samples += 1;
-            }
-            Some("lost") => {
-                let t = at(&row).ok_or_else(|| bad(n, "no time `t`".into()))?;
-                let gpu = num("gpu")? as u32;
-                let error = row
-                    .get("error")
-                    .and_then(|e| e.as_str())
-                    .unwrap_or("")
-                    .to_string();
-                if let Some(g) = timeline.gpus.iter_mut().find(|g| g.info.index == gpu) {
-                    g.lost = Some(Lost { at: t, error });
-                }
-            }
-            other => return Err(bad(n, format!("unknown row kind {other:?}"))),
-        }
+        apply_row(&mut trace, &mut sums, &row).map_err(|what| bad(n, what))?;
     }
-    if header.command.is_empty() && timeline.gpus.is_empty() {
+    sums.finish(&mut trace.timeline);
+    if trace.header.command.is_empty() && trace.timeline.gpus.is_empty() {
         return Err(bad(1, format!("no `start` row: not a {SCHEMA} trace")));
     }
-    Ok((header, timeline))
+    Ok(trace)
+}
+
+/// One row of a trace into what is being rebuilt.
+fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: &serde_json::Value) -> Result<(), String> {
+    let num = |k: &str| {
+        row.get(k)
+            .and_then(|v| v.as_f64())
+            .ok_or_else(|| format!("no number `{k}`"))
+    };
+    let at = || {
+        row.get("t")
+            .and_then(|v| v.as_f64())
+            .map(|t| (t * 1e6).round() as Micros)
+            .ok_or_else(|| "no time `t`".to_string())
+    };
+    let timeline = &mut tr.timeline;
+    match row.get("kind").and_then(|k| k.as_str()) {
+        Some("start") => {
+            let schema = row.get("schema").and_then(|s| s.as_str()).unwrap_or("");
+            if schema != SCHEMA && !OLD_TRACES.contains(&schema) {
+                return Err(format!("not a {SCHEMA} trace (schema {schema:?})"));
+            }
+            let h = &mut tr.header;
+            h.command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
+            h.unix_s = row["unix_s"].as_f64().unwrap_or(0.0);
+            h.nvml = serde_json::from_value(row["nvml"].clone()).ok();
+            let gpus: Vec<GpuInfo> = serde_json::from_value(row["gpus"].clone())
+                .map_err(|e| format!("bad `gpus`: {e}"))?;
+            timeline.gpus = gpus.into_iter().map(GpuTimeline::new).collect();
+        }
+        Some("device") => {
+            let (t, gpu, used) = (at()?, num("gpu")? as u32, num("used")? as u64);
+            let g = timeline
+                .gpu_mut(gpu)
+                .ok_or_else(|| format!("GPU {gpu} is not in the header"))?;
+            g.used.push(t, used);
+            timeline.device_samples += 1;
+        }
+        Some("process") => {
+            let t = at()?;
+            let (gpu, pid, used) = (num("gpu")? as u32, num("pid")? as u32, num("used")? as u64);
+            let flag = |k: &str| row.get(k).and_then(|v| v.as_bool());
+            let in_job = flag("in_job").unwrap_or(false);
+            let entry = timeline
+                .procs
+                .entry((gpu, pid))
+                .or_insert_with(|| ProcTimeline {
+                    pid,
+                    gpu,
+                    in_job,
+                    visible: flag("visible").unwrap_or(true),
+                    cmdline: String::new(),
+                    uid: row.get("uid").and_then(|u| u.as_u64()).map(|u| u as u32),
+                    used: Series::default(),
+                });
+            if let Some(c) = row.get("cmdline").and_then(|c| c.as_str()) {
+                entry.cmdline = c.to_string();
+            }
+            entry.used.push(t, used);
+            sums.add(gpu, t, pid, used, in_job);
+            timeline.process_samples += 1;
+        }
+        Some("job") => {
+            let (t, gpu, used) = (at()?, num("gpu")? as u32, num("used")? as u64);
+            let g = timeline
+                .gpu_mut(gpu)
+                .ok_or_else(|| format!("GPU {gpu} is not in the header"))?;
+            g.job.push(t, used);
+        }
+        Some("lost") => {
+            let (t, gpu) = (at()?, num("gpu")? as u32);
+            let error = row.get("error").and_then(|e| e.as_str()).unwrap_or("");
+            if let Some(g) = timeline.gpu_mut(gpu) {
+                g.lost = Some(Lost {
+                    at: t,
+                    error: error.to_string(),
+                });
+            }
+        }
+        Some("torch") => {
+            let m = row.get("m").ok_or("a torch row without its message `m`")?;
+            tr.torch.apply(m.to_string().as_bytes(), tr.header.unix_s);
+        }
+        Some("end") => {
+            let e = serde_json::from_value(row["end"].clone())
+                .map_err(|e| format!("bad end row: {e}"))?;
+            tr.end = Some(e);
+        }
+        other => return Err(format!("unknown row kind {other:?}")),
+    }
+    Ok(())
 }

@@ -10,7 +10,7 @@ use crate::timeline::{GpuTimeline, ProcTimeline, Timeline};
 use serde::{Deserialize, Serialize};
 
 /// The `schema` value of this version of the report.
-pub const SCHEMA: &str = "gpudoc.report/1";
+pub const SCHEMA: &str = "gpudoc.report/2";
 /// Points kept in each GPU's `job_timeline`.
 pub const TIMELINE_POINTS: usize = 120;
 
@@ -50,8 +50,9 @@ pub struct Report {
 /// How the command ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Exit {
-    /// What `gpudoc run` exits with: the child's code, or 128+N for death by signal N.
-    pub code: i32,
+    /// What `gpudoc run` exits with: the child's code, or 128+N for death by signal N; null when nothing
+    /// recorded it (a report rebuilt from a trace that predates gpudoc recording it).
+    pub code: Option<i32>,
     pub signal: Option<i32>,
     pub core_dumped: bool,
     /// gpudoc killed the job after a second Ctrl-C.
@@ -180,7 +181,8 @@ fn secs(t: Micros) -> f64 {
 pub struct Inputs<'a> {
     pub command: Vec<String>,
     pub started_unix_s: f64,
-    pub outcome: &'a Outcome,
+    /// How the command ended; `None` when not recorded.
+    pub outcome: Option<&'a Outcome>,
     pub nvml: NvmlStatus,
     pub rates: Rates,
     pub timeline: &'a Timeline,
@@ -200,7 +202,10 @@ impl Report {
     /// The report of a run: a function of its inputs alone.
     pub fn build(i: Inputs) -> Report {
         let t = i.timeline;
-        let end: Micros = i.outcome.duration.as_micros() as Micros;
+        let end: Micros = match i.outcome {
+            Some(o) => o.duration.as_micros() as Micros,
+            None => t.end(),
+        };
         Report {
             schema: SCHEMA.into(),
             gpudoc_version: env!("CARGO_PKG_VERSION").into(),
@@ -239,22 +244,29 @@ impl Report {
     }
 }
 
-fn exit_of(o: &Outcome, ending: crate::oom::Ending, host_oom: Option<crate::oom::HostOom>) -> Exit {
-    let (code, signal, core_dumped) = match o.end {
-        crate::supervise::ProcessEnd::Exited(c) => (c, None, false),
-        crate::supervise::ProcessEnd::Signaled {
+fn exit_of(
+    o: Option<&Outcome>,
+    ending: crate::oom::Ending,
+    host_oom: Option<crate::oom::HostOom>,
+) -> Exit {
+    let (code, signal, core_dumped) = match o.map(|o| o.end) {
+        Some(crate::supervise::ProcessEnd::Exited(c)) => (Some(c), None, false),
+        Some(crate::supervise::ProcessEnd::Signaled {
             signal,
             core_dumped,
-        } => (128 + signal, Some(signal), core_dumped),
+        }) => (Some(128 + signal), Some(signal), core_dumped),
+        None => (None, None, false),
     };
     Exit {
         code,
         signal,
         core_dumped,
-        killed_by_gpudoc: o.escalated,
+        killed_by_gpudoc: o.is_some_and(|o| o.escalated),
         classification: ending,
         host_oom,
-        forwarded_signals: o.forwarded.iter().map(|&s| signal_name(s)).collect(),
+        forwarded_signals: o
+            .map(|o| o.forwarded.iter().map(|&s| signal_name(s)).collect())
+            .unwrap_or_default(),
     }
 }
 

@@ -8,7 +8,7 @@
 use crate::gpu::{self, Failure, GpuInfo, NvmlStatus};
 use crate::procs::JobCache;
 use crate::timeline::{GpuTimeline, Lost, Micros, ProcTimeline, Series, Timeline};
-use crate::trace::TraceWriter;
+use crate::trace::SharedTrace;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
 use std::collections::BTreeMap;
@@ -74,7 +74,7 @@ pub struct GpuNow {
 #[derive(Default)]
 pub struct Shared {
     pub timeline: Timeline,
-    pub trace: Option<TraceWriter>,
+    pub trace: Option<SharedTrace>,
     /// NVML's status, once the thread has opened it.
     pub nvml: Option<NvmlStatus>,
 }
@@ -154,8 +154,8 @@ impl<'n> Core<'n> {
             }
             Failure::Lost => {
                 if g.lost.is_none() {
-                    if let Some(t) = &mut s.trace {
-                        t.lost(at, g.info.index, &text);
+                    if let Some(t) = &s.trace {
+                        t.lock().unwrap().lost(at, g.info.index, &text);
                     }
                     g.lost = Some(Lost { at, error: text });
                 }
@@ -202,7 +202,7 @@ impl<'n> Core<'n> {
                         changed = true;
                         g.used.thin_to(MAX_POINTS);
                         if let Some(t) = trace {
-                            t.device(at, g.info.index, m.used, m.total);
+                            t.lock().unwrap().device(at, g.info.index, m.used, m.total);
                         }
                     }
                 }
@@ -318,10 +318,12 @@ impl<'n> Core<'n> {
             let first = entry.used.is_empty();
             entry.used.thin_to(MAX_POINTS);
             if entry.used.push(at, bytes)
-                && let Some(t) = trace.as_mut()
+                && let Some(t) = trace.as_ref()
             {
-                let cmdline = first.then_some(entry.cmdline.as_str());
-                t.process(at, gpu, pid, bytes, known.in_job, cmdline);
+                let first = first.then_some(&*entry);
+                t.lock()
+                    .unwrap()
+                    .process(at, gpu, pid, bytes, known.in_job, first);
             }
         }
         // Processes that left this GPU drop to zero.
@@ -329,14 +331,17 @@ impl<'n> Core<'n> {
             if !seen.contains_key(&p.pid)
                 && p.used.last() != Some(0)
                 && p.used.push(at, 0)
-                && let Some(t) = trace.as_mut()
+                && let Some(t) = trace.as_ref()
             {
-                t.process(at, gpu, p.pid, 0, p.in_job, None);
+                t.lock().unwrap().process(at, gpu, p.pid, 0, p.in_job, None);
             }
         }
         let g = &mut timeline.gpus[i];
         let changed = g.job.push(at, job);
         g.job.thin_to(MAX_POINTS);
+        if changed && let Some(t) = trace.as_ref() {
+            t.lock().unwrap().job(at, gpu, job);
+        }
         changed
     }
 
@@ -361,8 +366,8 @@ impl<'n> Core<'n> {
     }
 
     fn flush_trace_if_due(&self) {
-        if let Some(t) = &mut self.shared.lock().unwrap().trace {
-            t.flush_if_due();
+        if let Some(t) = &self.shared.lock().unwrap().trace {
+            t.lock().unwrap().flush_if_due();
         }
     }
 }
@@ -383,7 +388,6 @@ pub struct Sampler {
 #[derive(Default)]
 pub struct Sampled {
     pub timeline: Timeline,
-    pub trace: Option<TraceWriter>,
     /// NVML's status; `None` when NVML never answered.
     pub nvml: Option<NvmlStatus>,
     /// Said when the sampler did not finish in time (NVML stopped answering).
@@ -406,7 +410,7 @@ impl Sampler {
         library: String,
         job_root: u32,
         rates: Rates,
-        trace: Option<TraceWriter>,
+        trace: Option<SharedTrace>,
         start: Instant,
     ) -> Sampler {
         let shared = Arc::new(Mutex::new(Shared {
@@ -489,7 +493,6 @@ impl Sampler {
         timeline.heap_bytes = heap_bytes(&timeline);
         Sampled {
             timeline,
-            trace: s.trace.take(),
             nvml: s.nvml.clone(),
             stalled,
         }
@@ -517,8 +520,8 @@ fn sample_thread(
     let (nvml, status, gpus) = gpu::open(library);
     {
         let mut s = shared.lock().unwrap();
-        if let Some(t) = &mut s.trace {
-            t.start(&gpus, &status);
+        if let Some(t) = &s.trace {
+            t.lock().unwrap().start(&gpus, &status);
         }
         s.nvml = Some(status);
     }
@@ -527,8 +530,8 @@ fn sample_thread(
     flags.sampling.store(true, Ordering::SeqCst);
     run_loop(&mut core, rates, flags, snapshot);
     flags.sampling.store(false, Ordering::SeqCst);
-    if let Some(t) = &mut shared.lock().unwrap().trace {
-        t.flush();
+    if let Some(t) = &shared.lock().unwrap().trace {
+        t.lock().unwrap().flush();
     }
 }
 

@@ -22,7 +22,10 @@ pub fn ending(r: &Report) -> String {
             };
             format!("killed by {name}{by}")
         }
-        None => format!("exited with code {}", r.exit.code),
+        None => match r.exit.code {
+            Some(c) => format!("exited with code {c}"),
+            None => "ended (how was not recorded)".into(),
+        },
     }
 }
 
@@ -60,7 +63,7 @@ pub fn render(r: &Report, p: Paint) -> String {
 fn render_headline(o: &mut String, r: &Report, p: Paint) {
     let cmd = shorten(&r.command.join(" "), 60);
     let end = ending(r);
-    let end = if r.exit.code == 0 {
+    let end = if r.exit.code == Some(0) {
         p.good(&end)
     } else {
         p.bad(&end)

@@ -1,7 +1,9 @@
 //! `--trace FILE`: the timeline written as it is sampled, one row per change. CSV (the columns of
 //! `nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total --format=csv,nounits`, plus process
-//! columns) or, for a `.jsonl` name, JSON lines with exact byte counts. Flushed at least every second, so
-//! a crash or SIGKILL of gpudoc loses at most a second.
+//! columns) or, for a `.jsonl` name, JSON lines with exact byte counts, the shim's messages as they came
+//! (`torch` rows) and, last, what the end of the run knew (the `end` row): enough for `gpudoc report` to
+//! rebuild the run's own report. Flushed at least every second, so a crash or SIGKILL of gpudoc loses at
+//! most a second.
 
 use crate::gpu::GpuInfo;
 use crate::timeline::Micros;
@@ -9,10 +11,18 @@ use serde_json::json;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+/// A trace written by more than one thread (the sampler and the shim's reader).
+pub type SharedTrace = Arc<Mutex<TraceWriter>>;
+/// Rows held before the start row (the shim may speak before NVML has answered); past this, dropped.
+const MAX_PENDING: usize = 10_000;
+
 /// Schema tag of the first line of a JSON-lines trace.
-pub const SCHEMA: &str = "gpudoc.trace/1";
+pub const SCHEMA: &str = "gpudoc.trace/2";
+/// Older trace schemas still read (`gpudoc.trace/1` has no `job`, `torch` or `end` rows).
+pub const OLD_SCHEMAS: &[&str] = &["gpudoc.trace/1"];
 /// Longest time a sampled row waits in memory before it reaches the file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
 
@@ -29,6 +39,8 @@ pub struct TraceWriter {
     start_wall: SystemTime,
     command: Vec<String>,
     started: bool,
+    /// JSON-lines rows that came before the start row.
+    pending: Vec<String>,
     last_flush: Instant,
     error: Option<String>,
 }
@@ -59,6 +71,7 @@ impl TraceWriter {
             start_wall,
             command: command.to_vec(),
             started: false,
+            pending: Vec::new(),
             last_flush: Instant::now(),
             error: None,
         })
@@ -80,7 +93,39 @@ impl TraceWriter {
             let line = json!({"kind": "start", "schema": SCHEMA, "unix_s": unix,
                               "command": self.command, "gpus": gpus, "nvml": nvml});
             self.write(|o| writeln!(o, "{line}"));
+            for row in std::mem::take(&mut self.pending) {
+                self.write(|o| writeln!(o, "{row}"));
+            }
         }
+    }
+
+    /// Writes a JSON-lines row, or holds it until the start row is out.
+    fn row(&mut self, line: String) {
+        if self.started {
+            self.write(|o| writeln!(o, "{line}"));
+        } else if self.pending.len() < MAX_PENDING {
+            self.pending.push(line);
+        }
+    }
+
+    /// One message from the shim, as it came (JSON lines only). `line` is a JSON object.
+    pub fn torch(&mut self, line: &[u8]) {
+        if self.format == Format::Jsonl {
+            let mut row = Vec::with_capacity(line.len() + 24);
+            row.extend_from_slice(b"{\"kind\":\"torch\",\"m\":");
+            row.extend_from_slice(line);
+            row.push(b'}');
+            self.row(String::from_utf8_lossy(&row).into_owned());
+        }
+    }
+
+    /// The last row: what the end of the run knew (JSON lines only), then a flush.
+    pub fn end(&mut self, end: &impl serde::Serialize) {
+        if self.format == Format::Jsonl {
+            let row = json!({"kind": "end", "end": end});
+            self.row(row.to_string());
+        }
+        self.flush();
     }
 
     /// Whether the start row was written.
@@ -112,9 +157,11 @@ impl TraceWriter {
                 crate::units::mib(used),
                 crate::units::mib(total)
             ),
-            Format::Jsonl => json!({"kind": "device", "t": secs(at), "gpu": gpu, "used": used,
-                                    "total": total})
-            .to_string(),
+            Format::Jsonl => {
+                let line = json!({"kind": "device", "t": secs(at), "gpu": gpu, "used": used,
+                                  "total": total});
+                return self.row(line.to_string());
+            }
         };
         self.write(|o| writeln!(o, "{line}"));
     }
@@ -128,7 +175,7 @@ impl TraceWriter {
         pid: u32,
         used: u64,
         in_job: bool,
-        cmdline: Option<&str>,
+        first: Option<&crate::timeline::ProcTimeline>,
     ) {
         let line = match self.format {
             Format::Csv => format!(
@@ -140,20 +187,31 @@ impl TraceWriter {
             Format::Jsonl => {
                 let mut row = json!({"kind": "process", "t": secs(at), "gpu": gpu, "pid": pid,
                                      "used": used, "in_job": in_job});
-                if let Some(c) = cmdline {
-                    row["cmdline"] = c.into();
+                if let Some(p) = first {
+                    row["cmdline"] = p.cmdline.as_str().into();
+                    row["uid"] = p.uid.into();
+                    row["visible"] = p.visible.into();
                 }
-                row.to_string()
+                return self.row(row.to_string());
             }
         };
         self.write(|o| writeln!(o, "{line}"));
+    }
+
+    /// The job's memory on a GPU changed: the sum over its processes at one process sample (JSON lines
+    /// only).
+    pub fn job(&mut self, at: Micros, gpu: u32, used: u64) {
+        if self.format == Format::Jsonl {
+            let line = json!({"kind": "job", "t": secs(at), "gpu": gpu, "used": used});
+            self.row(line.to_string());
+        }
     }
 
     /// A GPU stopped answering (JSON lines only; CSV rows simply stop).
     pub fn lost(&mut self, at: Micros, gpu: u32, error: &str) {
         if self.format == Format::Jsonl {
             let line = json!({"kind": "lost", "t": secs(at), "gpu": gpu, "error": error});
-            self.write(|o| writeln!(o, "{line}"));
+            self.row(line.to_string());
         }
     }
 

@@ -58,7 +58,7 @@ fn json_is_written_through_devices_and_fifos_and_follows_symlinks() {
             .file_type()
             .is_symlink()
     );
-    assert_eq!(read_json(&real)["schema"], "gpudoc.report/1");
+    assert_eq!(read_json(&real)["schema"], "gpudoc.report/2");
     // So does a symlinked baseline.
     let base_real = m.path("base-real.json");
     let base_link = m.path("base.json");

@@ -93,8 +93,9 @@ fn real_h200_runs_replayed_from_their_traces() {
     ];
     for (name, want) in cases {
         let dir = fixtures().join("h200");
-        let (_, timeline) =
-            gpudoc::replay::load_trace(&dir.join(format!("{name}.trace.jsonl"))).unwrap();
+        let timeline = gpudoc::replay::load_trace(&dir.join(format!("{name}.trace.jsonl")))
+            .unwrap()
+            .timeline;
         let mut s = scan_file(&dir.join(format!("{name}.stderr")));
         let at = oom::replay_time(&timeline);
         for e in &mut s.events {

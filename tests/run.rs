@@ -49,12 +49,15 @@ fn own_failures_use_their_own_codes() {
         .unwrap();
     assert_eq!(out.status.code(), Some(126));
 
-    let out = m
-        .gpudoc()
-        .args(["run", "--no-such-flag", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
+    // An unknown flag is a run failure (125), also after a global option with its value.
+    for args in [
+        &["run", "--no-such-flag", "--", "true"][..],
+        &["--color", "never", "run", "--bogus", "--", "true"],
+        &["--color=never", "run", "--bogus"],
+    ] {
+        let out = m.gpudoc().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
+    }
     let out = m
         .gpudoc()
         .args(["run", "--interval", "soon", "--", "true"])
@@ -188,7 +191,7 @@ fn peak_is_exact_and_timeline_follows_the_steps() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(rows[0]["schema"], "gpudoc.trace/1");
+    assert_eq!(rows[0]["schema"], "gpudoc.trace/2");
     assert_eq!(rows[0]["gpus"][1]["name"], "NVIDIA H200");
     assert_eq!(rows[0]["nvml"]["driver"], "580.159.04");
     // Read back, the trace gives the same peak and names the driver.
@@ -202,7 +205,7 @@ fn peak_is_exact_and_timeline_follows_the_steps() {
     let back: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(back["gpus"][1]["job_peak_bytes"], 5 * GIB);
     assert_eq!(back["nvml"]["driver"], "580.159.04");
-    assert_eq!(back["exit"]["classification"], "unknown");
+    assert_eq!(back["exit"], r["exit"]);
     let steps: Vec<u64> = rows
         .iter()
         .filter(|r| r["kind"] == "process" && r["gpu"] == 1)
@@ -426,7 +429,7 @@ fn report_goes_to_a_descriptor_written_through() {
         .output()
         .unwrap();
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r["schema"], "gpudoc.report/1");
+    assert_eq!(r["schema"], "gpudoc.report/2");
     assert_eq!(r["command"], serde_json::json!(["true"]));
     assert_eq!(r["gpus"][0]["total_bytes"], 143771u64 << 20);
     assert_eq!(r["nvml"]["driver"], "580.159.04");

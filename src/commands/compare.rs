@@ -3,17 +3,15 @@
 use crate::compare::{compare, render};
 use crate::exit::{self, Failure};
 use crate::output::{self, Target};
+use crate::replay;
 use crate::report::Report;
 use crate::settings::CompareSettings;
-use crate::{replay, rules};
 use std::path::Path;
 use std::process::ExitCode;
 
 pub fn run(s: CompareSettings) -> Result<ExitCode, Failure> {
     let load = |p: &Path| -> Result<Report, Failure> {
-        let mut r = replay::load(p, None).map_err(|e| Failure::new(exit::USAGE, e))?;
-        rules::diagnose(&mut r, &s.rules);
-        Ok(r)
+        replay::load(p, None, &s.rules).map_err(|e| Failure::new(exit::USAGE, e))
     };
     let (old, new) = (load(&s.old)?, load(&s.new)?);
     let c = compare(

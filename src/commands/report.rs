@@ -7,15 +7,14 @@ use crate::{replay, rules, summary};
 use std::process::ExitCode;
 
 pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
-    let mut report =
-        replay::load(&s.file, s.output.as_deref()).map_err(|e| Failure::new(exit::USAGE, e))?;
+    let report = replay::load(&s.file, s.output.as_deref(), &s.rules)
+        .map_err(|e| Failure::new(exit::USAGE, e))?;
     if s.facts {
         let facts = serde_json::to_string_pretty(&rules::facts::Facts::of(&report))
             .expect("facts serialize");
         output::stdout(&(facts + "\n")).map_err(|e| Failure::printing(e, exit::USAGE))?;
         return Ok(ExitCode::SUCCESS);
     }
-    rules::diagnose(&mut report, &s.rules);
     let text = summary::render(&report, s.paint);
     if s.json == Some(Target::Stdout) {
         eprint!("{text}");

@@ -2,8 +2,8 @@
 
 use crate::exit::{self, Failure};
 use crate::output;
+use crate::rules::RuleSet;
 use crate::rules::facts::DOC;
-use crate::rules::{RuleSet, Scope};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -94,16 +94,4 @@ fn explain(set: &RuleSet, id: &str) -> Option<String> {
         let _ = writeln!(o, "\ndocs: {d}");
     }
     Some(o)
-}
-
-impl Scope {
-    /// `run`, `gpu`, `process`, `torch`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scope::Run => "run",
-            Scope::Gpu => "gpu",
-            Scope::Process => "process",
-            Scope::Torch => "torch",
-        }
-    }
 }

@@ -1,6 +1,7 @@
 //! `gpudoc run`: orchestration only, in named stages: start the session (sampling, the shim, the trace),
 //! spawn and wait, collect the evidence, analyze it into a report (pure), emit the outputs.
 
+use crate::analysis::{self, EndRow, Evidence};
 use crate::exit::{self, Failure};
 use crate::gpu::NvmlStatus;
 use crate::live::Live;
@@ -8,13 +9,13 @@ use crate::oom::{self, scan::Scanner};
 use crate::orphans::end::EndResult;
 use crate::output::{self, Target};
 use crate::procs::ProcInfo;
-use crate::report::{Inputs, Report};
+use crate::report::Report;
 use crate::sample::Sampler;
 use crate::settings::RunSettings;
 use crate::supervise::{self, Outcome, ProcessEnd};
 use crate::timeline::{Micros, Timeline};
-use crate::torch::{self, TorchTimeline};
-use crate::trace::TraceWriter;
+use crate::torch;
+use crate::trace::{SharedTrace, TraceWriter};
 use crate::{gate, summary};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -38,7 +39,8 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     let child_pid = child.pid();
     let outcome = child.wait();
     let evidence = session.collect(&s, outcome, child_pid);
-    let mut report = analyze(&s, evidence);
+    let mut report = analysis::analyze(evidence, &s.rules);
+    report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
     let code = emit(&s, &mut report);
     Ok(ExitCode::from(code))
 }
@@ -54,20 +56,7 @@ struct Session {
     scanner: Arc<Mutex<Scanner>>,
     cgroup: Option<std::path::PathBuf>,
     kills_before: Option<u64>,
-}
-
-/// What the run left to analyze.
-struct Evidence {
-    nvml: NvmlStatus,
-    start_wall: SystemTime,
-    outcome: Outcome,
-    timeline: Timeline,
-    torch: Option<TorchTimeline>,
-    scanner: Scanner,
-    host: oom::HostOom,
-    leftovers: Vec<ProcInfo>,
-    ended: Vec<EndResult>,
-    notes: Vec<String>,
+    trace: Option<SharedTrace>,
 }
 
 impl Session {
@@ -77,20 +66,20 @@ impl Session {
         let start_wall = SystemTime::now();
         let start = Instant::now();
         let trace = match &s.trace {
-            Some(path) => Some(
+            Some(path) => Some(Arc::new(Mutex::new(
                 TraceWriter::create(path, start_wall, &lossy(&s.command)).map_err(|e| {
                     Failure::new(
                         exit::GPUDOC_FAILED,
                         format!("--trace {}: {e}", path.display()),
                     )
                 })?,
-            ),
+            ))),
             None => None,
         };
         let cgroup = oom::host::own_cgroup();
         let kills_before = cgroup.as_deref().and_then(oom::host::oom_kills);
         let me = std::process::id();
-        let sampler = Sampler::start(s.env.nvml_lib.clone(), me, s.rates, trace, start);
+        let sampler = Sampler::start(s.env.nvml_lib.clone(), me, s.rates, trace.clone(), start);
         let live = if s.live {
             Live::start(sampler.snapshot.clone())
         } else {
@@ -104,6 +93,7 @@ impl Session {
                     start_wall,
                     s.env.pythonpath.as_deref(),
                     &s.env.tmpdir,
+                    trace.clone(),
                 ) {
                     Ok((c, env)) => (Some(c), env),
                     Err(e) => {
@@ -123,6 +113,7 @@ impl Session {
             scanner: Arc::new(Mutex::new(Scanner::new())),
             cgroup,
             kills_before,
+            trace,
         })
     }
 
@@ -153,7 +144,8 @@ impl Session {
     }
 
     /// Stops sampling and reading, then gathers what the end of the run tells: leftovers (ended with
-    /// `--kill-orphans`), the OOM scanner's findings, the kernel's OOM-killer evidence.
+    /// `--kill-orphans`), the OOM scanner's findings, the kernel's OOM-killer evidence. The trace gets it
+    /// as its end row.
     fn collect(self, s: &RunSettings, outcome: Outcome, child_pid: u32) -> Evidence {
         self.live.finish();
         let sampled = self.sampler.stop();
@@ -180,27 +172,35 @@ impl Session {
             error: sampled.stalled.clone(),
             ..Default::default()
         });
-        let mut notes: Vec<String> = sampled.stalled.iter().cloned().collect();
-        if let Some(mut t) = sampled.trace {
-            t.start(&[], &nvml);
-            t.flush();
-            notes.extend(
-                t.error()
-                    .map(|e| format!("the trace file is incomplete: {e}")),
-            );
-        }
-        Evidence {
+        let mut ev = Evidence {
+            command: lossy(&s.command),
+            started_unix_s: self
+                .start_wall
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64(),
+            outcome: Some(outcome),
             nvml,
-            start_wall: self.start_wall,
-            outcome,
+            rates: s.rates,
             timeline: sampled.timeline,
             torch,
             scanner,
             host,
             leftovers,
             ended,
-            notes,
+            notes: sampled.stalled.iter().cloned().collect(),
+            self_usage: crate::report::self_usage(),
+        };
+        if let Some(t) = self.trace {
+            let mut t = t.lock().unwrap();
+            t.start(&[], &ev.nvml);
+            t.end(&EndRow::of(&ev));
+            ev.notes.extend(
+                t.error()
+                    .map(|e| format!("the trace file is incomplete: {e}")),
+            );
         }
+        ev
     }
 }
 
@@ -274,58 +274,6 @@ fn lossy(argv: &[std::ffi::OsString]) -> Vec<String> {
         .collect()
 }
 
-/// The report of the run, diagnosed and gated: a function of the evidence alone.
-fn analyze(s: &RunSettings, ev: Evidence) -> Report {
-    let (ending, mut oom_report, host_oom) = oom::classify(&oom::Evidence {
-        end: ev.outcome.end,
-        scanner: &ev.scanner,
-        timeline: &ev.timeline,
-        host: ev.host,
-    });
-    let torch_enabled = ev.torch.is_some();
-    let torch_timeline = ev.torch.unwrap_or_default();
-    if let Some(o) = oom_report.as_mut() {
-        o.allocator = oom::allocator_at(&torch_timeline.ooms, o.event.at_s);
-    }
-    let torch_report = torch::view::build(
-        &torch_timeline,
-        &ev.timeline,
-        &ev.timeline.gpu_infos(),
-        torch_enabled,
-    );
-    let mut notes = ev.notes;
-    if !torch_timeline.errors.is_empty() {
-        notes.push(format!(
-            "the PyTorch view was lost in {} process(es): {}",
-            torch_timeline.errors.len(),
-            torch_report.errors.join("; ")
-        ));
-    }
-    let mut report = Report::build(Inputs {
-        command: lossy(&s.command),
-        started_unix_s: ev
-            .start_wall
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64(),
-        outcome: &ev.outcome,
-        nvml: ev.nvml,
-        rates: s.rates,
-        timeline: &ev.timeline,
-        leftovers: &ev.leftovers,
-        ended: &ev.ended,
-        ending,
-        torch: torch_report,
-        oom: oom_report,
-        host_oom,
-        self_usage: crate::report::self_usage(),
-        notes,
-    });
-    crate::rules::diagnose(&mut report, &s.rules);
-    report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
-    report
-}
-
 /// Prints the summary and writes every output asked for; the exit code. A failing command's code always
 /// wins; then a failed gate (122); then an output the user asked for and did not get (125).
 fn emit(s: &RunSettings, report: &mut Report) -> u8 {
@@ -377,7 +325,8 @@ fn emit(s: &RunSettings, report: &mut Report) -> u8 {
         // The verdict is the last line, also with --quiet.
         eprintln!("{}", gate::verdict(g));
     }
-    let code = gate::exit_code(report.exit.code, report.gate.as_ref());
+    let child = report.exit.code.unwrap_or(i32::from(exit::GPUDOC_FAILED));
+    let code = gate::exit_code(child, report.gate.as_ref());
     if code == 0 && failed_output {
         exit::GPUDOC_FAILED
     } else {

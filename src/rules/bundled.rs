@@ -38,6 +38,7 @@ pub const RULES: &[(&str, &str)] = &[
         "near-capacity.toml",
         include_str!("../../rules/near-capacity.toml"),
     ),
+    ("oom-cap.toml", include_str!("../../rules/oom-cap.toml")),
     (
         "oom-fragmentation.toml",
         include_str!("../../rules/oom-fragmentation.toml"),
@@ -53,6 +54,10 @@ pub const RULES: &[(&str, &str)] = &[
     (
         "oom-too-big.toml",
         include_str!("../../rules/oom-too-big.toml"),
+    ),
+    (
+        "phase-peak.toml",
+        include_str!("../../rules/phase-peak.toml"),
     ),
     ("step-leak.toml", include_str!("../../rules/step-leak.toml")),
     (

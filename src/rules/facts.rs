@@ -54,7 +54,9 @@ pub struct OomFacts {
     pub allocated_bytes: i64,
     pub reserved_bytes: i64,
     pub reserved_unallocated_bytes: i64,
+    pub allowed_bytes: i64,
     pub others_bytes: i64,
+    pub job_others_bytes: i64,
     pub others: String,
     pub job_peak_pct: f64,
     pub explanation: String,
@@ -83,6 +85,7 @@ pub struct GpuFacts {
     pub spike_at_s: f64,
     pub lost: bool,
     pub torch: bool,
+    pub torch_phases: i64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -124,6 +127,14 @@ pub struct TorchFacts {
     pub leak_total_bytes: i64,
     pub device_allocs_per_step: f64,
     pub device_frees_per_step: f64,
+    pub step_alloc_retries: i64,
+    pub alloc_retries_per_step: f64,
+    pub gpu_total_bytes: i64,
+    pub steady_peak_reserved_bytes: i64,
+    pub phase_peak_reserved_bytes: i64,
+    pub phase_count: i64,
+    pub phase_steps: Vec<i64>,
+    pub phase_period_steps: i64,
 }
 
 /// Every fact, its type and what it means: the reference for rule authors (`gpudoc rules explain`, README).
@@ -132,7 +143,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "run.exit_code",
         "int",
-        "what gpudoc run exits with (128+N for signal N)",
+        "what gpudoc run exits with (128+N for signal N), -1 if not recorded",
     ),
     (
         "run.signal",
@@ -142,7 +153,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "run.classification",
         "string",
-        "success, gpu_oom, host_oom_kill, signal, failure (or unknown for a trace)",
+        "success, gpu_oom, host_oom_kill, signal, failure; unknown when not recorded",
     ),
     ("run.driver", "string", "NVIDIA driver version"),
     (
@@ -207,7 +218,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.cause",
         "string",
-        "too_big, others, fragmentation, self_growth, unknown",
+        "too_big, cap, others, fragmentation, self_growth, unknown",
     ),
     (
         "oom.source",
@@ -221,25 +232,47 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.requested_bytes",
         "int",
-        "the allocation that failed, 0 if unknown",
+        "the allocation that failed, -1 if unknown",
     ),
     (
         "oom.free_bytes",
         "int",
-        "free memory on the GPU then, as printed",
+        "free memory on the GPU then, as printed, -1 if unknown",
     ),
-    ("oom.total_bytes", "int", "the GPU's capacity, as printed"),
-    ("oom.allocated_bytes", "int", "PyTorch's live tensors then"),
-    ("oom.reserved_bytes", "int", "PyTorch's whole cache then"),
+    (
+        "oom.total_bytes",
+        "int",
+        "the GPU's capacity, as printed, -1 if unknown",
+    ),
+    (
+        "oom.allocated_bytes",
+        "int",
+        "PyTorch's live tensors then, -1 if unknown",
+    ),
+    (
+        "oom.reserved_bytes",
+        "int",
+        "PyTorch's whole cache then, -1 if unknown",
+    ),
     (
         "oom.reserved_unallocated_bytes",
         "int",
-        "cached by PyTorch but unallocated then",
+        "cached by PyTorch but unallocated then, -1 if unknown",
+    ),
+    (
+        "oom.allowed_bytes",
+        "int",
+        "the process's cap (set_per_process_memory_fraction), -1 if none was printed",
     ),
     (
         "oom.others_bytes",
         "int",
-        "memory other processes held on that GPU",
+        "memory processes outside the job held on that GPU",
+    ),
+    (
+        "oom.job_others_bytes",
+        "int",
+        "memory the job's other processes held on that GPU",
     ),
     ("oom.others", "string", "those processes, in words"),
     (
@@ -307,6 +340,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "how long the job stayed above halfway between steady level and peak",
     ),
     ("gpu.spike_at_s", "double", "when the job peaked"),
+    (
+        "gpu.torch_phases",
+        "int",
+        "steps whose peak the framework view saw far above the others, on this GPU (see torch.phase_count)",
+    ),
     (
         "gpu.lost",
         "bool",
@@ -410,6 +448,46 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "double",
         "slope of cudaFree calls per step after warm-up",
     ),
+    (
+        "torch.step_alloc_retries",
+        "int",
+        "allocation retries by the last step (not those of an OOM after it)",
+    ),
+    (
+        "torch.alloc_retries_per_step",
+        "double",
+        "slope of allocation retries per step after warm-up",
+    ),
+    (
+        "torch.gpu_total_bytes",
+        "int",
+        "capacity of its GPU, 0 if unmatched",
+    ),
+    (
+        "torch.steady_peak_reserved_bytes",
+        "int",
+        "median per-step peak of reserved memory after warm-up",
+    ),
+    (
+        "torch.phase_peak_reserved_bytes",
+        "int",
+        "the highest per-step peak of reserved memory among the phase steps (0 without any)",
+    ),
+    (
+        "torch.phase_count",
+        "int",
+        "phase steps: after warm-up, a step whose peak reserved memory is above the steady one by 2 GiB and half of it, in a run where at most a third of the steps are",
+    ),
+    (
+        "torch.phase_steps",
+        "list(int)",
+        "their step numbers (the first 8; a record covering several steps gives its last)",
+    ),
+    (
+        "torch.phase_period_steps",
+        "int",
+        "steps between phase steps when they come at a regular interval (3 or more), else 0",
+    ),
 ];
 
 const GIB: i64 = 1 << 30;
@@ -483,12 +561,20 @@ impl Facts {
         let ranks = Ranks::of(r);
         let gpus = gpu_facts(r);
         let processes = process_facts(r, &ranks);
-        let torch_processes = r
+        let mut gpus = gpus;
+        let torch_processes: Vec<TorchFacts> = r
             .torch
             .processes
             .iter()
-            .map(|t| torch_facts(t, &ranks))
+            .map(|t| torch_facts(t, &ranks, &gpus))
             .collect();
+        for g in &mut gpus {
+            g.torch_phases = torch_processes
+                .iter()
+                .filter(|t| t.gpu == g.index)
+                .map(|t| t.phase_count)
+                .sum();
+        }
         Facts {
             run: run_facts(r, &gpus),
             oom: oom_facts(r, &gpus),
@@ -511,6 +597,13 @@ impl Facts {
                 source: "torch_allocator".into(),
                 gpu: -1,
                 rank: -1,
+                requested_bytes: -1,
+                free_bytes: -1,
+                total_bytes: -1,
+                allocated_bytes: -1,
+                reserved_bytes: -1,
+                reserved_unallocated_bytes: -1,
+                allowed_bytes: -1,
                 ..Default::default()
             },
             gpus: vec![GpuFacts {
@@ -521,7 +614,10 @@ impl Facts {
                 stray_gpus: vec![1],
                 ..Default::default()
             }],
-            torch_processes: vec![TorchFacts::default()],
+            torch_processes: vec![TorchFacts {
+                phase_steps: vec![25, 50],
+                ..Default::default()
+            }],
         }
     }
 }
@@ -639,6 +735,7 @@ fn one_gpu(r: &Report, g: &crate::report::GpuReport, others_peak: i64) -> GpuFac
         spike_at_s: g.job_peak_at_s,
         lost: g.lost.is_some(),
         torch: r.torch.processes.iter().any(|t| t.gpu == Some(g.index)),
+        torch_phases: 0,
     }
 }
 
@@ -692,7 +789,11 @@ fn one_process(pid: u32, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
     }
 }
 
-fn torch_facts(t: &crate::torch::view::TorchProcReport, ranks: &Ranks) -> TorchFacts {
+fn torch_facts(
+    t: &crate::torch::view::TorchProcReport,
+    ranks: &Ranks,
+    gpus: &[GpuFacts],
+) -> TorchFacts {
     let warm = (t.steps.len() / 10).max(5).min(t.steps.len());
     let after = &t.steps[warm..];
     let slope = |f: fn(&crate::torch::Step) -> u64| {
@@ -706,6 +807,7 @@ fn torch_facts(t: &crate::torch::view::TorchProcReport, ranks: &Ranks) -> TorchF
         .last()
         .zip(after.first())
         .map_or(0, |(l, f)| l.step.saturating_sub(f.step));
+    let phases = phases(after);
     let (steady_reserved, steady_peak) = if after.len() >= 3 {
         (
             median(after.iter().map(|s| s.reserved_bytes as i64).collect()),
@@ -742,6 +844,70 @@ fn torch_facts(t: &crate::torch::view::TorchProcReport, ranks: &Ranks) -> TorchF
         leak_total_bytes: (leak * span as f64) as i64,
         device_allocs_per_step: slope(|s| s.device_allocs).0,
         device_frees_per_step: slope(|s| s.device_frees).0,
+        step_alloc_retries: t.steps.last().map_or(0, |s| s.alloc_retries as i64),
+        alloc_retries_per_step: slope(|s| s.alloc_retries).0,
+        gpu_total_bytes: t
+            .gpu
+            .and_then(|i| gpus.iter().find(|g| g.index == i as i64))
+            .map_or(0, |g| g.total_bytes),
+        steady_peak_reserved_bytes: phases.steady,
+        phase_peak_reserved_bytes: phases.peak,
+        phase_count: phases.steps.len() as i64,
+        phase_steps: phases.steps.iter().take(8).copied().collect(),
+        phase_period_steps: phases.period,
+    }
+}
+
+/// Steps whose peak stands far above the steady per-step peak: an evaluation, a checkpoint.
+#[derive(Debug, Default, PartialEq)]
+struct Phases {
+    /// Median per-step peak of reserved memory.
+    steady: i64,
+    /// Highest peak among the phase steps.
+    peak: i64,
+    steps: Vec<i64>,
+    /// Regular interval between them (3 or more), else 0.
+    period: i64,
+}
+
+/// The phase steps of `after` (records after warm-up): a peak above the steady one by at least 2 GiB and
+/// half the steady peak, in a run where at most a third of the records are such (otherwise the high
+/// level is the job's norm, not a phase).
+fn phases(after: &[crate::torch::Step]) -> Phases {
+    if after.len() < 3 {
+        return Phases::default();
+    }
+    let steady = median(after.iter().map(|s| s.peak_reserved_bytes as i64).collect());
+    let bar = steady + (2 * GIB).max(steady / 2);
+    let high: Vec<&crate::torch::Step> = after
+        .iter()
+        .filter(|s| s.peak_reserved_bytes as i64 > bar)
+        .collect();
+    if high.is_empty() || high.len() * 3 > after.len() {
+        return Phases {
+            steady,
+            ..Default::default()
+        };
+    }
+    let steps: Vec<i64> = high.iter().map(|s| s.step as i64).collect();
+    let gaps: Vec<i64> = steps.windows(2).map(|w| w[1] - w[0]).collect();
+    // A record covering several steps places a phase only to within its span.
+    let span = high.iter().map(|s| s.steps as i64).max().unwrap_or(1);
+    let period = match gaps.first() {
+        Some(&g) if steps.len() >= 3 && gaps.iter().all(|&x| (x - g).abs() <= span.max(g / 10)) => {
+            median(gaps.clone())
+        }
+        _ => 0,
+    };
+    Phases {
+        steady,
+        peak: high
+            .iter()
+            .map(|s| s.peak_reserved_bytes as i64)
+            .max()
+            .unwrap_or(0),
+        steps,
+        period,
     }
 }
 
@@ -795,7 +961,7 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
         };
     };
     let t = &o.event.text;
-    let g = |v: Option<u64>| v.map_or(0, |x| x as i64);
+    let g = |v: Option<u64>| v.map_or(-1, |x| x as i64);
     OomFacts {
         present: true,
         cause: name_of(o.cause),
@@ -810,7 +976,9 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
         allocated_bytes: g(t.allocated_bytes),
         reserved_bytes: g(t.reserved_bytes),
         reserved_unallocated_bytes: g(t.reserved_unallocated_bytes),
+        allowed_bytes: g(t.allowed_bytes),
         others_bytes: o.others_bytes as i64,
+        job_others_bytes: o.job_others_bytes as i64,
         others: oom_others(o),
         job_peak_pct: o
             .gpu
@@ -835,7 +1003,7 @@ fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         |o: &crate::report::Orphan| -> u64 { o.gpu_bytes.iter().map(|&(_, b)| b).sum() };
     RunFacts {
         duration_s: r.duration_s,
-        exit_code: r.exit.code as i64,
+        exit_code: r.exit.code.map_or(-1, i64::from),
         signal: r.exit.signal.unwrap_or(0) as i64,
         classification: name_of(r.exit.classification),
         driver: r.nvml.driver.clone().unwrap_or_default(),
@@ -884,6 +1052,59 @@ mod tests {
         assert_eq!(cuda_of_torch("2.4.1+cu121"), 12.1);
         assert_eq!(cuda_of_torch("1.13.1+cu117"), 11.7);
         assert_eq!(cuda_of_torch("2.11.0"), 0.0);
+    }
+
+    fn step(step: u64, peak_gib: f64) -> crate::torch::Step {
+        crate::torch::Step {
+            step,
+            steps: 1,
+            at_s: step as f64,
+            allocated_bytes: 0,
+            reserved_bytes: 0,
+            peak_allocated_bytes: 0,
+            peak_reserved_bytes: (peak_gib * GIB as f64) as u64,
+            alloc_retries: 0,
+            device_allocs: 0,
+            device_frees: 0,
+        }
+    }
+
+    #[test]
+    fn an_evaluation_every_25_steps_is_a_periodic_phase() {
+        let steps: Vec<_> = (1..=100)
+            .map(|i| step(i, if i % 25 == 0 { 66.0 } else { 5.5 }))
+            .collect();
+        let p = phases(&steps);
+        assert_eq!(p.steps, vec![25, 50, 75, 100]);
+        assert_eq!(p.period, 25);
+        assert_eq!(p.peak, 66 * GIB);
+        assert_eq!(p.steady, (5.5 * GIB as f64) as i64);
+    }
+
+    #[test]
+    fn phases_need_a_clear_margin_and_must_be_the_exception() {
+        // 1.5 GiB above the steady 5.5 GiB: below the 2 GiB margin.
+        let small: Vec<_> = (1..=50)
+            .map(|i| step(i, if i % 10 == 0 { 7.0 } else { 5.5 }))
+            .collect();
+        assert!(phases(&small).steps.is_empty());
+        // Every other step high: that is the job's level, not a phase.
+        let half: Vec<_> = (1..=50)
+            .map(|i| step(i, if i % 2 == 0 { 60.0 } else { 5.0 }))
+            .collect();
+        assert!(phases(&half).steps.is_empty());
+        // One phase: no period.
+        let once: Vec<_> = (1..=50)
+            .map(|i| step(i, if i == 30 { 55.0 } else { 5.0 }))
+            .collect();
+        let p = phases(&once);
+        assert_eq!((p.steps, p.period), (vec![30], 0));
+        // Irregular: listed, no period.
+        let odd: Vec<_> = (1..=60)
+            .map(|i| step(i, if [10, 17, 41].contains(&i) { 30.0 } else { 5.0 }))
+            .collect();
+        let p = phases(&odd);
+        assert_eq!((p.steps, p.period), (vec![10, 17, 41], 0));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod view;
 
 use crate::timeline::{Micros, Series};
+use crate::trace::SharedTrace;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -159,15 +160,16 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
 }
 
 impl TorchTimeline {
-    /// Applies one line from the shim. `start_unix` turns its wall-clock times into run time.
-    pub fn apply(&mut self, line: &[u8], start_unix: f64) {
+    /// Applies one line from the shim; whether it was a shim message. `start_unix` turns its wall-clock
+    /// times into run time.
+    pub fn apply(&mut self, line: &[u8], start_unix: f64) -> bool {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
             self.bad_lines += 1;
-            return;
+            return false;
         };
         let Some(pid) = v.get("pid").and_then(|p| p.as_u64()).map(|p| p as u32) else {
             self.bad_lines += 1;
-            return;
+            return false;
         };
         self.messages += 1;
         let kind = v.get("k").and_then(|k| k.as_str()).unwrap_or("");
@@ -249,8 +251,12 @@ impl TorchTimeline {
                     });
                 }
             }
-            _ => self.bad_lines += 1,
+            _ => {
+                self.bad_lines += 1;
+                return false;
+            }
         }
+        true
     }
 }
 
@@ -269,6 +275,7 @@ impl Channel {
         start_wall: SystemTime,
         pythonpath: Option<&std::ffi::OsStr>,
         tmpdir: &std::path::Path,
+        trace: Option<SharedTrace>,
     ) -> std::io::Result<(Channel, Vec<(String, OsString)>)> {
         let dir = private_dir(tmpdir)?;
         for (name, text) in SHIM {
@@ -305,7 +312,7 @@ impl Channel {
         let flag = stop.clone();
         let reader = std::thread::Builder::new()
             .name("gpudoc-torch".into())
-            .spawn(move || read_loop(file, &flag, start_unix))?;
+            .spawn(move || read_loop(file, &flag, start_unix, trace))?;
         Ok((
             Channel {
                 _dir: dir,
@@ -348,7 +355,13 @@ const READ_EVERY: Duration = Duration::from_millis(20);
 /// The pipe's capacity (the unprivileged maximum on Linux by default).
 const PIPE_BYTES: libc::c_int = 1 << 20;
 
-fn read_loop(mut file: std::fs::File, stop: &AtomicBool, start_unix: f64) -> TorchTimeline {
+/// Reads the pipe until stopped; each message is applied and, with a trace, written to it as it came.
+fn read_loop(
+    mut file: std::fs::File,
+    stop: &AtomicBool,
+    start_unix: f64,
+    trace: Option<SharedTrace>,
+) -> TorchTimeline {
     use std::os::fd::AsRawFd;
     // SAFETY: fcntl on a descriptor we own; failure leaves the default size, which is only less roomy.
     unsafe {
@@ -373,7 +386,11 @@ fn read_loop(mut file: std::fs::File, stop: &AtomicBool, start_unix: f64) -> Tor
             for &b in &buf[..n] {
                 if b == b'\n' {
                     if !skipping && !line.is_empty() {
-                        t.apply(&line, start_unix);
+                        if t.apply(&line, start_unix)
+                            && let Some(tr) = &trace
+                        {
+                            tr.lock().unwrap().torch(&line);
+                        }
                     } else if skipping {
                         t.bad_lines += 1;
                     }

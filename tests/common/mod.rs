@@ -111,3 +111,20 @@ pub fn read_json(path: &Path) -> serde_json::Value {
 pub fn fake_torch() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake_torch")
 }
+
+/// `gpudoc report FILE [extra] --json -`: the report, re-diagnosed (the summary goes to stderr).
+pub fn report(file: impl AsRef<Path>, extra: &[&str]) -> serde_json::Value {
+    let out = Command::new(gpudoc_bin())
+        .arg("report")
+        .arg(file.as_ref())
+        .args(extra)
+        .args(["--json", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -1,0 +1,236 @@
+//! From what a run left behind to its report: the one pure stage that `gpudoc run` and `gpudoc report`
+//! (replaying a trace) share, so a replayed trace gives the run's own OOM, classification and diagnoses.
+//! The trace's end row ([`EndRow`]) carries what only the end of the run knows.
+
+use crate::gpu::NvmlStatus;
+use crate::oom::scan::{FirstFailure, OomEvent, Scanner};
+use crate::oom::{self, Ending, HostOom};
+use crate::orphans::end::EndResult;
+use crate::procs::ProcInfo;
+use crate::report::{Inputs, Report};
+use crate::rules::RuleSet;
+use crate::sample::Rates;
+use crate::supervise::{Outcome, ProcessEnd};
+use crate::timeline::Timeline;
+use crate::torch::{self, TorchTimeline};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Everything a run's report is made from.
+pub struct Evidence {
+    pub command: Vec<String>,
+    pub started_unix_s: f64,
+    /// How the command ended; `None` when nothing recorded it (a trace from before gpudoc did).
+    pub outcome: Option<Outcome>,
+    pub nvml: NvmlStatus,
+    pub rates: Rates,
+    pub timeline: Timeline,
+    /// The framework view; `None` with the shim off.
+    pub torch: Option<TorchTimeline>,
+    pub scanner: Scanner,
+    pub host: HostOom,
+    pub leftovers: Vec<ProcInfo>,
+    pub ended: Vec<EndResult>,
+    pub notes: Vec<String>,
+    /// gpudoc's CPU seconds and peak RSS.
+    pub self_usage: (f64, u64),
+}
+
+/// The report of a run, diagnosed by `rules`: a function of the evidence alone.
+pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
+    let recorded_end = ev.outcome.as_ref().map(|o| o.end);
+    let (ending, mut oom_report, host_oom) = oom::classify(&oom::Evidence {
+        end: recorded_end.unwrap_or(ProcessEnd::Exited(1)),
+        scanner: &ev.scanner,
+        timeline: &ev.timeline,
+        host: ev.host,
+    });
+    // Without the recorded end, only an OOM text says how the command ended.
+    let ending = match (recorded_end, &oom_report) {
+        (Some(_), _) => ending,
+        (None, Some(_)) => Ending::GpuOom,
+        (None, None) => Ending::Unknown,
+    };
+    let torch_enabled = ev.torch.is_some();
+    let torch_timeline = ev.torch.unwrap_or_default();
+    if let Some(o) = oom_report.as_mut() {
+        o.allocator = oom::allocator_at(&torch_timeline.ooms, o.event.at_s);
+    }
+    let torch_report = torch::view::build(
+        &torch_timeline,
+        &ev.timeline,
+        &ev.timeline.gpu_infos(),
+        torch_enabled,
+    );
+    let mut notes = ev.notes;
+    if !torch_timeline.errors.is_empty() {
+        notes.push(format!(
+            "the PyTorch view was lost in {} process(es): {}",
+            torch_timeline.errors.len(),
+            torch_report.errors.join("; ")
+        ));
+    }
+    let mut report = Report::build(Inputs {
+        command: ev.command,
+        started_unix_s: ev.started_unix_s,
+        outcome: ev.outcome.as_ref(),
+        nvml: ev.nvml,
+        rates: ev.rates,
+        timeline: &ev.timeline,
+        leftovers: &ev.leftovers,
+        ended: &ev.ended,
+        ending,
+        torch: torch_report,
+        oom: oom_report,
+        host_oom,
+        self_usage: ev.self_usage,
+        notes,
+    });
+    crate::rules::diagnose(&mut report, rules);
+    report
+}
+
+/// What the end of a run adds to its trace (the trace's `end` row).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EndRow {
+    /// The command's exit code, or `None` with `signal` when a signal ended it.
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub core_dumped: bool,
+    pub duration_s: f64,
+    pub escalated: bool,
+    pub terminate: bool,
+    pub forwarded: Vec<i32>,
+    pub oom_events: Vec<OomEvent>,
+    pub oom_dropped: u64,
+    pub first_failure: Option<FirstFailure>,
+    pub host: HostOom,
+    pub leftovers: Vec<ProcInfo>,
+    pub ended: Vec<EndResult>,
+    pub notes: Vec<String>,
+    /// NVML's status as the run ended it (the start row's may predate a failure).
+    pub nvml: Option<NvmlStatus>,
+    pub torch_enabled: bool,
+    pub self_cpu_s: f64,
+    pub self_max_rss_bytes: u64,
+    /// Device, idle and process sampling periods, seconds.
+    pub rates_s: (f64, f64, f64),
+    /// What the timeline knew that its rows do not carry.
+    pub device_samples: u64,
+    pub process_samples: u64,
+    pub timeline_bytes: u64,
+    pub gpus: Vec<GpuEnd>,
+}
+
+/// One GPU's numbers that only the end of a run has.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuEnd {
+    pub index: u32,
+    /// Memory the driver sets aside (NVML v2 `reserved`).
+    pub driver_reserved_bytes: u64,
+    /// Queries the GPU does not support: (what, error).
+    pub unsupported: Vec<(String, String)>,
+}
+
+impl EndRow {
+    /// The end row of `ev`.
+    pub fn of(ev: &Evidence) -> EndRow {
+        let o = ev.outcome.as_ref();
+        let (code, signal, core_dumped) = match o.map(|o| o.end) {
+            Some(ProcessEnd::Exited(c)) => (Some(c), None, false),
+            Some(ProcessEnd::Signaled {
+                signal,
+                core_dumped,
+            }) => (None, Some(signal), core_dumped),
+            None => (None, None, false),
+        };
+        EndRow {
+            code,
+            signal,
+            core_dumped,
+            duration_s: o.map_or(0.0, |o| o.duration.as_secs_f64()),
+            escalated: o.is_some_and(|o| o.escalated),
+            terminate: o.is_some_and(|o| o.terminate),
+            forwarded: o.map(|o| o.forwarded.clone()).unwrap_or_default(),
+            oom_events: ev.scanner.events.clone(),
+            oom_dropped: ev.scanner.dropped,
+            first_failure: ev.scanner.first_failure.clone(),
+            host: ev.host.clone(),
+            leftovers: ev.leftovers.clone(),
+            ended: ev.ended.clone(),
+            notes: ev.notes.clone(),
+            nvml: Some(ev.nvml.clone()),
+            torch_enabled: ev.torch.is_some(),
+            self_cpu_s: ev.self_usage.0,
+            self_max_rss_bytes: ev.self_usage.1,
+            rates_s: (
+                ev.rates.device.as_secs_f64(),
+                ev.rates.device_idle.as_secs_f64(),
+                ev.rates.process.as_secs_f64(),
+            ),
+            device_samples: ev.timeline.device_samples,
+            process_samples: ev.timeline.process_samples,
+            timeline_bytes: ev.timeline.heap_bytes as u64,
+            gpus: ev
+                .timeline
+                .gpus
+                .iter()
+                .map(|g| GpuEnd {
+                    index: g.info.index,
+                    driver_reserved_bytes: g.driver_reserved,
+                    unsupported: g.unsupported.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Puts back into a timeline read from the trace's rows what only this row has.
+    pub fn complete(&self, t: &mut Timeline) {
+        t.device_samples = self.device_samples;
+        t.process_samples = self.process_samples;
+        t.heap_bytes = self.timeline_bytes as usize;
+        for e in &self.gpus {
+            if let Some(g) = t.gpu_mut(e.index) {
+                g.driver_reserved = e.driver_reserved_bytes;
+                g.unsupported = e.unsupported.clone();
+            }
+        }
+    }
+
+    /// How the command ended, as recorded.
+    pub fn outcome(&self) -> Option<Outcome> {
+        let end = match (self.code, self.signal) {
+            (_, Some(signal)) => ProcessEnd::Signaled {
+                signal,
+                core_dumped: self.core_dumped,
+            },
+            (Some(c), None) => ProcessEnd::Exited(c),
+            (None, None) => return None,
+        };
+        Some(Outcome {
+            end,
+            duration: Duration::from_secs_f64(self.duration_s.max(0.0)),
+            escalated: self.escalated,
+            terminate: self.terminate,
+            forwarded: self.forwarded.clone(),
+        })
+    }
+
+    /// The scanner's findings, as recorded.
+    pub fn scanner(&self) -> Scanner {
+        let mut s = Scanner::new();
+        s.events = self.oom_events.clone();
+        s.dropped = self.oom_dropped;
+        s.first_failure = self.first_failure.clone();
+        s
+    }
+
+    pub fn rates(&self) -> Rates {
+        let d = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        Rates {
+            device: d(self.rates_s.0),
+            device_idle: d(self.rates_s.1),
+            process: d(self.rates_s.2),
+        }
+    }
+}

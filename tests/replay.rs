@@ -1,0 +1,117 @@
+//! Replays that agree with the run: a trace read back by `gpudoc report` gives the run's own report (its
+//! OOM, classification, diagnoses, framework view), every report fixture replays to the diagnoses it
+//! stores, and a trace that lacks its end row says what it does not know.
+
+mod common;
+
+use common::{Machine, fake_torch, read_json, report};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The report without what may differ between a run and its replay: free-text notes.
+fn comparable(mut r: Value) -> Value {
+    r.as_object_mut().unwrap().remove("notes");
+    r
+}
+
+#[test]
+fn a_replayed_trace_gives_the_runs_own_report() {
+    let m = Machine::h200s(2);
+    let (json, trace) = (m.path("run.json"), m.path("run.trace.jsonl"));
+    let train = fake_torch().join("train.py");
+    // A job that grows, leaves a child holding memory on GPU 1 and dies of an OOM: every part of the
+    // report has something to say.
+    let script = format!(
+        r#""$FAKEGPU" alloc --gpu 1 --steps 3GiB --hold-ms 100000 & python3 {} 8 --oom; exit 3"#,
+        train.display()
+    );
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .arg("run")
+        .arg("--json")
+        .arg(&json)
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--kill-orphans")
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let run = read_json(&json);
+    assert_eq!(run["exit"]["classification"], "gpu_oom");
+    assert!(!run["oom"].is_null());
+    assert!(!run["torch"]["processes"].as_array().unwrap().is_empty());
+    assert!(!run["orphans"].as_array().unwrap().is_empty());
+    assert!(!run["diagnoses"].as_array().unwrap().is_empty());
+    let back = report(&trace, &[]);
+    assert_eq!(back["exit"]["code"], 3);
+    for part in [
+        "exit",
+        "oom",
+        "diagnoses",
+        "gpus",
+        "processes",
+        "torch",
+        "orphans",
+    ] {
+        assert_eq!(back[part], run[part], "{part} differs");
+    }
+    assert_eq!(comparable(back), comparable(run));
+}
+
+#[test]
+fn a_trace_without_its_end_row_says_what_it_does_not_know() {
+    let m = Machine::h200s(1);
+    let trace = m.path("t.jsonl");
+    let script = r#""$FAKEGPU" alloc --gpu 0 --steps 2GiB --hold-ms 300; exit 3"#;
+    m.run_sh(&["--trace", trace.to_str().unwrap()], script);
+    // Cut the end row off, as a crash of gpudoc would.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.contains(r#""kind":"end""#))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&trace, kept).unwrap();
+    let back = report(&trace, &[]);
+    assert_eq!(back["exit"]["code"], Value::Null, "never invented as 0");
+    assert_eq!(back["exit"]["classification"], "unknown");
+    assert_eq!(back["gpus"][0]["job_peak_bytes"], 2u64 << 30);
+    let notes = back["notes"].to_string();
+    assert!(notes.contains("no end row"), "{notes}");
+    let out = m.gpudoc().arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("how was not recorded"), "{text}");
+    assert!(!text.contains("exited with code 0"), "{text}");
+}
+
+fn fixture_files(suffix: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.to_string_lossy().ends_with(suffix) {
+                found.push(p);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn every_report_fixture_replays_to_the_diagnoses_it_stores() {
+    let files = fixture_files(".report.json");
+    assert!(files.len() >= 20, "{files:?}");
+    for f in files {
+        let stored = read_json(&f);
+        let back = report(&f, &[]);
+        for part in ["exit", "oom", "diagnoses", "rule_errors"] {
+            assert_eq!(back[part], stored[part], "{}: {part}", f.display());
+        }
+    }
+}
