@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// peaks are exact, while the program's own view of them stays as if they were never reset).
     #[arg(long)]
     pub keep_torch_peaks: bool,
+    /// Find the line that leaks and what keeps it alive: `auto` records PyTorch's memory history for a
+    /// window of steps once allocated memory grows step after step; `on` from warm-up on; `off` never.
+    #[arg(long, value_name = "WHEN", num_args = 0..=1, default_value = "auto", default_missing_value = "on")]
+    pub hunt_leaks: HuntLeaks,
     /// End the job's descendants still running after the command exits (SIGTERM, 10 s, SIGKILL).
     #[arg(long)]
     pub kill_orphans: bool,
@@ -153,6 +157,18 @@ pub enum GateMeasure {
     Reserved,
     /// PyTorch's peak allocated memory (live tensors).
     Allocated,
+}
+
+/// `--hunt-leaks`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum HuntLeaks {
+    /// Once allocated memory grows step after step past warm-up.
+    #[default]
+    Auto,
+    /// From warm-up on.
+    On,
+    /// Never.
+    Off,
 }
 
 /// `--fail-on`.

@@ -10,7 +10,7 @@ use crate::paint::Paint;
 use crate::rules::RuleSet;
 use crate::sample::Rates;
 use crate::supervise::Wiring;
-use crate::torch::ShimSettings;
+use crate::torch::{HuntMode, ShimSettings};
 use crate::units::parse_bytes;
 use crate::verdict::{Measure, Severity};
 use std::ffi::OsString;
@@ -141,6 +141,11 @@ impl RunSettings {
         }
         let torch = (!a.no_torch).then_some(ShimSettings {
             reset_peaks: !a.keep_torch_peaks,
+            hunt: match a.hunt_leaks {
+                crate::cli::HuntLeaks::Auto => HuntMode::Auto,
+                crate::cli::HuntLeaks::On => HuntMode::On,
+                crate::cli::HuntLeaks::Off => HuntMode::Off,
+            },
         });
         Ok(RunSettings {
             command: a.command,

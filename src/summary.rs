@@ -126,6 +126,9 @@ fn render_diagnoses(o: &mut String, r: &Report, p: Paint) {
             p.dim(&format!("[{}]", d.rule))
         );
         let _ = writeln!(o, "        {}", printable(&d.message));
+        for line in &d.details {
+            let _ = writeln!(o, "          {}", printable(line));
+        }
         for a in &d.advice {
             let _ = writeln!(o, "        → {}", printable(a));
         }

@@ -32,6 +32,9 @@ pub struct Diagnosis {
     /// What it is about: `run`, `GPU 0`, `pid 1234`.
     pub subject: String,
     pub message: String,
+    /// Lines under the message (where a leak was allocated, what holds it, ...).
+    #[serde(default)]
+    pub details: Vec<String>,
     pub advice: Vec<String>,
     pub docs: Option<String>,
 }

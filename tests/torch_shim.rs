@@ -9,25 +9,7 @@ use std::process::Command;
 const MIB: u64 = 1 << 20;
 
 fn python(m: &Machine, extra: &[&str], args: &[&str]) -> (i32, Value, String, String) {
-    let json = m.path("report.json");
-    let out = m
-        .gpudoc()
-        .env("PYTHONPATH", fake_torch())
-        .arg("run")
-        .arg("--json")
-        .arg(&json)
-        .args(extra)
-        .arg("--")
-        .arg("python3")
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        read_json(&json),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    m.python(&[], extra, args)
 }
 
 fn train() -> String {
@@ -360,6 +342,7 @@ fn commands_without_torch_are_unaffected() {
     assert_eq!(
         added,
         vec![
+            "GPUDOC_HUNT",
             "GPUDOC_TORCH_PIPE",
             "GPUDOC_TORCH_RESET_PEAKS",
             "PYTHONPATH"

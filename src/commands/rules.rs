@@ -84,6 +84,9 @@ fn explain(set: &RuleSet, id: &str) -> Option<String> {
         let _ = writeln!(o, "    {fact:<36} {doc}");
     }
     let _ = writeln!(o, "\nsays:\n    {}", r.message.trim());
+    for d in &r.details_src {
+        let _ = writeln!(o, "      {d}");
+    }
     if !r.advice.is_empty() {
         let _ = writeln!(o, "\nadvice:");
         for a in &r.advice {

@@ -60,6 +60,7 @@ pub struct OomFacts {
     pub others: String,
     pub job_peak_pct: f64,
     pub explanation: String,
+    pub filled_by: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -135,6 +136,9 @@ pub struct TorchFacts {
     pub phase_count: i64,
     pub phase_steps: Vec<i64>,
     pub phase_period_steps: i64,
+    pub hunted: bool,
+    pub leak_sites: Vec<String>,
+    pub leak_holders: Vec<String>,
 }
 
 /// Every fact, its type and what it means: the reference for rule authors (`gpudoc rules explain`, README).
@@ -284,6 +288,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "oom.explanation",
         "string",
         "the cause with its numbers, in words",
+    ),
+    (
+        "oom.filled_by",
+        "list(string)",
+        "what held the GPU's memory then, from the shim's search at the OOM: holders, sites (empty when unknown)",
     ),
     ("gpu.index", "int", "NVML's index"),
     ("gpu.name", "string", "the GPU's name"),
@@ -488,6 +497,21 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "int",
         "steps between phase steps when they come at a regular interval (3 or more), else 0",
     ),
+    (
+        "torch.hunted",
+        "bool",
+        "a leak hunt recorded this process's memory history",
+    ),
+    (
+        "torch.leak_sites",
+        "list(string)",
+        "where the memory that stayed alive in the hunt's window was allocated, in words (or why the hunt failed)",
+    ),
+    (
+        "torch.leak_holders",
+        "list(string)",
+        "what keeps it alive, in words",
+    ),
 ];
 
 const GIB: i64 = 1 << 30;
@@ -604,6 +628,7 @@ impl Facts {
                 reserved_bytes: -1,
                 reserved_unallocated_bytes: -1,
                 allowed_bytes: -1,
+                filled_by: vec!["held by list `kept`".into(), "allocated at a.py:1".into()],
                 ..Default::default()
             },
             gpus: vec![GpuFacts {
@@ -616,6 +641,11 @@ impl Facts {
             }],
             torch_processes: vec![TorchFacts {
                 phase_steps: vec![25, 50],
+                leak_sites: vec!["allocated at a.py:1".into(), "allocated at b.py:2".into()],
+                leak_holders: vec![
+                    "kept alive by list `kept`".into(),
+                    "kept alive by dict `c`".into(),
+                ],
                 ..Default::default()
             }],
         }
@@ -808,6 +838,11 @@ fn torch_facts(
         .zip(after.first())
         .map_or(0, |(l, f)| l.step.saturating_sub(f.step));
     let phases = phases(after);
+    let hunt = t
+        .hunts
+        .iter()
+        .rev()
+        .find(|h| h.why != "oom" && (h.error.is_some() || h.steps > 0));
     let (steady_reserved, steady_peak) = if after.len() >= 3 {
         (
             median(after.iter().map(|s| s.reserved_bytes as i64).collect()),
@@ -855,7 +890,41 @@ fn torch_facts(
         phase_count: phases.steps.len() as i64,
         phase_steps: phases.steps.iter().take(8).copied().collect(),
         phase_period_steps: phases.period,
+        hunted: hunt.is_some(),
+        leak_sites: hunt.map(leak_sites).unwrap_or_default(),
+        leak_holders: hunt.map(leak_holders).unwrap_or_default(),
     }
+}
+
+/// The hunt's sites in words; why it failed, when it did.
+fn leak_sites(h: &crate::torch::hunt::Hunt) -> Vec<String> {
+    if let Some(e) = &h.error {
+        return vec![format!("the leak hunt could not run: {e}")];
+    }
+    let mut out = h.site_lines();
+    if out.is_empty() {
+        out.push(format!(
+            "the leak hunt (steps {}-{}) found no allocation site that kept its memory alive",
+            h.from_step, h.to_step
+        ));
+    }
+    out
+}
+
+/// What holds the leak, in words; said when it could not be found.
+fn leak_holders(h: &crate::torch::hunt::Hunt) -> Vec<String> {
+    if h.error.is_some() || h.sites.is_empty() {
+        return Vec::new();
+    }
+    let out = h.holder_lines("kept alive by");
+    if out.is_empty() {
+        return vec![
+            "what keeps it alive was not found: no Python object refers to these blocks' tensors, and no \
+             autograd graph in the program's variables spans the steps"
+                .into(),
+        ];
+    }
+    out
 }
 
 /// Steps whose peak stands far above the steady per-step peak: an evaluation, a checkpoint.
@@ -985,7 +1054,36 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
             .and_then(|i| gpus.iter().find(|x| x.index == i as i64))
             .map_or(0.0, |x| x.job_peak_pct),
         explanation: o.explanation.clone(),
+        filled_by: filled_by(r),
     }
+}
+
+/// What held the GPU at the OOM: the shim's search in the process that failed (or any, if it is not
+/// known which).
+fn filled_by(r: &Report) -> Vec<String> {
+    let pid = r
+        .oom
+        .as_ref()
+        .and_then(|o| o.allocator.as_ref().map(|a| a.pid).or(o.this_pid));
+    let hunt = r
+        .torch
+        .processes
+        .iter()
+        .filter(|p| pid.is_none_or(|x| x == p.pid))
+        .flat_map(|p| &p.hunts)
+        .find(|h| h.why == "oom" && h.error.is_none());
+    let Some(h) = hunt else {
+        return Vec::new();
+    };
+    let mut out = h.holder_lines("held by");
+    if let (Some(n), Some(b)) = (h.tensors, h.tensor_bytes) {
+        out.push(format!(
+            "{n} Python tensors on the GPU held {} in all",
+            crate::units::fmt_bytes(b)
+        ));
+    }
+    out.extend(h.site_lines());
+    out
 }
 
 fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {

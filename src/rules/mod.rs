@@ -59,6 +59,10 @@ struct RuleFile {
     each: Scope,
     when: toml::Spanned<String>,
     message: toml::Spanned<String>,
+    /// Lines under the message, templates like it; one that gives a list is a line per item, one that
+    /// gives nothing is left out.
+    #[serde(default)]
+    details: Vec<String>,
     #[serde(default)]
     advice: Vec<String>,
     #[serde(default)]
@@ -73,14 +77,17 @@ pub struct Rule {
     pub scope: Scope,
     pub when: String,
     pub message: String,
+    /// The detail templates, as written.
+    pub details_src: Vec<String>,
     pub advice: Vec<String>,
     pub docs: Option<String>,
     /// Where it came from: `bundled:NAME.toml` or a path.
     pub source: String,
-    /// The facts its condition and message read.
+    /// The facts its condition, message and details read.
     pub reads: Vec<String>,
     condition: Program,
     pieces: Vec<Piece>,
+    details: Vec<Vec<Piece>>,
 }
 
 impl std::fmt::Debug for Rule {
@@ -412,7 +419,7 @@ fn check_rule(
     env: &Arc<Env>,
     scope: Scope,
     condition: &Program,
-    pieces: &[Piece],
+    pieces: &[&[Piece]],
     (read, msg_reads): (&[String], &[String]),
     (when_line, msg_line): (usize, usize),
 ) -> Result<(), (usize, String)> {
@@ -441,7 +448,7 @@ fn check_rule(
         Err(e) if depends_on_values(&e) => {}
         Err(e) => return Err((when_line, format!("when: {e}"))),
     }
-    for p in pieces {
+    for p in pieces.iter().flat_map(|p| p.iter()) {
         if let Piece::Expr(e) = p
             && let Err(x) = e.execute(&ctx)
             && !depends_on_values(&x)
@@ -450,6 +457,35 @@ fn check_rule(
         }
     }
     Ok(())
+}
+
+/// A template filled in.
+fn fill(pieces: &[Piece], ctx: &Context) -> Result<String, String> {
+    let mut out = String::new();
+    for p in pieces {
+        match p {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Expr(e) => out.push_str(&render(&e.execute(ctx).map_err(|x| x.to_string())?)),
+        }
+    }
+    Ok(out.trim().to_string())
+}
+
+/// A detail template's lines: a template that is one expression giving a list gives a line per item;
+/// empty lines are left out.
+fn lines(pieces: &[Piece], ctx: &Context) -> Result<Vec<String>, String> {
+    let out = match pieces {
+        [Piece::Expr(e)] => match e.execute(ctx).map_err(|x| x.to_string())? {
+            Value::List(l) => l.iter().map(render).collect(),
+            v => vec![render(&v)],
+        },
+        _ => vec![fill(pieces, ctx)?],
+    };
+    Ok(out
+        .into_iter()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect())
 }
 
 fn render(value: &Value) -> String {
@@ -512,25 +548,26 @@ impl Rule {
         let msg_line = value_line(text, f.message.span());
         let condition = compile(&env, f.when.get_ref(), source, when_line)?;
         let pieces = template(&env, f.message.get_ref(), source, msg_line)?;
+        let details = f
+            .details
+            .iter()
+            .map(|d| template(&env, d, source, msg_line))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut read = Vec::new();
         reads(condition.expression(), &HashMap::new(), &mut read);
         let mut msg_reads = Vec::new();
-        for p in &pieces {
+        for p in pieces.iter().chain(details.iter().flatten()) {
             if let Piece::Expr(e) = p {
                 reads(e.expression(), &HashMap::new(), &mut msg_reads);
             }
         }
         if check {
             let lines = (when_line, msg_line);
-            check_rule(
-                &env,
-                f.each,
-                &condition,
-                &pieces,
-                (&read, &msg_reads),
-                lines,
-            )
-            .map_err(|(line, what)| err(line, what))?;
+            let all: Vec<&[Piece]> = std::iter::once(pieces.as_slice())
+                .chain(details.iter().map(|d| d.as_slice()))
+                .collect();
+            check_rule(&env, f.each, &condition, &all, (&read, &msg_reads), lines)
+                .map_err(|(line, what)| err(line, what))?;
         }
         read.extend(msg_reads);
         read.sort();
@@ -543,39 +580,32 @@ impl Rule {
             scope: f.each,
             when: f.when.into_inner().trim().to_string(),
             message: f.message.into_inner(),
+            details_src: f.details,
             advice: f.advice,
             docs: f.docs,
             source: source.into(),
             reads: read,
             condition,
             pieces,
+            details,
         })
     }
 
-    /// The message if the rule fires in `ctx`, `None` if it does not.
-    fn fire(&self, ctx: &Context) -> Result<Option<String>, String> {
+    /// The message and its detail lines if the rule fires in `ctx`, `None` if it does not.
+    fn fire(&self, ctx: &Context) -> Result<Option<(String, Vec<String>)>, String> {
         match self.condition.execute(ctx) {
             Ok(Value::Bool(false)) => Ok(None),
-            Ok(Value::Bool(true)) => self
-                .message_for(ctx)
-                .map(Some)
-                .map_err(|e| format!("message: {e}")),
+            Ok(Value::Bool(true)) => {
+                let message = fill(&self.pieces, ctx).map_err(|e| format!("message: {e}"))?;
+                let mut details = Vec::new();
+                for d in &self.details {
+                    details.extend(lines(d, ctx).map_err(|e| format!("details: {e}"))?);
+                }
+                Ok(Some((message, details)))
+            }
             Ok(other) => Err(format!("gave {other:?}, not true or false")),
             Err(e) => Err(e.to_string()),
         }
-    }
-
-    fn message_for(&self, ctx: &Context) -> Result<String, String> {
-        let mut out = String::new();
-        for p in &self.pieces {
-            match p {
-                Piece::Text(t) => out.push_str(t),
-                Piece::Expr(e) => {
-                    out.push_str(&render(&e.execute(ctx).map_err(|x| x.to_string())?))
-                }
-            }
-        }
-        Ok(out.trim().to_string())
     }
 }
 
@@ -663,12 +693,13 @@ impl RuleSet {
                 }
                 match rule.fire(&ctx) {
                     Ok(None) => {}
-                    Ok(Some(message)) => out.push(Diagnosis {
+                    Ok(Some((message, details))) => out.push(Diagnosis {
                         rule: rule.id.clone(),
                         severity: rule.severity,
                         title: rule.title.clone(),
                         subject: subject(facts, rule.scope, i),
                         message,
+                        details,
                         advice: rule.advice.clone(),
                         docs: rule.docs.clone(),
                     }),

@@ -6,6 +6,7 @@
 //! [`TorchTimeline`]. The pipe is opened by path, not inherited: `subprocess` and torchrun close inherited
 //! descriptors, and every rank must still reach gpudoc.
 
+pub mod hunt;
 pub mod view;
 
 use crate::timeline::{Micros, Series};
@@ -20,9 +21,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 /// The shim's files, written into the private folder (the marker tells other shims the folder is one).
-pub const SHIM: [(&str, &str); 3] = [
+pub const SHIM: [(&str, &str); 4] = [
     ("sitecustomize.py", include_str!("shim/sitecustomize.py")),
     ("_gpudoc_torch.py", include_str!("shim/_gpudoc_torch.py")),
+    ("_gpudoc_hunt.py", include_str!("shim/_gpudoc_hunt.py")),
     (".gpudoc-shim", ""),
 ];
 /// Longest line accepted from the shim (it writes under PIPE_BUF).
@@ -39,7 +41,34 @@ pub struct ShimSettings {
     /// Reset PyTorch's peak counters at each record, so per-record peaks are exact (the program's own
     /// view of them is kept as if they were never reset).
     pub reset_peaks: bool,
+    pub hunt: HuntMode,
 }
+
+/// When the shim hunts leaks (`--hunt-leaks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HuntMode {
+    /// When allocated memory grows step after step past warm-up.
+    #[default]
+    Auto,
+    /// From warm-up on, whatever memory does.
+    On,
+    /// Never.
+    Off,
+}
+
+impl HuntMode {
+    fn env(self) -> &'static str {
+        match self {
+            HuntMode::Auto => "auto",
+            HuntMode::On => "on",
+            HuntMode::Off => "off",
+        }
+    }
+}
+/// Hunts kept per run.
+const MAX_HUNTS: usize = 64;
+/// Largest hunt file read from the shim's folder.
+const MAX_HUNT_FILE: u64 = 4 << 20;
 
 /// A record of the optimizer's steps as the shim saw it: the numbers after step `step`, and the peaks over
 /// the `steps` steps it covers (the shim records every Nth step when steps are fast, to keep its cost down).
@@ -153,6 +182,8 @@ pub struct TorchTimeline {
     pub messages: u64,
     /// Lines that were not valid shim messages.
     pub bad_lines: u64,
+    /// Leak hunts, and what filled the GPU at OOMs.
+    pub hunts: Vec<hunt::Hunt>,
 }
 
 fn u(v: &serde_json::Value, k: &str) -> u64 {
@@ -186,6 +217,13 @@ impl TorchTimeline {
             "error" => {
                 let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
                 self.errors.push((pid, s("where"), s("error")));
+            }
+            "hunt" => {
+                if self.hunts.len() < MAX_HUNTS
+                    && let Some(h) = hunt::Hunt::from_message(&v, start_unix)
+                {
+                    self.hunts.push(h);
+                }
             }
             "s" | "step" | "oom" => {
                 let dev = u(&v, "dev") as u32;
@@ -303,6 +341,7 @@ impl Channel {
                 "GPUDOC_TORCH_RESET_PEAKS".to_string(),
                 if settings.reset_peaks { "1" } else { "0" }.into(),
             ),
+            ("GPUDOC_HUNT".to_string(), settings.hunt.env().into()),
         ];
         let start_unix = start_wall
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -310,9 +349,10 @@ impl Channel {
             .as_secs_f64();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let folder = dir.path().to_path_buf();
         let reader = std::thread::Builder::new()
             .name("gpudoc-torch".into())
-            .spawn(move || read_loop(file, &flag, start_unix, trace))?;
+            .spawn(move || read_loop(file, &flag, start_unix, &folder, trace))?;
         Ok((
             Channel {
                 _dir: dir,
@@ -360,6 +400,7 @@ fn read_loop(
     mut file: std::fs::File,
     stop: &AtomicBool,
     start_unix: f64,
+    folder: &std::path::Path,
     trace: Option<SharedTrace>,
 ) -> TorchTimeline {
     use std::os::fd::AsRawFd;
@@ -386,10 +427,11 @@ fn read_loop(
             for &b in &buf[..n] {
                 if b == b'\n' {
                     if !skipping && !line.is_empty() {
-                        if t.apply(&line, start_unix)
+                        let message = from_file(&line, folder).unwrap_or_else(|| line.clone());
+                        if t.apply(&message, start_unix)
                             && let Some(tr) = &trace
                         {
-                            tr.lock().unwrap().torch(&line);
+                            tr.lock().unwrap().torch(&message);
                         }
                     } else if skipping {
                         t.bad_lines += 1;
@@ -411,6 +453,25 @@ fn read_loop(
         // Parked, so closing the channel wakes it at once.
         std::thread::park_timeout(READ_EVERY);
     }
+}
+
+/// A message too large for one pipe write comes as `{"k":"file","name":...}`: the file in the shim's folder
+/// holds it (read once, then removed).
+fn from_file(line: &[u8], folder: &std::path::Path) -> Option<Vec<u8>> {
+    if !line.starts_with(br#"{"k":"file""#) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    let name = v.get("name")?.as_str()?;
+    if !name.starts_with("hunt-") || name.contains('/') {
+        return None;
+    }
+    let path = folder.join(name);
+    let size = std::fs::metadata(&path).ok()?.len();
+    let text = (size <= MAX_HUNT_FILE).then(|| std::fs::read(&path).ok())??;
+    let _ = std::fs::remove_file(&path);
+    let end = text.iter().rposition(|&b| b == b'}')?;
+    Some(text[..=end].to_vec())
 }
 
 #[cfg(test)]
@@ -443,6 +504,28 @@ mod tests {
             .map(|w| w[1].step - w[0].step)
             .collect();
         assert!(gaps.iter().all(|&g| g == gaps[0]), "even spacing");
+    }
+
+    #[test]
+    fn a_large_message_is_read_from_its_file_once_and_only_from_the_shims_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = format!(
+            r#"{{"k":"hunt","why":"auto","sites":[],"pad":"{}","pid":7}}"#,
+            "x".repeat(9000)
+        );
+        std::fs::write(dir.path().join("hunt-7-1.json"), format!("{body}\n")).unwrap();
+        let msg = br#"{"k":"file","name":"hunt-7-1.json","pid":7}"#;
+        assert_eq!(from_file(msg, dir.path()).unwrap(), body.as_bytes());
+        assert!(
+            !dir.path().join("hunt-7-1.json").exists(),
+            "removed once read"
+        );
+        assert_eq!(from_file(msg, dir.path()), None);
+        for name in ["../hunt-7-1.json", "/etc/passwd", "other.json"] {
+            let msg = format!(r#"{{"k":"file","name":"{name}","pid":7}}"#);
+            assert_eq!(from_file(msg.as_bytes(), dir.path()), None, "{name}");
+        }
+        assert_eq!(from_file(br#"{"k":"step"}"#, dir.path()), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! NVML's figure for the same process, and the difference, non-PyTorch memory (CUDA context, cuBLAS and
 //! NCCL workspaces, other libraries): the seed's "two views" in one place.
 
+use super::hunt::Hunt;
 use super::{Step, TorchOom, TorchTimeline};
 use crate::gpu::GpuInfo;
 use crate::timeline::Timeline;
@@ -53,6 +54,9 @@ pub struct TorchProcReport {
     pub record_every: u64,
     #[serde(default)]
     pub shim_cost_pct: Option<f64>,
+    /// Leak hunts in this process on this device, and what filled it at an OOM.
+    #[serde(default)]
+    pub hunts: Vec<Hunt>,
 }
 
 /// Window, in µs, over which the two views are matched.
@@ -103,6 +107,12 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                 record_every: p.record_every.max(1),
                 shim_cost_pct: (p.covered_us > 0)
                     .then(|| p.shim_cost_us as f64 * 100.0 / p.covered_us as f64),
+                hunts: t
+                    .hunts
+                    .iter()
+                    .filter(|h| h.pid == p.pid && h.device == p.device)
+                    .cloned()
+                    .collect(),
             }
         })
         .collect();

@@ -81,6 +81,36 @@ impl Machine {
         serde_json::from_slice(&text).unwrap()
     }
 
+    /// Runs `gpudoc run --json report.json [extra] -- python3 ARGS` with the fake torch first on the path
+    /// and `envs` set: (exit code, report, stdout, stderr).
+    pub fn python(
+        &self,
+        envs: &[(&str, &str)],
+        extra: &[&str],
+        args: &[&str],
+    ) -> (i32, serde_json::Value, String, String) {
+        let json = self.path("report.json");
+        let out = self
+            .gpudoc()
+            .env("PYTHONPATH", fake_torch())
+            .envs(envs.iter().copied())
+            .arg("run")
+            .arg("--json")
+            .arg(&json)
+            .args(extra)
+            .arg("--")
+            .arg("python3")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            read_json(&json),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// Runs `gpudoc run --json report.json -- sh -c SCRIPT` and returns (exit code, report, stderr).
     pub fn run_sh(&self, extra: &[&str], script: &str) -> (i32, serde_json::Value, String) {
         let json = self.path("report.json");

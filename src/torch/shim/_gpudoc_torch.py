@@ -11,6 +11,11 @@ for that). It costs the program nothing it could measure:
 - It never changes what the program sees: no exception, warning, signal or output of its own; writes go
   to gpudoc's pipe only, checked to still be that pipe, with SIGPIPE held off; any failure makes it go
   quiet and is reported to gpudoc.
+- Leak hunting (_gpudoc_hunt.py, imported only when a hunt starts): when allocated memory grows record
+  after record past warm-up (or from warm-up on with GPUDOC_HUNT=on), PyTorch's memory history is
+  recorded for a bounded window of steps, the leaking sites and what holds them are found, and recording
+  stops. At an out-of-memory failure the same search names what filled the GPU. A program that records
+  memory history itself is left alone.
 """
 import functools
 import json
@@ -24,6 +29,15 @@ BUDGET = 0.003
 MAX_STRIDE = 4096
 # The devices in use are looked for again every this many records.
 RESCAN_EVERY = 64
+# Leak hunting: auto (when memory grows), on (from warm-up on), off.
+HUNT = os.environ.get("GPUDOC_HUNT", "auto")
+# Steps before which growth is warm-up; records of growth that start a hunt; least growth over them.
+WARMUP_STEPS = 10
+GROWTH_RECORDS = 8
+GROWTH_BYTES = 64 << 20
+# Hunts per process (one window, plus what filled the GPU at up to two out-of-memory failures).
+MAX_HUNTS = 1
+MAX_OOM_HUNTS = 2
 
 
 class _State(object):
@@ -47,6 +61,16 @@ class _State(object):
     held = {}
     # Per device: (allocated, reserved) peaks the program's own reset would have erased mid-record.
     folded = {}
+    # Per device: allocated memory at the last records, to see growth.
+    growth = {}
+    hunt = None
+    hunts = 0
+    oom_hunts = 0
+    files = 0
+    # The program records memory history itself (then no hunt touches it).
+    user_history = False
+    ours = False
+    hunt_module = None
 
 
 S = _State()
@@ -200,6 +224,10 @@ def _record(step, covered, kind="step"):
             _keep(d, stats)
             S.orig_reset(d)
         _send(body)
+        if kind == "step":
+            seen = S.growth.setdefault(d, [])
+            seen.append(_cur(stats, "allocated_bytes"))
+            del seen[:-GROWTH_RECORDS]
 
 
 
@@ -232,6 +260,127 @@ def _on_step(optimizer, args, kwargs):
         stride = min(MAX_STRIDE, max(1, int(S.cost / (BUDGET * S.period)) + 1))
     S.last_step, S.last_t = STEP[0], t1
     STEP[1] = STEP[0] + stride
+    if HUNT != "off":
+        try:
+            _hunt_step(STEP[0])
+        except Exception as e:
+            _hunt_failed(e)
+
+
+def _growing():
+    """Allocated memory grew record after record, past warm-up, on some device."""
+    for seen in S.growth.values():
+        if len(seen) < GROWTH_RECORDS:
+            continue
+        ups = sum(1 for a, b in zip(seen, seen[1:]) if b > a)
+        if ups >= GROWTH_RECORDS - 2 and seen[-1] - seen[0] >= GROWTH_BYTES and seen[-1] == max(seen):
+            return True
+    return False
+
+
+def _allocated():
+    return dict((d, seen[-1]) for d, seen in S.growth.items() if seen)
+
+
+def _hunt_step(step, ending=False):
+    """Starts, or ends, a window of memory-history recording."""
+    if S.hunt is not None:
+        if ending or S.hunt.due(step):
+            hunt, S.hunt = S.hunt, None
+            S.ours = True
+            try:
+                results = hunt.finish(step, _allocated(), skip=(id(S),))
+            finally:
+                S.ours = False
+            for r in results:
+                _send_big(r)
+        else:
+            STEP[1] = min(STEP[1], S.hunt.from_step + _hunt_module().WINDOW_STEPS)
+        return
+    if S.hunts >= MAX_HUNTS or S.user_history or step <= WARMUP_STEPS:
+        return
+    if HUNT == "on" or _growing():
+        S.hunts += 1
+        why = "on" if HUNT == "on" else "auto"
+        if not _can_hunt():
+            _send_big({"k": "hunt", "why": why, "dev": (_devices() or [0])[0], "t": time.time(),
+                       "error": "torch %s has no memory history with Python stacks (2.1 or later has it)"
+                       % getattr(S.torch, "__version__", "?")})
+            return
+        S.ours = True
+        try:
+            S.hunt = _hunt_module().Hunt(S.torch, why, step, _devices(), _allocated())
+        finally:
+            S.ours = False
+        STEP[1] = min(STEP[1], step + 1)
+
+
+def _hunt_module():
+    """_gpudoc_hunt.py, beside this file (loaded by path: the program may have changed sys.path)."""
+    if S.hunt_module is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_gpudoc_hunt.py")
+        spec = importlib.util.spec_from_file_location("_gpudoc_hunt", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        S.hunt_module = module
+    return S.hunt_module
+
+
+def _can_hunt():
+    v = getattr(S.torch, "__version__", "0").split("+")[0].split(".")
+    try:
+        return (int(v[0]), int(v[1])) >= (2, 1)
+    except (ValueError, IndexError):
+        return False
+
+
+def _hunt_failed(e):
+    """A hunt that fails is said, and no other is tried; recording it started is stopped."""
+    S.hunts = MAX_HUNTS
+    hunt, S.hunt = S.hunt, None
+    if hunt is not None and hunt.ours:
+        try:
+            S.ours = True
+            S.torch.cuda.memory._record_memory_history(enabled=None)
+        except Exception:
+            pass
+        finally:
+            S.ours = False
+    try:
+        _send('{"k":"hunt","error":%s,"dev":%d,"t":%.6f' % (
+            json.dumps("%s: %s" % (type(e).__name__, e)), (S.devices or [0])[0], time.time()))
+    except Exception:
+        pass
+
+
+def _send_big(obj):
+    """A message that may not fit one pipe write: written to a file beside the pipe, which gpudoc reads."""
+    body = json.dumps(obj, separators=(",", ":"))[:-1]
+    if len(body) + len(S.tail) < 4000:
+        _send(body)
+        return
+    S.files += 1
+    name = "hunt-%d-%d.json" % (os.getpid(), S.files)
+    path = os.path.join(os.path.dirname(S.pipe), name)
+    with open(path, "w") as f:
+        f.write(body + S.tail)
+    _send('{"k":"file","name":"%s"' % name)
+
+
+def _watch_history(real):
+    """torch._C's memory-history switch as the program calls it: a program that records history itself is
+    left alone, and a hunt in progress leaves recording on for it."""
+
+    def record_memory_history(*args, **kwargs):
+        if not S.ours:
+            S.user_history = True
+            if S.hunt is not None:
+                S.hunt.ours = False
+        return real(*args, **kwargs)
+
+    return record_memory_history
 
 
 def _user_stats(device):
@@ -274,6 +423,17 @@ def _on_oom(device, alloc, device_allocated, device_free):
             alloc, device_allocated, device_free, _numbers(stats, device), _uuid(device)))
     except Exception as e:
         _fail("oom observer", e)
+        return
+    if HUNT == "off" or S.oom_hunts >= MAX_OOM_HUNTS:
+        return
+    S.oom_hunts += 1
+    try:
+        S.ours = True
+        _send_big(_hunt_module().at_oom(S.torch, device, S.hunt, skip=(id(S),)))
+    except Exception as e:
+        _hunt_failed(e)
+    finally:
+        S.ours = False
 
 
 def _on_cuda_init():
@@ -293,12 +453,19 @@ def _on_cuda_init():
 
 
 def _on_exit():
-    """A last record at exit: what the program holds at its end, and its peaks."""
+    """A last record at exit: what the program holds at its end, and its peaks; a hunt in progress ends
+    with the steps it recorded."""
     try:
         if S.cuda and not S.dead:
             _record(STEP[0], STEP[0] - S.last_step, "s")
     except Exception as e:
         _fail("exit", e)
+        return
+    if S.hunt is not None and STEP[0] > S.hunt.from_step:
+        try:
+            _hunt_step(STEP[0], ending=True)
+        except Exception as e:
+            _hunt_failed(e)
 
 
 def _on_fork():
@@ -312,6 +479,9 @@ def _on_fork():
     STEP[0], STEP[1] = 0, 1
     S.last_step = S.records = 0
     S.devices = None
+    S.growth = {}
+    S.hunt = None
+    S.hunts = S.oom_hunts = S.files = 0
     _identify()
 
 
@@ -325,6 +495,11 @@ def _install(torch):
     if S.reset_peaks:
         C._cuda_memoryStats = _user_stats
         C._cuda_resetPeakMemoryStats = _user_reset
+    if HUNT != "off":
+        for name in ("_cuda_record_memory_history", "_cuda_record_memory_history_legacy",
+                     "_cuda_recordMemoryHistory"):
+            if hasattr(C, name):
+                setattr(C, name, _watch_history(getattr(C, name)))
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 

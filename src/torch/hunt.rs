@@ -1,0 +1,159 @@
+//! Leak hunts, as the shim reports them (`_gpudoc_hunt.py`): for a window of steps in which allocated memory
+//! grew, the sites (file:line in the user's code) of the blocks allocated then and still alive, and what
+//! holds them; at an out-of-memory failure, what filled the GPU.
+
+use crate::units::fmt_bytes;
+use serde::{Deserialize, Serialize};
+
+/// One hunt on one device of one process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Hunt {
+    pub pid: u32,
+    /// torch's device index.
+    #[serde(alias = "dev")]
+    pub device: u32,
+    /// `auto` (allocated memory grew), `on` (`--hunt-leaks`), `oom` (what filled the GPU at an OOM).
+    pub why: String,
+    /// When it ended, seconds since the run started.
+    pub at_s: f64,
+    /// The window: the steps recorded (`to_step` − `from_step`).
+    pub from_step: u64,
+    pub to_step: u64,
+    pub steps: u64,
+    /// Allocated memory's growth over the window.
+    pub growth_bytes: i64,
+    /// Where the memory that stayed alive was allocated, most first.
+    pub sites: Vec<Site>,
+    /// What keeps it alive, most first.
+    pub holders: Vec<Holder>,
+    /// PyTorch's event log overflowed in the window: allocation counts are low.
+    pub truncated: bool,
+    /// Seconds of recording, and of finding sites and holders at its end.
+    pub record_s: f64,
+    pub analysis_s: f64,
+    /// At an OOM: the Python tensors on the device, and their bytes.
+    pub tensors: Option<u64>,
+    pub tensor_bytes: Option<u64>,
+    /// Why the hunt could not be made, when it could not.
+    pub error: Option<String>,
+}
+
+/// Where leaking blocks were allocated: the innermost frame in the user's code.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Site {
+    pub file: String,
+    pub line: u32,
+    pub function: String,
+    /// The source line.
+    pub code: String,
+    /// Bytes of its blocks still alive at the window's end, and per step of the window.
+    pub bytes: u64,
+    pub bytes_per_step: u64,
+    pub blocks: u64,
+    /// Blocks it allocated in the window.
+    pub allocs: u64,
+    /// The Python stack, innermost first (`file:line in function`).
+    pub stack: Vec<String>,
+}
+
+/// What refers to leaking tensors: a container, a global, an attribute, or an autograd graph.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Holder {
+    /// `container`, `global`, `attr`, `graph`.
+    pub kind: String,
+    /// In words: "list `kept` (train.py, module globals), 300 items".
+    pub text: String,
+    pub tensors: u64,
+    pub bytes: u64,
+    pub items: Option<u64>,
+}
+
+impl Hunt {
+    /// Reads a `hunt` message; `start_unix` turns its time into run time.
+    pub fn from_message(v: &serde_json::Value, start_unix: f64) -> Option<Hunt> {
+        let mut h: Hunt = serde_json::from_value(v.clone()).ok()?;
+        let t = v.get("t").and_then(|t| t.as_f64()).unwrap_or(start_unix);
+        h.at_s = (t - start_unix).max(0.0);
+        Some(h)
+    }
+
+    /// Lines for a diagnosis: where the memory was allocated.
+    pub fn site_lines(&self) -> Vec<String> {
+        self.sites
+            .iter()
+            .map(|s| {
+                let per = if self.steps > 0 {
+                    format!("+{} a step, ", fmt_bytes(s.bytes_per_step))
+                } else {
+                    String::new()
+                };
+                let code = if s.code.is_empty() {
+                    String::new()
+                } else {
+                    format!(" `{}`", s.code)
+                };
+                format!(
+                    "allocated at {}:{} in {}{code}: {per}{} in {} live blocks",
+                    short(&s.file),
+                    s.line,
+                    s.function,
+                    fmt_bytes(s.bytes),
+                    s.blocks
+                )
+            })
+            .collect()
+    }
+
+    /// Lines for a diagnosis: what keeps it alive.
+    pub fn holder_lines(&self, verb: &str) -> Vec<String> {
+        self.holders
+            .iter()
+            .map(|h| {
+                if h.bytes > 0 {
+                    format!("{verb} {} ({})", h.text, fmt_bytes(h.bytes))
+                } else {
+                    format!("{verb} {}", h.text)
+                }
+            })
+            .collect()
+    }
+}
+
+/// A path as a user reads it in a diagnosis: its last two components.
+fn short(path: &str) -> String {
+    let parts: Vec<&str> = path.rsplit('/').take(2).collect();
+    parts.into_iter().rev().collect::<Vec<_>>().join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hunt_message_reads_into_sites_and_holders() {
+        let m = serde_json::json!({
+            "k": "hunt", "why": "auto", "dev": 0, "t": 110.5, "from_step": 12, "to_step": 32,
+            "steps": 20, "growth_bytes": 671088640, "pid": 7,
+            "sites": [{"file": "/home/u/train.py", "line": 8, "function": "<module>", "code": "y = m(x)",
+                       "bytes": 671088640, "bytes_per_step": 33554432, "blocks": 20, "allocs": 40,
+                       "stack": ["/home/u/train.py:8 in <module>"]}],
+            "holders": [{"kind": "container", "text": "list `kept` (train.py, module globals), 300 items",
+                         "tensors": 20, "bytes": 671088640, "items": 300}]
+        });
+        let h = Hunt::from_message(&m, 100.0).unwrap();
+        assert_eq!((h.pid, h.device, h.at_s), (7, 0, 10.5));
+        assert_eq!(
+            h.site_lines(),
+            vec![
+                "allocated at u/train.py:8 in <module> `y = m(x)`: +32.00 MiB a step, 640.00 MiB in 20 live blocks"
+            ]
+        );
+        assert_eq!(
+            h.holder_lines("kept alive by"),
+            vec!["kept alive by list `kept` (train.py, module globals), 300 items (640.00 MiB)"]
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! Leak hunting through the shim, on the fake torch (fixtures/fake_torch/leaks.py plants the leaks that
+//! tests/gpu/leaks.py plants on a real GPU; fixtures/leaks/ holds those real runs).
+
+mod common;
+
+use common::{Machine, fake_torch};
+use serde_json::Value;
+
+/// `gpudoc run [extra] -- python3 leaks.py MODE STEPS` on the fake torch, with `envs`: (exit code, report,
+/// stdout, stderr).
+fn leaks(
+    envs: &[(&str, &str)],
+    extra: &[&str],
+    mode: &str,
+    steps: u32,
+) -> (i32, Value, String, String) {
+    let script = fake_torch().join("leaks.py");
+    let steps = steps.to_string();
+    Machine::h200s(1).python(envs, extra, &[script.to_str().unwrap(), mode, &steps])
+}
+
+/// A leak run that must succeed: its report and stderr.
+fn leak_run(mode: &str, steps: u32, extra: &[&str]) -> (Value, String) {
+    let (code, r, _, err) = leaks(&[], extra, mode, steps);
+    assert_eq!(code, 0, "{err}");
+    (r, err)
+}
+
+fn hunts(r: &Value) -> Vec<Value> {
+    r["torch"]["processes"][0]["hunts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn each_planted_leak_is_found_at_its_line_with_its_holder() {
+    let cases = [
+        (
+            "list",
+            "leaks.py",
+            "y = torch.empty(16 * MiB)",
+            "list `kept` (leaks.py, module globals)",
+        ),
+        (
+            "dict",
+            "leaks.py",
+            "cache[step] = torch.empty(8 * MiB)",
+            "dict `cache` (leaks.py, module globals)",
+        ),
+        (
+            "graph",
+            "leaks.py",
+            "y = torch.empty(16 * MiB)",
+            "the autograd graph of `total` (leaks.py, module globals)",
+        ),
+        (
+            "helper",
+            "leak_helper.py",
+            "_seen.append(torch.empty(t.nbytes() // 2))",
+            "list `_seen` (leak_helper.py, module globals)",
+        ),
+    ];
+    for (mode, file, code, holder) in cases {
+        let (r, _) = leak_run(mode, 60, &[]);
+        let h = hunts(&r);
+        assert_eq!(h.len(), 1, "{mode}: {h:#?}");
+        let h = &h[0];
+        assert_eq!(h["why"], "auto", "{mode}");
+        let site = &h["sites"][0];
+        assert!(
+            site["file"].as_str().unwrap().ends_with(file),
+            "{mode}: {site:#}"
+        );
+        assert_eq!(site["code"], code, "{mode}");
+        assert!(site["blocks"].as_u64().unwrap() >= 10, "{mode}: {site:#}");
+        let held = h["holders"][0]["text"].as_str().unwrap();
+        assert!(held.starts_with(holder), "{mode}: {h:#}");
+        assert_eq!(h["error"], Value::Null);
+    }
+}
+
+#[test]
+fn the_step_leak_diagnosis_names_the_line_and_the_holder() {
+    let (r, err) = leak_run("list", 60, &[]);
+    let d = r["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["rule"] == "step-leak")
+        .unwrap_or_else(|| panic!("{err}"));
+    let details = d["details"].as_array().unwrap();
+    let script = std::fs::read_to_string(fake_torch().join("leaks.py")).unwrap();
+    let line = 1 + script
+        .lines()
+        .position(|l| l.trim() == "y = torch.empty(16 * MiB)")
+        .unwrap();
+    let want = format!(
+        "allocated at fake_torch/leaks.py:{line} in <module> `y = torch.empty(16 * MiB)`: +16.00 MiB a step"
+    );
+    assert!(
+        details[0].as_str().unwrap().starts_with(&want),
+        "{details:#?}"
+    );
+    assert!(
+        details[1]
+            .as_str()
+            .unwrap()
+            .starts_with("kept alive by list `kept` (leaks.py, module globals)"),
+        "{details:#?}"
+    );
+    assert!(err.contains("kept alive by list `kept`"), "{err}");
+}
+
+#[test]
+fn healthy_and_plateau_runs_report_no_leak() {
+    let (r, _) = leak_run("healthy", 40, &[]);
+    assert!(hunts(&r).is_empty(), "a healthy job never records history");
+    let (r, _) = leak_run("plateau", 60, &[]);
+    for h in hunts(&r) {
+        assert!(h["sites"].as_array().unwrap().is_empty(), "{h:#}");
+    }
+    assert!(
+        r["diagnoses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["rule"] != "step-leak"),
+        "{:#}",
+        r["diagnoses"]
+    );
+}
+
+#[test]
+fn hunting_on_and_off() {
+    // On: from warm-up on, also in a healthy job; it finds nothing there.
+    let (r, _) = leak_run("healthy", 40, &["--hunt-leaks"]);
+    let h = hunts(&r);
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0]["why"], "on");
+    assert!(h[0]["sites"].as_array().unwrap().is_empty());
+    // Off: never, even with a leak.
+    let (r, _) = leak_run("list", 40, &["--hunt-leaks=off"]);
+    assert!(hunts(&r).is_empty());
+}
+
+#[test]
+fn an_oom_names_what_filled_the_gpu() {
+    let (code, r, _, _) = leaks(&[], &[], "oom", 12);
+    assert_eq!(code, 1);
+    let oom = hunts(&r)
+        .into_iter()
+        .find(|h| h["why"] == "oom")
+        .unwrap_or_else(|| panic!("{r:#}"));
+    // The largest holders first: the weights, then the list the loop filled.
+    let texts: Vec<&str> = oom["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts[..2],
+        [
+            "global `weights` (leaks.py, module globals)",
+            "list `kept` (leaks.py, module globals), 12 items"
+        ]
+    );
+    assert_eq!(oom["holders"][1]["bytes"], (12 * 16) << 20);
+    let d = &r["diagnoses"][0];
+    assert!(d["rule"].as_str().unwrap().starts_with("oom-"), "{d:#}");
+    assert_eq!(
+        d["details"][1], "held by list `kept` (leaks.py, module globals), 12 items (192.00 MiB)",
+        "{d:#}"
+    );
+}
+
+#[test]
+fn a_program_that_records_history_itself_is_left_alone() {
+    let (_, r, out, _) = leaks(&[], &[], "own_history", 40);
+    assert_eq!(out, "history on\n");
+    assert!(hunts(&r).is_empty());
+}
+
+#[test]
+fn a_hunt_that_cannot_run_says_why_and_the_program_goes_on() {
+    for (var, value, why) in [
+        (
+            "FAKE_TORCH_BREAK_HISTORY",
+            "1",
+            "memory history broken on purpose",
+        ),
+        (
+            "FAKE_TORCH_VERSION",
+            "2.0.1",
+            "torch 2.0.1 has no memory history with Python stacks",
+        ),
+    ] {
+        let (code, r, _, err) = leaks(&[(var, value)], &[], "list", 60);
+        assert_eq!(code, 0, "{err}");
+        let h = hunts(&r);
+        assert_eq!(h.len(), 1, "{var}");
+        assert!(h[0]["error"].as_str().unwrap().contains(why), "{:#}", h[0]);
+        let leak = r["diagnoses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["rule"] == "step-leak")
+            .unwrap();
+        assert!(
+            leak["details"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("the leak hunt could not run:"),
+            "{leak:#}"
+        );
+        // The numbers of the framework view go on after the failed hunt.
+        assert_eq!(r["torch"]["processes"][0]["steps_total"], 60);
+    }
+}
