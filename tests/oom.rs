@@ -36,6 +36,35 @@ fn text_of(name: &Path) -> PathBuf {
         .unwrap_or_else(|| panic!("no text for {}", name.display()))
 }
 
+/// With GPUDOC_BLESS, writes the expected parse of every H200 recording's stderr (recorded by
+/// tests/gpu/record_fixtures.sh): review the diff against the texts before committing it.
+#[test]
+fn bless_h200_expectations() {
+    if std::env::var_os("GPUDOC_BLESS").is_none() {
+        return;
+    }
+    for entry in std::fs::read_dir(fixtures().join("h200")).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(base) = path.to_str().unwrap().strip_suffix(".stderr") else {
+            continue;
+        };
+        let s = scan_file(&path);
+        let first = s.first().unwrap();
+        let (_, report, _) = oom::classify(&Evidence {
+            end: ProcessEnd::Exited(1),
+            scanner: &s,
+            timeline: &Timeline::default(),
+            host: HostOom::default(),
+        });
+        let want = json!({
+            "text": first.text, "rank": first.rank, "reports": s.events.len(),
+            "cause": report.unwrap().cause, "first_failure": s.first_failure,
+        });
+        let text = serde_json::to_string_pretty(&want).unwrap() + "\n";
+        std::fs::write(format!("{base}.expected.json"), text).unwrap();
+    }
+}
+
 #[test]
 fn every_fixture_parses_to_its_exact_numbers() {
     let mut checked = 0;

@@ -115,3 +115,29 @@ fn every_report_fixture_replays_to_the_diagnoses_it_stores() {
         }
     }
 }
+
+#[test]
+fn every_trace_fixture_with_an_end_row_replays_to_its_report() {
+    let mut checked = 0;
+    for t in fixture_files(".trace.jsonl") {
+        let text = std::fs::read_to_string(&t).unwrap();
+        let stored = PathBuf::from(t.to_string_lossy().replace(".trace.jsonl", ".report.json"));
+        if !text.contains(r#""kind":"end""#) || !stored.exists() {
+            continue;
+        }
+        let (stored, back) = (read_json(&stored), report(&t, &[]));
+        for part in [
+            "exit",
+            "oom",
+            "diagnoses",
+            "gpus",
+            "processes",
+            "torch",
+            "orphans",
+        ] {
+            assert_eq!(back[part], stored[part], "{}: {part}", t.display());
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} traces with an end row");
+}

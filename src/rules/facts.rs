@@ -136,6 +136,7 @@ pub struct TorchFacts {
     pub phase_count: i64,
     pub phase_steps: Vec<i64>,
     pub phase_period_steps: i64,
+    pub phase_span_steps: i64,
     pub hunted: bool,
     pub leak_sites: Vec<String>,
     pub leak_holders: Vec<String>,
@@ -475,7 +476,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "torch.steady_peak_reserved_bytes",
         "int",
-        "median per-step peak of reserved memory after warm-up",
+        "median per-step peak of reserved memory over the steps that are not phases",
     ),
     (
         "torch.phase_peak_reserved_bytes",
@@ -485,7 +486,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "torch.phase_count",
         "int",
-        "phase steps: after warm-up, a step whose peak reserved memory is above the steady one by 2 GiB and half of it, in a run where at most a third of the steps are",
+        "phase steps: a step record whose peak reserved memory is above the steady level (the lower quartile) by 2 GiB and half of it, in a run that comes back down after one (growth that never does is no phase)",
     ),
     (
         "torch.phase_steps",
@@ -496,6 +497,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "torch.phase_period_steps",
         "int",
         "steps between phase steps when they come at a regular interval (3 or more), else 0",
+    ),
+    (
+        "torch.phase_span_steps",
+        "int",
+        "the most steps one phase record covers (1: each is placed at its step; more: the shim recorded every Nth step)",
     ),
     (
         "torch.hunted",
@@ -837,7 +843,7 @@ fn torch_facts(
         .last()
         .zip(after.first())
         .map_or(0, |(l, f)| l.step.saturating_sub(f.step));
-    let phases = phases(after);
+    let phases = phases(t.steps.get(2..).unwrap_or_default());
     let hunt = t
         .hunts
         .iter()
@@ -890,6 +896,7 @@ fn torch_facts(
         phase_count: phases.steps.len() as i64,
         phase_steps: phases.steps.iter().take(8).copied().collect(),
         phase_period_steps: phases.period,
+        phase_span_steps: phases.span,
         hunted: hunt.is_some(),
         leak_sites: hunt.map(leak_sites).unwrap_or_default(),
         leak_holders: hunt.map(leak_holders).unwrap_or_default(),
@@ -937,46 +944,57 @@ struct Phases {
     steps: Vec<i64>,
     /// Regular interval between them (3 or more), else 0.
     period: i64,
+    /// The most steps one of their records covers.
+    span: i64,
 }
 
-/// The phase steps of `after` (records after warm-up): a peak above the steady one by at least 2 GiB and
-/// half the steady peak, in a run where at most a third of the records are such (otherwise the high
-/// level is the job's norm, not a phase).
-fn phases(after: &[crate::torch::Step]) -> Phases {
-    if after.len() < 3 {
+/// The phase records of `recs` (the step records but the first two): a peak above the steady level (the
+/// lower quartile of the records' peaks) by at least 2 GiB and half of it, in a run that comes back down
+/// to the steady level after at least one of them. Growth that never comes back (a leak, a job filling the
+/// GPU) is no phase. A record covering several steps places its phase only to within those steps.
+fn phases(recs: &[crate::torch::Step]) -> Phases {
+    if recs.len() < 3 {
         return Phases::default();
     }
-    let steady = median(after.iter().map(|s| s.peak_reserved_bytes as i64).collect());
-    let bar = steady + (2 * GIB).max(steady / 2);
-    let high: Vec<&crate::torch::Step> = after
+    let peak = |s: &crate::torch::Step| s.peak_reserved_bytes as i64;
+    let mut sorted: Vec<i64> = recs.iter().map(peak).collect();
+    sorted.sort_unstable();
+    let bar = sorted[sorted.len() / 4] + (2 * GIB).max(sorted[sorted.len() / 4] / 2);
+    let high: Vec<usize> = (0..recs.len()).filter(|&i| peak(&recs[i]) > bar).collect();
+    let steady = median(recs.iter().map(peak).filter(|&p| p <= bar).collect());
+    let comes_back = high
         .iter()
-        .filter(|s| s.peak_reserved_bytes as i64 > bar)
-        .collect();
-    if high.is_empty() || high.len() * 3 > after.len() {
+        .any(|&i| recs.get(i + 1).is_some_and(|n| peak(n) <= bar));
+    if !comes_back {
         return Phases {
             steady,
             ..Default::default()
         };
     }
-    let steps: Vec<i64> = high.iter().map(|s| s.step as i64).collect();
+    let steps: Vec<i64> = high.iter().map(|&i| recs[i].step as i64).collect();
     let gaps: Vec<i64> = steps.windows(2).map(|w| w[1] - w[0]).collect();
-    // A record covering several steps places a phase only to within its span.
-    let span = high.iter().map(|s| s.steps as i64).max().unwrap_or(1);
+    let span = high
+        .iter()
+        .map(|&i| recs[i].steps as i64)
+        .max()
+        .unwrap_or(1);
+    // A period is said only when the records place each phase well within it.
     let period = match gaps.first() {
-        Some(&g) if steps.len() >= 3 && gaps.iter().all(|&x| (x - g).abs() <= span.max(g / 10)) => {
+        Some(&g)
+            if steps.len() >= 3
+                && span * 4 <= g
+                && gaps.iter().all(|&x| (x - g).abs() <= span.max(g / 10)) =>
+        {
             median(gaps.clone())
         }
         _ => 0,
     };
     Phases {
         steady,
-        peak: high
-            .iter()
-            .map(|s| s.peak_reserved_bytes as i64)
-            .max()
-            .unwrap_or(0),
+        peak: high.iter().map(|&i| peak(&recs[i])).max().unwrap_or(0),
         steps,
         period,
+        span,
     }
 }
 
@@ -1061,22 +1079,28 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
 /// What held the GPU at the OOM: the shim's search in the process that failed (or any, if it is not
 /// known which).
 fn filled_by(r: &Report) -> Vec<String> {
-    let pid = r
-        .oom
-        .as_ref()
-        .and_then(|o| o.allocator.as_ref().map(|a| a.pid).or(o.this_pid));
+    let o = r.oom.as_ref();
+    let pid = o.and_then(|o| o.allocator.as_ref().map(|a| a.pid).or(o.this_pid));
+    // The search at the OOM the report is about: the one nearest to it in time (a program may have
+    // caught earlier ones).
+    let at = o.map_or(f64::MAX, |o| {
+        o.allocator.as_ref().map_or(o.event.at_s, |a| a.at_s)
+    });
     let hunt = r
         .torch
         .processes
         .iter()
         .filter(|p| pid.is_none_or(|x| x == p.pid))
         .flat_map(|p| &p.hunts)
-        .find(|h| h.why == "oom" && h.error.is_none());
+        .filter(|h| h.why == "oom" && h.error.is_none())
+        .min_by(|a, b| (a.at_s - at).abs().total_cmp(&(b.at_s - at).abs()));
     let Some(h) = hunt else {
         return Vec::new();
     };
     let mut out = h.holder_lines("held by");
-    if let (Some(n), Some(b)) = (h.tensors, h.tensor_bytes) {
+    if let (Some(n), Some(b)) = (h.tensors, h.tensor_bytes)
+        && n > 0
+    {
         out.push(format!(
             "{n} Python tensors on the GPU held {} in all",
             crate::units::fmt_bytes(b)
@@ -1180,29 +1204,54 @@ mod tests {
     }
 
     #[test]
-    fn phases_need_a_clear_margin_and_must_be_the_exception() {
+    fn phases_need_a_clear_margin_and_must_come_back_down() {
         // 1.5 GiB above the steady 5.5 GiB: below the 2 GiB margin.
         let small: Vec<_> = (1..=50)
             .map(|i| step(i, if i % 10 == 0 { 7.0 } else { 5.5 }))
             .collect();
         assert!(phases(&small).steps.is_empty());
-        // Every other step high: that is the job's level, not a phase.
-        let half: Vec<_> = (1..=50)
-            .map(|i| step(i, if i % 2 == 0 { 60.0 } else { 5.0 }))
-            .collect();
-        assert!(phases(&half).steps.is_empty());
+        // Growth that never comes back (a leak, a job filling the GPU) is no phase.
+        let growth: Vec<_> = (1..=50).map(|i| step(i, i as f64)).collect();
+        assert!(phases(&growth).steps.is_empty());
         // One phase: no period.
         let once: Vec<_> = (1..=50)
             .map(|i| step(i, if i == 30 { 55.0 } else { 5.0 }))
             .collect();
         let p = phases(&once);
-        assert_eq!((p.steps, p.period), (vec![30], 0));
+        assert_eq!((p.steps, p.period, p.span), (vec![30], 0, 1));
         // Irregular: listed, no period.
         let odd: Vec<_> = (1..=60)
             .map(|i| step(i, if [10, 17, 41].contains(&i) { 30.0 } else { 5.0 }))
             .collect();
         let p = phases(&odd);
         assert_eq!((p.steps, p.period), (vec![10, 17, 41], 0));
+    }
+
+    #[test]
+    fn phases_are_found_in_records_that_cover_many_steps() {
+        // The H200's periodic evaluation (fixtures/runs/periodic_eval): the shim recorded every ~40 steps,
+        // so half the records hold an evaluation.
+        let recs = [
+            (31, 29, 60.7),
+            (40, 9, 0.7),
+            (87, 47, 60.7),
+            (94, 7, 0.7),
+            (144, 50, 60.7),
+            (151, 7, 60.7),
+            (154, 3, 0.7),
+            (194, 40, 60.7),
+        ];
+        let steps: Vec<_> = recs
+            .iter()
+            .map(|&(n, covered, gib)| crate::torch::Step {
+                steps: covered,
+                ..step(n, gib)
+            })
+            .collect();
+        let p = phases(&steps);
+        assert_eq!(p.steps, vec![31, 87, 144, 151, 194]);
+        assert_eq!((p.period, p.span), (0, 50));
+        assert_eq!(p.steady, (0.7 * GIB as f64) as i64);
     }
 
     #[test]

@@ -62,6 +62,16 @@ pub struct TorchProcReport {
 /// Window, in µs, over which the two views are matched.
 const ALIGN: u64 = 100_000;
 
+/// The peak reserved memory of the step record whose span (from the record before it to its own time)
+/// holds `at`: when the shim records every Nth step, reserved memory is not sampled near NVML's peak, but
+/// that record's peak is exact over it.
+fn covering_peak(steps: &[Step], at: u64) -> Option<u64> {
+    let t = at as f64 / 1e6;
+    let i = steps.iter().position(|s| s.at_s >= t)?;
+    let from = if i > 0 { steps[i - 1].at_s } else { 0.0 };
+    (t > from || i == 0).then(|| steps[i].peak_reserved_bytes)
+}
+
 /// Builds the report object; `gpus` maps UUIDs to NVML indices.
 pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool) -> TorchReport {
     let processes = t
@@ -80,7 +90,8 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
             // count the step as non-PyTorch memory.
             let non_pytorch = nv.and_then(|s| {
                 let at = s.used.peak_at();
-                let reserved = p.reserved.max_in(at.saturating_sub(ALIGN), at + ALIGN)?;
+                let near = p.reserved.max_in(at.saturating_sub(ALIGN), at + ALIGN);
+                let reserved = near.max(covering_peak(&p.steps.steps, at))?;
                 Some(s.used.peak().saturating_sub(reserved))
             });
             TorchProcReport {

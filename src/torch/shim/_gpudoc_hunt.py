@@ -14,6 +14,7 @@ for a bounded window of optimizer steps, then reads the allocator's snapshot onc
 At an out-of-memory failure the same search names what filled the GPU. Everything here runs inside
 try/except in the shim: a failure is reported to gpudoc and never reaches the program.
 """
+import collections
 import gc
 import linecache
 import os
@@ -155,13 +156,32 @@ def _inside(ranges, ptr):
     return lo > 0 and ptr < ranges[lo - 1][0] + ranges[lo - 1][1]
 
 
+def _plain_tensors(torch):
+    """Tensor types whose attributes run no Python code (a subclass's __torch_function__ could)."""
+    kinds = {torch.Tensor}
+    for path in ("nn.Parameter", "nn.parameter.Buffer"):
+        obj = torch
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            kinds.add(obj)
+        except AttributeError:
+            pass
+    return kinds
+
+
 def cuda_tensors(torch, device, ranges=None):
     """The Python tensors on `device` (within `ranges` when given) and their storages' sizes by id. A
-    storage shared by several tensors counts once."""
+    storage shared by several tensors counts once. Objects are told apart by their exact type: nothing of
+    the program's runs (an isinstance() could call a `__class__` property, a subclass its
+    __torch_function__)."""
     found, sizes, storages = [], {}, set()
+    kinds = _plain_tensors(torch)
     for o in gc.get_objects():
+        if type(o) not in kinds:
+            continue
         try:
-            if not isinstance(o, torch.Tensor) or not o.is_cuda or o.device.index != device:
+            if not o.is_cuda or o.device.index != device:
                 continue
             ptr, nbytes = _storage(o)
             if ranges is None or _inside(ranges, ptr):
@@ -173,42 +193,100 @@ def cuda_tensors(torch, device, ranges=None):
     return found, sizes
 
 
+# Containers looked into: builtin types only, so that no code of the program's runs.
+_CONTAINERS = (list, tuple, set, frozenset, dict, collections.deque)
+
+
 def _user_modules():
+    """id(module dict) -> (module name, file) for __main__ and the program's own modules."""
     mods = {}
-    for m in list(sys.modules.values()):
-        d = getattr(m, "__dict__", None)
-        f = getattr(m, "__file__", None)
-        if d is not None and (getattr(m, "__name__", "") == "__main__" or (f and is_user(f))):
-            mods[id(d)] = m
+    for name, m in list(sys.modules.items()):
+        if not issubclass(type(m), types.ModuleType):
+            continue
+        try:
+            d = object.__getattribute__(m, "__dict__")
+        except Exception:
+            continue
+        f = d.get("__file__")
+        if name == "__main__" or (type(f) is str and is_user(f)):
+            mods[id(d)] = (d, os.path.basename(f) if type(f) is str else name)
     return mods
 
 
-def _where_module(m):
-    f = getattr(m, "__file__", None) or getattr(m, "__name__", "?")
-    return "%s, module globals" % os.path.basename(f)
+def _instance_dict(o):
+    """`o.__dict__` when reading it runs none of the program's code, else None."""
+    t = type(o)
+    if t.__getattribute__ is not object.__getattribute__:
+        return None
+    try:
+        d = object.__getattribute__(o, "__dict__")
+    except Exception:
+        return None
+    return d if type(d) is dict else None
 
 
-def _name_in(obj, skip):
+def _key_of(d, obj):
+    for k, v in list(d.items()):
+        if v is obj and type(k) is str:
+            return k
+    return None
+
+
+def _scan(by_id, skip):
+    """One pass over the heap: the objects that refer to the tensors in `by_id` (with those they hold),
+    and the instance each attribute dict belongs to. gc.get_referrers with many objects at once would be
+    quadratic; gc.get_referents runs no code of the program's."""
+    refs, owners = [], {}
+    for o in gc.get_objects():
+        i = id(o)
+        if i in skip or i in by_id:
+            continue
+        t = type(o)
+        if t is types.FrameType:
+            continue
+        try:
+            inside = gc.get_referents(o)
+        except Exception:
+            continue
+        held = [v for v in inside if id(v) in by_id]
+        if held:
+            refs.append((o, held))
+        if t not in _CONTAINERS:
+            for v in inside:
+                if type(v) is dict:
+                    owners[id(v)] = o
+    return refs, owners
+
+
+def _owner(d, owners):
+    """The instance whose attribute dict `d` is."""
+    o = owners.get(id(d))
+    return o if o is not None and _instance_dict(o) is d else None
+
+
+def _name_in(obj, skip, mods, owners):
     """A name for `obj`: a global of a user module, a local of a user frame, an attribute of an object."""
-    mods = _user_modules()
     for r in gc.get_referrers(obj):
         if id(r) in skip:
             continue
         if type(r) is dict and id(r) in mods:
-            for k, v in r.items():
-                if v is obj:
-                    return "`%s` (%s)" % (k, _where_module(mods[id(r)]))
-        if isinstance(r, types.FrameType) and is_user(r.f_code.co_filename):
-            for k, v in r.f_locals.items():
-                if v is obj:
-                    return "`%s` (%s, in %s)" % (
-                        k, os.path.basename(r.f_code.co_filename), r.f_code.co_name)
-        if type(r) is dict:
-            for owner in gc.get_referrers(r):
-                if getattr(owner, "__dict__", None) is r and id(owner) not in skip:
-                    for k, v in r.items():
-                        if v is obj:
-                            return "attribute `%s` of a `%s`" % (k, type(owner).__name__)
+            k = _key_of(r, obj)
+            if k:
+                return "`%s` (%s, module globals)" % (k, mods[id(r)][1])
+        elif type(r) is types.FrameType and is_user(r.f_code.co_filename):
+            k = _key_of(r.f_locals, obj)
+            if k:
+                return "`%s` (%s, in %s)" % (k, os.path.basename(r.f_code.co_filename), r.f_code.co_name)
+        elif type(r) is dict:
+            o = _owner(r, owners)
+            k = _key_of(r, obj) if o is not None else None
+            if k:
+                return "attribute `%s` of a `%s`" % (k, type(o).__name__)
+        elif type(r) not in _CONTAINERS:
+            d = _instance_dict(r)
+            k = _key_of(d, obj) if d is not None else None
+            if k:
+                return "attribute `%s` of a `%s`" % (k, type(r).__name__)
     return None
 
 
@@ -216,54 +294,64 @@ def holders(found, by_id, skip):
     """Who refers to the tensors in `found` (`by_id`: their bytes), grouped: [{kind, text, tensors, bytes,
     items}], most bytes first."""
     groups = {}
-    skip = set(skip) | {id(found)}
+    skip = set(skip) | {id(found), id(groups), id(by_id)}
     mods = _user_modules()
-    for r in gc.get_referrers(*found):
-        if id(r) in skip or id(r) in by_id or isinstance(r, types.FrameType):
+    refs, owners = _scan(by_id, skip)
+    containers = []
+    skip.update((id(refs), id(containers)))
+    for r, held in refs:
+        t = type(r)
+        if t is dict and id(r) in mods:
+            for v in held:
+                k = _key_of(r, v) or "?"
+                _add(groups, ("global", k), "global `%s` (%s, module globals)" % (k, mods[id(r)][1]),
+                     [v], by_id, None)
             continue
-        held = [v for v in _values(r) if id(v) in by_id]
-        if not held:
+        owner = _owner(r, owners) if t is dict else (r if t not in _CONTAINERS else None)
+        attrs = _instance_dict(owner) if owner is not None and t is not dict else r
+        if owner is not None and attrs is not None:
+            for v in held:
+                k = _key_of(attrs, v) or "?"
+                text = "attribute `%s` of a `%s`" % (k, type(owner).__name__)
+                _add(groups, ("attr", id(owner), k), text, [v], by_id, None)
             continue
-        if type(r) is dict and id(r) in mods:
-            for k, v in r.items():
-                if id(v) in by_id:
-                    _add(groups, ("global", k), "global `%s` (%s)" % (k, _where_module(mods[id(r)])),
-                         [v], by_id, None)
+        if t not in _CONTAINERS:
+            _add(groups, ("obj", id(r)), "a `%s` object" % t.__name__, held, by_id, None)
             continue
-        owner = None
-        if type(r) is dict:
-            for o in gc.get_referrers(r):
-                if getattr(o, "__dict__", None) is r:
-                    owner = o
-                    break
-        if owner is not None:
-            for k, v in r.items():
-                if id(v) in by_id:
-                    text = "attribute `%s` of a `%s`" % (k, type(owner).__name__)
-                    _add(groups, ("attr", id(owner), k), text, [v], by_id, None)
-            continue
+        containers.append((sum(by_id[id(v)] for v in held), r, held))
+    # Naming a container searches the heap: the largest few are named, the rest described.
+    containers.sort(key=lambda c: -c[0])
+    for rank, (_, r, held) in enumerate(containers):
         kind = type(r).__name__
-        # Naming a container searches the heap: the largest few are named, the rest described.
-        named = sum(1 for g in groups.values() if g["kind"] == "container")
-        name = _name_in(r, skip | {id(groups)}) if named < 2 * TOP else None
+        name = _name_in(r, skip, mods, owners) if rank < 2 * TOP else None
         text = "%s %s" % (kind, name) if name else "a %s that gpudoc could not name" % kind
-        _add(groups, ("obj", id(r)), text, held, by_id, len(r) if hasattr(r, "__len__") else None)
-    out = sorted(groups.values(), key=lambda g: -g["bytes"])
+        _add(groups, ("obj", id(r)), text, held, by_id, len(r))
+    return _ranked(groups.values())
+
+
+def _ranked(groups):
+    """Holders with the same description merged ("(in 3 of them)"), most bytes first (of equals, a named
+    one first), those holding less than a tenth of the first left out."""
+    merged = {}
+    for g in groups:
+        m = merged.get(g["text"])
+        if m is None:
+            merged[g["text"]] = dict(g, count=1)
+        else:
+            m["count"] += 1
+            m["bytes"] += g["bytes"]
+            m["tensors"] += g["tensors"]
+            if m["items"] is not None and g["items"] is not None:
+                m["items"] += g["items"]
+    out = sorted(merged.values(), key=lambda g: (-g["bytes"], g["text"].startswith("a ")))
+    out = [g for g in out if g["bytes"] * 10 >= out[0]["bytes"]] if out else out
     for g in out:
         if g["items"] is not None:
             g["text"] += ", %d items" % g["items"]
+        if g["count"] > 1:
+            g["text"] += " (in %d of them)" % g["count"]
+        del g["count"]
     return out[:TOP]
-
-
-def _values(r):
-    try:
-        if type(r) is dict or isinstance(r, dict):
-            return list(r.values())
-        if isinstance(r, (list, tuple, set, frozenset)) or hasattr(r, "__iter__") and hasattr(r, "__len__"):
-            return list(r)
-    except Exception:
-        pass
-    return []
 
 
 def _add(groups, key, text, tensors, by_id, items):
@@ -275,12 +363,14 @@ def _add(groups, key, text, tensors, by_id, items):
 
 
 def _graph_size(t):
-    seen, todo = set(), [t.grad_fn]
+    """Nodes in the autograd graph behind `t`. The nodes are kept while counting: an id is an object's
+    only while it lives, and torch makes a node's Python object anew once the last one is gone."""
+    seen, todo = {}, [t.grad_fn]
     while todo and len(seen) < MAX_NODES:
         fn = todo.pop()
         if fn is None or id(fn) in seen:
             continue
-        seen.add(id(fn))
+        seen[id(fn)] = fn
         for nxt, _ in getattr(fn, "next_functions", ()):
             todo.append(nxt)
     return len(seen)
@@ -290,18 +380,19 @@ def graph_holder(torch, steps):
     """The tensor in the program's globals or its frames' locals with the largest autograd graph, when that
     graph spans many steps: it keeps every step's saved tensors alive."""
     best = None
-    places = []
-    for m in _user_modules().values():
-        places.append((vars(m), _where_module(m)))
+    places = [(d, "%s, module globals" % where) for d, where in _user_modules().values()]
     f = sys._getframe()
     while f is not None:
         if is_user(f.f_code.co_filename):
             places.append((f.f_locals, "%s, in %s" % (os.path.basename(f.f_code.co_filename), f.f_code.co_name)))
         f = f.f_back
+    kinds = _plain_tensors(torch)
     for names, where in places:
         for k, v in list(names.items()):
+            if type(v) not in kinds:
+                continue
             try:
-                if isinstance(v, torch.Tensor) and v.grad_fn is not None:
+                if v.grad_fn is not None:
                     n = _graph_size(v)
                     if best is None or n > best[0]:
                         best = (n, k, where)
@@ -357,7 +448,8 @@ class Hunt(object):
                 if seen < leaked // 10:
                     g = graph_holder(torch, steps)
                     if g:
-                        held.insert(0, g)
+                        # The graph holds what Python's objects don't: they hold too little to say.
+                        held = [g] + [h for h in held if h["bytes"] * 10 >= leaked]
             out.append({
                 "k": "hunt", "why": self.why, "dev": d, "t": time.time(), "from_step": self.from_step,
                 "to_step": step, "steps": steps,
@@ -383,7 +475,7 @@ def at_oom(torch, device, hunt, skip=()):
             found_sites = []
     found, by_id = cuda_tensors(torch, device)
     held = holders(found, by_id, skip) if found else []
-    return {"k": "hunt", "why": "oom", "dev": device, "t": time.time(), "from_step": 0, "to_step": 0,
+    return {"k": "hunt", "why": "oom", "dev": device, "t": t0, "from_step": 0, "to_step": 0,
             "steps": 0, "growth_bytes": 0, "sites": found_sites, "holders": held, "truncated": False,
             "record_s": 0.0, "analysis_s": round(time.time() - t0, 3),
             "tensor_bytes": sum(by_id.values()), "tensors": len(found)}

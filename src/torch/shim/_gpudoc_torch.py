@@ -35,9 +35,10 @@ HUNT = os.environ.get("GPUDOC_HUNT", "auto")
 WARMUP_STEPS = 10
 GROWTH_RECORDS = 8
 GROWTH_BYTES = 64 << 20
-# Hunts per process (one window, plus what filled the GPU at up to two out-of-memory failures).
+# Hunts per process: one window, and what filled the GPU at each out-of-memory failure (a program that
+# probes for its largest batch may fail many times: the first few are searched).
 MAX_HUNTS = 1
-MAX_OOM_HUNTS = 2
+MAX_OOM_HUNTS = 8
 
 
 class _State(object):

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The cost of `gpudoc run` to a launch-bound training loop (issue 12), on a GPU: bench/shim_loop.py at
+# about 1.7 ms and 0.4 ms a step, bare, under gpudoc (shim on, leak hunting auto), with --hunt-leaks=off,
+# and with --no-torch (NVML sampling only), rotated so no configuration always runs first; medians and
+# spread. GPUDOC=path uses a gpudoc built elsewhere (the GPU machine has no cargo).
+#   bench/shim_bench.sh [ALTERNATIONS]     (default 5)
+set -u
+cd "$(dirname "$0")/.."
+G="${GPUDOC:-$PWD/target/release/gpudoc}"
+N="${1:-5}"
+W=$(mktemp -d)
+configs=(bare gpudoc hunt_off no_torch)
+run() { # config kind
+  case $1 in
+    bare) python3 bench/shim_loop.py $2 ;;
+    gpudoc) $G run -q --json $W/r.json -- python3 bench/shim_loop.py $2 ;;
+    hunt_off) $G run -q --hunt-leaks=off --json $W/r.json -- python3 bench/shim_loop.py $2 ;;
+    no_torch) $G run -q --no-torch --json $W/r.json -- python3 bench/shim_loop.py $2 ;;
+  esac
+}
+for kind in fast faster; do
+  for i in $(seq $N); do
+    for j in 0 1 2 3; do
+      c=${configs[$(( (i + j) % 4 ))]}
+      run $c $kind | tail -1 | sed "s/^/{\"config\":\"$c\",\"run\":$i,\"x\":/; s/\$/}/" >> $W/results.jsonl
+      if [ $c = gpudoc ]; then
+        python3 -c "import json; r=json.load(open('$W/r.json')); p=r['torch']['processes'][0]; print(json.dumps({'config':'shim','kind':'$kind','record_every':p['record_every'],'shim_cost_pct':p['shim_cost_pct'],'cpu_s':r['sampling']['self_cpu_s'],'duration_s':r['duration_s']}))" >> $W/shim.jsonl
+      fi
+    done
+  done
+done
+cp $W/results.jsonl $W/shim.jsonl "${OUT:-.}/" 2>/dev/null
+python3 - $W/results.jsonl $W/shim.jsonl <<'PY'
+import json, statistics as st, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("| loop | configuration | runs | median steps/s | min - max | vs bare (median) |")
+print("|---|---|---|---|---|---|")
+for kind in ("fast", "faster"):
+    bare = st.median(r["x"]["steps_per_s"] for r in rows if r["x"]["kind"] == kind and r["config"] == "bare")
+    for c in ("bare", "gpudoc", "hunt_off", "no_torch"):
+        v = [r["x"]["steps_per_s"] for r in rows if r["x"]["kind"] == kind and r["config"] == c]
+        ms = st.median(r["x"]["ms_per_step"] for r in rows if r["x"]["kind"] == kind and r["config"] == c)
+        m = st.median(v)
+        print(f"| {kind} ({ms:.2f} ms/step) | {c} | {len(v)} | {m:.1f} | {min(v):.1f} - {max(v):.1f} | {(m / bare - 1) * 100:+.2f}% |")
+for l in open(sys.argv[2]):
+    print(l.strip())
+PY
