@@ -18,6 +18,7 @@ use std::time::Duration;
 
 /// Everything a run's report is made from.
 pub struct Evidence {
+    pub origin: crate::origin::Origin,
     pub command: Vec<String>,
     pub started_unix_s: f64,
     /// How the command ended; `None` when nothing recorded it (a trace from before gpudoc did).
@@ -71,6 +72,7 @@ pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
         ));
     }
     let mut report = Report::build(Inputs {
+        origin: ev.origin,
         command: ev.command,
         started_unix_s: ev.started_unix_s,
         outcome: ev.outcome.as_ref(),

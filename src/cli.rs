@@ -26,9 +26,12 @@ pub enum ColorWhen {
 #[derive(Debug, Subcommand)]
 pub enum ClapCmd {
     /// Run a command and record its GPU memory, per GPU and per process.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// List the processes that hold GPU memory or an NVIDIA device, and end the leftovers.
     Orphans(OrphansArgs),
+    /// Every GPU and every process holding memory, live, with the checks that can run live; JSON lines
+    /// (or CSV) when not on a terminal; a Prometheus exporter with --metrics.
+    Watch(WatchArgs),
     /// Diagnose a saved run again (a report or a trace) with the rules in force.
     Report(ReportArgs),
     /// What changed between two runs (reports or traces), per GPU and per rule.
@@ -73,6 +76,16 @@ pub struct RunArgs {
     /// End the job's descendants still running after the command exits (SIGTERM, 10 s, SIGKILL).
     #[arg(long)]
     pub kill_orphans: bool,
+    /// Serve Prometheus metrics at ADDR while the job runs: PORT (on 127.0.0.1) or HOST:PORT.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// With --metrics: keep serving this long after the job ends, so a scraper sees its end.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s", value_name = "DUR")]
+    pub metrics_linger: Duration,
+    /// The job's name: its entry in a --baseline file, a label on every metric (`job_name`), and in the
+    /// report.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
     /// No live status line and no summary (errors still print).
     #[arg(short, long)]
     pub quiet: bool,
@@ -123,9 +136,6 @@ pub struct GateArgs {
     /// A baseline file holding the peaks of named jobs.
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
-    /// The job's name in the baseline file.
-    #[arg(long, value_name = "NAME", requires = "baseline")]
-    pub name: Option<String>,
     /// Allowed growth over the baseline: `5%`, `512MiB`, or both (`5%,512MiB`: the larger applies).
     #[arg(long, value_name = "PCT|SIZE", default_value = "0%")]
     pub tolerance: String,
@@ -157,6 +167,40 @@ pub enum GateMeasure {
     Reserved,
     /// PyTorch's peak allocated memory (live tensors).
     Allocated,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// How often to look (e.g. 500ms, 2s).
+    #[arg(long, value_parser = parse_watch_interval, default_value = "1s")]
+    pub interval: Duration,
+    /// `tui` (the default on a terminal), `jsonl` (one JSON line per change, the default otherwise) or
+    /// `csv` (rows per change).
+    #[arg(long, value_enum)]
+    pub format: Option<WatchFormat>,
+    /// Serve Prometheus metrics at ADDR: PORT (on 127.0.0.1) or HOST:PORT. With no terminal and no
+    /// --format, only that (a node exporter).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// As root, let `e` end other users' leftovers too.
+    #[arg(long)]
+    pub all_users: bool,
+}
+
+/// `gpudoc watch --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WatchFormat {
+    Tui,
+    Jsonl,
+    Csv,
+}
+
+fn parse_watch_interval(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write it like 500ms or 2s)"))?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(3600) {
+        return Err(format!("{s}: from 100ms to 1h"));
+    }
+    Ok(d)
 }
 
 /// `--hunt-leaks`.

@@ -95,6 +95,7 @@ fn from_trace(file: &Path, output: Option<&Path>, rules: &RuleSet) -> Result<Rep
             e.complete(&mut timeline);
             notes.extend(e.notes.iter().cloned());
             Evidence {
+                origin: trace.header.origin.clone(),
                 command: trace.header.command,
                 started_unix_s: trace.header.unix_s,
                 outcome: e.outcome(),
@@ -117,6 +118,7 @@ fn from_trace(file: &Path, output: Option<&Path>, rules: &RuleSet) -> Result<Rep
                 file.display()
             ));
             Evidence {
+                origin: trace.header.origin.clone(),
                 command: trace.header.command,
                 started_unix_s: trace.header.unix_s,
                 outcome: None,
@@ -156,6 +158,7 @@ pub enum LoadError {
 #[derive(Debug, Clone, Default)]
 pub struct Header {
     pub command: Vec<String>,
+    pub origin: crate::origin::Origin,
     pub unix_s: f64,
     /// NVML's status at the start (traces from before it was recorded have none).
     pub nvml: Option<NvmlStatus>,
@@ -261,6 +264,7 @@ fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: &serde_json::Value) -> Res
             }
             let h = &mut tr.header;
             h.command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
+            h.origin = serde_json::from_value(row["origin"].clone()).unwrap_or_default();
             h.unix_s = row["unix_s"].as_f64().unwrap_or(0.0);
             h.nvml = serde_json::from_value(row["nvml"].clone()).ok();
             let gpus: Vec<GpuInfo> = serde_json::from_value(row["gpus"].clone())

@@ -18,6 +18,9 @@ pub const TIMELINE_POINTS: usize = 120;
 pub struct Report {
     pub schema: String,
     pub gpudoc_version: String,
+    /// Where and as what the run ran: host, `--name`, Slurm's ids.
+    #[serde(default)]
+    pub origin: crate::origin::Origin,
     pub command: Vec<String>,
     pub started_unix_s: f64,
     pub duration_s: f64,
@@ -179,6 +182,7 @@ fn secs(t: Micros) -> f64 {
 
 /// Everything a report is built from.
 pub struct Inputs<'a> {
+    pub origin: crate::origin::Origin,
     pub command: Vec<String>,
     pub started_unix_s: f64,
     /// How the command ended; `None` when not recorded.
@@ -209,6 +213,7 @@ impl Report {
         Report {
             schema: SCHEMA.into(),
             gpudoc_version: env!("CARGO_PKG_VERSION").into(),
+            origin: i.origin,
             command: i.command,
             started_unix_s: i.started_unix_s,
             duration_s: secs(end),

@@ -474,6 +474,16 @@ impl Sampler {
         }
     }
 
+    /// A function that gives the timeline so far and NVML's status (a copy, taken under the lock the
+    /// sampler takes between NVML calls).
+    pub fn reader(&self) -> impl Fn() -> (Timeline, Option<NvmlStatus>) + Send + Sync + use<> {
+        let shared = self.shared.clone();
+        move || {
+            let s = shared.lock().unwrap();
+            (s.timeline.clone(), s.nvml.clone())
+        }
+    }
+
     /// Takes a last sample and stops; waits at most [`STOP_GRACE`] for NVML, then takes what was sampled.
     pub fn stop(self) -> Sampled {
         self.stop.store(true, Ordering::SeqCst);

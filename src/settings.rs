@@ -43,6 +43,10 @@ pub struct Env {
     pub dev_prefix: String,
     /// What fds 1 and 2 are, for wiring the command's output.
     pub wiring: Wiring,
+    /// This machine's name.
+    pub host: String,
+    /// Slurm's ids of the job, step and node, as set (`SLURM_JOB_ID`, `SLURM_STEP_ID`, `SLURM_NODEID`).
+    pub slurm: crate::origin::Slurm,
 }
 
 impl Env {
@@ -69,6 +73,14 @@ impl Env {
             tmpdir: std::env::temp_dir(),
             dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
                 .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
+            host: nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            slurm: crate::origin::Slurm {
+                job_id: std::env::var("SLURM_JOB_ID").ok(),
+                step_id: std::env::var("SLURM_STEP_ID").ok(),
+                node_id: std::env::var("SLURM_NODEID").ok(),
+            },
         }
     }
 
@@ -108,9 +120,13 @@ pub struct RunSettings {
     pub live: bool,
     /// Colours on stderr, where the summary goes.
     pub paint: Paint,
-    pub rules: RuleSet,
+    pub rules: std::sync::Arc<RuleSet>,
     pub gate: Option<Gate>,
     pub github_actions: bool,
+    /// `--metrics`: where to serve, and how long to go on after the job.
+    pub metrics: Option<(std::net::SocketAddr, std::time::Duration)>,
+    /// `--name`.
+    pub name: Option<String>,
     pub env: Env,
 }
 
@@ -135,7 +151,8 @@ impl RunSettings {
             None => {}
         }
         let rules = load_rules(&a.rules).map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
-        let gate = resolve_gate(&a.gate).map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
+        let gate = resolve_gate(&a.gate, a.name.as_deref())
+            .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
         if let Some(g) = &gate {
             check_gate_outputs(g)?;
         }
@@ -147,6 +164,13 @@ impl RunSettings {
                 crate::cli::HuntLeaks::Off => HuntMode::Off,
             },
         });
+        let metrics = match &a.metrics {
+            Some(m) => Some((
+                crate::serve::parse_addr(m).map_err(|e| run_failure("--metrics", e))?,
+                a.metrics_linger,
+            )),
+            None => None,
+        };
         Ok(RunSettings {
             command: a.command,
             rates: Rates {
@@ -161,9 +185,11 @@ impl RunSettings {
             quiet: a.quiet,
             live: !a.quiet && env.stderr_tty && !env.ci,
             paint: env.paint(color, env.stderr_tty),
-            rules,
+            rules: std::sync::Arc::new(rules),
             gate,
             github_actions: env.github_actions,
+            metrics,
+            name: a.name,
             env,
         })
     }
@@ -217,7 +243,7 @@ fn measure(m: cli::GateMeasure) -> Measure {
 
 /// The gate's flags; `None` when no gate was asked for. Reads the baseline file now, so a corrupt one stops
 /// gpudoc before the command runs.
-pub fn resolve_gate(a: &cli::GateArgs) -> Result<Option<Gate>, String> {
+pub fn resolve_gate(a: &cli::GateArgs, name: Option<&str>) -> Result<Option<Gate>, String> {
     if a.max_peak.is_empty() && a.baseline.is_none() && a.fail_on.is_none() && a.junit.is_none() {
         return Ok(None);
     }
@@ -253,8 +279,8 @@ pub fn resolve_gate(a: &cli::GateArgs) -> Result<Option<Gate>, String> {
                 parse_bytes(part).map_err(|e| format!("--tolerance {e} (or a percentage: 5%)"))?;
         }
     }
-    let baseline = match (&a.baseline, &a.name) {
-        (Some(f), Some(n)) => Some((f.clone(), n.clone())),
+    let baseline = match (&a.baseline, name) {
+        (Some(f), Some(n)) => Some((f.clone(), n.to_string())),
         (Some(_), None) => return Err("--baseline needs --name: the job's name in the file".into()),
         _ => None,
     };
@@ -364,6 +390,56 @@ impl OrphansSettings {
             paint: env.paint(color, table_tty),
             nvml_lib: env.nvml_lib.clone(),
             dev_prefix: env.dev_prefix.clone(),
+        })
+    }
+}
+
+/// `gpudoc watch`, resolved.
+pub struct WatchSettings {
+    pub interval: Duration,
+    /// What goes to stdout: a terminal screen, JSON lines, CSV, or nothing (an exporter only).
+    pub output: Option<cli::WatchFormat>,
+    pub metrics: Option<std::net::SocketAddr>,
+    pub all_users: bool,
+    pub paint: Paint,
+    pub nvml_lib: String,
+    pub dev_prefix: String,
+    pub host: String,
+}
+
+impl WatchSettings {
+    pub fn resolve(a: cli::WatchArgs, color: ColorWhen, env: &Env) -> Result<Self, Failure> {
+        if a.all_users && !nix::unistd::geteuid().is_root() {
+            return Err(Failure::new(exit::USAGE, "--all-users needs root"));
+        }
+        let metrics = match &a.metrics {
+            Some(m) => Some(
+                crate::serve::parse_addr(m)
+                    .map_err(|e| Failure::new(exit::USAGE, format!("--metrics {e}")))?,
+            ),
+            None => None,
+        };
+        let output = match a.format {
+            Some(cli::WatchFormat::Tui) if !(env.stdout_tty && env.stdin_tty) => {
+                return Err(Failure::new(
+                    exit::USAGE,
+                    "--format tui needs a terminal on stdin and stdout",
+                ));
+            }
+            Some(f) => Some(f),
+            None if env.stdout_tty && env.stdin_tty => Some(cli::WatchFormat::Tui),
+            None if metrics.is_some() => None,
+            None => Some(cli::WatchFormat::Jsonl),
+        };
+        Ok(WatchSettings {
+            interval: a.interval,
+            output,
+            metrics,
+            all_users: a.all_users,
+            paint: env.paint(color, env.stdout_tty),
+            nvml_lib: env.nvml_lib.clone(),
+            dev_prefix: env.dev_prefix.clone(),
+            host: env.host.clone(),
         })
     }
 }

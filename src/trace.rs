@@ -38,6 +38,7 @@ pub struct TraceWriter {
     format: Format,
     start_wall: SystemTime,
     command: Vec<String>,
+    origin: crate::origin::Origin,
     started: bool,
     /// JSON-lines rows that came before the start row.
     pending: Vec<String>,
@@ -52,6 +53,7 @@ impl TraceWriter {
         path: &Path,
         start_wall: SystemTime,
         command: &[String],
+        origin: &crate::origin::Origin,
     ) -> io::Result<TraceWriter> {
         let format = match path.extension().and_then(|e| e.to_str()) {
             Some("jsonl") => Format::Jsonl,
@@ -70,6 +72,7 @@ impl TraceWriter {
             format,
             start_wall,
             command: command.to_vec(),
+            origin: origin.clone(),
             started: false,
             pending: Vec::new(),
             last_flush: Instant::now(),
@@ -91,7 +94,8 @@ impl TraceWriter {
                 .unwrap_or_default()
                 .as_secs_f64();
             let line = json!({"kind": "start", "schema": SCHEMA, "unix_s": unix,
-                              "command": self.command, "gpus": gpus, "nvml": nvml});
+                              "command": self.command, "origin": self.origin, "gpus": gpus,
+                              "nvml": nvml});
             self.write(|o| writeln!(o, "{line}"));
             for row in std::mem::take(&mut self.pending) {
                 self.write(|o| writeln!(o, "{row}"));

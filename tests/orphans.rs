@@ -8,7 +8,6 @@ use fake_nvml::state::{GIB, Proc, State};
 use gpudoc::orphans::end::{self, Ended, Policy};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -23,38 +22,6 @@ fn machine() -> (Machine, PathBuf) {
     std::fs::set_permissions(&dev, std::fs::Permissions::from_mode(0o644)).unwrap();
     std::fs::set_permissions(m.state_path(), std::fs::Permissions::from_mode(0o666)).unwrap();
     (m, dev)
-}
-
-/// Starts `script` under a new session leader `sh`, reads the PID it prints, then kills the leader: what
-/// the script started is left an orphan whose job leader is gone (re-parented to init or a subreaper).
-fn orphan(m: &Machine, script: &str, as_uid: Option<u32>) -> u32 {
-    let mut c = Command::new("sh");
-    c.args(["-c", &format!("{script} & echo $!; wait")])
-        .env("FAKE_NVML_STATE", m.state_path())
-        .env("FAKEGPU", fakegpu())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    unsafe {
-        c.pre_exec(move || {
-            libc::setsid();
-            if let Some(uid) = as_uid {
-                libc::setgid(uid);
-                libc::setuid(uid);
-            }
-            Ok(())
-        });
-    }
-    let mut leader = c.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(leader.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let pid: u32 = line.trim().parse().unwrap();
-    leader.kill().unwrap();
-    leader.wait().unwrap();
-    // Until the orphan has registered its memory (or opened its file), it is not worth listing.
-    std::thread::sleep(Duration::from_millis(300));
-    pid
 }
 
 fn orphans(m: &Machine, dev: &std::path::Path, args: &[&str]) -> (i32, Value, String) {
@@ -123,8 +90,7 @@ fn lists_orphans_live_processes_and_ghosts() {
         })
     })
     .unwrap();
-    let o = orphan(
-        &m,
+    let o = m.orphan(
         &format!(
             r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 20000 --open {}"#,
             dev.display()
@@ -176,8 +142,7 @@ fn lists_orphans_live_processes_and_ghosts() {
 #[test]
 fn kill_ends_leftovers_and_gives_the_memory_back() {
     let (m, dev) = machine();
-    let polite = orphan(
-        &m,
+    let polite = m.orphan(
         &format!(
             r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 20000 --open {}"#,
             dev.display()
@@ -185,8 +150,7 @@ fn kill_ends_leftovers_and_gives_the_memory_back() {
         None,
     );
     // This one ignores SIGTERM: it takes the SIGKILL after the grace period.
-    let stubborn = orphan(
-        &m,
+    let stubborn = m.orphan(
         r#"sh -c 'trap "" TERM; "$FAKEGPU" set --pid $$ --bytes 2GiB; while :; do sleep 0.05; done'"#,
         None,
     );
@@ -213,7 +177,7 @@ fn kill_ends_leftovers_and_gives_the_memory_back() {
 #[test]
 fn without_yes_and_no_terminal_nothing_is_ended() {
     let (m, dev) = machine();
-    let o = orphan(&m, r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 20000"#, None);
+    let o = m.orphan(r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 20000"#, None);
     let (code, _, err) = orphans(&m, &dev, &["--kill"]);
     assert_eq!(code, 1);
     assert!(err.contains("without --yes"), "{err}");
@@ -236,8 +200,7 @@ fn other_users_processes_are_left_alone() {
     }
     let nobody = 65534;
     // Holds the device as that user; its GPU memory is set for it (the state file is root's).
-    let o = orphan(
-        &m,
+    let o = m.orphan(
         &format!("sh -c 'exec 3<{}; exec sleep 20'", dev.display()),
         Some(nobody),
     );

@@ -5,84 +5,8 @@
 mod common;
 
 use common::Machine;
-use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
-
-struct Term {
-    master: std::fs::File,
-    child: Child,
-    out: mpsc::Receiver<Vec<u8>>,
-    seen: Vec<u8>,
-}
-
-impl Term {
-    /// Starts `cmd` as the session leader of a new terminal.
-    fn start(mut cmd: Command) -> Term {
-        let pty = nix::pty::openpty(None, None).unwrap();
-        let slave = pty.slave;
-        cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
-            .stdout(Stdio::from(slave.try_clone().unwrap()))
-            .stderr(Stdio::from(slave));
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::setsid();
-                libc::ioctl(0, libc::TIOCSCTTY, 0);
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().unwrap();
-        drop(cmd);
-        let master = std::fs::File::from(pty.master);
-        let mut reader = master.try_clone().unwrap();
-        let (tx, out) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                    break;
-                }
-            }
-        });
-        Term {
-            master,
-            child,
-            out,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Reads until `needle` appears (or panics after 10 s).
-    fn expect(&mut self, needle: &str) {
-        let end = Instant::now() + Duration::from_secs(10);
-        while !String::from_utf8_lossy(&self.seen).contains(needle) {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.out.recv_timeout(left) {
-                Ok(chunk) => self.seen.extend(chunk),
-                Err(_) => panic!("no {needle:?} in {:?}", String::from_utf8_lossy(&self.seen)),
-            }
-        }
-    }
-
-    fn type_bytes(&mut self, b: &[u8]) {
-        self.master.write_all(b).unwrap();
-    }
-
-    /// Waits for exit and returns (code, everything printed).
-    fn finish(mut self) -> (i32, String) {
-        let status = self.child.wait().unwrap();
-        while let Ok(chunk) = self.out.recv_timeout(Duration::from_millis(300)) {
-            self.seen.extend(chunk);
-        }
-        use std::os::unix::process::ExitStatusExt;
-        let code = status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap());
-        (code, String::from_utf8_lossy(&self.seen).into_owned())
-    }
-}
+use common::term::Term;
+use std::process::Command;
 
 fn gpudoc_sh(m: &Machine, extra: &[&str], script: &str) -> Command {
     let mut c = m.gpudoc();

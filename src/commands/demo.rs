@@ -27,7 +27,7 @@ pub fn run(color: crate::cli::ColorWhen, env: Env) -> Result<ExitCode, Failure> 
             ..
         }) = Cli::try_parse_from(argv)
         {
-            return crate::commands::run::run(RunSettings::resolve(a, color, env)?);
+            return crate::commands::run::run(RunSettings::resolve(*a, color, env)?);
         }
     }
     let mut report: crate::report::Report =

@@ -7,6 +7,7 @@ pub mod orphans;
 pub mod report;
 pub mod rules;
 pub mod run;
+pub mod watch;
 
 use crate::cli::{ClapCmd, Cli, RulesWhat};
 use crate::exit::{self, Failure};
@@ -23,8 +24,9 @@ pub fn main(args: Vec<OsString>, env: Env) -> Result<ExitCode, Failure> {
     };
     let color = cli.color;
     match cli.cmd {
-        ClapCmd::Run(a) => run::run(settings::RunSettings::resolve(a, color, env)?),
+        ClapCmd::Run(a) => run::run(settings::RunSettings::resolve(*a, color, env)?),
         ClapCmd::Orphans(a) => orphans::run(settings::OrphansSettings::resolve(a, color, &env)?),
+        ClapCmd::Watch(a) => watch::run(settings::WatchSettings::resolve(a, color, &env)?),
         ClapCmd::Report(a) => report::run(settings::ReportSettings::resolve(a, color, &env)?),
         ClapCmd::Compare(a) => compare::run(settings::CompareSettings::resolve(a, color, &env)?),
         ClapCmd::Rules(c) => {

@@ -17,6 +17,8 @@ use crate::timeline::{Micros, Timeline};
 use crate::torch;
 use crate::trace::{SharedTrace, TraceWriter};
 use crate::{gate, summary};
+
+mod live_metrics;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -28,7 +30,7 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     // SAFETY: no thread has started yet; everything below starts after the split.
     let _ = unsafe { supervise::guard::split() };
-    let session = Session::start(&s)?;
+    let mut session = Session::start(&s)?;
     let child = match session.spawn(&s) {
         Ok(c) => c,
         Err(e) => {
@@ -38,10 +40,14 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     };
     let child_pid = child.pid();
     let outcome = child.wait();
+    let metrics = session.metrics.take();
     let evidence = session.collect(&s, outcome, child_pid);
     let mut report = analysis::analyze(evidence, &s.rules);
     report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
     let code = emit(&s, &mut report);
+    if let Some(m) = metrics {
+        m.finish(&report, s.metrics.map(|m| m.1).unwrap_or_default());
+    }
     Ok(ExitCode::from(code))
 }
 
@@ -57,6 +63,7 @@ struct Session {
     cgroup: Option<std::path::PathBuf>,
     kills_before: Option<u64>,
     trace: Option<SharedTrace>,
+    metrics: Option<live_metrics::Metrics>,
 }
 
 impl Session {
@@ -67,12 +74,14 @@ impl Session {
         let start = Instant::now();
         let trace = match &s.trace {
             Some(path) => Some(Arc::new(Mutex::new(
-                TraceWriter::create(path, start_wall, &lossy(&s.command)).map_err(|e| {
-                    Failure::new(
-                        exit::GPUDOC_FAILED,
-                        format!("--trace {}: {e}", path.display()),
-                    )
-                })?,
+                TraceWriter::create(path, start_wall, &lossy(&s.command), &origin(s)).map_err(
+                    |e| {
+                        Failure::new(
+                            exit::GPUDOC_FAILED,
+                            format!("--trace {}: {e}", path.display()),
+                        )
+                    },
+                )?,
             ))),
             None => None,
         };
@@ -103,6 +112,26 @@ impl Session {
                 }
             }
         };
+        let scanner = Arc::new(Mutex::new(Scanner::new()));
+        let metrics = match s.metrics {
+            Some((addr, _)) => {
+                let sources = live_metrics::Sources {
+                    timeline: Box::new(sampler.reader()),
+                    torch: channel.as_ref().map(|c| c.timeline()),
+                    scanner: scanner.clone(),
+                    rules: s.rules.clone(),
+                    origin: origin(s),
+                    command: lossy(&s.command),
+                    started_unix_s: unix_s(start_wall),
+                    rates: s.rates,
+                };
+                Some(
+                    live_metrics::Metrics::start(addr, sources)
+                        .map_err(|e| Failure::new(exit::GPUDOC_FAILED, format!("--metrics {e}")))?,
+                )
+            }
+            None => None,
+        };
         Ok(Session {
             start,
             start_wall,
@@ -110,10 +139,11 @@ impl Session {
             live,
             channel,
             shim_env,
-            scanner: Arc::new(Mutex::new(Scanner::new())),
+            scanner,
             cgroup,
             kills_before,
             trace,
+            metrics,
         })
     }
 
@@ -136,6 +166,9 @@ impl Session {
 
     /// The command could not start: stop what runs beside it.
     fn abandon(self) {
+        if let Some(m) = self.metrics {
+            m.stop();
+        }
         self.live.finish();
         self.sampler.stop();
         if let Some(c) = self.channel {
@@ -173,12 +206,9 @@ impl Session {
             ..Default::default()
         });
         let mut ev = Evidence {
+            origin: origin(s),
             command: lossy(&s.command),
-            started_unix_s: self
-                .start_wall
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_secs_f64(),
+            started_unix_s: unix_s(self.start_wall),
             outcome: Some(outcome),
             nvml,
             rates: s.rates,
@@ -266,6 +296,20 @@ fn end_leftovers(leftovers: &[ProcInfo]) -> Vec<EndResult> {
     );
     supervise::reap_all();
     r
+}
+
+fn unix_s(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+fn origin(s: &RunSettings) -> crate::origin::Origin {
+    crate::origin::Origin {
+        host: s.env.host.clone(),
+        name: s.name.clone(),
+        slurm: s.env.slurm.clone(),
+    }
 }
 
 fn lossy(argv: &[std::ffi::OsString]) -> Vec<String> {

@@ -173,6 +173,16 @@ impl Scanner {
         Scanner::default()
     }
 
+    /// What it found so far, without its line buffers.
+    pub fn findings(&self) -> Scanner {
+        Scanner {
+            events: self.events.clone(),
+            dropped: self.dropped,
+            first_failure: self.first_failure.clone(),
+            ..Scanner::default()
+        }
+    }
+
     /// Feeds a chunk of output that arrived at `at`. Lines end at `\n` or `\r` (progress bars end
     /// theirs with `\r`).
     pub fn feed(&mut self, stream: Stream, bytes: &[u8], at: Micros) {

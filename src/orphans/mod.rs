@@ -103,9 +103,14 @@ pub fn nvml_memory(library: &str) -> Result<(PerPid, Vec<(u32, u64)>), String> {
     let Some(nvml) = nvml else {
         return Err(status.error.unwrap_or_else(|| "NVML unavailable".into()));
     };
+    Ok(read_memory(&nvml, &gpus))
+}
+
+/// Per-process memory and device memory in use, from an NVML already open.
+pub fn read_memory(nvml: &nvml_wrapper::Nvml, gpus: &[gpu::GpuInfo]) -> (PerPid, Vec<(u32, u64)>) {
     let mut by_pid: BTreeMap<u32, Vec<(u32, u64)>> = BTreeMap::new();
     let mut used = Vec::new();
-    for g in &gpus {
+    for g in gpus {
         let Ok(dev) = nvml.device_by_index(g.index) else {
             continue;
         };
@@ -130,7 +135,7 @@ pub fn nvml_memory(library: &str) -> Result<(PerPid, Vec<(u32, u64)>), String> {
             by_pid.entry(pid).or_default().push((g.index, b));
         }
     }
-    Ok((by_pid, used))
+    (by_pid, used)
 }
 
 /// Every PID with an NVIDIA device file open, with those files; and how many processes could not be read.
@@ -170,7 +175,12 @@ pub fn device_holders(prefix: &str) -> (BTreeMap<u32, Vec<String>>, u64) {
 
 /// Lists every holder with its verdict.
 pub fn list(library: &str, prefix: &str) -> Listing {
-    let (mem, used, nvml_error) = match nvml_memory(library) {
+    listing(nvml_memory(library), prefix)
+}
+
+/// The holders, given NVML's memory (or why there is none) and the device files open now.
+pub fn listing(memory: Result<(PerPid, Vec<(u32, u64)>), String>, prefix: &str) -> Listing {
+    let (mem, used, nvml_error) = match memory {
         Ok((m, u)) => (m, u, None),
         Err(e) => (BTreeMap::new(), Vec::new(), Some(e)),
     };

@@ -302,7 +302,8 @@ impl TorchTimeline {
 pub struct Channel {
     _dir: tempfile::TempDir,
     stop: Arc<AtomicBool>,
-    reader: JoinHandle<TorchTimeline>,
+    reader: JoinHandle<()>,
+    timeline: Arc<std::sync::Mutex<TorchTimeline>>,
 }
 
 impl Channel {
@@ -350,24 +351,33 @@ impl Channel {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let folder = dir.path().to_path_buf();
+        let timeline = Arc::new(std::sync::Mutex::new(TorchTimeline::default()));
+        let into = timeline.clone();
         let reader = std::thread::Builder::new()
             .name("gpudoc-torch".into())
-            .spawn(move || read_loop(file, &flag, start_unix, &folder, trace))?;
+            .spawn(move || read_loop(file, &flag, start_unix, &folder, trace, &into))?;
         Ok((
             Channel {
                 _dir: dir,
                 stop,
                 reader,
+                timeline,
             },
             env,
         ))
+    }
+
+    /// The timeline so far, shared with the reader (locked only while a message is applied).
+    pub fn timeline(&self) -> Arc<std::sync::Mutex<TorchTimeline>> {
+        self.timeline.clone()
     }
 
     /// Reads what is left and returns the timeline; the folder is removed.
     pub fn close(self) -> TorchTimeline {
         self.stop.store(true, Ordering::SeqCst);
         self.reader.thread().unpark();
-        self.reader.join().unwrap_or_default()
+        let _ = self.reader.join();
+        std::mem::take(&mut *self.timeline.lock().unwrap())
     }
 }
 
@@ -402,7 +412,8 @@ fn read_loop(
     start_unix: f64,
     folder: &std::path::Path,
     trace: Option<SharedTrace>,
-) -> TorchTimeline {
+    t: &std::sync::Mutex<TorchTimeline>,
+) {
     use std::os::fd::AsRawFd;
     // SAFETY: fcntl on a descriptor we own; failure leaves the default size, which is only less roomy.
     unsafe {
@@ -410,7 +421,6 @@ fn read_loop(
         let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
         libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
     }
-    let mut t = TorchTimeline::default();
     let mut buf = vec![0u8; 64 * 1024];
     let mut line: Vec<u8> = Vec::new();
     let mut skipping = false;
@@ -428,13 +438,13 @@ fn read_loop(
                 if b == b'\n' {
                     if !skipping && !line.is_empty() {
                         let message = from_file(&line, folder).unwrap_or_else(|| line.clone());
-                        if t.apply(&message, start_unix)
+                        if t.lock().unwrap().apply(&message, start_unix)
                             && let Some(tr) = &trace
                         {
                             tr.lock().unwrap().torch(&message);
                         }
                     } else if skipping {
-                        t.bad_lines += 1;
+                        t.lock().unwrap().bad_lines += 1;
                     }
                     line.clear();
                     skipping = false;
@@ -448,7 +458,7 @@ fn read_loop(
             }
         }
         if last {
-            return t;
+            return;
         }
         // Parked, so closing the channel wakes it at once.
         std::thread::park_timeout(READ_EVERY);

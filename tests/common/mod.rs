@@ -3,9 +3,14 @@
 
 #![allow(dead_code)]
 
+pub mod term;
+
 use fake_nvml::state::State;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 use tempfile::TempDir;
 
 /// target/<profile>, found from this test binary (target/<profile>/deps/<test>).
@@ -73,6 +78,38 @@ impl Machine {
             .env("NO_COLOR", "1")
             .env_remove("CI");
         c
+    }
+
+    /// Starts `script` under a new session leader `sh`, reads the PID it prints, then kills the leader: what
+    /// the script started is left an orphan whose job leader is gone (re-parented to init or a subreaper).
+    pub fn orphan(&self, script: &str, as_uid: Option<u32>) -> u32 {
+        let mut c = Command::new("sh");
+        c.args(["-c", &format!("{script} & echo $!; wait")])
+            .env("FAKE_NVML_STATE", self.state_path())
+            .env("FAKEGPU", fakegpu())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        unsafe {
+            c.pre_exec(move || {
+                libc::setsid();
+                if let Some(uid) = as_uid {
+                    libc::setgid(uid);
+                    libc::setuid(uid);
+                }
+                Ok(())
+            });
+        }
+        let mut leader = c.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(leader.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let pid: u32 = line.trim().parse().unwrap();
+        leader.kill().unwrap();
+        leader.wait().unwrap();
+        // Until the orphan has registered its memory (or opened its file), it is not worth listing.
+        std::thread::sleep(Duration::from_millis(300));
+        pid
     }
 
     /// How many times the fake library's functions were called (written at nvmlShutdown).

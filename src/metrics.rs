@@ -1,0 +1,505 @@
+//! What gpudoc exposes to Prometheus: a [`View`] of GPUs, processes, the framework view, OOMs and
+//! diagnoses, rendered in the Prometheus text exposition format (0.0.4) or OpenMetrics 1.0, whichever the
+//! scraper asks for. Names follow Prometheus conventions (base units, `_bytes`, `_total` for counters);
+//! docs/metrics.md gives each metric and its dcgm-exporter counterpart. Pure: `serve` is the server.
+
+use crate::report::Report;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Everything one scrape shows.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    pub host: String,
+    /// `--name`: the job's name, a label on every sample.
+    pub job: Option<String>,
+    pub gpus: Vec<GpuView>,
+    pub procs: Vec<ProcView>,
+    pub torch: Vec<TorchView>,
+    /// OOM reports read from the job's output (run only).
+    pub oom_reports: Option<u64>,
+    /// Diagnoses that hold now: (rule, severity, subject).
+    pub active: Vec<(String, String, String)>,
+    /// Diagnoses seen since the start, per (rule, severity).
+    pub seen: BTreeMap<(String, String), u64>,
+    pub device_samples: u64,
+    pub process_samples: u64,
+    pub gpus_lost: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GpuView {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub used: u64,
+    pub total: u64,
+    /// The job's memory (run only).
+    pub job: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ProcView {
+    pub pid: u32,
+    pub gpu: u32,
+    pub bytes: u64,
+    pub in_job: Option<bool>,
+    pub rank: Option<i64>,
+    pub local_rank: Option<i64>,
+    /// `gpudoc watch`: the verdict on it (`live`, `orphan`, `zombie`, `ghost`, `service`).
+    pub verdict: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TorchView {
+    pub pid: u32,
+    /// NVML's index, or torch's device index when unmatched.
+    pub gpu: u32,
+    pub rank: Option<i64>,
+    pub local_rank: Option<i64>,
+    pub allocated: u64,
+    pub reserved: u64,
+    /// Peaks over the last recorded step(s).
+    pub step_peak_allocated: Option<u64>,
+    pub step_peak_reserved: Option<u64>,
+    pub steps: u64,
+    pub alloc_retries: u64,
+    pub ooms: u64,
+}
+
+/// The exposition format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The Prometheus text format, version 0.0.4.
+    Prometheus,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format a scraper's `Accept` header asks for.
+    pub fn negotiate(accept: &str) -> Format {
+        if accept.contains("application/openmetrics-text") {
+            Format::OpenMetrics
+        } else {
+            Format::Prometheus
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+fn rank_of(v: &Option<serde_json::Value>) -> Option<i64> {
+    v.as_ref()
+        .and_then(|x| x.as_i64().or_else(|| x.as_str()?.parse().ok()))
+}
+
+impl View {
+    /// The view of a report built from a run so far (or finished): current values are the last sampled.
+    pub fn of_report(r: &Report, host: &str, job: Option<&str>) -> View {
+        let ranks: BTreeMap<u32, (Option<i64>, Option<i64>)> = r
+            .torch
+            .processes
+            .iter()
+            .map(|t| (t.pid, (rank_of(&t.rank), rank_of(&t.local_rank))))
+            .collect();
+        View {
+            host: host.to_string(),
+            job: job.map(str::to_string),
+            gpus: r
+                .gpus
+                .iter()
+                .map(|g| GpuView {
+                    index: g.index,
+                    name: g.name.clone(),
+                    uuid: g.uuid.clone(),
+                    used: g.final_used_bytes,
+                    total: g.total_bytes,
+                    job: Some(g.job_final_bytes),
+                })
+                .collect(),
+            procs: r
+                .processes
+                .iter()
+                .filter(|p| p.final_bytes > 0)
+                .map(|p| {
+                    let (rank, local_rank) = ranks.get(&p.pid).copied().unwrap_or_default();
+                    ProcView {
+                        pid: p.pid,
+                        gpu: p.gpu,
+                        bytes: p.final_bytes,
+                        in_job: Some(p.in_job),
+                        rank,
+                        local_rank,
+                        verdict: None,
+                    }
+                })
+                .collect(),
+            torch: r
+                .torch
+                .processes
+                .iter()
+                .map(|t| TorchView {
+                    pid: t.pid,
+                    gpu: t.gpu.unwrap_or(t.device),
+                    rank: rank_of(&t.rank),
+                    local_rank: rank_of(&t.local_rank),
+                    allocated: t.final_allocated_bytes,
+                    reserved: t.final_reserved_bytes,
+                    step_peak_allocated: t.steps.last().map(|s| s.peak_allocated_bytes),
+                    step_peak_reserved: t.steps.last().map(|s| s.peak_reserved_bytes),
+                    steps: t.steps_total,
+                    alloc_retries: t.alloc_retries,
+                    ooms: t.ooms,
+                })
+                .collect(),
+            oom_reports: Some(r.oom.as_ref().map_or(0, |o| o.reports)),
+            active: r
+                .diagnoses
+                .iter()
+                .map(|d| (d.rule.clone(), d.severity.name().into(), d.subject.clone()))
+                .collect(),
+            seen: BTreeMap::new(),
+            device_samples: r.sampling.device_samples,
+            process_samples: r.sampling.process_samples,
+            gpus_lost: r.gpus.iter().filter(|g| g.lost.is_some()).count() as u64,
+        }
+    }
+
+    /// Counts the diagnoses seen holding since the start: `known` keeps (rule, subject) → severity across
+    /// scrapes; `seen` becomes its count per (rule, severity).
+    pub fn count_new(&mut self, known: &mut BTreeMap<(String, String), String>) {
+        for (rule, severity, subject) in &self.active {
+            known
+                .entry((rule.clone(), subject.clone()))
+                .or_insert_with(|| severity.clone());
+        }
+        let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for ((rule, _), severity) in known.iter() {
+            *seen.entry((rule.clone(), severity.clone())).or_default() += 1;
+        }
+        self.seen = seen;
+    }
+}
+
+/// One metric family being written.
+struct Family<'a> {
+    out: &'a mut String,
+    format: Format,
+    common: Vec<(&'static str, String)>,
+}
+
+impl Family<'_> {
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
+        // OpenMetrics names a counter's family without its `_total`.
+        let family = match (self.format, kind) {
+            (Format::OpenMetrics, "counter") => name.trim_end_matches("_total"),
+            _ => name,
+        };
+        let _ = writeln!(self.out, "# HELP {family} {help}");
+        let _ = writeln!(self.out, "# TYPE {family} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, String)], value: f64) {
+        let mut all: Vec<(&str, &str)> =
+            self.common.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        all.extend(labels.iter().map(|(k, v)| (*k, v.as_str())));
+        let body: Vec<String> = all
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+            .collect();
+        let _ = writeln!(self.out, "{name}{{{}}} {}", body.join(","), number(value));
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+fn opt(v: Option<i64>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_default()
+}
+
+/// The exposition of `v` in `format`.
+pub fn render(v: &View, format: Format) -> String {
+    let mut out = String::new();
+    let mut common = vec![("host", v.host.clone())];
+    if let Some(j) = &v.job {
+        common.push(("job_name", j.clone()));
+    }
+    let mut f = Family {
+        out: &mut out,
+        format,
+        common,
+    };
+    let gpu = |g: &GpuView| {
+        vec![
+            ("gpu", g.index.to_string()),
+            ("uuid", g.uuid.clone()),
+            ("name", g.name.clone()),
+        ]
+    };
+    f.head(
+        "gpudoc_gpu_memory_used_bytes",
+        "gauge",
+        "Device memory in use, as nvidia-smi shows it (NVML v2 used).",
+    );
+    for g in &v.gpus {
+        f.sample("gpudoc_gpu_memory_used_bytes", &gpu(g), g.used as f64);
+    }
+    f.head(
+        "gpudoc_gpu_memory_total_bytes",
+        "gauge",
+        "Device memory in all.",
+    );
+    for g in &v.gpus {
+        f.sample("gpudoc_gpu_memory_total_bytes", &gpu(g), g.total as f64);
+    }
+    if v.gpus.iter().any(|g| g.job.is_some()) {
+        f.head(
+            "gpudoc_job_memory_bytes",
+            "gauge",
+            "GPU memory of the job's processes, summed per GPU.",
+        );
+        for g in &v.gpus {
+            if let Some(j) = g.job {
+                f.sample("gpudoc_job_memory_bytes", &gpu(g), j as f64);
+            }
+        }
+    }
+    render_procs(&mut f, v);
+    render_torch(&mut f, v);
+    render_health(&mut f, v);
+    if format == Format::OpenMetrics {
+        out.push_str("# EOF\n");
+    }
+    out
+}
+
+fn render_procs(f: &mut Family, v: &View) {
+    f.head(
+        "gpudoc_process_memory_bytes",
+        "gauge",
+        "GPU memory a process holds on a GPU (NVML).",
+    );
+    for p in &v.procs {
+        let mut l = vec![
+            ("gpu", p.gpu.to_string()),
+            ("pid", p.pid.to_string()),
+            ("rank", opt(p.rank)),
+            ("local_rank", opt(p.local_rank)),
+        ];
+        if let Some(j) = p.in_job {
+            l.push(("in_job", j.to_string()));
+        }
+        if let Some(verdict) = &p.verdict {
+            l.push(("verdict", verdict.clone()));
+        }
+        f.sample("gpudoc_process_memory_bytes", &l, p.bytes as f64);
+    }
+}
+
+fn render_torch(f: &mut Family, v: &View) {
+    let label = |t: &TorchView| {
+        vec![
+            ("gpu", t.gpu.to_string()),
+            ("pid", t.pid.to_string()),
+            ("rank", opt(t.rank)),
+            ("local_rank", opt(t.local_rank)),
+        ]
+    };
+    type Get = fn(&TorchView) -> Option<f64>;
+    let families: [(&str, &str, &str, Get); 7] = [
+        (
+            "gpudoc_torch_allocated_bytes",
+            "gauge",
+            "PyTorch's live tensors (memory_allocated).",
+            |t| Some(t.allocated as f64),
+        ),
+        (
+            "gpudoc_torch_reserved_bytes",
+            "gauge",
+            "PyTorch's caching allocator in all (memory_reserved).",
+            |t| Some(t.reserved as f64),
+        ),
+        (
+            "gpudoc_torch_step_peak_allocated_bytes",
+            "gauge",
+            "Peak of live tensors over the last recorded optimizer step(s).",
+            |t| t.step_peak_allocated.map(|x| x as f64),
+        ),
+        (
+            "gpudoc_torch_step_peak_reserved_bytes",
+            "gauge",
+            "Peak reserved memory over the last recorded optimizer step(s).",
+            |t| t.step_peak_reserved.map(|x| x as f64),
+        ),
+        (
+            "gpudoc_torch_steps_total",
+            "counter",
+            "Optimizer steps seen.",
+            |t| Some(t.steps as f64),
+        ),
+        (
+            "gpudoc_torch_alloc_retries_total",
+            "counter",
+            "Times the allocator freed its cache and retried a failed cudaMalloc.",
+            |t| Some(t.alloc_retries as f64),
+        ),
+        (
+            "gpudoc_torch_ooms_total",
+            "counter",
+            "Out-of-memory errors the allocator raised.",
+            |t| Some(t.ooms as f64),
+        ),
+    ];
+    for (name, kind, help, get) in families {
+        f.head(name, kind, help);
+        for t in &v.torch {
+            if let Some(x) = get(t) {
+                f.sample(name, &label(t), x);
+            }
+        }
+    }
+}
+
+fn render_health(f: &mut Family, v: &View) {
+    if let Some(n) = v.oom_reports {
+        f.head(
+            "gpudoc_oom_reports_total",
+            "counter",
+            "Out-of-memory reports read from the job's output.",
+        );
+        f.sample("gpudoc_oom_reports_total", &[], n as f64);
+    }
+    f.head(
+        "gpudoc_diagnoses_total",
+        "counter",
+        "Diagnoses that began to hold, by rule and severity.",
+    );
+    for ((rule, severity), n) in &v.seen {
+        let l = [("rule", rule.clone()), ("severity", severity.clone())];
+        f.sample("gpudoc_diagnoses_total", &l, *n as f64);
+    }
+    f.head(
+        "gpudoc_diagnosis_active",
+        "gauge",
+        "A diagnosis that holds now (1), by rule, severity and what it is about.",
+    );
+    for (rule, severity, subject) in &v.active {
+        let l = [
+            ("rule", rule.clone()),
+            ("severity", severity.clone()),
+            ("subject", subject.clone()),
+        ];
+        f.sample("gpudoc_diagnosis_active", &l, 1.0);
+    }
+    f.head(
+        "gpudoc_samples_total",
+        "counter",
+        "NVML samples taken, by kind (device memory, process lists).",
+    );
+    f.sample(
+        "gpudoc_samples_total",
+        &[("kind", "device".into())],
+        v.device_samples as f64,
+    );
+    f.sample(
+        "gpudoc_samples_total",
+        &[("kind", "process".into())],
+        v.process_samples as f64,
+    );
+    f.head(
+        "gpudoc_gpus_lost",
+        "gauge",
+        "GPUs that stopped answering NVML.",
+    );
+    f.sample("gpudoc_gpus_lost", &[], v.gpus_lost as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> View {
+        View {
+            host: "node-1".into(),
+            job: Some("llama \"7b\"".into()),
+            gpus: vec![GpuView {
+                index: 0,
+                name: "NVIDIA H200".into(),
+                uuid: "GPU-1".into(),
+                used: 3 << 30,
+                total: 150754820096,
+                job: Some(2 << 30),
+            }],
+            procs: vec![ProcView {
+                pid: 42,
+                gpu: 0,
+                bytes: 2 << 30,
+                in_job: Some(true),
+                rank: Some(0),
+                local_rank: Some(0),
+                verdict: None,
+            }],
+            oom_reports: Some(0),
+            active: vec![("near-capacity".into(), "warn".into(), "GPU 0".into())],
+            seen: [(("near-capacity".to_string(), "warn".to_string()), 1)].into(),
+            device_samples: 10,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn prometheus_text() {
+        let t = render(&view(), Format::Prometheus);
+        assert!(t.contains("# TYPE gpudoc_gpu_memory_used_bytes gauge\n"));
+        assert!(t.contains(
+            "gpudoc_gpu_memory_used_bytes{host=\"node-1\",job_name=\"llama \\\"7b\\\"\",gpu=\"0\",uuid=\"GPU-1\",name=\"NVIDIA H200\"} 3221225472\n"
+        ));
+        assert!(t.contains("# TYPE gpudoc_diagnoses_total counter\n"));
+        assert!(t.contains("rule=\"near-capacity\",severity=\"warn\"} 1\n"));
+        assert!(!t.contains("# EOF"));
+    }
+
+    #[test]
+    fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
+        let t = render(&view(), Format::OpenMetrics);
+        assert!(t.contains("# TYPE gpudoc_diagnoses counter\n"));
+        assert!(t.contains("\ngpudoc_diagnoses_total{"));
+        assert!(t.ends_with("# EOF\n"));
+        assert_eq!(
+            Format::negotiate("application/openmetrics-text;version=1.0.0,text/plain;q=0.5"),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::negotiate("*/*"), Format::Prometheus);
+    }
+
+    #[test]
+    fn diagnoses_are_counted_once_while_they_hold() {
+        let mut v = view();
+        let mut known = Default::default();
+        v.count_new(&mut known);
+        v.count_new(&mut known);
+        assert_eq!(v.seen[&("near-capacity".into(), "warn".into())], 1);
+        v.active
+            .push(("near-capacity".into(), "warn".into(), "GPU 1".into()));
+        v.count_new(&mut known);
+        assert_eq!(v.seen[&("near-capacity".into(), "warn".into())], 2);
+    }
+}

@@ -1,0 +1,24 @@
+//! Where a run ran: the machine, the job's name, Slurm's ids. Read from the environment once (settings),
+//! carried by the trace's start row and the report, so reports of one job from many hosts can be merged.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run ran.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Origin {
+    /// The machine's name.
+    pub host: String,
+    /// `gpudoc run --name`.
+    pub name: Option<String>,
+    pub slurm: Slurm,
+}
+
+/// Slurm's ids, when the run was part of a Slurm job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Slurm {
+    pub job_id: Option<String>,
+    pub step_id: Option<String>,
+    pub node_id: Option<String>,
+}

@@ -1,0 +1,475 @@
+//! `gpudoc watch`: every GPU and every process holding memory, judged as `gpudoc orphans` judges them,
+//! with the checks that can run live. A [`Frame`] is one look; it renders as a terminal screen, a JSON line
+//! or CSV rows, and as Prometheus metrics. Pure: the loop, the terminal and the keys are in
+//! `commands/watch.rs`.
+
+use crate::gpu::GpuInfo;
+use crate::metrics::{GpuView, ProcView, View};
+use crate::orphans::{Holder, Listing, Verdict};
+use crate::paint::Paint;
+use crate::units::{fmt_bytes, printable, shorten};
+use crate::verdict::{Diagnosis, Severity};
+use serde::Serialize;
+use std::fmt::Write;
+
+/// Memory other users hold on a GPU before it is said.
+const OTHERS_MIN: u64 = 500 << 20;
+/// A share of a GPU in use that counts as nearly full.
+const NEAR_FULL_PCT: f64 = 95.0;
+/// The most a process may hold on a GPU that is not its main one to count as a stray context.
+const CONTEXT_MAX: u64 = 2 << 30;
+
+/// One look at the machine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Frame {
+    pub gpus: Vec<GpuLine>,
+    pub processes: Vec<Holder>,
+    pub diagnoses: Vec<Diagnosis>,
+    /// Why NVML could not be asked, if it could not.
+    pub nvml_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GpuLine {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// How the process table is sorted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Sort {
+    #[default]
+    Memory,
+    Pid,
+    Gpu,
+    Verdict,
+}
+
+impl Sort {
+    pub fn next(self) -> Sort {
+        match self {
+            Sort::Memory => Sort::Pid,
+            Sort::Pid => Sort::Gpu,
+            Sort::Gpu => Sort::Verdict,
+            Sort::Verdict => Sort::Memory,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Sort::Memory => "memory",
+            Sort::Pid => "pid",
+            Sort::Gpu => "gpu",
+            Sort::Verdict => "verdict",
+        }
+    }
+}
+
+impl Frame {
+    /// The frame of a listing; `me` is the watcher's uid (memory of other uids is "others'").
+    pub fn of(listing: Listing, gpus: &[GpuInfo], me: u32) -> Frame {
+        let gpus: Vec<GpuLine> = gpus
+            .iter()
+            .map(|g| GpuLine {
+                index: g.index,
+                name: g.name.clone(),
+                uuid: g.uuid.clone(),
+                used_bytes: listing
+                    .gpu_used
+                    .iter()
+                    .find(|u| u.0 == g.index)
+                    .map_or(0, |u| u.1),
+                total_bytes: g.total_bytes,
+            })
+            .collect();
+        let diagnoses = checks(&gpus, &listing.holders, me);
+        Frame {
+            gpus,
+            processes: listing.holders,
+            diagnoses,
+            nvml_error: listing.nvml_error,
+        }
+    }
+
+    /// The processes in the order asked.
+    pub fn sorted(&self, sort: Sort) -> Vec<&Holder> {
+        let mut v: Vec<&Holder> = self.processes.iter().collect();
+        match sort {
+            Sort::Memory => v.sort_by_key(|h| std::cmp::Reverse(h.total_bytes())),
+            Sort::Pid => v.sort_by_key(|h| h.pid),
+            Sort::Gpu => v.sort_by_key(|h| h.gpu_bytes.first().map_or(u32::MAX, |g| g.0)),
+            Sort::Verdict => v.sort_by_key(|h| (h.verdict, std::cmp::Reverse(h.total_bytes()))),
+        }
+        v
+    }
+
+    /// The frame as Prometheus sees it.
+    pub fn view(&self, host: &str) -> View {
+        View {
+            host: host.to_string(),
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| GpuView {
+                    index: g.index,
+                    name: g.name.clone(),
+                    uuid: g.uuid.clone(),
+                    used: g.used_bytes,
+                    total: g.total_bytes,
+                    job: None,
+                })
+                .collect(),
+            procs: self
+                .processes
+                .iter()
+                .flat_map(|h| {
+                    h.gpu_bytes.iter().map(|&(gpu, bytes)| ProcView {
+                        pid: h.pid,
+                        gpu,
+                        bytes,
+                        verdict: Some(verdict_name(h.verdict).into()),
+                        ..Default::default()
+                    })
+                })
+                .collect(),
+            active: self
+                .diagnoses
+                .iter()
+                .map(|d| (d.rule.clone(), d.severity.name().into(), d.subject.clone()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// One CSV row per process and GPU (and one per GPU with an empty pid): `unix_s,gpu,used,total,pid,
+    /// bytes,verdict,command`.
+    pub fn csv(&self, unix_s: f64) -> String {
+        let mut out = String::new();
+        for g in &self.gpus {
+            let _ = writeln!(
+                out,
+                "{unix_s:.3},{},{},{},,,,",
+                g.index, g.used_bytes, g.total_bytes
+            );
+        }
+        for h in &self.processes {
+            for &(gpu, bytes) in &h.gpu_bytes {
+                let cmd = h.cmdline.replace('"', "\"\"");
+                let _ = writeln!(
+                    out,
+                    "{unix_s:.3},{gpu},,,{},{bytes},{},\"{cmd}\"",
+                    h.pid,
+                    verdict_name(h.verdict)
+                );
+            }
+        }
+        out
+    }
+}
+
+/// The header of [`Frame::csv`].
+pub const CSV_HEADER: &str = "unix_s,gpu,used_bytes,total_bytes,pid,bytes,verdict,command\n";
+
+pub fn verdict_name(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Orphan => "orphan",
+        Verdict::Zombie => "zombie",
+        Verdict::Ghost => "ghost",
+        Verdict::Service => "service",
+        Verdict::Live => "live",
+    }
+}
+
+fn diagnosis(
+    rule: &str,
+    severity: Severity,
+    title: &str,
+    subject: String,
+    message: String,
+) -> Diagnosis {
+    Diagnosis {
+        rule: rule.into(),
+        severity,
+        title: title.into(),
+        subject,
+        message,
+        details: Vec::new(),
+        advice: Vec::new(),
+        docs: None,
+    }
+}
+
+/// The checks that can run on one look: a GPU nearly full, memory other users hold, leftovers, a
+/// process holding a context on a GPU that is not its own.
+pub fn checks(gpus: &[GpuLine], holders: &[Holder], me: u32) -> Vec<Diagnosis> {
+    let mut out = Vec::new();
+    for g in gpus {
+        let pct = g.used_bytes as f64 * 100.0 / g.total_bytes.max(1) as f64;
+        if pct >= NEAR_FULL_PCT {
+            out.push(diagnosis(
+                "near-capacity",
+                Severity::Warn,
+                "GPU memory nearly full",
+                format!("GPU {}", g.index),
+                format!(
+                    "GPU {}: {} in use, {pct:.1}% of {}",
+                    g.index,
+                    fmt_bytes(g.used_bytes),
+                    fmt_bytes(g.total_bytes)
+                ),
+            ));
+        }
+        let others: Vec<&Holder> = holders
+            .iter()
+            .filter(|h| h.uid.is_some_and(|u| u != me) && gpu_bytes(h, g.index) > 0)
+            .collect();
+        let held: u64 = others.iter().map(|h| gpu_bytes(h, g.index)).sum();
+        if held >= OTHERS_MIN {
+            let who: Vec<String> = others
+                .iter()
+                .map(|h| format!("pid {} ({})", h.pid, h.user.as_deref().unwrap_or("?")))
+                .collect();
+            out.push(diagnosis(
+                "held-by-others",
+                Severity::Info,
+                "Other users' processes hold memory",
+                format!("GPU {}", g.index),
+                format!(
+                    "GPU {}: other users hold {}: {}",
+                    g.index,
+                    fmt_bytes(held),
+                    who.join(", ")
+                ),
+            ));
+        }
+    }
+    for h in holders.iter().filter(|h| h.is_leftover()) {
+        out.push(diagnosis(
+            "leftover-processes",
+            Severity::Warn,
+            "A leftover process holds the GPU",
+            format!("pid {}", h.pid),
+            format!(
+                "pid {} ({}) is {}: {}; it holds {}",
+                h.pid,
+                shorten(&printable(&h.cmdline), 60),
+                verdict_name(h.verdict),
+                h.reason,
+                fmt_bytes(h.total_bytes())
+            ),
+        ));
+    }
+    for h in holders {
+        let Some(&(main, most)) = h.gpu_bytes.iter().max_by_key(|g| g.1) else {
+            continue;
+        };
+        let limit = CONTEXT_MAX.max(most / 10);
+        for &(gpu, bytes) in &h.gpu_bytes {
+            if gpu != main && bytes > 0 && bytes <= limit {
+                out.push(diagnosis(
+                    "stray-context",
+                    Severity::Warn,
+                    "A process holds a CUDA context on a GPU that is not its own",
+                    format!("pid {}", h.pid),
+                    format!(
+                        "pid {} works on GPU {main} ({}) but also holds {} on GPU {gpu}",
+                        h.pid,
+                        fmt_bytes(most),
+                        fmt_bytes(bytes)
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn gpu_bytes(h: &Holder, gpu: u32) -> u64 {
+    h.gpu_bytes.iter().filter(|g| g.0 == gpu).map(|g| g.1).sum()
+}
+
+/// What the terminal view shows besides the frame.
+#[derive(Debug, Clone, Default)]
+pub struct Ui {
+    pub sort: Sort,
+    /// The selected row, in the sorted order.
+    pub selected: usize,
+    /// A question or a result, on the last line.
+    pub status: String,
+    pub host: String,
+    pub interval: String,
+}
+
+/// The screen: at most `height` lines of at most `width` columns.
+pub fn screen(f: &Frame, ui: &Ui, width: usize, height: usize, p: Paint) -> Vec<String> {
+    let fit = |s: String| shorten(&s, width);
+    let mut lines = vec![p.bold(&fit(format!(
+        "gpudoc watch · {} · every {} · sort: {}   (q quit, ↑↓ select, s sort, e end a leftover)",
+        ui.host,
+        ui.interval,
+        ui.sort.name()
+    )))];
+    if let Some(e) = &f.nvml_error {
+        lines.push(p.bad(&fit(format!("NVML: {e}"))));
+    }
+    for g in &f.gpus {
+        let frac = g.used_bytes as f64 / g.total_bytes.max(1) as f64;
+        let cells = 24;
+        let full = ((frac * cells as f64).round() as usize).min(cells);
+        let bar = format!("{}{}", "█".repeat(full), "░".repeat(cells - full));
+        lines.push(fit(format!(
+            "GPU {} {}  {bar} {} / {} ({:.0}%)",
+            g.index,
+            g.name,
+            fmt_bytes(g.used_bytes),
+            fmt_bytes(g.total_bytes),
+            frac * 100.0
+        )));
+    }
+    lines.push(p.dim("  PID      USER       GPU   MEMORY       VERDICT   COMMAND"));
+    let rows = f.sorted(ui.sort);
+    let room = height
+        .saturating_sub(lines.len() + f.diagnoses.len().min(6) + 3)
+        .max(1);
+    let first = ui.selected.saturating_sub(room.saturating_sub(1));
+    for (i, h) in rows.iter().enumerate().skip(first).take(room) {
+        let gpus: Vec<String> = h.gpu_bytes.iter().map(|g| g.0.to_string()).collect();
+        let row = format!(
+            "{} {:<8} {:<10} {:<5} {:>10}   {:<9} {}",
+            if i == ui.selected { ">" } else { " " },
+            h.pid,
+            shorten(h.user.as_deref().unwrap_or("?"), 10),
+            gpus.join(","),
+            fmt_bytes(h.total_bytes()),
+            verdict_name(h.verdict),
+            printable(&h.cmdline)
+        );
+        let row = shorten(&row, width);
+        lines.push(match h.verdict {
+            Verdict::Orphan | Verdict::Zombie | Verdict::Ghost => p.warn(&row),
+            _ => row,
+        });
+    }
+    if rows.is_empty() {
+        lines.push(p.dim("  no process holds GPU memory or an NVIDIA device"));
+    }
+    for d in f.diagnoses.iter().take(6) {
+        let tag = match d.severity {
+            Severity::Error => p.bad("error"),
+            Severity::Warn => p.warn("warn "),
+            Severity::Info => p.dim("info "),
+        };
+        lines.push(format!(
+            "{tag} {}",
+            shorten(&d.message, width.saturating_sub(6))
+        ));
+    }
+    if !ui.status.is_empty() {
+        lines.push(p.bold(&fit(ui.status.clone())));
+    }
+    lines.truncate(height.max(1));
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(pid: u32, uid: u32, gpu_bytes: Vec<(u32, u64)>, verdict: Verdict) -> Holder {
+        Holder {
+            pid,
+            verdict,
+            reason: "its parent died".into(),
+            gpu_bytes,
+            devices: vec![],
+            ppid: Some(1),
+            parent_cmd: None,
+            pgid: None,
+            sid: None,
+            tty: None,
+            uid: Some(uid),
+            user: Some(format!("u{uid}")),
+            state: None,
+            start_ticks: None,
+            age_s: None,
+            cmdline: format!("python3 job{pid}.py"),
+        }
+    }
+
+    #[test]
+    fn the_live_checks() {
+        const GIB: u64 = 1 << 30;
+        let gpus = vec![
+            GpuLine {
+                index: 0,
+                total_bytes: 100 * GIB,
+                used_bytes: 96 * GIB,
+                ..Default::default()
+            },
+            GpuLine {
+                index: 1,
+                total_bytes: 100 * GIB,
+                used_bytes: 10 * GIB,
+                ..Default::default()
+            },
+        ];
+        let holders = vec![
+            holder(10, 1000, vec![(0, 90 * GIB), (1, GIB / 2)], Verdict::Live),
+            holder(11, 2000, vec![(1, 8 * GIB)], Verdict::Live),
+            holder(12, 1000, vec![(0, 6 * GIB)], Verdict::Orphan),
+        ];
+        let d = checks(&gpus, &holders, 1000);
+        let rules: Vec<(&str, &str)> = d
+            .iter()
+            .map(|d| (d.rule.as_str(), d.subject.as_str()))
+            .collect();
+        assert_eq!(
+            rules,
+            vec![
+                ("near-capacity", "GPU 0"),
+                ("held-by-others", "GPU 1"),
+                ("leftover-processes", "pid 12"),
+                ("stray-context", "pid 10"),
+            ]
+        );
+        assert_eq!(
+            d[1].message,
+            "GPU 1: other users hold 8.00 GiB: pid 11 (u2000)"
+        );
+    }
+
+    #[test]
+    fn the_screen_fits_and_marks_the_selection() {
+        let f = Frame {
+            gpus: vec![GpuLine {
+                index: 0,
+                name: "NVIDIA H200".into(),
+                total_bytes: 100,
+                used_bytes: 50,
+                ..Default::default()
+            }],
+            processes: vec![
+                holder(7, 0, vec![(0, 50)], Verdict::Live),
+                holder(8, 0, vec![(0, 10)], Verdict::Orphan),
+            ],
+            ..Default::default()
+        };
+        let ui = Ui {
+            selected: 1,
+            host: "h".into(),
+            interval: "1s".into(),
+            ..Default::default()
+        };
+        let s = screen(&f, &ui, 80, 20, Paint(false));
+        assert!(
+            s[1].starts_with("GPU 0 NVIDIA H200  ████████████░░░░░░░░░░░░ 50 B / 100 B (50%)"),
+            "{s:#?}"
+        );
+        assert!(s[3].starts_with("  7 "), "{s:#?}");
+        assert!(s[4].starts_with("> 8 "), "{s:#?}");
+        assert!(s.iter().all(|l| l.chars().count() <= 80));
+    }
+}

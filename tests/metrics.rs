@@ -1,0 +1,289 @@
+//! `--metrics`: a real Prometheus server (Debian's `prometheus` package; .ci/run installs it) scrapes
+//! `gpudoc run --metrics` under the fake NVML, and its HTTP API gives back the series and their values;
+//! `promtool check metrics` passes on gpudoc's output.
+
+mod common;
+
+use common::Machine;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GIB: u64 = 1 << 30;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET http://127.0.0.1:PORT/PATH: (status line, body); `None` while nothing listens.
+fn get(port: u16, path: &str, accept: &str) -> Option<(String, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        unchunk(body)
+    } else {
+        body.to_string()
+    };
+    Some((head.lines().next()?.to_string(), body))
+}
+
+fn unchunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out
+}
+
+fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn tool(name: &str) -> String {
+    let path = format!("/usr/bin/{name}");
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "{path} is missing: .ci/run installs Debian's prometheus package (apt-get install prometheus)"
+    );
+    path
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A job holding 3 GiB on GPU 1 for a few seconds under `gpudoc run --metrics PORT --name NAME`.
+fn metered_job(m: &Machine, port: u16, extra: &[&str], hold_ms: u64) -> Killed {
+    let script = format!(r#""$FAKEGPU" alloc --gpu 1 --steps 3GiB --hold-ms {hold_ms}"#);
+    Killed(
+        m.gpudoc()
+            .args([
+                "run",
+                "--quiet",
+                "--metrics",
+                &port.to_string(),
+                "--name",
+                "llama-7b",
+            ])
+            .args(extra)
+            .args(["--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn prometheus_scrapes_a_run_and_its_api_gives_the_series_back() {
+    let (prometheus, m) = (tool("prometheus"), Machine::h200s(2));
+    let (port, pport) = (free_port(), free_port());
+    let config = m.path("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpudoc\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let _prom = Killed(
+        Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", m.path("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let _job = metered_job(&m, port, &[], 15_000);
+    let query = |q: &str| -> Option<Vec<Value>> {
+        let (_, body) = get(pport, &format!("/api/v1/query?query={q}"), "*/*")?;
+        let v: Value = serde_json::from_str(&body).ok()?;
+        let r = v["data"]["result"].as_array()?.clone();
+        (!r.is_empty()).then_some(r)
+    };
+    let job = wait_for("the job's memory in Prometheus", 30, || {
+        let r = query("gpudoc_job_memory_bytes%7Bgpu%3D%221%22%7D")?;
+        (r[0]["value"][1] == format!("{}", 3 * GIB)).then_some(r)
+    });
+    let labels = &job[0]["metric"];
+    assert_eq!(labels["job_name"], "llama-7b");
+    assert_eq!(labels["name"], "NVIDIA H200");
+    assert!(!labels["host"].as_str().unwrap().is_empty());
+    let procs = query("gpudoc_process_memory_bytes").unwrap();
+    assert_eq!(procs.len(), 1, "{procs:#?}");
+    assert_eq!(procs[0]["metric"]["in_job"], "true");
+    assert_eq!(procs[0]["value"][1], format!("{}", 3 * GIB));
+    let total = query("gpudoc_gpu_memory_total_bytes").unwrap();
+    assert_eq!(total.len(), 2);
+    let samples = query("gpudoc_samples_total%7Bkind%3D%22device%22%7D").unwrap();
+    assert!(
+        samples[0]["value"][1]
+            .as_str()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+            > 0.0
+    );
+}
+
+#[test]
+fn promtool_accepts_the_exposition_and_openmetrics_is_served_when_asked() {
+    let (promtool, m) = (tool("promtool"), Machine::h200s(1));
+    let port = free_port();
+    let _job = metered_job(&m, port, &[], 5_000);
+    let body = wait_for("gpudoc's /metrics", 10, || {
+        let (status, body) = get(port, "/metrics", "text/plain")?;
+        (status.contains("200") && body.contains("gpudoc_job_memory_bytes")).then_some(body)
+    });
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, om) = get(
+        port,
+        "/metrics",
+        "application/openmetrics-text; version=1.0.0",
+    )
+    .unwrap();
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert!(om.contains("# TYPE gpudoc_samples counter"), "{om}");
+    let (status, _) = get(port, "/other", "*/*").unwrap();
+    assert!(status.contains("404"), "{status}");
+}
+
+#[test]
+fn the_end_of_the_run_is_served_while_it_lingers() {
+    let m = Machine::h200s(1);
+    let port = free_port();
+    let _job = metered_job(&m, port, &["--metrics-linger", "5s"], 300);
+    // Once the job has ended its memory is back to 0, and gpudoc still answers.
+    let body = wait_for("the finished run's view", 15, || {
+        let (_, body) = get(port, "/metrics", "text/plain")?;
+        body.contains("gpudoc_job_memory_bytes{").then_some(())?;
+        body.lines()
+            .any(|l| l.starts_with("gpudoc_job_memory_bytes{") && l.ends_with(" 0"))
+            .then_some(body)
+    });
+    assert!(body.contains("gpudoc_oom_reports_total{"), "{body}");
+}
+
+#[test]
+fn a_port_that_is_taken_fails_before_the_command_starts() {
+    let m = Machine::h200s(1);
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let marker = m.path("ran");
+    let out = m
+        .gpudoc()
+        .args(["run", "--metrics", &port.to_string(), "--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--metrics"));
+    assert!(!marker.exists(), "the command never ran");
+}
+
+#[test]
+fn watch_with_metrics_and_no_terminal_is_a_node_exporter() {
+    let m = Machine::h200s(1);
+    let status = Command::new(common::fakegpu())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .args([
+            "set", "--pid", "4000000", "--gpu", "0", "--bytes", "2GiB", "--ghost",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let port = free_port();
+    let mut child = Killed(
+        m.gpudoc()
+            .args([
+                "watch",
+                "--interval",
+                "100ms",
+                "--metrics",
+                &port.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let body = wait_for("watch's /metrics", 10, || {
+        let (_, body) = get(port, "/metrics", "text/plain")?;
+        body.contains("gpudoc_process_memory_bytes{")
+            .then_some(body)
+    });
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("gpudoc_process_memory_bytes{")
+                && l.contains("pid=\"4000000\"")
+                && l.contains("verdict=\"ghost\"")
+                && l.ends_with(&format!(" {}", 2 * GIB))),
+        "{body}"
+    );
+    assert!(
+        !body.contains("gpudoc_job_memory_bytes"),
+        "no job in watch: {body}"
+    );
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    let mut out = String::new();
+    let mut stdout = child.0.stdout.take().unwrap();
+    stdout.read_to_string(&mut out).unwrap();
+    assert!(child.0.wait().unwrap().success());
+    assert!(out.is_empty(), "an exporter prints nothing: {out}");
+}

@@ -1,0 +1,123 @@
+//! `gpudoc watch` in a pseudo-terminal (it draws, redraws when memory changes, quits on `q` and Ctrl-C and
+//! gives the terminal back) and as JSON lines on a pipe.
+
+mod common;
+
+use common::Machine;
+use common::term::Term;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const LEAVE_ALTERNATE_SCREEN: &str = "\x1b[?1049l";
+const SHOW_CURSOR: &str = "\x1b[?25h";
+
+/// A process outside the job holding memory on GPU 0: a ghost (NVML lists it, /proc has no such pid).
+fn set(m: &Machine, gib: u64) {
+    let out = std::process::Command::new(common::fakegpu())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .args([
+            "set",
+            "--pid",
+            "4000000",
+            "--gpu",
+            "0",
+            "--bytes",
+            &format!("{gib}GiB"),
+            "--ghost",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_screen_draws_redraws_and_quits_on_q_giving_the_terminal_back() {
+    let m = Machine::h200s(2);
+    set(&m, 3);
+    let mut c = m.gpudoc();
+    c.args(["watch", "--interval", "200ms"]);
+    let mut t = Term::start(c);
+    t.expect("GPU 0 NVIDIA H200");
+    t.expect("4000000");
+    t.expect("3.00 GiB");
+    t.expect("ghost");
+    set(&m, 7);
+    t.expect("7.00 GiB");
+    t.type_bytes(b"s");
+    t.expect("sort: pid");
+    t.type_bytes(b"q");
+    let (code, out) = t.finish();
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.ends_with(&format!("{SHOW_CURSOR}{LEAVE_ALTERNATE_SCREEN}")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn ctrl_c_quits_too() {
+    let m = Machine::h200s(1);
+    let mut c = m.gpudoc();
+    c.args(["watch", "--interval", "200ms"]);
+    let mut t = Term::start(c);
+    t.expect("GPU 0 NVIDIA H200");
+    t.type_bytes(b"\x03");
+    let (code, out) = t.finish();
+    assert_eq!(code, 0);
+    assert!(out.contains(LEAVE_ALTERNATE_SCREEN), "{out:?}");
+}
+
+#[test]
+fn on_a_pipe_it_prints_a_json_line_per_change() {
+    let m = Machine::h200s(1);
+    set(&m, 3);
+    let mut child = m
+        .gpudoc()
+        .args(["watch", "--interval", "100ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next =
+        || -> serde_json::Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    let first = next();
+    assert_eq!(first["gpus"][0]["name"], "NVIDIA H200");
+    assert_eq!(first["processes"][0]["pid"], 4000000);
+    assert_eq!(first["processes"][0]["verdict"], "ghost");
+    assert_eq!(first["processes"][0]["gpu_bytes"][0][1], 3u64 << 30);
+    assert!(first["unix_s"].as_f64().unwrap() > 1.7e9);
+    let t0 = Instant::now();
+    set(&m, 5);
+    let second = next();
+    assert_eq!(second["processes"][0]["gpu_bytes"][0][1], 5u64 << 30);
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    // Nothing changed since: no line until the next change.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn e_ends_a_leftover_after_asking() {
+    let m = Machine::h200s(1);
+    let pid = m.orphan(r#""$FAKEGPU" alloc --steps 2GiB --hold-ms 60000"#, None);
+    let mut c = m.gpudoc();
+    c.args(["watch", "--interval", "200ms"]);
+    let mut t = Term::start(c);
+    t.expect("orphan");
+    // The leftover holds the most memory: it is the first row, selected.
+    t.type_bytes(b"e");
+    t.expect(&format!("end pid {pid}"));
+    t.type_bytes(b"y");
+    t.expect(&format!("pid {pid}: ended (SIGTERM)"));
+    t.type_bytes(b"q");
+    let (code, _) = t.finish();
+    assert_eq!(code, 0);
+    assert!(!fake_nvml::state::alive(pid), "pid {pid} ended");
+}
