@@ -86,6 +86,14 @@ pub struct RunArgs {
     /// report.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Write TensorBoard event files of the job's memory into DIR when it ends (a `gpudoc` run in it,
+    /// beside the program's own).
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
+    /// This machine's name in the report and the metrics (default: its hostname): for containers whose
+    /// hostname is random, and for merging the reports of a job's nodes.
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
     /// No live status line and no summary (errors still print).
     #[arg(short, long)]
     pub quiet: bool,
@@ -225,11 +233,16 @@ pub enum FailOn {
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// A report (`gpudoc run --json`) or a JSON-lines trace (`gpudoc run --trace FILE.jsonl`).
-    pub file: PathBuf,
-    /// With a trace: the command's captured output (stderr), scanned for an out-of-memory report.
+    /// A report (`gpudoc run --json`) or a JSON-lines trace (`gpudoc run --trace FILE.jsonl`); several, or
+    /// a folder of them, are one job's nodes, merged into one report.
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
+    /// With one trace: the command's captured output (stderr), scanned for an out-of-memory report.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Write TensorBoard event files of the run's memory into DIR (a `gpudoc` run in it).
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
     /// Print the facts the rules read (JSON) instead of the summary: for writing and checking rules.
     #[arg(long)]
     pub facts: bool,

@@ -115,3 +115,56 @@ pub fn describe(e: &NvmlError) -> String {
     let name = name.split(['(', ' ', '{']).next().unwrap_or("");
     format!("{e} ({name})")
 }
+
+/// The GPUs a job is given by `CUDA_VISIBLE_DEVICES` (indices or UUIDs, as CUDA reads them: up to the first
+/// entry it cannot use). An empty, unset or unreadable value (a MIG instance, say) leaves all of them.
+pub fn visible(gpus: Vec<GpuInfo>, spec: Option<&str>) -> Vec<GpuInfo> {
+    let Some(spec) = spec.map(str::trim).filter(|s| !s.is_empty()) else {
+        return gpus;
+    };
+    let mut keep: Vec<GpuInfo> = Vec::new();
+    for entry in spec.split(',').map(str::trim) {
+        let found = match entry.parse::<u32>() {
+            Ok(i) => gpus.iter().find(|g| g.index == i),
+            Err(_) if entry.starts_with("GPU-") => gpus.iter().find(|g| g.uuid.starts_with(entry)),
+            Err(_) => None,
+        };
+        match found {
+            Some(g) if !keep.iter().any(|k| k.index == g.index) => keep.push(g.clone()),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    if keep.is_empty() {
+        return gpus;
+    }
+    keep.sort_by_key(|g| g.index);
+    keep
+}
+
+#[cfg(test)]
+mod visible_tests {
+    use super::*;
+
+    #[test]
+    fn cuda_visible_devices_picks_the_gpus() {
+        let gpus: Vec<GpuInfo> = (0..4)
+            .map(|i| GpuInfo {
+                index: i,
+                name: "H200".into(),
+                uuid: format!("GPU-{i}aaa"),
+                total_bytes: 1,
+            })
+            .collect();
+        let idx = |v: Vec<GpuInfo>| v.iter().map(|g| g.index).collect::<Vec<_>>();
+        assert_eq!(idx(visible(gpus.clone(), Some("2,1"))), vec![1, 2]);
+        assert_eq!(idx(visible(gpus.clone(), Some("GPU-3"))), vec![3]);
+        assert_eq!(
+            idx(visible(gpus.clone(), Some("1,9,2"))),
+            vec![1],
+            "CUDA stops at 9"
+        );
+        assert_eq!(idx(visible(gpus.clone(), Some("MIG-x"))), vec![0, 1, 2, 3]);
+        assert_eq!(idx(visible(gpus.clone(), None)), vec![0, 1, 2, 3]);
+    }
+}

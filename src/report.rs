@@ -48,6 +48,23 @@ pub struct Report {
     /// Things gpudoc could not do, in words (a trace write error, a sampling gap, a rule that failed).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// A report merged from the reports of a job's nodes: each node's run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostRun>,
+}
+
+/// One node's run in a merged report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostRun {
+    pub origin: crate::origin::Origin,
+    pub started_unix_s: f64,
+    pub duration_s: f64,
+    pub exit_code: Option<i32>,
+    pub classification: crate::oom::Ending,
+    /// NVML's indices of its GPUs.
+    pub gpus: Vec<u32>,
+    /// The ranks its PyTorch processes reported.
+    pub ranks: Vec<i64>,
 }
 
 /// How the command ended.
@@ -108,6 +125,9 @@ pub fn self_usage() -> (f64, u64) {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuReport {
+    /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub index: u32,
     pub name: String,
     pub uuid: String,
@@ -138,6 +158,9 @@ pub struct LostReport {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessReport {
+    /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub pid: u32,
     pub cmdline: String,
     pub uid: Option<u32>,
@@ -155,6 +178,9 @@ pub struct ProcessReport {
 /// A descendant of the job still alive after the command exited.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Orphan {
+    /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub pid: u32,
     pub ppid: u32,
     pub cmdline: String,
@@ -238,6 +264,7 @@ impl Report {
             gate: None,
             rule_errors: Vec::new(),
             notes: i.notes,
+            hosts: Vec::new(),
         }
     }
 
@@ -280,6 +307,7 @@ fn exit_of(
 fn gpu_report(g: &GpuTimeline, end: Micros) -> GpuReport {
     let step = end / TIMELINE_POINTS as u64;
     GpuReport {
+        host: None,
         index: g.info.index,
         name: g.info.name.clone(),
         uuid: g.info.uuid.clone(),
@@ -317,6 +345,7 @@ fn gpu_report(g: &GpuTimeline, end: Micros) -> GpuReport {
 
 fn process_report(p: &ProcTimeline) -> ProcessReport {
     ProcessReport {
+        host: None,
         pid: p.pid,
         cmdline: p.cmdline.clone(),
         uid: p.uid,
@@ -339,6 +368,7 @@ fn orphans(
     leftovers
         .iter()
         .map(|p| Orphan {
+            host: None,
             pid: p.pid,
             ppid: p.ppid,
             cmdline: p.cmdline.clone(),

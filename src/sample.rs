@@ -406,8 +406,9 @@ struct Flags {
 impl Sampler {
     /// Starts the thread, which opens NVML from `library` and samples until stopped. The trace (if any)
     /// gets its start row once NVML has answered.
+    /// `visible`: the job's `CUDA_VISIBLE_DEVICES`, the GPUs sampled (all when unset).
     pub fn start(
-        library: String,
+        (library, visible): (String, Option<String>),
         job_root: u32,
         rates: Rates,
         trace: Option<SharedTrace>,
@@ -435,7 +436,8 @@ impl Sampler {
         let handle = std::thread::Builder::new()
             .name("gpudoc-sampler".into())
             .spawn(move || {
-                sample_thread(&library, job_root, rates, start, &sh, &snap, &flags);
+                let lib = (library.as_str(), visible.as_deref());
+                sample_thread(lib, job_root, rates, start, &sh, &snap, &flags);
                 let _ = tx.send(());
             })
             .expect("spawn the sampler thread");
@@ -519,7 +521,7 @@ fn heap_bytes(t: &Timeline) -> usize {
 }
 
 fn sample_thread(
-    library: &str,
+    (library, visible): (&str, Option<&str>),
     job_root: u32,
     rates: Rates,
     start: Instant,
@@ -528,6 +530,7 @@ fn sample_thread(
     flags: &Flags,
 ) {
     let (nvml, status, gpus) = gpu::open(library);
+    let gpus = gpu::visible(gpus, visible);
     {
         let mut s = shared.lock().unwrap();
         if let Some(t) = &s.trace {

@@ -43,8 +43,10 @@ pub struct Env {
     pub dev_prefix: String,
     /// What fds 1 and 2 are, for wiring the command's output.
     pub wiring: Wiring,
-    /// This machine's name.
+    /// This machine's name (`gpudoc run --host` overrides it).
     pub host: String,
+    /// `CUDA_VISIBLE_DEVICES`: the GPUs a job is given, the ones `gpudoc run` samples.
+    pub visible_devices: Option<String>,
     /// Slurm's ids of the job, step and node, as set (`SLURM_JOB_ID`, `SLURM_STEP_ID`, `SLURM_NODEID`).
     pub slurm: crate::origin::Slurm,
 }
@@ -73,6 +75,7 @@ impl Env {
             tmpdir: std::env::temp_dir(),
             dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
                 .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
+            visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
             host: nix::unistd::gethostname()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
@@ -127,6 +130,10 @@ pub struct RunSettings {
     pub metrics: Option<(std::net::SocketAddr, std::time::Duration)>,
     /// `--name`.
     pub name: Option<String>,
+    /// `--host`, else the hostname.
+    pub host: String,
+    /// `--tensorboard DIR`.
+    pub tensorboard: Option<PathBuf>,
     pub env: Env,
 }
 
@@ -190,6 +197,15 @@ impl RunSettings {
             github_actions: env.github_actions,
             metrics,
             name: a.name,
+            host: a.host.unwrap_or_else(|| env.host.clone()),
+            tensorboard: match a.tensorboard {
+                Some(dir) => {
+                    std::fs::create_dir_all(dir.join("gpudoc"))
+                        .map_err(|e| run_failure(&format!("--tensorboard {}", dir.display()), e))?;
+                    Some(dir)
+                }
+                None => None,
+            },
             env,
         })
     }
@@ -304,8 +320,10 @@ pub fn resolve_gate(a: &cli::GateArgs, name: Option<&str>) -> Result<Option<Gate
 
 /// `gpudoc report`, resolved.
 pub struct ReportSettings {
-    pub file: PathBuf,
+    /// The files to read: reports or traces, a folder's expanded.
+    pub files: Vec<PathBuf>,
     pub output: Option<PathBuf>,
+    pub tensorboard: Option<PathBuf>,
     pub facts: bool,
     pub json: Option<Target>,
     pub rules: RuleSet,
@@ -322,15 +340,58 @@ impl ReportSettings {
         } else {
             env.stdout_tty
         };
+        let files = expand_folders(&a.files).map_err(|e| Failure::new(exit::USAGE, e))?;
+        if a.output.is_some() && files.len() > 1 {
+            return Err(Failure::new(
+                exit::USAGE,
+                "--output goes with one trace, not a merge of several",
+            ));
+        }
         Ok(ReportSettings {
-            file: a.file,
+            files,
             output: a.output,
+            tensorboard: a.tensorboard,
             facts: a.facts,
             json,
             rules,
             paint: env.paint(color, summary_tty),
         })
     }
+}
+
+/// Files as given; a folder becomes the reports and traces in it (`*.json`, `*.jsonl`), sorted.
+fn expand_folders(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    for p in paths {
+        if !p.is_dir() {
+            out.push(p.clone());
+            continue;
+        }
+        let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+            .map_err(|e| format!("{}: {e}", p.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|f| f.extension().is_some_and(|x| x == "json" || x == "jsonl"))
+            .collect();
+        if found.is_empty() {
+            return Err(format!(
+                "{}: no report (*.json) or trace (*.jsonl) in it",
+                p.display()
+            ));
+        }
+        found.sort();
+        // A run's report stands for its trace beside it.
+        let reports: Vec<String> = found
+            .iter()
+            .filter_map(|f| f.to_str()?.strip_suffix(".report.json").map(String::from))
+            .collect();
+        found.retain(|f| {
+            f.to_str()
+                .and_then(|s| s.strip_suffix(".trace.jsonl"))
+                .is_none_or(|stem| !reports.iter().any(|r| r == stem))
+        });
+        out.extend(found);
+    }
+    Ok(out)
 }
 
 /// `gpudoc compare`, resolved.

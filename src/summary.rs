@@ -43,6 +43,7 @@ pub fn render(r: &Report, p: Paint) -> String {
         let why = r.nvml.error.as_deref().unwrap_or("unknown reason");
         let _ = writeln!(o, "  {}", p.warn(&format!("GPU sampling was off: {why}")));
     }
+    render_hosts(&mut o, r);
     for g in &r.gpus {
         render_gpu(&mut o, r, g, p);
     }
@@ -71,11 +72,16 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
     let head = p.bold("gpudoc:");
     match (&r.oom, r.exit.classification) {
         (Some(oom), Ending::GpuOom) => {
+            let host = oom
+                .host
+                .as_deref()
+                .map(|h| format!(" on {h}"))
+                .unwrap_or_default();
             let on = match (oom.gpu, oom.event.rank) {
-                (Some(g), Some(rank)) => format!(" on GPU {g} (rank {rank})"),
-                (Some(g), None) => format!(" on GPU {g}"),
-                (None, Some(rank)) => format!(" (rank {rank})"),
-                (None, None) => String::new(),
+                (Some(g), Some(rank)) => format!(" on GPU {g}{host} (rank {rank})"),
+                (Some(g), None) => format!(" on GPU {g}{host}"),
+                (None, Some(rank)) => format!("{host} (rank {rank})"),
+                (None, None) => host,
             };
             let what = p.bad(&format!("ran out of GPU memory{on}"));
             let _ = writeln!(
@@ -138,11 +144,44 @@ fn render_diagnoses(o: &mut String, r: &Report, p: Paint) {
     }
 }
 
+/// A merged report's nodes: how each one's run ended, its GPUs and ranks.
+fn render_hosts(o: &mut String, r: &Report) {
+    for h in &r.hosts {
+        let end = match h.exit_code {
+            Some(c) => format!("exited with code {c}"),
+            None => "ended (how was not recorded)".into(),
+        };
+        let ranks: Vec<String> = h.ranks.iter().map(|x| x.to_string()).collect();
+        let gpus: Vec<String> = h.gpus.iter().map(|x| x.to_string()).collect();
+        let _ = writeln!(
+            o,
+            "  host {}: {end} after {} · GPUs {} · ranks {}",
+            printable(&h.origin.host),
+            fmt_secs(h.duration_s),
+            if gpus.is_empty() {
+                "-".into()
+            } else {
+                gpus.join(",")
+            },
+            if ranks.is_empty() {
+                "-".into()
+            } else {
+                ranks.join(",")
+            },
+        );
+    }
+}
+
 /// One GPU: its peaks, the job's memory over the run, whether it was lost, and its processes.
 fn render_gpu(o: &mut String, r: &Report, g: &GpuReport, p: Paint) {
+    let on = g
+        .host
+        .as_deref()
+        .map(|h| format!(" on {h}"))
+        .unwrap_or_default();
     let _ = writeln!(
         o,
-        "  GPU {} {}: job peak {} ({} of {}) at {} · device peak {} · in use at start {}",
+        "  GPU {}{on} {}: job peak {} ({} of {}) at {} · device peak {} · in use at start {}",
         g.index,
         printable(&g.name),
         p.bold(&fmt_bytes(g.job_peak_bytes)),
@@ -179,7 +218,11 @@ fn render_gpu(o: &mut String, r: &Report, g: &GpuReport, p: Paint) {
         let text = format!("not supported here, not sampled: {}", printable(u));
         let _ = writeln!(o, "    {}", p.dim(&text));
     }
-    let mut procs: Vec<_> = r.processes.iter().filter(|q| q.gpu == g.index).collect();
+    let mut procs: Vec<_> = r
+        .processes
+        .iter()
+        .filter(|q| q.gpu == g.index && q.host == g.host)
+        .collect();
     procs.sort_by(|a, b| {
         b.in_job
             .cmp(&a.in_job)

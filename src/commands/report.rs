@@ -7,8 +7,22 @@ use crate::{replay, rules, summary};
 use std::process::ExitCode;
 
 pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
-    let report = replay::load(&s.file, s.output.as_deref(), &s.rules)
-        .map_err(|e| Failure::new(exit::USAGE, e))?;
+    let mut reports = Vec::new();
+    for f in &s.files {
+        reports.push(
+            replay::load(f, s.output.as_deref(), &s.rules)
+                .map_err(|e| Failure::new(exit::USAGE, e))?,
+        );
+    }
+    let mut report = crate::merge::merge(reports).map_err(|e| Failure::new(exit::USAGE, e))?;
+    if !report.hosts.is_empty() {
+        rules::diagnose(&mut report, &s.rules);
+    }
+    if let Some(dir) = &s.tensorboard {
+        crate::tensorboard::write(dir, &report, None).map_err(|e| {
+            Failure::new(exit::USAGE, format!("--tensorboard {}: {e}", dir.display()))
+        })?;
+    }
     if s.facts {
         let facts = serde_json::to_string_pretty(&rules::facts::Facts::of(&report))
             .expect("facts serialize");

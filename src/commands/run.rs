@@ -42,9 +42,10 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     let outcome = child.wait();
     let metrics = session.metrics.take();
     let evidence = session.collect(&s, outcome, child_pid);
+    let timeline = s.tensorboard.as_ref().map(|_| evidence.timeline.clone());
     let mut report = analysis::analyze(evidence, &s.rules);
     report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
-    let code = emit(&s, &mut report);
+    let code = emit(&s, &mut report, timeline.as_ref());
     if let Some(m) = metrics {
         m.finish(&report, s.metrics.map(|m| m.1).unwrap_or_default());
     }
@@ -88,7 +89,13 @@ impl Session {
         let cgroup = oom::host::own_cgroup();
         let kills_before = cgroup.as_deref().and_then(oom::host::oom_kills);
         let me = std::process::id();
-        let sampler = Sampler::start(s.env.nvml_lib.clone(), me, s.rates, trace.clone(), start);
+        let sampler = Sampler::start(
+            (s.env.nvml_lib.clone(), s.env.visible_devices.clone()),
+            me,
+            s.rates,
+            trace.clone(),
+            start,
+        );
         let live = if s.live {
             Live::start(sampler.snapshot.clone())
         } else {
@@ -306,7 +313,7 @@ fn unix_s(t: SystemTime) -> f64 {
 
 fn origin(s: &RunSettings) -> crate::origin::Origin {
     crate::origin::Origin {
-        host: s.env.host.clone(),
+        host: s.host.clone(),
         name: s.name.clone(),
         slurm: s.env.slurm.clone(),
     }
@@ -320,7 +327,7 @@ fn lossy(argv: &[std::ffi::OsString]) -> Vec<String> {
 
 /// Prints the summary and writes every output asked for; the exit code. A failing command's code always
 /// wins; then a failed gate (122); then an output the user asked for and did not get (125).
-fn emit(s: &RunSettings, report: &mut Report) -> u8 {
+fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8 {
     let mut failed_output = false;
     let mut fail = |what: String| {
         eprintln!("gpudoc: {what}");
@@ -351,6 +358,11 @@ fn emit(s: &RunSettings, report: &mut Report) -> u8 {
         && let Err(e) = output::write(t, report.to_json().as_bytes())
     {
         fail(format!("--json {}: {e}", t.display()));
+    }
+    if let Some(dir) = &s.tensorboard
+        && let Err(e) = crate::tensorboard::write(dir, report, timeline)
+    {
+        fail(format!("--tensorboard {}: {e}", dir.display()));
     }
     if let Some(g) = &report.gate {
         if s.github_actions {

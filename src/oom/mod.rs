@@ -57,6 +57,9 @@ pub struct Before {
 /// The report's `oom` object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OomReport {
+    /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// Which layer reported it (`torch_allocator`, `cuda_runtime`, `cuda_library`, `nccl`, `xla`,
     /// `tensorflow`).
     pub source: Kind,
@@ -231,6 +234,7 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         }
     }
     OomReport {
+        host: None,
         source: t.kind,
         event: e.clone(),
         gpu,

@@ -31,6 +31,9 @@ pub struct RunFacts {
     pub job_peak_min_bytes: i64,
     pub job_peak_max_gpu: i64,
     pub job_peak_min_gpu: i64,
+    pub job_peak_max_label: String,
+    pub job_peak_min_label: String,
+    pub hosts: i64,
     pub imbalance_ratio: f64,
     pub orphans: i64,
     pub orphans_gpu_bytes: i64,
@@ -61,10 +64,14 @@ pub struct OomFacts {
     pub job_peak_pct: f64,
     pub explanation: String,
     pub filled_by: Vec<String>,
+    pub host: String,
+    pub label: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GpuFacts {
+    pub host: String,
+    pub label: String,
     pub index: i64,
     pub name: String,
     pub total_bytes: i64,
@@ -91,6 +98,7 @@ pub struct GpuFacts {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ProcFacts {
+    pub host: String,
     pub pid: i64,
     pub cmdline: String,
     pub in_job: bool,
@@ -106,6 +114,8 @@ pub struct ProcFacts {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TorchFacts {
+    pub host: String,
+    pub label: String,
     pub pid: i64,
     pub rank: i64,
     pub gpu: i64,
@@ -188,6 +198,21 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "run.job_peak_min_gpu",
         "int",
         "the GPU with the smallest job peak (among those used)",
+    ),
+    (
+        "run.job_peak_max_label",
+        "string",
+        "the GPU with the largest job peak, as messages name it",
+    ),
+    (
+        "run.job_peak_min_label",
+        "string",
+        "the GPU with the smallest job peak, as messages name it",
+    ),
+    (
+        "run.hosts",
+        "int",
+        "hosts the run spans (more than 1 in a report merged from several nodes)",
     ),
     (
         "run.imbalance_ratio",
@@ -291,9 +316,29 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "the cause with its numbers, in words",
     ),
     (
+        "oom.host",
+        "string",
+        "the host it happened on, in a merged report (empty otherwise)",
+    ),
+    (
+        "oom.label",
+        "string",
+        "its GPU as messages name it (`GPU 1`, `GPU 1 on node-b`, `an unknown GPU`)",
+    ),
+    (
         "oom.filled_by",
         "list(string)",
         "what held the GPU's memory then, from the shim's search at the OOM: holders, sites (empty when unknown)",
+    ),
+    (
+        "gpu.host",
+        "string",
+        "its host, in a report merged from several (empty otherwise)",
+    ),
+    (
+        "gpu.label",
+        "string",
+        "how messages name it: `GPU 0`, or `GPU 0 on node-a` in a merged report",
     ),
     ("gpu.index", "int", "NVML's index"),
     ("gpu.name", "string", "the GPU's name"),
@@ -365,6 +410,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "bool",
         "a PyTorch process reported from this GPU",
     ),
+    (
+        "process.host",
+        "string",
+        "its host, in a report merged from several (empty otherwise)",
+    ),
     ("process.pid", "int", "PID"),
     ("process.cmdline", "string", "command line"),
     ("process.in_job", "bool", "part of the job"),
@@ -384,6 +434,16 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "other GPUs it held memory on (for a process without a rank: only where it held no more than a CUDA context's worth, 2 GiB or a tenth of its main GPU's)",
     ),
     ("process.stray_bytes", "int", "what it held on them"),
+    (
+        "torch.host",
+        "string",
+        "its host, in a report merged from several (empty otherwise)",
+    ),
+    (
+        "torch.label",
+        "string",
+        "its GPU as messages name it (`GPU 0`, `GPU 0 on node-a`)",
+    ),
     ("torch.pid", "int", "PID"),
     ("torch.rank", "int", "RANK, -1 if unknown"),
     (
@@ -601,7 +661,7 @@ impl Facts {
         for g in &mut gpus {
             g.torch_phases = torch_processes
                 .iter()
-                .filter(|t| t.gpu == g.index)
+                .filter(|t| t.gpu == g.index && t.host == g.host)
                 .map(|t| t.phase_count)
                 .sum();
         }
@@ -660,8 +720,24 @@ impl Facts {
 
 /// RANK and LOCAL_RANK per PID, and each PID's PyTorch processes, from the framework view.
 struct Ranks<'a> {
-    by_pid: HashMap<u32, (i64, i64)>,
-    torch: HashMap<u32, Vec<&'a crate::torch::view::TorchProcReport>>,
+    by_pid: HashMap<Who, (i64, i64)>,
+    torch: HashMap<Who, Vec<&'a crate::torch::view::TorchProcReport>>,
+}
+
+/// A process: its host (empty but in merged reports) and PID.
+type Who = (String, u32);
+
+fn host_of(h: &Option<String>) -> String {
+    h.clone().unwrap_or_default()
+}
+
+/// How a GPU is named in messages: `GPU 0`, `GPU 0 on node-a` in a merged report.
+pub fn gpu_label(host: &str, gpu: i64) -> String {
+    match (gpu, host) {
+        (g, _) if g < 0 => "an unknown GPU".into(),
+        (g, "") => format!("GPU {g}"),
+        (g, h) => format!("GPU {g} on {h}"),
+    }
 }
 
 impl<'a> Ranks<'a> {
@@ -672,30 +748,34 @@ impl<'a> Ranks<'a> {
                 .unwrap_or(-1)
         };
         let mut by_pid = HashMap::new();
-        let mut torch: HashMap<u32, Vec<_>> = HashMap::new();
+        let mut torch: HashMap<Who, Vec<_>> = HashMap::new();
         for t in &r.torch.processes {
+            let who = (host_of(&t.host), t.pid);
             by_pid
-                .entry(t.pid)
+                .entry(who.clone())
                 .or_insert((n(&t.rank), n(&t.local_rank)));
-            torch.entry(t.pid).or_default().push(t);
+            torch.entry(who).or_default().push(t);
         }
         Ranks { by_pid, torch }
     }
 
-    fn of_pid(&self, pid: u32) -> (i64, i64) {
-        self.by_pid.get(&pid).copied().unwrap_or((-1, -1))
+    fn of_pid(&self, who: &Who) -> (i64, i64) {
+        self.by_pid.get(who).copied().unwrap_or((-1, -1))
     }
 }
 
 fn gpu_facts(r: &Report) -> Vec<GpuFacts> {
-    let mut others: HashMap<u32, i64> = HashMap::new();
+    let mut others: HashMap<(String, u32), i64> = HashMap::new();
     for p in r.processes.iter().filter(|p| !p.in_job) {
-        *others.entry(p.gpu).or_default() += p.peak_bytes as i64;
+        *others.entry((host_of(&p.host), p.gpu)).or_default() += p.peak_bytes as i64;
     }
     let mut gpus: Vec<GpuFacts> = r
         .gpus
         .iter()
-        .map(|g| one_gpu(r, g, others.get(&g.index).copied().unwrap_or(0)))
+        .map(|g| {
+            let held = others.get(&(host_of(&g.host), g.index)).copied();
+            one_gpu(r, g, held.unwrap_or(0))
+        })
         .collect();
     let max_job = gpus.iter().map(|g| g.job_peak_bytes).max().unwrap_or(0);
     for g in &mut gpus {
@@ -739,7 +819,10 @@ fn one_gpu(r: &Report, g: &crate::report::GpuReport, others_peak: i64) -> GpuFac
         .iter()
         .find(|&&(_, v)| v as f64 >= 0.9 * peak as f64 && v > 0)
         .map(|&(t, _)| t);
+    let host = host_of(&g.host);
     GpuFacts {
+        label: gpu_label(&host, g.index as i64),
+        host,
         index: g.index as i64,
         name: g.name.clone(),
         total_bytes: total,
@@ -770,31 +853,35 @@ fn one_gpu(r: &Report, g: &crate::report::GpuReport, others_peak: i64) -> GpuFac
         spike_duration_s: above as f64 * width,
         spike_at_s: g.job_peak_at_s,
         lost: g.lost.is_some(),
-        torch: r.torch.processes.iter().any(|t| t.gpu == Some(g.index)),
+        torch: r
+            .torch
+            .processes
+            .iter()
+            .any(|t| t.gpu == Some(g.index) && t.host == g.host),
         torch_phases: 0,
     }
 }
 
 /// Processes, merged over GPUs: one entry per PID.
 fn process_facts(r: &Report, ranks: &Ranks) -> Vec<ProcFacts> {
-    let mut by_pid: BTreeMap<u32, Vec<&ProcessReport>> = BTreeMap::new();
+    let mut by_pid: BTreeMap<Who, Vec<&ProcessReport>> = BTreeMap::new();
     for p in &r.processes {
-        by_pid.entry(p.pid).or_default().push(p);
+        by_pid.entry((host_of(&p.host), p.pid)).or_default().push(p);
     }
     by_pid
         .into_iter()
-        .map(|(pid, rows)| one_process(pid, &rows, ranks))
+        .map(|(who, rows)| one_process(who, &rows, ranks))
         .collect()
 }
 
 /// A rank's own GPU is its LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by UUID);
 /// anything it holds elsewhere is stray, whatever its size. Without a rank, the GPU where it holds the
 /// most is its own, and only context-sized footprints elsewhere count as stray.
-fn one_process(pid: u32, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
-    let (rank, local_rank) = ranks.of_pid(pid);
+fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
+    let (rank, local_rank) = ranks.of_pid(&who);
     let own = ranks
         .torch
-        .get(&pid)
+        .get(&who)
         .into_iter()
         .flatten()
         .find(|t| local_rank >= 0 && t.device as i64 == local_rank)
@@ -811,7 +898,8 @@ fn one_process(pid: u32, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
         .filter(|p| p.gpu != main.gpu && p.peak_bytes > 0 && (p.peak_bytes as i64) <= limit)
         .collect();
     ProcFacts {
-        pid: pid as i64,
+        pid: who.1 as i64,
+        host: who.0,
         cmdline: main.cmdline.clone(),
         in_job: main.in_job,
         rank,
@@ -862,9 +950,12 @@ fn torch_facts(
     } else {
         (t.final_reserved_bytes as i64, t.peak_allocated_bytes as i64)
     };
+    let host = host_of(&t.host);
     TorchFacts {
+        label: gpu_label(&host, t.gpu.map_or(-1, |g| g as i64)),
+        rank: ranks.of_pid(&(host.clone(), t.pid)).0,
+        host,
         pid: t.pid as i64,
-        rank: ranks.of_pid(t.pid).0,
         gpu: t.gpu.map_or(-1, |g| g as i64),
         torch_version: t.torch_version.clone().unwrap_or_default(),
         reserved_peak_bytes: t.peak_reserved_bytes as i64,
@@ -889,7 +980,10 @@ fn torch_facts(
         alloc_retries_per_step: slope(|s| s.alloc_retries).0,
         gpu_total_bytes: t
             .gpu
-            .and_then(|i| gpus.iter().find(|g| g.index == i as i64))
+            .and_then(|i| {
+                gpus.iter()
+                    .find(|g| g.index == i as i64 && g.host == host_of(&t.host))
+            })
             .map_or(0, |g| g.total_bytes),
         steady_peak_reserved_bytes: phases.steady,
         phase_peak_reserved_bytes: phases.peak,
@@ -1044,12 +1138,16 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
         return OomFacts {
             gpu: -1,
             rank: -1,
+            label: gpu_label("", -1),
             ..Default::default()
         };
     };
     let t = &o.event.text;
     let g = |v: Option<u64>| v.map_or(-1, |x| x as i64);
+    let host = host_of(&o.host);
     OomFacts {
+        label: gpu_label(&host, o.gpu.map_or(-1, |x| x as i64)),
+        host: host.clone(),
         present: true,
         cause: name_of(o.cause),
         source: name_of(o.source),
@@ -1069,7 +1167,7 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
         others: oom_others(o),
         job_peak_pct: o
             .gpu
-            .and_then(|i| gpus.iter().find(|x| x.index == i as i64))
+            .and_then(|i| gpus.iter().find(|x| x.index == i as i64 && x.host == host))
             .map_or(0.0, |x| x.job_peak_pct),
         explanation: o.explanation.clone(),
         filled_by: filled_by(r),
@@ -1142,6 +1240,9 @@ fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         job_peak_min_bytes: min_g.map_or(0, |g| g.job_peak_bytes),
         job_peak_max_gpu: max_g.map_or(-1, |g| g.index),
         job_peak_min_gpu: min_g.map_or(-1, |g| g.index),
+        job_peak_max_label: max_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone()),
+        job_peak_min_label: min_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone()),
+        hosts: r.hosts.len().max(1) as i64,
         imbalance_ratio: match (max_g, min_g) {
             (Some(a), Some(b)) if b.job_peak_bytes > 0 => {
                 a.job_peak_bytes as f64 / b.job_peak_bytes as f64
@@ -1155,7 +1256,12 @@ fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
             .iter()
             .map(|o| {
                 let b = crate::units::fmt_bytes(orphan_bytes(o));
-                format!("pid {} ({}) {b}", o.pid, o.cmdline)
+                let on = o
+                    .host
+                    .as_deref()
+                    .map(|h| format!(" on {h}"))
+                    .unwrap_or_default();
+                format!("pid {}{on} ({}) {b}", o.pid, o.cmdline)
             })
             .collect::<Vec<_>>()
             .join("; "),

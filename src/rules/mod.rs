@@ -721,9 +721,18 @@ impl RuleSet {
 fn subject(facts: &Facts, scope: Scope, i: usize) -> String {
     match scope {
         Scope::Run => "run".to_string(),
-        Scope::Gpu => format!("GPU {}", facts.gpus[i].index),
-        Scope::Process => format!("pid {}", facts.processes[i].pid),
-        Scope::Torch => format!("pid {}", facts.torch_processes[i].pid),
+        Scope::Gpu => facts.gpus[i].label.clone(),
+        Scope::Process => pid_on(facts.processes[i].pid, &facts.processes[i].host),
+        Scope::Torch => pid_on(facts.torch_processes[i].pid, &facts.torch_processes[i].host),
+    }
+}
+
+/// `pid 42`, or `pid 42 on node-a` in a merged report.
+fn pid_on(pid: i64, host: &str) -> String {
+    if host.is_empty() {
+        format!("pid {pid}")
+    } else {
+        format!("pid {pid} on {host}")
     }
 }
 

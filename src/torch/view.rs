@@ -22,6 +22,9 @@ pub struct TorchReport {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TorchProcReport {
+    /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub pid: u32,
     pub rank: Option<serde_json::Value>,
     pub local_rank: Option<serde_json::Value>,
@@ -95,6 +98,7 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                 Some(s.used.peak().saturating_sub(reserved))
             });
             TorchProcReport {
+                host: None,
                 pid: p.pid,
                 rank: p.rank.clone(),
                 local_rank: p.local_rank.clone(),

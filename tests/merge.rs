@@ -1,0 +1,157 @@
+//! One job across nodes: reports written by `gpudoc run` on different hosts (each a fake machine of its
+//! own here; two H200s in fixtures/merge/) merge into one report that the rules, `compare` and a later
+//! `gpudoc report` read like any other.
+
+mod common;
+
+use common::{Machine, read_json, report};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// `gpudoc run --host HOST --name llama --json DIR/HOST.json -- sh -c SCRIPT` on a machine of its own.
+fn node(dir: &Path, host: &str, script: &str, setup: impl FnOnce(&Machine)) -> PathBuf {
+    let m = Machine::h200s(1);
+    setup(&m);
+    let json = dir.join(format!("{host}.json"));
+    m.gpudoc()
+        .args([
+            "run", "--quiet", "--host", host, "--name", "llama", "--json",
+        ])
+        .arg(&json)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    json
+}
+
+fn alloc(gib: u32) -> String {
+    format!(r#""$FAKEGPU" alloc --gpu 0 --steps {gib}GiB --hold-ms 300"#)
+}
+
+const OOM: &str = "echo '[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. \
+GPU 0 has a total capacity of 139.80 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this \
+process has 138.80 GiB memory in use. Of the allocated memory 130.00 GiB is allocated by PyTorch, and \
+8.00 GiB is reserved by PyTorch but unallocated.' >&2; exit 1";
+
+fn rules(r: &Value) -> Vec<(String, String)> {
+    r["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["rule"].as_str().unwrap().into(),
+                d["subject"].as_str().unwrap().into(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn imbalance_across_nodes_is_found_in_the_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), "node-a", &alloc(10), |_| {});
+    let b = node(dir.path(), "node-b", &alloc(2), |_| {});
+    for f in [&a, &b] {
+        assert!(rules(&read_json(f)).is_empty(), "each node alone is fine");
+    }
+    let m = report(dir.path(), &[]);
+    assert_eq!(m["hosts"].as_array().unwrap().len(), 2);
+    assert_eq!(m["origin"]["name"], "llama");
+    let gpus: Vec<(&str, u64)> = m["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["host"].as_str().unwrap(),
+                g["job_peak_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(gpus, [("node-a", 10 << 30), ("node-b", 2 << 30)]);
+    let d = &m["diagnoses"][0];
+    assert_eq!(d["rule"], "gpu-imbalance");
+    assert_eq!(
+        d["message"],
+        "The job peaked at 10.00 GiB on GPU 0 on node-a but 2.00 GiB on GPU 0 on node-b (5.0x): the busiest GPU sets the batch size for all of them."
+    );
+}
+
+#[test]
+fn the_node_and_rank_that_ran_out_first_leftovers_and_memory_held_before() {
+    let dir = tempfile::tempdir().unwrap();
+    // node-a leaves a child holding memory behind.
+    let leftover = r#""$FAKEGPU" alloc --gpu 0 --steps 4GiB --hold-ms 3000 & sleep 0.5"#;
+    node(dir.path(), "node-a", leftover, |_| {});
+    node(dir.path(), "node-b", &format!("{}; {OOM}", alloc(4)), |m| {
+        let status = std::process::Command::new(common::fakegpu())
+            .env("FAKE_NVML_STATE", m.state_path())
+            .args([
+                "set", "--pid", "4000000", "--gpu", "0", "--bytes", "3GiB", "--ghost",
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    });
+    let m = report(dir.path(), &[]);
+    assert_eq!(m["exit"]["classification"], "gpu_oom");
+    assert_eq!(m["oom"]["host"], "node-b");
+    assert_eq!(m["oom"]["rank"], 3);
+    let got = rules(&m);
+    assert_eq!(m["orphans"][0]["host"], "node-a");
+    for want in [
+        ("oom-near-capacity", "run"),
+        ("held-before-start", "GPU 0 on node-b"),
+        ("leftover-processes", "run"),
+    ] {
+        assert!(
+            got.iter().any(|g| (g.0.as_str(), g.1.as_str()) == want),
+            "{want:?} in {got:?}"
+        );
+    }
+    let out = std::process::Command::new(common::gpudoc_bin())
+        .arg("report")
+        .arg(dir.path())
+        .args(["--color", "never"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ran out of GPU memory on GPU 0 on node-b (rank 3)"),
+        "{text}"
+    );
+    assert!(text.contains("host node-a: exited with code 0"), "{text}");
+    assert!(text.contains("host node-b: exited with code 1"), "{text}");
+}
+
+#[test]
+fn a_merged_report_is_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), "node-a", &alloc(6), |_| {});
+    let b = node(dir.path(), "node-b", &alloc(1), |_| {});
+    let merged = dir.path().join("merged.json");
+    let status = std::process::Command::new(common::gpudoc_bin())
+        .arg("report")
+        .args([&a, &b])
+        .arg("--json")
+        .arg(&merged)
+        .output()
+        .unwrap()
+        .status;
+    assert!(status.success());
+    // Read back: the same diagnoses, and compare works against a node's own report.
+    let again = report(&merged, &[]);
+    assert_eq!(again["diagnoses"], read_json(&merged)["diagnoses"]);
+    let out = std::process::Command::new(common::gpudoc_bin())
+        .arg("compare")
+        .args([&a, &merged])
+        .args(["--json", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
