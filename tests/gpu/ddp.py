@@ -1,5 +1,7 @@
-"""DDP training on every GPU of the machine, under torchrun, in one of four situations:
-    torchrun --nproc-per-node 2 ddp.py correct | stray | rank0_extra | oom"""
+"""DDP training under torchrun, in one of four situations (rank 0 keeps an extra 16 GiB, rank 1 runs out of
+memory, every rank loads a checkpoint onto the default device first, or none of these):
+    torchrun --nproc-per-node 2 ddp.py correct | stray | rank0_extra | oom
+    (or one process on each of two "nodes": --nnodes 2 --node-rank N --nproc-per-node 1)"""
 import os
 import sys
 import time
@@ -9,6 +11,7 @@ import torch.distributed as dist
 
 mode = sys.argv[1]
 local_rank = int(os.environ["LOCAL_RANK"])
+rank = int(os.environ["RANK"])
 GiB = 1 << 30
 
 if mode == "stray":
@@ -27,10 +30,10 @@ for step in range(40):
     opt.zero_grad(set_to_none=True)
     ddp(x).pow(2).mean().backward()
     opt.step()
-    if mode == "rank0_extra" and local_rank == 0 and step == 5:
+    if mode == "rank0_extra" and rank == 0 and step == 5:
         # Rank 0 keeps an evaluation copy of the model and a large eval buffer on its GPU.
         extra.append(torch.empty(16 * GiB, dtype=torch.uint8, device=dev))
-    if mode == "oom" and local_rank == 1 and step == 20:
+    if mode == "oom" and rank == 1 and step == 20:
         torch.empty(200 * GiB, dtype=torch.uint8, device=dev)
     torch.cuda.synchronize()
     time.sleep(0.05)
