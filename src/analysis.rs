@@ -40,11 +40,15 @@ pub struct Evidence {
 /// The report of a run, diagnosed by `rules`: a function of the evidence alone.
 pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
     let recorded_end = ev.outcome.as_ref().map(|o| o.end);
-    let (ending, mut oom_report, host_oom) = oom::classify(&oom::Evidence {
+    let torch_enabled = ev.torch.is_some();
+    let torch_timeline = ev.torch.unwrap_or_default();
+    let (ending, oom_report, host_oom) = oom::classify(&oom::Evidence {
         end: recorded_end.unwrap_or(ProcessEnd::Exited(1)),
         scanner: &ev.scanner,
         timeline: &ev.timeline,
         host: ev.host,
+        torch_ooms: &torch_timeline.ooms,
+        cuda_visible_devices: ev.origin.cuda_visible_devices.as_deref(),
     });
     // Without the recorded end, only an OOM text says how the command ended.
     let ending = match (recorded_end, &oom_report) {
@@ -52,11 +56,6 @@ pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
         (None, Some(_)) => Ending::GpuOom,
         (None, None) => Ending::Unknown,
     };
-    let torch_enabled = ev.torch.is_some();
-    let torch_timeline = ev.torch.unwrap_or_default();
-    if let Some(o) = oom_report.as_mut() {
-        o.allocator = oom::allocator_at(&torch_timeline.ooms, o.event.at_s);
-    }
     let torch_report = torch::view::build(
         &torch_timeline,
         &ev.timeline,

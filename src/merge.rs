@@ -106,6 +106,7 @@ fn common_origin(reports: &[Report]) -> crate::origin::Origin {
             step_id: all(&|o| o.slurm.step_id.clone()),
             node_id: None,
         },
+        cuda_visible_devices: None,
     }
 }
 

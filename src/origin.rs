@@ -12,6 +12,8 @@ pub struct Origin {
     /// `gpudoc run --name`.
     pub name: Option<String>,
     pub slurm: Slurm,
+    /// `CUDA_VISIBLE_DEVICES` as the job was started: how its CUDA device ordinals map to GPUs.
+    pub cuda_visible_devices: Option<String>,
 }
 
 /// Slurm's ids, when the run was part of a Slurm job.

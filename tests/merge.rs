@@ -155,3 +155,74 @@ fn a_merged_report_is_a_report() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The reports of the two "nodes" of one torchrun job recorded on two H200s (`tests/gpu/record_nodes.sh`:
+/// each node a `gpudoc run` owning one GPU through CUDA_VISIBLE_DEVICES).
+fn h200_nodes(scenario: &str) -> Value {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/merge");
+    let out = std::process::Command::new(common::gpudoc_bin())
+        .arg("report")
+        .args(["node-a", "node-b"].map(|h| dir.join(format!("{scenario}_{h}.report.json"))))
+        .args(["--json", "-", "--color", "never"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn real_nodes_rank_zero_carrying_more_is_imbalance_across_nodes() {
+    let m = h200_nodes("rank0_extra");
+    let hosts: Vec<&str> = m["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["origin"]["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["node-a", "node-b"]);
+    assert_eq!(m["origin"]["name"], "ddp-rank0_extra");
+    let d = m["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["rule"] == "gpu-imbalance")
+        .expect("imbalance across the nodes");
+    let msg = d["message"].as_str().unwrap();
+    assert!(
+        msg.contains("GPU 0 on node-a") && msg.contains("GPU 1 on node-b"),
+        "{msg}"
+    );
+    // Each node alone has one GPU and nothing to compare it with.
+    let alone = read_json(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/merge/rank0_extra_node-a.report.json"),
+    );
+    assert!(rules(&alone).iter().all(|(r, _)| r != "gpu-imbalance"));
+}
+
+#[test]
+fn real_nodes_the_rank_that_ran_out_is_named_with_its_host_and_gpu() {
+    let m = h200_nodes("oom");
+    assert_eq!(m["exit"]["classification"], "gpu_oom");
+    let oom = &m["oom"];
+    assert_eq!(oom["host"], "node-b");
+    // cuda:0 inside node-b's job is NVML's GPU 1 there (CUDA_VISIBLE_DEVICES=1).
+    assert_eq!(oom["gpu"], 1);
+    assert_eq!(oom["rank"], 1);
+    assert_eq!(oom["first_failure"]["rank"], 1);
+    assert_eq!(oom["cause"], "too_big");
+    let d = &m["diagnoses"][0];
+    assert_eq!(d["rule"], "oom-too-big");
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("GPU 1 on node-b:"),
+        "{d}"
+    );
+    // node-a's rank waited on the lost peer until it was stopped: a failure, not an OOM of its own.
+    let a = &m["hosts"][0];
+    assert_eq!(
+        (a["origin"]["host"].as_str(), a["classification"].as_str()),
+        (Some("node-a"), Some("failure"))
+    );
+}

@@ -55,6 +55,8 @@ fn bless_h200_expectations() {
             scanner: &s,
             timeline: &Timeline::default(),
             host: HostOom::default(),
+            torch_ooms: &[],
+            cuda_visible_devices: None,
         });
         let want = json!({
             "text": first.text, "rank": first.rank, "reports": s.events.len(),
@@ -97,6 +99,8 @@ fn every_fixture_parses_to_its_exact_numbers() {
                 scanner: &s,
                 timeline: &Timeline::default(),
                 host: HostOom::default(),
+                torch_ooms: &[],
+                cuda_visible_devices: None,
             });
             assert_eq!(ending, Ending::GpuOom, "{name}");
             let report = report.unwrap();
@@ -135,6 +139,8 @@ fn real_h200_runs_replayed_from_their_traces() {
             scanner: &s,
             timeline: &timeline,
             host: HostOom::default(),
+            torch_ooms: &[],
+            cuda_visible_devices: None,
         });
         let r = report.unwrap();
         assert_eq!(ending, Ending::GpuOom);
@@ -163,6 +169,8 @@ fn a_host_oom_kill_is_not_a_gpu_oom() {
         scanner: &s,
         timeline: &Timeline::default(),
         host,
+        torch_ooms: &[],
+        cuda_visible_devices: None,
     });
     assert_eq!(ending, Ending::HostOomKill);
     assert!(report.is_none());
@@ -176,6 +184,8 @@ fn a_host_oom_kill_is_not_a_gpu_oom() {
         scanner: &s,
         timeline: &Timeline::default(),
         host: HostOom::default(),
+        torch_ooms: &[],
+        cuda_visible_devices: None,
     });
     assert_eq!((ending, evidence), (Ending::Signal, None));
 }

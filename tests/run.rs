@@ -217,10 +217,13 @@ fn peak_is_exact_and_timeline_follows_the_steps() {
         .filter(|r| r["kind"] == "device" && r["gpu"] == 1)
         .map(|r| r["used"].as_u64().unwrap())
         .collect();
+    // The first device read may come before or after the first step on a
+    // busy machine; after it, one row per change and none in between.
+    let from_first_step = device.strip_prefix(&[0]).unwrap_or(&device);
     assert_eq!(
-        device,
-        vec![0, GIB, 5 * GIB, 2 * GIB, 0],
-        "device rows are written on change only"
+        from_first_step,
+        [GIB, 5 * GIB, 2 * GIB, 0],
+        "device rows are written on change only: {device:?}"
     );
 }
 

@@ -316,6 +316,7 @@ fn origin(s: &RunSettings) -> crate::origin::Origin {
         host: s.host.clone(),
         name: s.name.clone(),
         slurm: s.env.slurm.clone(),
+        cuda_visible_devices: s.env.visible_devices.clone(),
     }
 }
 

@@ -138,6 +138,10 @@ pub struct Evidence<'a> {
     pub scanner: &'a Scanner,
     pub timeline: &'a Timeline,
     pub host: HostOom,
+    /// The shim's records of the allocator at each OOM.
+    pub torch_ooms: &'a [crate::torch::TorchOom],
+    /// `CUDA_VISIBLE_DEVICES` as the job was started.
+    pub cuda_visible_devices: Option<&'a str>,
 }
 
 /// How the run ended, with the OOM (if any) explained.
@@ -164,7 +168,16 @@ pub fn classify(ev: &Evidence) -> (Ending, Option<OomReport>, Option<HostOom>) {
 fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
     let t = &e.text;
     let at = (e.at_s * 1e6) as Micros;
-    let gpu = t.gpu.or_else(|| {
+    let allocator = allocator_at(ev.torch_ooms, e.at_s);
+    let gpu = t.gpu.map(|ordinal| {
+        gpu_of_ordinal(
+            ordinal,
+            allocator.as_ref(),
+            ev.cuda_visible_devices,
+            ev.timeline,
+        )
+    });
+    let gpu = gpu.or_else(|| {
         let used: Vec<u32> = ev
             .timeline
             .procs
@@ -249,6 +262,84 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         reports: ev.scanner.events.len() as u64 + ev.scanner.dropped,
         before,
         device_used_bytes,
-        allocator: None,
+        allocator,
+    }
+}
+
+/// The GPU (NVML index) that a CUDA device ordinal in an OOM text names. Inside the job, `cuda:0` is the
+/// first GPU of `CUDA_VISIBLE_DEVICES`, not NVML's GPU 0: the shim's record of that OOM names the GPU by
+/// UUID; else the job's `CUDA_VISIBLE_DEVICES` maps the ordinal (indices or UUIDs, up to the first entry
+/// that names no GPU, as CUDA reads it); else the ordinal is the index.
+pub fn gpu_of_ordinal(
+    ordinal: u32,
+    allocator: Option<&crate::torch::TorchOom>,
+    visible: Option<&str>,
+    timeline: &Timeline,
+) -> u32 {
+    let by_uuid = |uuid: &str| {
+        timeline
+            .gpus
+            .iter()
+            .find(|g| !uuid.is_empty() && g.info.uuid.starts_with(uuid))
+            .map(|g| g.info.index)
+    };
+    if let Some(i) = allocator
+        .filter(|a| a.device == ordinal)
+        .and_then(|a| a.uuid.as_deref())
+        .and_then(by_uuid)
+    {
+        return i;
+    }
+    let Some(spec) = visible.map(str::trim).filter(|s| !s.is_empty()) else {
+        return ordinal;
+    };
+    let entry = spec.split(',').map(str::trim).nth(ordinal as usize);
+    match entry {
+        Some(e) if e.starts_with("GPU-") => by_uuid(e).unwrap_or(ordinal),
+        Some(e) => e.parse().unwrap_or(ordinal),
+        None => ordinal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuInfo;
+    use crate::timeline::GpuTimeline;
+
+    fn four_gpus() -> Timeline {
+        let mut t = Timeline::default();
+        for i in 0..4 {
+            t.gpus.push(GpuTimeline::new(GpuInfo {
+                index: i,
+                name: "NVIDIA H200".into(),
+                uuid: format!("GPU-{i}aaa-bbbb"),
+                total_bytes: 1 << 40,
+            }));
+        }
+        t
+    }
+
+    #[test]
+    fn a_cuda_ordinal_is_mapped_to_the_gpu_the_job_was_given() {
+        let t = four_gpus();
+        // Without CUDA_VISIBLE_DEVICES, cuda:N is GPU N.
+        assert_eq!(gpu_of_ordinal(1, None, None, &t), 1);
+        // cuda:0 of a job given GPUs 2 and 3 is GPU 2; UUIDs and their prefixes name GPUs too.
+        assert_eq!(gpu_of_ordinal(0, None, Some("2,3"), &t), 2);
+        assert_eq!(gpu_of_ordinal(1, None, Some("3, 1"), &t), 1);
+        assert_eq!(gpu_of_ordinal(0, None, Some("GPU-3aaa"), &t), 3);
+        // An ordinal past the list, or a spec naming nothing gpudoc knows, leaves the ordinal.
+        assert_eq!(gpu_of_ordinal(2, None, Some("2,3"), &t), 2);
+        assert_eq!(gpu_of_ordinal(0, None, Some("MIG-x"), &t), 0);
+        // The shim's record names the GPU by UUID, whatever the environment said.
+        let shim = crate::torch::TorchOom {
+            device: 0,
+            uuid: Some("GPU-1aaa-bbbb".into()),
+            ..Default::default()
+        };
+        assert_eq!(gpu_of_ordinal(0, Some(&shim), Some("2"), &t), 1);
+        // A record of another ordinal says nothing of this one.
+        assert_eq!(gpu_of_ordinal(1, Some(&shim), Some("2,3"), &t), 3);
     }
 }

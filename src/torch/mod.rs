@@ -153,7 +153,7 @@ pub struct TorchProc {
 }
 
 /// The allocator's state at an OOM, from PyTorch's OOM observer (before the exception unwinds).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TorchOom {
     pub pid: u32,
     pub rank: Option<serde_json::Value>,
