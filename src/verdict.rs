@@ -37,6 +37,16 @@ pub struct Diagnosis {
     pub details: Vec<String>,
     pub advice: Vec<String>,
     pub docs: Option<String>,
+    /// The GPU it is about, as messages name it (`GPU 0`, `GPU 0 on node-a`): the item's for a rule of
+    /// GPUs, processes or PyTorch processes, the rule's `gpu` expression otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    /// The process it is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The moment it is about, seconds into the run (the rule's `at` expression).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_s: Option<f64>,
 }
 
 /// Which number the gate compares, per GPU.

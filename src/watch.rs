@@ -199,6 +199,9 @@ fn diagnosis(
         details: Vec::new(),
         advice: Vec::new(),
         docs: None,
+        gpu: None,
+        pid: None,
+        at_s: None,
     }
 }
 

@@ -141,3 +141,35 @@ fn every_trace_fixture_with_an_end_row_replays_to_its_report() {
     }
     assert!(checked >= 10, "only {checked} traces with an end row");
 }
+
+#[test]
+fn every_diagnosis_points_at_a_gpu_of_its_run_and_a_moment_inside_it() {
+    let mut marked = 0;
+    for f in fixture_files(".report.json") {
+        let r = read_json(&f);
+        let labels: Vec<String> = r["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| match g["host"].as_str() {
+                Some(h) => format!("GPU {} on {h}", g["index"]),
+                None => format!("GPU {}", g["index"]),
+            })
+            .collect();
+        let duration = r["duration_s"].as_f64().unwrap();
+        for d in r["diagnoses"].as_array().unwrap() {
+            if let Some(gpu) = d["gpu"].as_str() {
+                assert!(labels.iter().any(|l| l == gpu), "{}: {d}", f.display());
+                marked += 1;
+            }
+            if let Some(at) = d["at_s"].as_f64() {
+                assert!((0.0..=duration + 0.5).contains(&at), "{}: {d}", f.display());
+            }
+            let rule = d["rule"].as_str().unwrap();
+            if rule.starts_with("oom-") {
+                assert_eq!(d["at_s"], r["oom"]["at_s"], "{}: {d}", f.display());
+            }
+        }
+    }
+    assert!(marked >= 20, "only {marked} diagnoses name their GPU");
+}

@@ -33,6 +33,7 @@ pub struct RunFacts {
     pub job_peak_min_gpu: i64,
     pub job_peak_max_label: String,
     pub job_peak_min_label: String,
+    pub job_peak_max_at_s: f64,
     pub hosts: i64,
     pub imbalance_ratio: f64,
     pub orphans: i64,
@@ -66,6 +67,7 @@ pub struct OomFacts {
     pub filled_by: Vec<String>,
     pub host: String,
     pub label: String,
+    pub at_s: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -91,6 +93,7 @@ pub struct GpuFacts {
     pub spike_ratio: f64,
     pub spike_duration_s: f64,
     pub spike_at_s: f64,
+    pub peak_used_at_s: f64,
     pub lost: bool,
     pub torch: bool,
     pub torch_phases: i64,
@@ -203,6 +206,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "run.job_peak_max_label",
         "string",
         "the GPU with the largest job peak, as messages name it",
+    ),
+    (
+        "run.job_peak_max_at_s",
+        "double",
+        "when that GPU's job peak was, -1 if the job used none",
     ),
     (
         "run.job_peak_min_label",
@@ -326,6 +334,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "its GPU as messages name it (`GPU 1`, `GPU 1 on node-b`, `an unknown GPU`)",
     ),
     (
+        "oom.at_s",
+        "double",
+        "when the OOM text was printed (seconds into the run), -1 without one",
+    ),
+    (
         "oom.filled_by",
         "list(string)",
         "what held the GPU's memory then, from the shim's search at the OOM: holders, sites (empty when unknown)",
@@ -395,6 +408,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "how long the job stayed above halfway between steady level and peak",
     ),
     ("gpu.spike_at_s", "double", "when the job peaked"),
+    (
+        "gpu.peak_used_at_s",
+        "double",
+        "when the device's memory in use peaked",
+    ),
     (
         "gpu.torch_phases",
         "int",
@@ -852,6 +870,7 @@ fn one_gpu(r: &Report, g: &crate::report::GpuReport, others_peak: i64) -> GpuFac
         },
         spike_duration_s: above as f64 * width,
         spike_at_s: g.job_peak_at_s,
+        peak_used_at_s: g.peak_used_at_s,
         lost: g.lost.is_some(),
         torch: r
             .torch
@@ -1139,6 +1158,7 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
             gpu: -1,
             rank: -1,
             label: gpu_label("", -1),
+            at_s: -1.0,
             ..Default::default()
         };
     };
@@ -1171,6 +1191,7 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
             .map_or(0.0, |x| x.job_peak_pct),
         explanation: o.explanation.clone(),
         filled_by: filled_by(r),
+        at_s: o.event.at_s,
     }
 }
 
@@ -1242,6 +1263,7 @@ fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         job_peak_min_gpu: min_g.map_or(-1, |g| g.index),
         job_peak_max_label: max_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone()),
         job_peak_min_label: min_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone()),
+        job_peak_max_at_s: max_g.map_or(-1.0, |g| g.spike_at_s),
         hosts: r.hosts.len().max(1) as i64,
         imbalance_ratio: match (max_g, min_g) {
             (Some(a), Some(b)) if b.job_peak_bytes > 0 => {

@@ -67,6 +67,13 @@ struct RuleFile {
     advice: Vec<String>,
     #[serde(default)]
     docs: Option<String>,
+    /// The moment a diagnosis is about: an expression giving seconds into the run (or null).
+    #[serde(default)]
+    at: Option<toml::Spanned<String>>,
+    /// The GPU it is about, as messages name it (`gpu.label`, `oom.label`): an expression giving a label
+    /// (or null). A rule of GPUs, processes or PyTorch processes is about the item's GPU without one.
+    #[serde(default)]
+    gpu: Option<toml::Spanned<String>>,
 }
 
 /// A loaded rule.
@@ -88,6 +95,15 @@ pub struct Rule {
     condition: Program,
     pieces: Vec<Piece>,
     details: Vec<Vec<Piece>>,
+    /// `at` and `gpu`, compiled.
+    mark: Mark,
+}
+
+/// Where on the run's timeline a diagnosis points: the moment and the GPU (see `RuleFile`).
+#[derive(Default)]
+struct Mark {
+    at: Option<Program>,
+    gpu: Option<Program>,
 }
 
 impl std::fmt::Debug for Rule {
@@ -553,9 +569,21 @@ impl Rule {
             .iter()
             .map(|d| template(&env, d, source, msg_line))
             .collect::<Result<Vec<_>, _>>()?;
+        let mark_src = [&f.at, &f.gpu].map(|m| {
+            m.as_ref()
+                .map(|m| (m.get_ref().clone(), value_line(text, m.span())))
+        });
+        let [at, gpu] = mark_src.clone().map(|m| {
+            m.map(|(src, line)| compile(&env, &src, source, line))
+                .transpose()
+        });
+        let mark = Mark { at: at?, gpu: gpu? };
         let mut read = Vec::new();
         reads(condition.expression(), &HashMap::new(), &mut read);
         let mut msg_reads = Vec::new();
+        for e in mark.at.iter().chain(mark.gpu.iter()) {
+            reads(e.expression(), &HashMap::new(), &mut msg_reads);
+        }
         for p in pieces.iter().chain(details.iter().flatten()) {
             if let Piece::Expr(e) = p {
                 reads(e.expression(), &HashMap::new(), &mut msg_reads);
@@ -568,6 +596,7 @@ impl Rule {
                 .collect();
             check_rule(&env, f.each, &condition, &all, (&read, &msg_reads), lines)
                 .map_err(|(line, what)| err(line, what))?;
+            check_mark(&env, f.each, &mark, &mark_src).map_err(|(line, what)| err(line, what))?;
         }
         read.extend(msg_reads);
         read.sort();
@@ -588,11 +617,12 @@ impl Rule {
             condition,
             pieces,
             details,
+            mark,
         })
     }
 
-    /// The message and its detail lines if the rule fires in `ctx`, `None` if it does not.
-    fn fire(&self, ctx: &Context) -> Result<Option<(String, Vec<String>)>, String> {
+    /// The message, its detail lines and its mark if the rule fires in `ctx`, `None` if it does not.
+    fn fire(&self, ctx: &Context) -> Result<Option<Fired>, String> {
         match self.condition.execute(ctx) {
             Ok(Value::Bool(false)) => Ok(None),
             Ok(Value::Bool(true)) => {
@@ -601,12 +631,70 @@ impl Rule {
                 for d in &self.details {
                     details.extend(lines(d, ctx).map_err(|e| format!("details: {e}"))?);
                 }
-                Ok(Some((message, details)))
+                let run = |p: &Option<Program>, what: &str| {
+                    p.as_ref()
+                        .map(|p| p.execute(ctx).map_err(|e| format!("{what}: {e}")))
+                        .transpose()
+                };
+                let at_s = match run(&self.mark.at, "at")? {
+                    Some(Value::Float(x)) if x >= 0.0 => Some(x),
+                    Some(Value::Int(x)) if x >= 0 => Some(x as f64),
+                    Some(Value::UInt(x)) => Some(x as f64),
+                    _ => None,
+                };
+                let gpu = match run(&self.mark.gpu, "gpu")? {
+                    Some(Value::String(s)) if !s.is_empty() => Some(s.to_string()),
+                    _ => None,
+                };
+                Ok(Some(Fired {
+                    message,
+                    details,
+                    at_s,
+                    gpu,
+                }))
             }
             Ok(other) => Err(format!("gave {other:?}, not true or false")),
             Err(e) => Err(e.to_string()),
         }
     }
+}
+
+/// What a rule says when it fires.
+struct Fired {
+    message: String,
+    details: Vec<String>,
+    at_s: Option<f64>,
+    gpu: Option<String>,
+}
+
+/// `at` must give a number and `gpu` a string (or null), on every item a rule can be given.
+fn check_mark(
+    env: &Arc<Env>,
+    scope: Scope,
+    mark: &Mark,
+    src: &[Option<(String, usize)>; 2],
+) -> Result<(), (usize, String)> {
+    let ctx = context(env, &example_variables(scope));
+    for ((program, src), (what, number)) in [&mark.at, &mark.gpu]
+        .into_iter()
+        .zip(src)
+        .zip([("at", true), ("gpu", false)])
+    {
+        let (Some(p), Some((_, line))) = (program, src) else {
+            continue;
+        };
+        match p.execute(&ctx) {
+            Ok(Value::Int(_) | Value::UInt(_) | Value::Float(_) | Value::Null) if number => {}
+            Ok(Value::String(_) | Value::Null) if !number => {}
+            Ok(other) => {
+                let want = if number { "seconds" } else { "a GPU's label" };
+                return Err((*line, format!("{what}: must give {want}, not {other:?}")));
+            }
+            Err(e) if depends_on_values(&e) => {}
+            Err(e) => return Err((*line, format!("{what}: {e}"))),
+        }
+    }
+    Ok(())
 }
 
 impl RuleSet {
@@ -693,16 +781,22 @@ impl RuleSet {
                 }
                 match rule.fire(&ctx) {
                     Ok(None) => {}
-                    Ok(Some((message, details))) => out.push(Diagnosis {
-                        rule: rule.id.clone(),
-                        severity: rule.severity,
-                        title: rule.title.clone(),
-                        subject: subject(facts, rule.scope, i),
-                        message,
-                        details,
-                        advice: rule.advice.clone(),
-                        docs: rule.docs.clone(),
-                    }),
+                    Ok(Some(f)) => {
+                        let (gpu, pid) = about(facts, rule.scope, i);
+                        out.push(Diagnosis {
+                            rule: rule.id.clone(),
+                            severity: rule.severity,
+                            title: rule.title.clone(),
+                            subject: subject(facts, rule.scope, i),
+                            message: f.message,
+                            details: f.details,
+                            advice: rule.advice.clone(),
+                            docs: rule.docs.clone(),
+                            gpu: f.gpu.or(gpu),
+                            pid,
+                            at_s: f.at_s,
+                        })
+                    }
                     Err(e) => failed.push(format!("rule {}: {e}", rule.id)),
                 }
             }
@@ -724,6 +818,23 @@ fn subject(facts: &Facts, scope: Scope, i: usize) -> String {
         Scope::Gpu => facts.gpus[i].label.clone(),
         Scope::Process => pid_on(facts.processes[i].pid, &facts.processes[i].host),
         Scope::Torch => pid_on(facts.torch_processes[i].pid, &facts.torch_processes[i].host),
+    }
+}
+
+/// The GPU (its label) and the process an item of a rule's scope is.
+fn about(facts: &Facts, scope: Scope, i: usize) -> (Option<String>, Option<u32>) {
+    let label = |host: &str, gpu: i64| (gpu >= 0).then(|| facts::gpu_label(host, gpu));
+    match scope {
+        Scope::Run => (None, None),
+        Scope::Gpu => (Some(facts.gpus[i].label.clone()), None),
+        Scope::Process => {
+            let p = &facts.processes[i];
+            (label(&p.host, p.main_gpu), Some(p.pid as u32))
+        }
+        Scope::Torch => {
+            let t = &facts.torch_processes[i];
+            (label(&t.host, t.gpu), Some(t.pid as u32))
+        }
     }
 }
 
@@ -787,6 +898,20 @@ mod tests {
         assert_eq!(e.line, 2, "{e}");
         let e = parse(&format!("{GOOD}colour = 1\n")).unwrap_err();
         assert!(e.what.contains("colour"), "{e}");
+        // The mark: `at` gives seconds, `gpu` a label, from known facts.
+        assert!(
+            parse(&format!(
+                "{GOOD}at = \"gpu.spike_at_s\"\ngpu = \"gpu.label\"\n"
+            ))
+            .is_ok()
+        );
+        let e = parse(&format!("{GOOD}at = \"gpu.label\"\n")).unwrap_err();
+        assert_eq!(e.line, 7, "{e}");
+        assert!(e.what.starts_with("at: must give seconds"), "{e}");
+        let e = parse(&format!("{GOOD}gpu = \"gpu.index\"\n")).unwrap_err();
+        assert!(e.what.starts_with("gpu: must give a GPU's label"), "{e}");
+        let e = parse(&format!("{GOOD}at = \"gpu.when\"\n")).unwrap_err();
+        assert!(e.what.contains("unknown fact `gpu.when`"), "{e}");
         // Facts inside a macro are checked through the list's elements.
         assert!(
             parse(&GOOD.replace(
