@@ -90,6 +90,10 @@ pub struct RunArgs {
     /// beside the program's own).
     #[arg(long, value_name = "DIR")]
     pub tensorboard: Option<PathBuf>,
+    /// Write one self-contained HTML page of the run to FILE when it ends: memory over time per GPU and
+    /// process, PyTorch's per-step view, the diagnoses linked to their moments, the OOM, the gate.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// This machine's name in the report and the metrics (default: its hostname): for containers whose
     /// hostname is random, and for merging the reports of a job's nodes.
     #[arg(long, value_name = "NAME")]
@@ -243,6 +247,10 @@ pub struct ReportArgs {
     /// Write TensorBoard event files of the run's memory into DIR (a `gpudoc` run in it).
     #[arg(long, value_name = "DIR")]
     pub tensorboard: Option<PathBuf>,
+    /// Write one self-contained HTML page of the run to FILE (`-` for stdout); from a trace it has every
+    /// sample, from a report the report's summary of them.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Print the facts the rules read (JSON) instead of the summary: for writing and checking rules.
     #[arg(long)]
     pub facts: bool,

@@ -10,6 +10,7 @@ pub mod compare;
 pub mod exit;
 pub mod gate;
 pub mod gpu;
+pub mod html;
 pub mod live;
 pub mod merge;
 pub mod metrics;

@@ -24,6 +24,15 @@ const OLD_REPORTS: &[&str] = &["gpudoc.report/1"];
 /// Reads a report or rebuilds one from a trace, diagnosed with `rules`. `output`: the command's captured
 /// output, scanned for OOM text (for a trace from before gpudoc recorded what it found).
 pub fn load(file: &Path, output: Option<&Path>, rules: &RuleSet) -> Result<Report, String> {
+    load_with_timeline(file, output, rules).map(|(r, _)| r)
+}
+
+/// `load`, with the samples themselves when the file is a trace (a report keeps only a summary of them).
+pub fn load_with_timeline(
+    file: &Path,
+    output: Option<&Path>,
+    rules: &RuleSet,
+) -> Result<(Report, Option<Timeline>), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let first = text.lines().next().unwrap_or("");
     if first.contains("\"kind\"") {
@@ -69,10 +78,14 @@ pub fn load(file: &Path, output: Option<&Path>, rules: &RuleSet) -> Result<Repor
         report.schema = crate::report::SCHEMA.into();
     }
     crate::rules::diagnose(&mut report, rules);
-    Ok(report)
+    Ok((report, None))
 }
 
-fn from_trace(file: &Path, output: Option<&Path>, rules: &RuleSet) -> Result<Report, String> {
+fn from_trace(
+    file: &Path,
+    output: Option<&Path>,
+    rules: &RuleSet,
+) -> Result<(Report, Option<Timeline>), String> {
     let trace = load_trace(file).map_err(|e| e.to_string())?;
     let end = trace.end.clone();
     let mut notes = Vec::new();
@@ -138,7 +151,8 @@ fn from_trace(file: &Path, output: Option<&Path>, rules: &RuleSet) -> Result<Rep
             }
         }
     };
-    Ok(analysis::analyze(ev, rules))
+    let timeline = ev.timeline.clone();
+    Ok((analysis::analyze(ev, rules), Some(timeline)))
 }
 
 /// A trace file that could not be read back.

@@ -134,6 +134,8 @@ pub struct RunSettings {
     pub host: String,
     /// `--tensorboard DIR`.
     pub tensorboard: Option<PathBuf>,
+    /// `--html FILE`.
+    pub html: Option<Target>,
     pub env: Env,
 }
 
@@ -203,6 +205,15 @@ impl RunSettings {
                     std::fs::create_dir_all(dir.join("gpudoc"))
                         .map_err(|e| run_failure(&format!("--tensorboard {}", dir.display()), e))?;
                     Some(dir)
+                }
+                None => None,
+            },
+            html: match a.html {
+                Some(f) => {
+                    let t = Target::File(f);
+                    output::check(&t)
+                        .map_err(|e| run_failure(&format!("--html {}", t.display()), e))?;
+                    Some(t)
                 }
                 None => None,
             },
@@ -324,6 +335,7 @@ pub struct ReportSettings {
     pub files: Vec<PathBuf>,
     pub output: Option<PathBuf>,
     pub tensorboard: Option<PathBuf>,
+    pub html: Option<Target>,
     pub facts: bool,
     pub json: Option<Target>,
     pub rules: RuleSet,
@@ -351,6 +363,7 @@ impl ReportSettings {
             files,
             output: a.output,
             tensorboard: a.tensorboard,
+            html: a.html.as_deref().map(Target::parse),
             facts: a.facts,
             json,
             rules,

@@ -60,6 +60,13 @@ pub fn render(r: &Report, p: Paint) -> String {
     o
 }
 
+/// The first line and, for an OOM or a host OOM kill, the lines that explain it; without colour.
+pub fn headline(r: &Report) -> String {
+    let mut o = String::new();
+    render_headline(&mut o, r, Paint(false));
+    o
+}
+
 /// The first line: the command, how it ended and after how long; for an OOM or a host OOM kill, why.
 fn render_headline(o: &mut String, r: &Report, p: Paint) {
     let cmd = shorten(&r.command.join(" "), 60);

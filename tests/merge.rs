@@ -160,13 +160,8 @@ fn a_merged_report_is_a_report() {
 /// each node a `gpudoc run` owning one GPU through CUDA_VISIBLE_DEVICES).
 fn h200_nodes(scenario: &str) -> Value {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/merge");
-    let out = std::process::Command::new(common::gpudoc_bin())
-        .arg("report")
-        .args(["node-a", "node-b"].map(|h| dir.join(format!("{scenario}_{h}.report.json"))))
-        .args(["--json", "-", "--color", "never"])
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap()
+    let files = ["node-a", "node-b"].map(|h| dir.join(format!("{scenario}_{h}.report.json")));
+    common::report_of(&files, &["--color", "never"])
 }
 
 #[test]

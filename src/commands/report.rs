@@ -8,12 +8,18 @@ use std::process::ExitCode;
 
 pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
     let mut reports = Vec::new();
+    let mut timelines = Vec::new();
     for f in &s.files {
-        reports.push(
-            replay::load(f, s.output.as_deref(), &s.rules)
-                .map_err(|e| Failure::new(exit::USAGE, e))?,
-        );
+        let (r, t) = replay::load_with_timeline(f, s.output.as_deref(), &s.rules)
+            .map_err(|e| Failure::new(exit::USAGE, e))?;
+        reports.push(r);
+        timelines.push(t);
     }
+    // The samples themselves only for one trace: a merge keeps each node's summary.
+    let timeline = match timelines.len() {
+        1 => timelines.pop().flatten(),
+        _ => None,
+    };
     let mut report = crate::merge::merge(reports).map_err(|e| Failure::new(exit::USAGE, e))?;
     if !report.hosts.is_empty() {
         rules::diagnose(&mut report, &s.rules);
@@ -22,6 +28,13 @@ pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
         crate::tensorboard::write(dir, &report, None).map_err(|e| {
             Failure::new(exit::USAGE, format!("--tensorboard {}: {e}", dir.display()))
         })?;
+    }
+    if let Some(t) = &s.html {
+        crate::html::write(t, &report, timeline.as_ref())
+            .map_err(|e| Failure::new(exit::USAGE, format!("--html {}: {e}", t.display())))?;
+        if *t == Target::Stdout {
+            return Ok(ExitCode::SUCCESS);
+        }
     }
     if s.facts {
         let facts = serde_json::to_string_pretty(&rules::facts::Facts::of(&report))

@@ -42,7 +42,7 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     let outcome = child.wait();
     let metrics = session.metrics.take();
     let evidence = session.collect(&s, outcome, child_pid);
-    let timeline = s.tensorboard.as_ref().map(|_| evidence.timeline.clone());
+    let timeline = (s.tensorboard.is_some() || s.html.is_some()).then(|| evidence.timeline.clone());
     let mut report = analysis::analyze(evidence, &s.rules);
     report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
     let code = emit(&s, &mut report, timeline.as_ref());
@@ -364,6 +364,11 @@ fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8
         && let Err(e) = crate::tensorboard::write(dir, report, timeline)
     {
         fail(format!("--tensorboard {}: {e}", dir.display()));
+    }
+    if let Some(t) = &s.html
+        && let Err(e) = crate::html::write(t, report, timeline)
+    {
+        fail(format!("--html {}: {e}", t.display()));
     }
     if let Some(g) = &report.gate {
         if s.github_actions {

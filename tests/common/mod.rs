@@ -181,9 +181,17 @@ pub fn fake_torch() -> PathBuf {
 
 /// `gpudoc report FILE [extra] --json -`: the report, re-diagnosed (the summary goes to stderr).
 pub fn report(file: impl AsRef<Path>, extra: &[&str]) -> serde_json::Value {
+    report_of(&[file.as_ref()], extra)
+}
+
+/// `gpudoc report FILES... [extra] --json -`: one report, or the nodes' reports merged.
+pub fn report_of(
+    files: &[impl AsRef<Path>],
+    extra: &[impl AsRef<std::ffi::OsStr>],
+) -> serde_json::Value {
     let out = Command::new(gpudoc_bin())
         .arg("report")
-        .arg(file.as_ref())
+        .args(files.iter().map(|f| f.as_ref()))
         .args(extra)
         .args(["--json", "-"])
         .output()
