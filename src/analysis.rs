@@ -92,7 +92,7 @@ pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
 }
 
 /// What the end of a run adds to its trace (the trace's `end` row).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EndRow {
     /// The command's exit code, or `None` with `signal` when a signal ended it.
     pub code: Option<i32>,
@@ -124,7 +124,7 @@ pub struct EndRow {
 }
 
 /// One GPU's numbers that only the end of a run has.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuEnd {
     pub index: u32,
     /// Memory the driver sets aside (NVML v2 `reserved`).

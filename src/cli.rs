@@ -41,6 +41,34 @@ pub enum ClapCmd {
     /// Show what gpudoc does: on a GPU machine, run a small example under it; elsewhere, diagnose a run
     /// recorded on an H200.
     Demo,
+    /// Print a shell completion script: `gpudoc completions bash > ~/.local/share/bash-completion/
+    /// completions/gpudoc` (zsh: a `_gpudoc` file on $fpath; fish: ~/.config/fish/completions/gpudoc.fish).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `gpudoc man > ~/.local/share/man/man1/gpudoc.1`.
+    Man,
+    /// Print the JSON Schema of a file gpudoc writes (also in docs/schema/ of the repository).
+    Schema {
+        #[arg(value_enum)]
+        name: SchemaName,
+    },
+}
+
+/// The files gpudoc writes that have a JSON Schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchemaName {
+    /// `gpudoc run --json`, `gpudoc report --json`.
+    Report,
+    /// One row of `gpudoc run --trace FILE.jsonl`.
+    TraceRow,
+    /// A `--baseline` file.
+    Baseline,
+    /// `gpudoc compare --json`.
+    Compare,
+    /// `gpudoc orphans --json`.
+    Orphans,
 }
 
 #[derive(Debug, clap::Args)]

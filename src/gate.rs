@@ -33,13 +33,13 @@ pub struct Gate {
 }
 
 /// A baseline file: named jobs, each with its gated peaks per GPU.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BaselineFile {
     pub schema: String,
     pub jobs: BTreeMap<String, Baseline>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Baseline {
     pub measure: Measure,
     /// Peak bytes per GPU index (as a string key, for JSON).

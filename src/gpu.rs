@@ -12,7 +12,7 @@ pub const LIB_ENV: &str = "GPUDOC_NVML_LIB";
 pub const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
 
 /// What is known of NVML for a run (the report's `nvml` object).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvmlStatus {
     pub available: bool,
     /// The library path gpudoc tried.
@@ -25,7 +25,7 @@ pub struct NvmlStatus {
 }
 
 /// A GPU's fixed facts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuInfo {
     pub index: u32,
     pub name: String,

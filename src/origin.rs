@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Where a run ran.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Origin {
     /// The machine's name.
@@ -17,7 +17,7 @@ pub struct Origin {
 }
 
 /// Slurm's ids, when the run was part of a Slurm job.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Slurm {
     pub job_id: Option<String>,

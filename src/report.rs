@@ -14,7 +14,7 @@ pub const SCHEMA: &str = "gpudoc.report/2";
 /// Points kept in each GPU's `job_timeline`.
 pub const TIMELINE_POINTS: usize = 120;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Report {
     pub schema: String,
     pub gpudoc_version: String,
@@ -54,7 +54,7 @@ pub struct Report {
 }
 
 /// One node's run in a merged report.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostRun {
     pub origin: crate::origin::Origin,
     pub started_unix_s: f64,
@@ -68,7 +68,7 @@ pub struct HostRun {
 }
 
 /// How the command ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Exit {
     /// What `gpudoc run` exits with: the child's code, or 128+N for death by signal N; null when nothing
     /// recorded it (a report rebuilt from a trace that predates gpudoc recording it).
@@ -90,7 +90,7 @@ pub struct Exit {
     pub forwarded_signals: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Sampling {
     pub device_interval_s: f64,
     /// The device period once memory has been flat for a second.
@@ -123,7 +123,7 @@ pub fn self_usage() -> (f64, u64) {
     )
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuReport {
     /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,13 +150,13 @@ pub struct GpuReport {
     pub unsupported: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LostReport {
     pub at_s: f64,
     pub error: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProcessReport {
     /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,7 +176,7 @@ pub struct ProcessReport {
 }
 
 /// A descendant of the job still alive after the command exited.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Orphan {
     /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 pub type Micros = u64;
 
 /// One quantity over time: the points where it changed, plus its peak.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Series {
     points: Vec<(Micros, u64)>,
     peak: u64,

@@ -7,7 +7,6 @@
 
 use crate::gpu::GpuInfo;
 use crate::timeline::Micros;
-use serde_json::json;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
@@ -21,6 +20,64 @@ const MAX_PENDING: usize = 10_000;
 
 /// Schema tag of the first line of a JSON-lines trace.
 pub const SCHEMA: &str = "gpudoc.trace/2";
+
+/// One row of a JSON-lines trace (`kind` says which). `E` is what the end row carries (the analysis'
+/// `EndRow`).
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // built once per row and written at once
+pub enum Row<E> {
+    /// The first row: what ran, where, on which GPUs.
+    Start {
+        schema: String,
+        /// When sampling started, seconds since the Unix epoch; every `t` counts from it.
+        unix_s: f64,
+        command: Vec<String>,
+        /// Absent in traces from before it was recorded.
+        #[serde(default)]
+        origin: crate::origin::Origin,
+        gpus: Vec<GpuInfo>,
+        nvml: crate::gpu::NvmlStatus,
+    },
+    /// A GPU's memory in use changed (bytes; `nvidia-smi`'s number).
+    Device {
+        t: f64,
+        gpu: u32,
+        used: u64,
+        total: u64,
+    },
+    /// A process's memory on a GPU changed (0 when it left the GPU); its first row says who it is.
+    Process {
+        t: f64,
+        gpu: u32,
+        pid: u32,
+        used: u64,
+        in_job: bool,
+        #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+        first: Option<FirstSeen>,
+    },
+    /// The job's memory on a GPU (the sum over its processes) changed.
+    Job { t: f64, gpu: u32, used: u64 },
+    /// A GPU stopped answering.
+    Lost { t: f64, gpu: u32, error: String },
+    /// A message of the PyTorch shim, as it came (see the framework view's messages).
+    Torch { m: serde_json::Value },
+    /// The last row: what only the end of the run knows.
+    End { end: E },
+}
+
+/// Who a process is, on its first row.
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct FirstSeen {
+    pub cmdline: String,
+    pub uid: Option<u32>,
+    pub visible: bool,
+}
+
+/// A row without an end, as a line.
+fn row_line(row: Row<()>) -> String {
+    serde_json::to_string(&row).expect("trace rows serialize")
+}
 /// Older trace schemas still read (`gpudoc.trace/1` has no `job`, `torch` or `end` rows).
 pub const OLD_SCHEMAS: &[&str] = &["gpudoc.trace/1"];
 /// Longest time a sampled row waits in memory before it reaches the file.
@@ -93,9 +150,14 @@ impl TraceWriter {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_secs_f64();
-            let line = json!({"kind": "start", "schema": SCHEMA, "unix_s": unix,
-                              "command": self.command, "origin": self.origin, "gpus": gpus,
-                              "nvml": nvml});
+            let line = row_line(Row::Start {
+                schema: SCHEMA.into(),
+                unix_s: unix,
+                command: self.command.clone(),
+                origin: self.origin.clone(),
+                gpus: gpus.to_vec(),
+                nvml: nvml.clone(),
+            });
             self.write(|o| writeln!(o, "{line}"));
             for row in std::mem::take(&mut self.pending) {
                 self.write(|o| writeln!(o, "{row}"));
@@ -126,8 +188,8 @@ impl TraceWriter {
     /// The last row: what the end of the run knew (JSON lines only), then a flush.
     pub fn end(&mut self, end: &impl serde::Serialize) {
         if self.format == Format::Jsonl {
-            let row = json!({"kind": "end", "end": end});
-            self.row(row.to_string());
+            let row = serde_json::to_string(&Row::End { end }).expect("trace rows serialize");
+            self.row(row);
         }
         self.flush();
     }
@@ -162,9 +224,13 @@ impl TraceWriter {
                 crate::units::mib(total)
             ),
             Format::Jsonl => {
-                let line = json!({"kind": "device", "t": secs(at), "gpu": gpu, "used": used,
-                                  "total": total});
-                return self.row(line.to_string());
+                let t = secs(at);
+                return self.row(row_line(Row::Device {
+                    t,
+                    gpu,
+                    used,
+                    total,
+                }));
             }
         };
         self.write(|o| writeln!(o, "{line}"));
@@ -189,14 +255,20 @@ impl TraceWriter {
                 if in_job { "yes" } else { "no" }
             ),
             Format::Jsonl => {
-                let mut row = json!({"kind": "process", "t": secs(at), "gpu": gpu, "pid": pid,
-                                     "used": used, "in_job": in_job});
-                if let Some(p) = first {
-                    row["cmdline"] = p.cmdline.as_str().into();
-                    row["uid"] = p.uid.into();
-                    row["visible"] = p.visible.into();
-                }
-                return self.row(row.to_string());
+                let first = first.map(|p| FirstSeen {
+                    cmdline: p.cmdline.clone(),
+                    uid: p.uid,
+                    visible: p.visible,
+                });
+                let t = secs(at);
+                return self.row(row_line(Row::Process {
+                    t,
+                    gpu,
+                    pid,
+                    used,
+                    in_job,
+                    first,
+                }));
             }
         };
         self.write(|o| writeln!(o, "{line}"));
@@ -206,16 +278,17 @@ impl TraceWriter {
     /// only).
     pub fn job(&mut self, at: Micros, gpu: u32, used: u64) {
         if self.format == Format::Jsonl {
-            let line = json!({"kind": "job", "t": secs(at), "gpu": gpu, "used": used});
-            self.row(line.to_string());
+            let t = secs(at);
+            self.row(row_line(Row::Job { t, gpu, used }));
         }
     }
 
     /// A GPU stopped answering (JSON lines only; CSV rows simply stop).
     pub fn lost(&mut self, at: Micros, gpu: u32, error: &str) {
         if self.format == Format::Jsonl {
-            let line = json!({"kind": "lost", "t": secs(at), "gpu": gpu, "error": error});
-            self.row(line.to_string());
+            let t = secs(at);
+            let error = error.to_string();
+            self.row(row_line(Row::Lost { t, gpu, error }));
         }
     }
 

@@ -4,7 +4,19 @@
 use serde::{Deserialize, Serialize};
 
 /// How bad a diagnosis is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     Info,
@@ -24,7 +36,7 @@ impl Severity {
 }
 
 /// One finding of a rule.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diagnosis {
     pub rule: String,
     pub severity: Severity,
@@ -50,7 +62,9 @@ pub struct Diagnosis {
 }
 
 /// Which number the gate compares, per GPU.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Measure {
     /// The job's peak as NVML sees it (its processes' memory, CUDA contexts included).
@@ -63,7 +77,7 @@ pub enum Measure {
 }
 
 /// One check the gate made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Check {
     /// `max-peak`, `baseline`, `diagnoses`, `measured`.
     pub kind: String,
@@ -76,7 +90,7 @@ pub struct Check {
 }
 
 /// The report's `gate` object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GateReport {
     pub passed: bool,
     pub measure: Measure,

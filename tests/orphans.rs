@@ -298,3 +298,45 @@ fn run_kill_orphans_ends_what_the_job_left_behind() {
         "{err}"
     );
 }
+
+#[test]
+fn a_live_process_whose_group_leader_exited_is_not_killed() {
+    // CI runners and launchers leave such groups: the leader (here a short `sleep`) exits, the job it
+    // was grouped with runs on under its living parent (this test).
+    use std::os::unix::process::CommandExt;
+    let (m, dev) = machine();
+    let mut leader = Command::new("sleep")
+        .arg("0.2")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut job = Command::new(fakegpu())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .args([
+            "alloc",
+            "--steps",
+            "2GiB",
+            "--hold-ms",
+            "20000",
+            "--say",
+            "held",
+        ])
+        .arg("--open")
+        .arg(&dev)
+        .process_group(leader.id() as i32)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    BufReader::new(job.stdout.as_mut().unwrap())
+        .read_line(&mut String::new())
+        .unwrap();
+    leader.wait().unwrap();
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    let h = holder(&v, job.id());
+    assert_eq!(h["verdict"], "live", "{h:#}");
+    assert!(h["reason"].as_str().unwrap().contains("is alive"), "{h:#}");
+    assert_eq!(code, 0, "nothing to end: {err}");
+    assert!(alive(job.id()), "a live job is never touched");
+    job.kill().unwrap();
+    job.wait().unwrap();
+}

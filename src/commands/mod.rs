@@ -7,12 +7,13 @@ pub mod orphans;
 pub mod report;
 pub mod rules;
 pub mod run;
+pub mod schema;
 pub mod watch;
 
 use crate::cli::{ClapCmd, Cli, RulesWhat};
 use crate::exit::{self, Failure};
 use crate::settings::{self, Env};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -38,6 +39,43 @@ pub fn main(args: Vec<OsString>, env: Env) -> Result<ExitCode, Failure> {
             rules::run(what, settings::load_rules(&c.rules))
         }
         ClapCmd::Demo => demo::run(color, env),
+        ClapCmd::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "gpudoc", &mut out);
+            print_all(&out)
+        }
+        ClapCmd::Schema { name } => schema::run(name),
+        ClapCmd::Man => {
+            let mut out = Vec::new();
+            man_page(&mut out).map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+            print_all(&out)
+        }
+    }
+}
+
+/// The man page: gpudoc(1) with every subcommand's options, from the same definitions as `--help`.
+fn man_page(out: &mut Vec<u8>) -> std::io::Result<()> {
+    let cmd = Cli::command();
+    clap_mangen::Man::new(cmd.clone()).render(out)?;
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = format!("gpudoc {}", sub.get_name());
+        out.extend_from_slice(format!(".SH \"{}\"\n", name.to_uppercase()).as_bytes());
+        let man = clap_mangen::Man::new(sub.clone().bin_name(name));
+        man.render_synopsis_section(out)?;
+        man.render_description_section(out)?;
+        man.render_options_section(out)?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to stdout; a reader that went away (`| head`) ends it quietly.
+fn print_all(bytes: &[u8]) -> Result<ExitCode, Failure> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    match o.write_all(bytes).and_then(|_| o.flush()) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::broken_pipe()),
+        Err(e) => Err(Failure::new(exit::USAGE, e.to_string())),
     }
 }
 

@@ -11,8 +11,9 @@ use std::fmt::Write as _;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
-#[derive(Serialize)]
-struct Output<'a> {
+/// What `gpudoc orphans --json` writes.
+#[derive(Serialize, schemars::JsonSchema)]
+pub struct Output<'a> {
     schema: &'static str,
     #[serde(flatten)]
     listing: &'a Listing,

@@ -19,7 +19,9 @@ use std::collections::HashSet;
 pub const WINDOW_S: f64 = 5.0;
 
 /// How the run ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Ending {
     /// Not known: a report rebuilt from a trace, which does not record how the command ended.
@@ -39,7 +41,7 @@ pub enum Ending {
 pub use cause::Cause;
 
 /// A process on the OOM's GPU in the seconds before it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Before {
     pub pid: u32,
     pub gpu: u32,
@@ -55,7 +57,7 @@ pub struct Before {
 }
 
 /// The report's `oom` object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomReport {
     /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,7 +98,7 @@ pub struct OomReport {
 }
 
 /// Evidence that the kernel's OOM killer ended a job process.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostOom {
     /// Increase of the cgroup's `memory.events` `oom_kill` counter over the run.
     pub cgroup_oom_kills: u64,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
 
 /// Which layer reported the failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// PyTorch's caching allocator (`CUDA out of memory. Tried to allocate ...`).
@@ -31,7 +31,7 @@ pub enum Kind {
 }
 
 /// Another process named in the text as holding memory on the GPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TextProcess {
     pub pid: u32,
     pub bytes: u64,
@@ -39,7 +39,7 @@ pub struct TextProcess {
 
 /// What one OOM text says. Sizes are the text's figures in bytes (PyTorch prints two decimals, so a
 /// figure is exact to half a unit of what it printed).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomText {
     pub kind: Kind,
     /// The text's layout: `torch>=2.1`, `torch-2.1`, `torch<2.1`, `torch<1.4` (`cached`), `thc`, or the

@@ -76,7 +76,7 @@ static FINDER: LazyLock<Finder> = LazyLock::new(|| {
 });
 
 /// One OOM report seen in the output.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OomEvent {
     #[serde(flatten)]
     pub text: OomText,
@@ -91,7 +91,7 @@ pub struct OomEvent {
 }
 
 /// torchrun's record of the first rank that failed.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FirstFailure {
     pub rank: Option<u32>,
     pub local_rank: Option<u32>,

@@ -28,8 +28,22 @@ const SERVICES: [&str; 8] = [
     "nvidia-fabricmanager",
 ];
 
+/// Subreapers (by `comm`) that adopt the processes whose parent died, as init does: under one of them, a
+/// process whose job is gone is a leftover. Under any other living parent it is that parent's business.
+const SUBREAPERS: [&str; 7] = [
+    "systemd",
+    "tini",
+    "dumb-init",
+    "catatonit",
+    "s6-svscan",
+    "docker-init",
+    "gpudoc",
+];
+
 /// What gpudoc makes of a GPU-holding process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Its parent died: re-parented to init or a subreaper, or its process group's leader is gone.
@@ -45,7 +59,7 @@ pub enum Verdict {
 }
 
 /// One process that holds GPU memory or an NVIDIA device.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Holder {
     pub pid: u32,
     pub verdict: Verdict,
@@ -82,7 +96,7 @@ impl Holder {
 }
 
 /// The listing, and what could not be seen.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Listing {
     pub holders: Vec<Holder>,
     /// Processes whose open files could not be read (another user's, without root).
@@ -338,6 +352,7 @@ pub fn judge(l: &Lineage) -> (Verdict, String) {
     let group_gone = l.pgid != 0 && l.pgid != l.pid && !l.pgid_alive;
     let session_gone = l.sid != 0 && l.sid != l.pid && !l.sid_alive;
     let under_init = l.ppid <= 1;
+    let under_subreaper = SUBREAPERS.contains(&l.parent_comm.as_str());
     match (group_gone, session_gone, under_init) {
         (true, _, true) => (
             Verdict::Orphan,
@@ -360,10 +375,19 @@ pub fn judge(l: &Lineage) -> (Verdict, String) {
                 printable(&l.init_comm)
             ),
         ),
-        (true, _, false) => (
+        (true, _, false) if under_subreaper => (
             Verdict::Orphan,
             format!(
-                "its job's leader (process group {}) is gone; now a child of pid {} ({})",
+                "its job's leader (process group {}) is gone; now a child of pid {} ({}), which adopts orphans",
+                l.pgid,
+                l.ppid,
+                printable(&l.parent_comm)
+            ),
+        ),
+        (true, _, false) => (
+            Verdict::Live,
+            format!(
+                "its job's leader (process group {}) is gone, but its parent pid {} ({}) is alive: not judged a leftover",
                 l.pgid,
                 l.ppid,
                 printable(&l.parent_comm)
@@ -449,9 +473,22 @@ mod tests {
         // Re-parented to a subreaper rather than init.
         let mut l = under_init(33, 20, false, true);
         l.ppid = 700;
+        l.parent_comm = "systemd".into();
         assert_eq!(judge(&l).0, Verdict::Orphan);
         l.pgid_alive = true;
         assert_eq!(judge(&l).0, Verdict::Live);
+    }
+
+    #[test]
+    fn a_process_whose_parent_lives_is_never_a_leftover() {
+        // Its group's leader exited (the first command of a pipeline, a launcher that left), but the
+        // parent that started it is alive: it is still someone's job.
+        let mut l = under_init(33, 20, false, false);
+        l.ppid = 700;
+        l.parent_comm = "bash".into();
+        let (v, why) = judge(&l);
+        assert_eq!(v, Verdict::Live, "{why}");
+        assert!(why.contains("parent pid 700 (bash) is alive"), "{why}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// What a rule is evaluated for: once per run, or once per GPU, process or PyTorch process (bound to the
 /// variable `gpu`, `process` or `torch`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     Run,

@@ -6,7 +6,7 @@ use crate::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
 
 /// One hunt on one device of one process.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Hunt {
     pub pid: u32,
@@ -40,7 +40,7 @@ pub struct Hunt {
 }
 
 /// Where leaking blocks were allocated: the innermost frame in the user's code.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Site {
     pub file: String,
@@ -59,7 +59,7 @@ pub struct Site {
 }
 
 /// What refers to leaking tensors: a container, a global, an attribute, or an autograd graph.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Holder {
     /// `container`, `global`, `attr`, `graph`.

@@ -72,7 +72,7 @@ const MAX_HUNT_FILE: u64 = 4 << 20;
 
 /// A record of the optimizer's steps as the shim saw it: the numbers after step `step`, and the peaks over
 /// the `steps` steps it covers (the shim records every Nth step when steps are fast, to keep its cost down).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Step {
     pub step: u64,
     /// Steps this record covers (1: every step recorded).
@@ -153,7 +153,7 @@ pub struct TorchProc {
 }
 
 /// The allocator's state at an OOM, from PyTorch's OOM observer (before the exception unwinds).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TorchOom {
     pub pid: u32,
     pub rank: Option<serde_json::Value>,

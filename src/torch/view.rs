@@ -9,7 +9,7 @@ use crate::timeline::Timeline;
 use serde::{Deserialize, Serialize};
 
 /// The report's `torch` object.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TorchReport {
     /// The shim was put in place (not `--no-torch`).
     pub enabled: bool,
@@ -20,7 +20,7 @@ pub struct TorchReport {
     pub errors: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TorchProcReport {
     /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]

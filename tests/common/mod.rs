@@ -161,12 +161,46 @@ impl Machine {
             .output()
             .unwrap();
         let report = read_json(&json);
+        if json.exists() {
+            conforms("report", &report);
+        }
         (
             out.status.code().unwrap_or(-1),
             report,
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     }
+}
+
+/// The published JSON Schema `docs/schema/NAME.schema.json`.
+pub fn schema(name: &str) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/schema")
+        .join(format!("{name}.schema.json"));
+    read_json(&path)
+}
+
+/// Fails unless `value` conforms to the published schema `name`, naming every place it does not.
+pub fn conforms(name: &str, value: &serde_json::Value) {
+    static VALIDATORS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<jsonschema::Validator>>>,
+    > = std::sync::OnceLock::new();
+    let v = VALIDATORS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(name.to_string())
+        .or_insert_with(|| std::sync::Arc::new(jsonschema::validator_for(&schema(name)).unwrap()))
+        .clone();
+    let errors: Vec<String> = v
+        .iter_errors(value)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .take(5)
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "not a {name} by docs/schema: {errors:#?}"
+    );
 }
 
 pub fn read_json(path: &Path) -> serde_json::Value {
