@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{Machine, fake_torch, read_json, report};
+use common::{Machine, fake_torch, fixture_files, read_json, report};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The report without what may differ between a run and its replay: free-text notes.
 fn comparable(mut r: Value) -> Value {
@@ -84,23 +84,6 @@ fn a_trace_without_its_end_row_says_what_it_does_not_know() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("how was not recorded"), "{text}");
     assert!(!text.contains("exited with code 0"), "{text}");
-}
-
-fn fixture_files(suffix: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else if p.to_string_lossy().ends_with(suffix) {
-                found.push(p);
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 #[test]

@@ -3,32 +3,14 @@
 
 mod common;
 
-use common::{Machine, conforms, gpudoc_bin, read_json};
-use std::path::{Path, PathBuf};
+use common::{Machine, conforms, fixture_files, gpudoc_bin, read_json};
+use std::path::Path;
 use std::process::Command;
 
 const NAMES: [&str; 5] = ["report", "trace-row", "baseline", "compare", "orphans"];
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Files under fixtures/ whose name ends with `suffix`.
-fn fixtures(suffix: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut dirs = vec![root().join("fixtures")];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else if p.to_string_lossy().ends_with(suffix) {
-                found.push(p);
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 #[test]
@@ -55,7 +37,7 @@ fn the_published_schemas_are_the_code_s() {
 
 #[test]
 fn every_report_and_trace_fixture_conforms() {
-    let reports = fixtures(".report.json");
+    let reports = fixture_files(".report.json");
     assert!(reports.len() >= 40, "{}", reports.len());
     for f in reports {
         let r = read_json(&f);
@@ -65,7 +47,7 @@ fn every_report_and_trace_fixture_conforms() {
         }
     }
     let mut rows = 0;
-    for f in fixtures(".trace.jsonl") {
+    for f in fixture_files(".trace.jsonl") {
         let text = std::fs::read_to_string(&f).unwrap();
         let first: serde_json::Value =
             serde_json::from_str(text.lines().next().unwrap_or("{}")).unwrap_or_default();

@@ -172,6 +172,24 @@ impl Machine {
     }
 }
 
+/// Files under fixtures/ whose name ends with `suffix`, sorted.
+pub fn fixture_files(suffix: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.to_string_lossy().ends_with(suffix) {
+                found.push(p);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 /// The published JSON Schema `docs/schema/NAME.schema.json`.
 pub fn schema(name: &str) -> serde_json::Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
