@@ -74,14 +74,14 @@ pub enum SchemaName {
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// How often to sample device memory on every GPU (e.g. 1ms, 500us, 0.1s).
-    #[arg(long, value_parser = parse_interval, default_value = "1ms")]
+    #[arg(long, value_parser = parse_interval, default_value = "1ms", value_name = "DUR")]
     pub interval: Duration,
     /// Device-memory sampling period once nothing has changed for a second (back to --interval at the
     /// next change). Give the same value as --interval to sample at one rate throughout.
-    #[arg(long, value_parser = parse_interval, default_value = "5ms")]
+    #[arg(long, value_parser = parse_interval, default_value = "5ms", value_name = "DUR")]
     pub idle_interval: Duration,
     /// How often to sample the per-process lists.
-    #[arg(long, value_parser = parse_interval, default_value = "10ms")]
+    #[arg(long, value_parser = parse_interval, default_value = "10ms", value_name = "DUR")]
     pub proc_interval: Duration,
     /// Write the report as JSON to FILE (a file, or a descriptor such as /dev/fd/3; not `-`: stdout is
     /// the command's).
@@ -183,7 +183,7 @@ pub struct GateArgs {
     #[arg(long, requires = "baseline")]
     pub update_baseline: bool,
     /// Which measure is gated.
-    #[arg(long, value_enum, default_value_t = GateMeasure::Nvml)]
+    #[arg(long, value_enum, default_value_t = GateMeasure::Nvml, value_name = "MEASURE")]
     pub gate: GateMeasure,
     /// Also fail on diagnoses of this severity or worse.
     #[arg(long, value_name = "warn|error", value_enum)]

@@ -44,7 +44,7 @@ fn facts_table() {
         .iter()
         .map(|(n, ty, what)| vec![format!("`{n}`"), ty.to_string(), what.to_string()]);
     section(
-        "README.md",
+        "docs/rules.md",
         "facts",
         &table(&["fact", "type", "meaning"], rows),
     );
@@ -62,7 +62,7 @@ fn rules_table() {
         ]
     });
     section(
-        "README.md",
+        "docs/rules.md",
         "rules",
         &table(&["rule", "severity", "for each", "finds"], rows),
     );
@@ -100,4 +100,65 @@ fn every_metric_is_documented() {
             "docs/metrics.md does not document {n}"
         );
     }
+}
+
+/// A subcommand's flags, from clap: flag and value, default, help.
+fn flags(sub: &str) -> String {
+    use clap::CommandFactory;
+    let mut cmd = gpudoc::cli::Cli::command();
+    cmd.build();
+    let c = cmd.find_subcommand(sub).unwrap();
+    let rows = c
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && a.get_long().is_some())
+        .filter(|a| !["help", "version"].contains(&a.get_id().as_str()))
+        .map(|a| {
+            let long = a.get_long().unwrap();
+            let mut flag = match a.get_short() {
+                Some(s) => format!("`-{s}`, `--{long}"),
+                None => format!("`--{long}"),
+            };
+            let takes = a.get_num_args().is_some_and(|n| n.takes_values());
+            if takes && let Some(v) = a.get_value_names().and_then(|v| v.first()) {
+                if a.get_num_args().is_some_and(|n| n.min_values() == 0) {
+                    flag.push_str(&format!("[={v}]"));
+                } else {
+                    flag.push_str(&format!(" {v}"));
+                }
+            }
+            flag.push('`');
+            let flag = flag.replace('|', "\\|");
+            let default: Vec<String> = a
+                .get_default_values()
+                .iter()
+                .filter(|_| takes)
+                .map(|v| format!("`{}`", v.to_string_lossy()))
+                .collect();
+            let mut help = a
+                .get_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default()
+                .replace('|', "\\|")
+                .replace('\n', " ");
+            let values: Vec<String> = a
+                .get_possible_values()
+                .iter()
+                .filter(|p| !p.is_hide_set())
+                .map(|p| format!("`{}`", p.get_name()))
+                .collect();
+            if !values.is_empty() && takes {
+                help.push_str(&format!(" ({})", values.join(", ")));
+            }
+            vec![flag, default.join(", "), help]
+        });
+    table(&["flag", "default", "meaning"], rows)
+}
+
+#[test]
+fn flags_tables() {
+    section("docs/run.md", "run-flags", &flags("run"));
+    section("docs/reference.md", "report-flags", &flags("report"));
+    section("docs/reference.md", "compare-flags", &flags("compare"));
+    section("docs/orphans.md", "orphans-flags", &flags("orphans"));
+    section("docs/watch.md", "watch-flags", &flags("watch"));
 }
