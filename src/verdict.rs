@@ -59,6 +59,9 @@ pub struct Diagnosis {
     /// The moment it is about, seconds into the run (the rule's `at` expression).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_s: Option<f64>,
+    /// The facts the rule read and their values here (`torch.leak_bytes_per_step`: 67108864, ...).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub facts: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// Which number the gate compares, per GPU.

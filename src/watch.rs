@@ -202,6 +202,7 @@ fn diagnosis(
         gpu: None,
         pid: None,
         at_s: None,
+        facts: Default::default(),
     }
 }
 

@@ -203,7 +203,8 @@ fn a_hunt_that_cannot_run_says_why_and_the_program_goes_on() {
             "torch 2.0.1 has no memory history with Python stacks",
         ),
     ] {
-        let (code, r, _, err) = leaks(&[(var, value)], &[], "list", 60);
+        // 90 steps: the leak stays well over the rule's thresholds on a loaded machine too.
+        let (code, r, _, err) = leaks(&[(var, value)], &[], "list", 90);
         assert_eq!(code, 0, "{err}");
         let h = hunts(&r);
         assert_eq!(h.len(), 1, "{var}");
@@ -213,7 +214,7 @@ fn a_hunt_that_cannot_run_says_why_and_the_program_goes_on() {
             .unwrap()
             .iter()
             .find(|d| d["rule"] == "step-leak")
-            .unwrap();
+            .unwrap_or_else(|| panic!("no step-leak: {:#}", r["torch"]["processes"][0]));
         assert!(
             leak["details"][0]
                 .as_str()
@@ -222,6 +223,6 @@ fn a_hunt_that_cannot_run_says_why_and_the_program_goes_on() {
             "{leak:#}"
         );
         // The numbers of the framework view go on after the failed hunt.
-        assert_eq!(r["torch"]["processes"][0]["steps_total"], 60);
+        assert_eq!(r["torch"]["processes"][0]["steps_total"], 90);
     }
 }

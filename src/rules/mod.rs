@@ -783,6 +783,7 @@ impl RuleSet {
                     Ok(None) => {}
                     Ok(Some(f)) => {
                         let (gpu, pid) = about(facts, rule.scope, i);
+                        let read = read_values(&all, rule, i);
                         out.push(Diagnosis {
                             rule: rule.id.clone(),
                             severity: rule.severity,
@@ -795,6 +796,7 @@ impl RuleSet {
                             gpu: f.gpu.or(gpu),
                             pid,
                             at_s: f.at_s,
+                            facts: read,
                         })
                     }
                     Err(e) => failed.push(format!("rule {}: {e}", rule.id)),
@@ -819,6 +821,30 @@ fn subject(facts: &Facts, scope: Scope, i: usize) -> String {
         Scope::Process => pid_on(facts.processes[i].pid, &facts.processes[i].host),
         Scope::Torch => pid_on(facts.torch_processes[i].pid, &facts.torch_processes[i].host),
     }
+}
+
+/// The facts a rule read, with their values for item `i` of its scope: the numbers behind a diagnosis.
+fn read_values(
+    all: &serde_json::Value,
+    rule: &Rule,
+    i: usize,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    rule.reads
+        .iter()
+        .filter(|p| !p.contains("[]"))
+        .filter_map(|p| {
+            let mut parts = p.split('.');
+            let head = parts.next()?;
+            let mut cur = match rule.scope.var() {
+                Some(var) if var == head => all.get(rule.scope.list())?.get(i)?,
+                _ => all.get(head)?,
+            };
+            for part in parts {
+                cur = cur.get(part)?;
+            }
+            (!cur.is_object()).then(|| (p.clone(), cur.clone()))
+        })
+        .collect()
 }
 
 /// The GPU (its label) and the process an item of a rule's scope is.
