@@ -5,7 +5,8 @@ for that). It costs the program nothing it could measure:
   initialisation, at an out-of-memory failure (PyTorch's OOM observer) and at exit.
 - Its cost is bounded by design: one statistics read per device in use per record, and records are taken
   every Nth step, N chosen from its own measured cost and the step time so that its share of the step time
-  stays under BUDGET. Each record's peaks are exact over the steps it covers (the allocator's peak
+  stays under BUDGET (from the ADAPT_AFTER-th record on: a record slowed once by a busy machine does not
+  thin the first steps). Each record's peaks are exact over the steps it covers (the allocator's peak
   counters are reset at each record), and the program's own view of those counters is kept as if they
   were never reset.
 - It never changes what the program sees: no exception, warning, signal or output of its own; writes go
@@ -27,6 +28,8 @@ import time
 BUDGET = 0.003
 # Records further apart than this many steps are not made.
 MAX_STRIDE = 4096
+# Records measured before the stride adapts.
+ADAPT_AFTER = 5
 # The devices in use are looked for again every this many records.
 RESCAN_EVERY = 64
 # Leak hunting: auto (when memory grows), on (from warm-up on), off.
@@ -257,7 +260,7 @@ def _on_step(optimizer, args, kwargs):
         S.cost = cost if S.cost == 0 else 0.8 * S.cost + 0.2 * cost
         S.last_cost = cost
     stride = 1
-    if S.period > 0:
+    if S.period > 0 and S.records > ADAPT_AFTER:
         stride = min(MAX_STRIDE, max(1, int(S.cost / (BUDGET * S.period)) + 1))
     S.last_step, S.last_t = STEP[0], t1
     STEP[1] = STEP[0] + stride
