@@ -393,3 +393,94 @@ pub fn exit_code(child: i32, gate: Option<&GateReport>) -> i32 {
         _ => child,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    /// A real H200 run (fixtures/runs/healthy): the job peaked at about 1.5 GiB on GPU 0.
+    fn healthy() -> Report {
+        serde_json::from_str(include_str!("../fixtures/runs/healthy.report.json")).unwrap()
+    }
+
+    fn budget(gpu: Option<u32>, gib: u64) -> Gate {
+        Gate {
+            budgets: vec![(gpu, gib * GIB)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_budget_passes_under_it_and_fails_over_it() {
+        let r = healthy();
+        let peak = measured(&r, Measure::Nvml)[&0];
+        assert!(peak > GIB && peak < 2 * GIB, "{peak}");
+        let g = budget(None, 40).evaluate(&r);
+        assert!(g.passed, "{g:?}");
+        assert_eq!(g.checks.len(), measured(&r, Measure::Nvml).len());
+        let g = budget(Some(0), 1).evaluate(&r);
+        assert!(!g.passed);
+        assert_eq!(g.reasons.len(), 1);
+        assert!(
+            g.reasons[0].starts_with("GPU 0: peak")
+                && g.reasons[0].contains("over budget 1.00 GiB")
+        );
+        assert_eq!(exit_code(0, Some(&g)), crate::exit::GATE_FAILED as i32);
+        // A failing command's own code wins over the gate's.
+        assert_eq!(exit_code(3, Some(&g)), 3);
+    }
+
+    #[test]
+    fn a_gate_that_measured_nothing_fails_unless_allowed() {
+        let mut r = healthy();
+        r.nvml.available = false;
+        r.nvml.error = Some("libnvidia-ml.so.1: cannot open".into());
+        for g in &mut r.gpus {
+            g.job_peak_bytes = 0;
+        }
+        r.processes.clear();
+        let g = budget(None, 40).evaluate(&r);
+        assert!(!g.passed);
+        assert_eq!(g.checks[0].kind, "measured");
+        let allowed = Gate {
+            allow_no_gpu: true,
+            ..budget(None, 40)
+        }
+        .evaluate(&r);
+        assert!(allowed.passed, "{allowed:?}");
+        assert!(allowed.notes[0].contains("allowed by --allow-no-gpu"));
+    }
+
+    #[test]
+    fn a_baseline_with_tolerance() {
+        let r = healthy();
+        let peak = measured(&r, Measure::Nvml)[&0];
+        let file = |bytes: u64| BaselineFile {
+            schema: BASELINE_SCHEMA.into(),
+            jobs: [(
+                "train".to_string(),
+                Baseline {
+                    measure: Measure::Nvml,
+                    gpus: [("0".to_string(), bytes)].into(),
+                    command: "python train.py".into(),
+                    updated_unix_s: 0.0,
+                },
+            )]
+            .into(),
+        };
+        let gate = |base: u64, pct: f64| Gate {
+            baseline: Some(("base.json".into(), "train".into())),
+            tolerance_pct: pct,
+            file: Some(file(base)),
+            ..Default::default()
+        };
+        // 10% over the baseline: fails without tolerance, passes with 15%.
+        let base = peak * 10 / 11;
+        assert!(!gate(base, 0.0).evaluate(&r).passed);
+        assert!(gate(base, 15.0).evaluate(&r).passed);
+        // At or under the baseline passes.
+        assert!(gate(peak, 0.0).evaluate(&r).passed);
+    }
+}

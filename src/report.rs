@@ -385,3 +385,106 @@ fn orphans(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuInfo;
+    use crate::supervise::{Outcome, ProcessEnd};
+    use crate::timeline::{GpuTimeline, ProcTimeline, Series};
+
+    const GIB: u64 = 1 << 30;
+
+    /// GPU 0: the job's process climbs 2 → 6 → 1 GiB while another user's process holds 3 GiB throughout.
+    fn timeline() -> Timeline {
+        let mut t = Timeline::default();
+        let mut g = GpuTimeline::new(GpuInfo {
+            index: 0,
+            name: "NVIDIA H200".into(),
+            uuid: "GPU-0".into(),
+            total_bytes: 140 * GIB,
+        });
+        let mut job = Series::default();
+        let mut other = Series::default();
+        for (i, gib) in [2, 6, 6, 1].into_iter().enumerate() {
+            let at = i as u64 * 1_000_000;
+            job.push(at, gib * GIB);
+            other.push(at, 3 * GIB);
+            g.used.push(at, (gib + 3) * GIB);
+            g.job.push(at, gib * GIB);
+        }
+        t.gpus.push(g);
+        let proc = |pid, in_job, used| ProcTimeline {
+            pid,
+            gpu: 0,
+            in_job,
+            visible: true,
+            cmdline: format!("python {pid}.py"),
+            uid: Some(1000),
+            used,
+        };
+        t.procs.insert((0, 10), proc(10, true, job));
+        t.procs.insert((0, 20), proc(20, false, other));
+        t
+    }
+
+    fn build(t: &Timeline, end: ProcessEnd) -> Report {
+        let outcome = Outcome {
+            end,
+            duration: std::time::Duration::from_secs(4),
+            escalated: false,
+            terminate: false,
+            forwarded: vec![],
+        };
+        Report::build(Inputs {
+            origin: Default::default(),
+            command: vec!["python".into(), "train.py".into()],
+            started_unix_s: 0.0,
+            outcome: Some(&outcome),
+            nvml: NvmlStatus::default(),
+            rates: Default::default(),
+            timeline: t,
+            leftovers: &[],
+            ended: &[],
+            ending: crate::oom::Ending::Success,
+            torch: Default::default(),
+            oom: None,
+            host_oom: None,
+            self_usage: (0.0, 0),
+            notes: vec![],
+        })
+    }
+
+    #[test]
+    fn the_job_and_the_others_are_told_apart() {
+        let r = build(&timeline(), ProcessEnd::Exited(0));
+        let g = &r.gpus[0];
+        assert_eq!(g.job_peak_bytes, 6 * GIB);
+        assert_eq!(g.job_peak_at_s, 1.0);
+        assert_eq!(g.peak_used_bytes, 9 * GIB);
+        // What the GPU held before the command: the other process.
+        assert_eq!(g.start_used_bytes, 3 * GIB);
+        assert_eq!(g.job_final_bytes, GIB);
+        assert_eq!(r.duration_s, 4.0);
+        let job: Vec<_> = r.processes.iter().filter(|p| p.in_job).collect();
+        assert_eq!((job.len(), job[0].pid, job[0].peak_bytes), (1, 10, 6 * GIB));
+        let other = r.processes.iter().find(|p| !p.in_job).unwrap();
+        assert_eq!((other.pid, other.peak_bytes), (20, 3 * GIB));
+        // The job's slices of the run never miss its peak.
+        assert_eq!(g.job_timeline.iter().map(|p| p.1).max(), Some(6 * GIB));
+    }
+
+    #[test]
+    fn how_it_ended() {
+        let r = build(&timeline(), ProcessEnd::Exited(3));
+        assert_eq!(r.exit.code, Some(3));
+        let r = build(
+            &timeline(),
+            ProcessEnd::Signaled {
+                signal: 15,
+                core_dumped: false,
+            },
+        );
+        assert_eq!((r.exit.code, r.exit.signal), (Some(143), Some(15)));
+    }
+}

@@ -485,3 +485,84 @@ fn render_oom_holders(o: &mut String, oom: &OomReport) {
 fn fmt_interval(s: f64) -> String {
     humantime::format_duration(std::time::Duration::from_secs_f64(s)).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(json: &str) -> Report {
+        serde_json::from_str(json).unwrap()
+    }
+
+    /// A real H200 OOM (fixtures/oom/h200/torch_other_process): another user's 100 GiB squeezed the job.
+    fn squeezed() -> Report {
+        report(include_str!(
+            "../fixtures/oom/h200/torch_other_process.report.json"
+        ))
+    }
+
+    #[test]
+    fn an_oom_is_headlined_with_its_numbers_and_cause() {
+        let text = render(&squeezed(), Paint(false));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("gpudoc: python3 tests/gpu/oom.py squeeze ran out of GPU memory on GPU 0 after 3.01 s: exited with code 1"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].contains("asked for 38.78 GiB with 28.77 GiB free of 139.80 GiB"));
+        assert!(text.contains("cause: other processes:"));
+        assert!(
+            text.contains("error Out of memory because other processes held the GPU [oom-others]")
+        );
+        // The headline alone (for the HTML page) is the same first lines.
+        assert!(text.starts_with(&headline(&squeezed())));
+    }
+
+    #[test]
+    fn colours_only_when_asked() {
+        let r = squeezed();
+        assert!(!render(&r, Paint(false)).contains('\u{1b}'));
+        let painted = render(&r, Paint(true));
+        assert!(painted.contains("\u{1b}["), "colour codes");
+        // The same words under the colours.
+        let stripped: String = {
+            let mut out = String::new();
+            let mut esc = false;
+            for c in painted.chars() {
+                match (esc, c) {
+                    (_, '\u{1b}') => esc = true,
+                    (true, 'm') => esc = false,
+                    (true, _) => {}
+                    (false, c) => out.push(c),
+                }
+            }
+            out
+        };
+        assert_eq!(stripped, render(&r, Paint(false)));
+    }
+
+    #[test]
+    fn a_healthy_run_is_a_few_lines_and_no_diagnosis() {
+        let r = report(include_str!("../fixtures/runs/healthy.report.json"));
+        let text = render(&r, Paint(false));
+        assert!(text.starts_with("gpudoc: "), "{text}");
+        assert!(text.contains("exited with code 0"));
+        for sev in ["error ", "warn  ", "info  "] {
+            assert!(!text.contains(&format!("  {sev}")), "{text}");
+        }
+        assert!(text.lines().count() < 15, "{text}");
+    }
+
+    #[test]
+    fn other_users_text_cannot_drive_the_terminal() {
+        let mut r = squeezed();
+        r.processes[0].cmdline = "evil\u{1b}]0;PWNED\u{7}\u{1b}[2J".into();
+        r.oom.as_mut().unwrap().before[0].cmdline = r.processes[0].cmdline.clone();
+        let text = render(&r, Paint(false));
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+    }
+}

@@ -65,9 +65,13 @@ pub struct OomReport {
     /// Which layer reported it (`torch_allocator`, `cuda_runtime`, `cuda_library`, `nccl`, `xla`,
     /// `tensorflow`).
     pub source: Kind,
-    #[serde(flatten)]
+    /// The text and where it was read. Its own `gpu` (the device the text names, numbered as the failing
+    /// process saw them) is `text_gpu` here, beside the report's `gpu`.
+    #[serde(flatten, with = "event_fields")]
+    #[schemars(with = "OomEvent")]
     pub event: OomEvent,
-    /// The GPU it happened on: from the text, else the only GPU the job used.
+    /// The GPU it happened on (NVML's index): the text's device mapped through the job's visible GPUs,
+    /// else the only GPU the job used.
     pub gpu: Option<u32>,
     pub cause: Cause,
     /// The cause with its numbers, in words.
@@ -95,6 +99,33 @@ pub struct OomReport {
     pub device_used_bytes: Option<u64>,
     /// PyTorch's allocator at the OOM, from the shim's OOM observer (before the exception unwound).
     pub allocator: Option<crate::torch::TorchOom>,
+}
+
+/// The OOM event's fields inside the report, with the text's `gpu` as `text_gpu` (one JSON object must
+/// not have `gpu` twice).
+mod event_fields {
+    use super::OomEvent;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(e: &OomEvent, s: S) -> Result<S::Ok, S::Error> {
+        let mut v = serde_json::to_value(e).map_err(serde::ser::Error::custom)?;
+        if let Some(m) = v.as_object_mut()
+            && let Some(g) = m.remove("gpu")
+        {
+            m.insert("text_gpu".into(), g);
+        }
+        v.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<OomEvent, D::Error> {
+        let mut v = serde_json::Value::deserialize(d)?;
+        if let Some(m) = v.as_object_mut()
+            && let Some(g) = m.remove("text_gpu")
+        {
+            m.insert("gpu".into(), g);
+        }
+        serde_json::from_value(v).map_err(serde::de::Error::custom)
+    }
 }
 
 /// Evidence that the kernel's OOM killer ended a job process.
