@@ -202,54 +202,8 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
     let t = &e.text;
     let at = (e.at_s * 1e6) as Micros;
     let allocator = allocator_at(ev.torch_ooms, e.at_s);
-    let gpu = t.gpu.map(|ordinal| {
-        gpu_of_ordinal(
-            ordinal,
-            allocator.as_ref(),
-            ev.cuda_visible_devices,
-            ev.timeline,
-        )
-    });
-    let gpu = gpu.or_else(|| {
-        let used: Vec<u32> = ev
-            .timeline
-            .procs
-            .values()
-            .filter(|p| p.in_job && p.used.peak() > 0)
-            .map(|p| p.gpu)
-            .collect();
-        if !used.is_empty() && used.iter().all(|&g| g == used[0]) {
-            return Some(used[0]);
-        }
-        // A one-GPU machine: it can only be that one.
-        (ev.timeline.gpus.len() == 1).then(|| ev.timeline.gpus[0].info.index)
-    });
-    let lo = at.saturating_sub((WINDOW_S * 1e6) as Micros);
-    let mut before: Vec<Before> = ev
-        .timeline
-        .procs
-        .values()
-        .filter(|p| gpu.is_none_or(|g| p.gpu == g))
-        .filter_map(|p| {
-            let peak = p.used.max_in(lo, at)?;
-            (peak > 0).then(|| Before {
-                pid: p.pid,
-                gpu: p.gpu,
-                in_job: p.in_job,
-                visible: p.visible,
-                cmdline: p.cmdline.clone(),
-                uid: p.uid,
-                bytes_before: p.used.value_at(lo).unwrap_or(0),
-                bytes_at: p.used.value_at(at).unwrap_or(0),
-                peak_bytes: peak,
-            })
-        })
-        .collect();
-    before.sort_by(|a, b| {
-        b.in_job
-            .cmp(&a.in_job)
-            .then(b.peak_bytes.cmp(&a.peak_bytes))
-    });
+    let gpu = gpu_of_text(t.gpu, allocator.as_ref(), ev);
+    let before = before(ev.timeline, gpu, at);
     let device = gpu.and_then(|g| ev.timeline.gpus.iter().find(|x| x.info.index == g));
     let device_used_bytes = device.and_then(|d| d.used.value_at(at));
     let nvml_others: u64 = before
@@ -297,6 +251,66 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         device_used_bytes,
         allocator,
     }
+}
+
+/// The GPU an OOM happened on: the text's device mapped to NVML's index, else the only GPU the job used,
+/// else the machine's only GPU.
+fn gpu_of_text(
+    ordinal: Option<u32>,
+    allocator: Option<&crate::torch::TorchOom>,
+    ev: &Evidence,
+) -> Option<u32> {
+    if let Some(o) = ordinal {
+        return Some(gpu_of_ordinal(
+            o,
+            allocator,
+            ev.cuda_visible_devices,
+            ev.timeline,
+        ));
+    }
+    let used: Vec<u32> = ev
+        .timeline
+        .procs
+        .values()
+        .filter(|p| p.in_job && p.used.peak() > 0)
+        .map(|p| p.gpu)
+        .collect();
+    if !used.is_empty() && used.iter().all(|&g| g == used[0]) {
+        return Some(used[0]);
+    }
+    // A one-GPU machine: it can only be that one.
+    (ev.timeline.gpus.len() == 1).then(|| ev.timeline.gpus[0].info.index)
+}
+
+/// Every process on `gpu` (all GPUs when unknown) that held memory in the window before `at`: the job's
+/// first, then by peak.
+fn before(t: &Timeline, gpu: Option<u32>, at: Micros) -> Vec<Before> {
+    let lo = at.saturating_sub((WINDOW_S * 1e6) as Micros);
+    let mut before: Vec<Before> = t
+        .procs
+        .values()
+        .filter(|p| gpu.is_none_or(|g| p.gpu == g))
+        .filter_map(|p| {
+            let peak = p.used.max_in(lo, at)?;
+            (peak > 0).then(|| Before {
+                pid: p.pid,
+                gpu: p.gpu,
+                in_job: p.in_job,
+                visible: p.visible,
+                cmdline: p.cmdline.clone(),
+                uid: p.uid,
+                bytes_before: p.used.value_at(lo).unwrap_or(0),
+                bytes_at: p.used.value_at(at).unwrap_or(0),
+                peak_bytes: peak,
+            })
+        })
+        .collect();
+    before.sort_by(|a, b| {
+        b.in_job
+            .cmp(&a.in_job)
+            .then(b.peak_bytes.cmp(&a.peak_bytes))
+    });
+    before
 }
 
 /// The GPU (NVML index) that a CUDA device ordinal in an OOM text names. Inside the job, `cuda:0` is the

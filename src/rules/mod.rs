@@ -106,6 +106,28 @@ struct Mark {
     gpu: Option<Program>,
 }
 
+/// An expression as written and the line it is on.
+type Source = Option<(String, usize)>;
+
+impl Mark {
+    /// `at` and `gpu` compiled, with their sources for the checks.
+    fn compile(
+        env: &Env,
+        [at, gpu]: [&Option<toml::Spanned<String>>; 2],
+        text: &str,
+        file: &str,
+    ) -> Result<(Mark, [Source; 2]), RuleError> {
+        let src = [at, gpu].map(|m| {
+            m.as_ref()
+                .map(|m| (m.get_ref().clone(), value_line(text, m.span())))
+        });
+        let [at, gpu] = src
+            .clone()
+            .map(|m| m.map(|(s, line)| compile(env, &s, file, line)).transpose());
+        Ok((Mark { at: at?, gpu: gpu? }, src))
+    }
+}
+
 impl std::fmt::Debug for Rule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Rule({} from {})", self.id, self.source)
@@ -569,15 +591,7 @@ impl Rule {
             .iter()
             .map(|d| template(&env, d, source, msg_line))
             .collect::<Result<Vec<_>, _>>()?;
-        let mark_src = [&f.at, &f.gpu].map(|m| {
-            m.as_ref()
-                .map(|m| (m.get_ref().clone(), value_line(text, m.span())))
-        });
-        let [at, gpu] = mark_src.clone().map(|m| {
-            m.map(|(src, line)| compile(&env, &src, source, line))
-                .transpose()
-        });
-        let mark = Mark { at: at?, gpu: gpu? };
+        let (mark, mark_src) = Mark::compile(&env, [&f.at, &f.gpu], text, source)?;
         let mut read = Vec::new();
         reads(condition.expression(), &HashMap::new(), &mut read);
         let mut msg_reads = Vec::new();
@@ -672,7 +686,7 @@ fn check_mark(
     env: &Arc<Env>,
     scope: Scope,
     mark: &Mark,
-    src: &[Option<(String, usize)>; 2],
+    src: &[Source; 2],
 ) -> Result<(), (usize, String)> {
     let ctx = context(env, &example_variables(scope));
     for ((program, src), (what, number)) in [&mark.at, &mark.gpu]
