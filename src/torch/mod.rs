@@ -225,76 +225,79 @@ impl TorchTimeline {
                     self.hunts.push(h);
                 }
             }
-            "s" | "step" | "oom" => {
-                let dev = u(&v, "dev") as u32;
-                let p = self.procs.entry((pid, dev)).or_insert_with(|| TorchProc {
-                    pid,
-                    device: dev,
-                    ..Default::default()
-                });
-                p.rank = v.get("rank").cloned().or(p.rank.take());
-                p.local_rank = v.get("local_rank").cloned().or(p.local_rank.take());
-                if let Some(id) = v.get("uuid").and_then(|x| x.as_str()) {
-                    p.uuid = Some(id.to_string());
-                }
-                let (a, r) = (u(&v, "a"), u(&v, "r"));
-                p.allocated.push(at, a);
-                p.reserved.push(at, r);
-                p.inactive_split.push(at, u(&v, "i"));
-                // Allocated memory changes at nearly every sample of a training loop: bound what is kept.
-                for s in [&mut p.allocated, &mut p.reserved, &mut p.inactive_split] {
-                    s.thin_to(MAX_POINTS);
-                }
-                p.peak_allocated = p.peak_allocated.max(u(&v, "pa")).max(a);
-                p.peak_reserved = p.peak_reserved.max(u(&v, "pr")).max(r);
-                p.alloc_retries = p.alloc_retries.max(u(&v, "nr"));
-                p.ooms = p.ooms.max(u(&v, "no"));
-                p.device_allocs = p.device_allocs.max(u(&v, "nda"));
-                p.device_frees = p.device_frees.max(u(&v, "ndf"));
-                if matches!(kind, "step" | "s") {
-                    p.last_step = p.last_step.max(u(&v, "step"));
-                }
-                if kind == "step" {
-                    p.record_every = u(&v, "n").max(1);
-                    if u(&v, "c") > 0 {
-                        p.shim_cost_us += u(&v, "c");
-                        p.covered_us += u(&v, "n").max(1) * u(&v, "p");
-                    }
-                    p.steps.push(Step {
-                        step: u(&v, "step"),
-                        steps: u(&v, "n").max(1),
-                        at_s: t.unwrap_or(0.0),
-                        allocated_bytes: a,
-                        reserved_bytes: r,
-                        peak_allocated_bytes: u(&v, "pa"),
-                        peak_reserved_bytes: u(&v, "pr"),
-                        alloc_retries: u(&v, "nr"),
-                        device_allocs: u(&v, "nda"),
-                        device_frees: u(&v, "ndf"),
-                    });
-                }
-                if kind == "oom" && self.ooms.len() < 32 {
-                    self.ooms.push(TorchOom {
-                        pid,
-                        rank: p.rank.clone(),
-                        device: dev,
-                        uuid: p.uuid.clone(),
-                        at_s: t.unwrap_or(0.0),
-                        requested_bytes: u(&v, "alloc"),
-                        device_limit_bytes: u(&v, "device_allocated"),
-                        device_free_bytes: u(&v, "device_free"),
-                        allocated_bytes: a,
-                        reserved_bytes: r,
-                        inactive_split_bytes: u(&v, "i"),
-                    });
-                }
-            }
+            "s" | "step" | "oom" => self.sample(kind, pid, &v, t, at),
             _ => {
                 self.bad_lines += 1;
                 return false;
             }
         }
         true
+    }
+
+    /// A record of the allocator (`s`: at CUDA's start, `step`: at an optimizer step, `oom`: at an OOM).
+    fn sample(&mut self, kind: &str, pid: u32, v: &serde_json::Value, t: Option<f64>, at: Micros) {
+        let dev = u(v, "dev") as u32;
+        let p = self.procs.entry((pid, dev)).or_insert_with(|| TorchProc {
+            pid,
+            device: dev,
+            ..Default::default()
+        });
+        p.rank = v.get("rank").cloned().or(p.rank.take());
+        p.local_rank = v.get("local_rank").cloned().or(p.local_rank.take());
+        if let Some(id) = v.get("uuid").and_then(|x| x.as_str()) {
+            p.uuid = Some(id.to_string());
+        }
+        let (a, r) = (u(v, "a"), u(v, "r"));
+        p.allocated.push(at, a);
+        p.reserved.push(at, r);
+        p.inactive_split.push(at, u(v, "i"));
+        // Allocated memory changes at nearly every sample of a training loop: bound what is kept.
+        for s in [&mut p.allocated, &mut p.reserved, &mut p.inactive_split] {
+            s.thin_to(MAX_POINTS);
+        }
+        p.peak_allocated = p.peak_allocated.max(u(v, "pa")).max(a);
+        p.peak_reserved = p.peak_reserved.max(u(v, "pr")).max(r);
+        p.alloc_retries = p.alloc_retries.max(u(v, "nr"));
+        p.ooms = p.ooms.max(u(v, "no"));
+        p.device_allocs = p.device_allocs.max(u(v, "nda"));
+        p.device_frees = p.device_frees.max(u(v, "ndf"));
+        if matches!(kind, "step" | "s") {
+            p.last_step = p.last_step.max(u(v, "step"));
+        }
+        if kind == "step" {
+            p.record_every = u(v, "n").max(1);
+            if u(v, "c") > 0 {
+                p.shim_cost_us += u(v, "c");
+                p.covered_us += u(v, "n").max(1) * u(v, "p");
+            }
+            p.steps.push(Step {
+                step: u(v, "step"),
+                steps: u(v, "n").max(1),
+                at_s: t.unwrap_or(0.0),
+                allocated_bytes: a,
+                reserved_bytes: r,
+                peak_allocated_bytes: u(v, "pa"),
+                peak_reserved_bytes: u(v, "pr"),
+                alloc_retries: u(v, "nr"),
+                device_allocs: u(v, "nda"),
+                device_frees: u(v, "ndf"),
+            });
+        }
+        if kind == "oom" && self.ooms.len() < 32 {
+            self.ooms.push(TorchOom {
+                pid,
+                rank: p.rank.clone(),
+                device: dev,
+                uuid: p.uuid.clone(),
+                at_s: t.unwrap_or(0.0),
+                requested_bytes: u(v, "alloc"),
+                device_limit_bytes: u(v, "device_allocated"),
+                device_free_bytes: u(v, "device_free"),
+                allocated_bytes: a,
+                reserved_bytes: r,
+                inactive_split_bytes: u(v, "i"),
+            });
+        }
     }
 }
 
