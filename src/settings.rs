@@ -347,7 +347,20 @@ impl ReportSettings {
     pub fn resolve(a: cli::ReportArgs, color: ColorWhen, env: &Env) -> Result<Self, Failure> {
         let rules = load_rules(&a.rules).map_err(|e| Failure::new(exit::USAGE, e))?;
         let json = a.json.as_deref().map(Target::parse);
-        let summary_tty = if json == Some(Target::Stdout) {
+        let html = a.html.as_deref().map(Target::parse);
+        let on_stdout = [
+            json == Some(Target::Stdout),
+            html == Some(Target::Stdout),
+            a.facts,
+        ];
+        if on_stdout.iter().filter(|&&x| x).count() > 1 {
+            return Err(Failure::new(
+                exit::USAGE,
+                "only one of --json -, --html - and --facts can write to stdout",
+            ));
+        }
+        // The summary goes to stderr when the JSON or the page takes stdout.
+        let summary_tty = if on_stdout[0] || on_stdout[1] {
             env.stderr_tty
         } else {
             env.stdout_tty
@@ -363,7 +376,7 @@ impl ReportSettings {
             files,
             output: a.output,
             tensorboard: a.tensorboard,
-            html: a.html.as_deref().map(Target::parse),
+            html,
             facts: a.facts,
             json,
             rules,

@@ -207,3 +207,35 @@ fn text_from_the_run_cannot_become_markup() {
     assert!(!text.contains("<img src=x"), "a command line is text");
     assert!(text.contains("&lt;img src=x onerror=alert(1)&gt;"));
 }
+
+#[test]
+fn the_page_on_stdout_leaves_the_other_outputs_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let out = std::process::Command::new(common::gpudoc_bin())
+        .arg("report")
+        .arg(fixture("runs/leak.report.json"))
+        .args(["--html", "-", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.starts_with(b"<!DOCTYPE html>"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[step-leak]"),
+        "the summary goes to stderr: {err}"
+    );
+    assert!(json.exists(), "--json is still written");
+    // Two outputs cannot share stdout.
+    let out = std::process::Command::new(common::gpudoc_bin())
+        .arg("report")
+        .arg(fixture("runs/leak.report.json"))
+        .args(["--html", "-", "--json", "-"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("only one of --json -, --html - and --facts")
+    );
+}

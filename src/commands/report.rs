@@ -30,11 +30,10 @@ pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
         })?;
     }
     if let Some(t) = &s.html {
-        crate::html::write(t, &report, timeline.as_ref())
-            .map_err(|e| Failure::new(exit::USAGE, format!("--html {}: {e}", t.display())))?;
-        if *t == Target::Stdout {
-            return Ok(ExitCode::SUCCESS);
-        }
+        crate::html::write(t, &report, timeline.as_ref()).map_err(|e| match t {
+            Target::Stdout => Failure::printing(e, exit::USAGE),
+            Target::File(_) => Failure::new(exit::USAGE, format!("--html {}: {e}", t.display())),
+        })?;
     }
     if s.facts {
         let facts = serde_json::to_string_pretty(&rules::facts::Facts::of(&report))
@@ -43,7 +42,7 @@ pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
         return Ok(ExitCode::SUCCESS);
     }
     let text = summary::render(&report, s.paint);
-    if s.json == Some(Target::Stdout) {
+    if s.json == Some(Target::Stdout) || s.html == Some(Target::Stdout) {
         eprint!("{text}");
     } else {
         output::stdout(&text).map_err(|e| Failure::printing(e, exit::USAGE))?;
