@@ -68,17 +68,6 @@ fn man_page(out: &mut Vec<u8>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to stdout; a reader that went away (`| head`) ends it quietly.
-fn print_all(bytes: &[u8]) -> Result<ExitCode, Failure> {
-    use std::io::Write;
-    let mut o = std::io::stdout().lock();
-    match o.write_all(bytes).and_then(|_| o.flush()) {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::broken_pipe()),
-        Err(e) => Err(Failure::new(exit::USAGE, e.to_string())),
-    }
-}
-
 /// clap prints its own message; help and version are successes. `run`'s own failures must not look like
 /// the command's codes.
 fn clap_failure(e: clap::Error, run: bool) -> Failure {
@@ -108,4 +97,12 @@ fn is_run(args: &[OsString]) -> bool {
         }
     }
     false
+}
+
+/// Writes `bytes` to stdout, as every command's output is written (a reader that went away ends it
+/// quietly).
+fn print_all(bytes: &[u8]) -> Result<ExitCode, Failure> {
+    crate::output::write(&crate::output::Target::Stdout, bytes)
+        .map_err(|e| Failure::printing(e, exit::USAGE))?;
+    Ok(ExitCode::SUCCESS)
 }
