@@ -2,8 +2,9 @@
 //! a bounded number of buckets by keeping each bucket's minimum and maximum in the order they came, so no
 //! spike disappears however long the run; and PyTorch's per-step records against the step number.
 
+use crate::report::GpuReport;
 use crate::report::Report;
-use crate::timeline::{Micros, Timeline};
+use crate::timeline::{GpuTimeline, Micros, Timeline};
 use serde::Serialize;
 
 /// Cells (points × series) the whole page may hold: about 7 bytes each in the file, so a few MB at most
@@ -22,8 +23,6 @@ pub struct GpuChart {
     pub label: String,
     pub name: String,
     pub total_mib: f64,
-    /// `trace`: every sample (or min/max per bucket); `report`: the report's summary of the job's memory.
-    pub source: &'static str,
     /// Seconds since the run started.
     pub x: Vec<f64>,
     pub series: Vec<ChartSeries>,
@@ -76,17 +75,28 @@ fn mib(b: u64) -> f64 {
     (b as f64 / (1u64 << 20) as f64 * 100.0).round() / 100.0
 }
 
-fn label_of(host: Option<&str>, index: u32) -> String {
+/// A GPU as messages name it: `GPU 0`, `GPU 0 on node-a`.
+pub fn label_of(host: Option<&str>, index: u32) -> String {
     crate::rules::facts::gpu_label(host.unwrap_or(""), index as i64)
 }
 
-/// Every GPU's chart, from the samples when there are any, else from the report's summary.
+/// A GPU the job never touched and nobody used: the page gives it a line, not a chart.
+pub fn idle(g: &GpuReport) -> bool {
+    g.job_peak_bytes == 0 && g.peak_used_bytes < g.total_bytes / 100
+}
+
+/// Every GPU's chart but the idle ones', from the samples when there are any, else from the report's
+/// summary.
 pub fn gpu_charts(report: &Report, timeline: Option<&Timeline>) -> Vec<GpuChart> {
     let end = (report.duration_s * 1e6) as Micros;
     let mut per_gpu: Vec<(usize, Vec<Steps>)> = Vec::new();
-    for (i, g) in report.gpus.iter().enumerate() {
-        let series = match timeline.and_then(|t| t.gpus.iter().find(|x| x.info.index == g.index)) {
-            Some(_) => sampled(report, timeline.unwrap(), g.index),
+    for (i, g) in report.gpus.iter().enumerate().filter(|(_, g)| !idle(g)) {
+        let sampled_gpu = timeline.and_then(|t| {
+            let gt = t.gpus.iter().find(|x| x.info.index == g.index)?;
+            Some((t, gt))
+        });
+        let series = match sampled_gpu {
+            Some((t, gt)) => sampled(report, t, gt),
             None => summary_only(g),
         };
         per_gpu.push((i, series));
@@ -102,11 +112,6 @@ pub fn gpu_charts(report: &Report, timeline: Option<&Timeline>) -> Vec<GpuChart>
                 label: label_of(g.host.as_deref(), g.index),
                 name: g.name.clone(),
                 total_mib: mib(g.total_bytes),
-                source: if timeline.is_some() {
-                    "trace"
-                } else {
-                    "report"
-                },
                 x,
                 series: series
                     .into_iter()
@@ -126,8 +131,8 @@ pub fn gpu_charts(report: &Report, timeline: Option<&Timeline>) -> Vec<GpuChart>
 }
 
 /// Device memory, each job process, the others together, PyTorch's reserved and allocated per process.
-fn sampled(report: &Report, t: &Timeline, gpu: u32) -> Vec<Steps> {
-    let g = t.gpus.iter().find(|x| x.info.index == gpu).unwrap();
+fn sampled(report: &Report, t: &Timeline, g: &GpuTimeline) -> Vec<Steps> {
+    let gpu = g.info.index;
     let mut out = vec![Steps {
         label: "device used (nvidia-smi)".into(),
         kind: "device",
@@ -194,7 +199,7 @@ fn sampled(report: &Report, t: &Timeline, gpu: u32) -> Vec<Steps> {
 }
 
 /// A report without its samples: the job's highest memory per slice of the run.
-fn summary_only(g: &crate::report::GpuReport) -> Vec<Steps> {
+fn summary_only(g: &GpuReport) -> Vec<Steps> {
     vec![Steps {
         label: "job (highest per slice, from the report)".into(),
         kind: "job",

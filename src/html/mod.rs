@@ -209,9 +209,8 @@ fn gpus(o: &mut String, r: &Report, sampled: bool) {
          shift-drag to pan; the legend reads the values under the cursor.</p>"
     );
     for g in &r.gpus {
-        let label = crate::rules::facts::gpu_label(g.host.as_deref().unwrap_or(""), g.index as i64);
-        // A GPU the job never touched and nobody used: a line, not an empty chart.
-        if g.job_peak_bytes == 0 && g.peak_used_bytes < g.total_bytes / 100 {
+        let label = chart::label_of(g.host.as_deref(), g.index);
+        if chart::idle(g) {
             let _ = writeln!(
                 o,
                 "<p class=\"gpu idle\" id=\"gpu-{}\" data-gpu=\"{}\">{} {}: not used by the job \
@@ -287,7 +286,7 @@ fn processes(o: &mut String, r: &Report) {
          <th>command</th></tr>"
     );
     for p in &r.processes {
-        let gpu = crate::rules::facts::gpu_label(p.host.as_deref().unwrap_or(""), p.gpu as i64);
+        let gpu = chart::label_of(p.host.as_deref(), p.gpu);
         let _ = writeln!(
             o,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
