@@ -391,27 +391,23 @@ fn depends_on_values(e: &cel::ExecutionError) -> bool {
 
 /// Whether `path` names a fact in `facts` (the example, with one element in each list).
 fn resolves(facts: &serde_json::Value, path: &str) -> bool {
-    if path.is_empty() || CONSTANTS.iter().any(|(n, _)| *n == path) {
-        return true;
-    }
+    path.is_empty() || CONSTANTS.iter().any(|(n, _)| *n == path) || lookup(facts, path).is_some()
+}
+
+/// The value at a fact's path (`gpu.total_bytes`; `gpus[].index` reads a list's first element).
+fn lookup<'a>(facts: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
     let mut cur = facts;
     for part in path.split('.') {
         let (name, elem) = match part.strip_suffix("[]") {
             Some(n) => (n, true),
             None => (part, false),
         };
-        match cur.get(name) {
-            Some(v) => cur = v,
-            None => return false,
-        }
+        cur = cur.get(name)?;
         if elem {
-            match cur.get(0) {
-                Some(v) => cur = v,
-                None => return false,
-            }
+            cur = cur.get(0)?;
         }
     }
-    true
+    Some(cur)
 }
 
 /// The facts as the variables a rule sees: `run`, `oom`, the lists, and the scope's item.
@@ -843,20 +839,19 @@ fn read_values(
     rule: &Rule,
     i: usize,
 ) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let item = rule
+        .scope
+        .var()
+        .and_then(|var| Some((var, all.get(rule.scope.list())?.get(i)?)));
     rule.reads
         .iter()
         .filter(|p| !p.contains("[]"))
         .filter_map(|p| {
-            let mut parts = p.split('.');
-            let head = parts.next()?;
-            let mut cur = match rule.scope.var() {
-                Some(var) if var == head => all.get(rule.scope.list())?.get(i)?,
-                _ => all.get(head)?,
-            };
-            for part in parts {
-                cur = cur.get(part)?;
-            }
-            (!cur.is_object()).then(|| (p.clone(), cur.clone()))
+            let value = match (item, p.split_once('.')) {
+                (Some((var, v)), Some((head, rest))) if head == var => lookup(v, rest),
+                _ => lookup(all, p),
+            }?;
+            (!value.is_object()).then(|| (p.clone(), value.clone()))
         })
         .collect()
 }
