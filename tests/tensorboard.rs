@@ -22,16 +22,7 @@ ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
 ea.Reload()
 print(json.dumps({t: [[e.step, e.value] for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}))
 "#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(run)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::succeed(Command::new("python3").args(["-c", script]).arg(run));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -84,18 +75,12 @@ fn a_saved_report_writes_the_same_afterwards() {
     let m = Machine::h200s(1);
     let json = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/leaks/list.report.json");
     let dir = m.path("tb");
-    let out = m
-        .gpudoc()
-        .arg("report")
-        .arg(&json)
-        .arg("--tensorboard")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::succeed(
+        m.gpudoc()
+            .arg("report")
+            .arg(&json)
+            .arg("--tensorboard")
+            .arg(&dir),
     );
     let s = scalars(&dir.join("gpudoc"));
     let r = read_json(&json);

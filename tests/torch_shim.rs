@@ -282,19 +282,11 @@ fn an_existing_sitecustomize_still_runs() {
 
 /// Module names a plain Python (no torch) loads, with or without gpudoc.
 fn modules(cmd: &mut Command) -> Vec<String> {
-    let out = cmd
-        .args([
-            "python3",
-            "-c",
-            "import sys; print('\\n'.join(sorted(sys.modules)))",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::succeed(cmd.args([
+        "python3",
+        "-c",
+        "import sys; print('\\n'.join(sorted(sys.modules)))",
+    ]));
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()

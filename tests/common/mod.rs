@@ -231,6 +231,17 @@ pub fn fake_torch() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake_torch")
 }
 
+/// Runs `c`; fails, showing its stderr, unless it succeeded. Its output.
+pub fn succeed(c: &mut Command) -> std::process::Output {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// `gpudoc report FILE [extra] --json -`: the report, re-diagnosed (the summary goes to stderr).
 pub fn report(file: impl AsRef<Path>, extra: &[&str]) -> serde_json::Value {
     report_of(&[file.as_ref()], extra)
@@ -241,17 +252,12 @@ pub fn report_of(
     files: &[impl AsRef<Path>],
     extra: &[impl AsRef<std::ffi::OsStr>],
 ) -> serde_json::Value {
-    let out = Command::new(gpudoc_bin())
-        .arg("report")
-        .args(files.iter().map(|f| f.as_ref()))
-        .args(extra)
-        .args(["--json", "-"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeed(
+        Command::new(gpudoc_bin())
+            .arg("report")
+            .args(files.iter().map(|f| f.as_ref()))
+            .args(extra)
+            .args(["--json", "-"]),
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
