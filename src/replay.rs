@@ -24,20 +24,29 @@ const OLD_REPORTS: &[&str] = &["gpudoc.report/1"];
 /// Reads a report or rebuilds one from a trace, diagnosed with `rules`. `output`: the command's captured
 /// output, scanned for OOM text (for a trace from before gpudoc recorded what it found).
 pub fn load(file: &Path, output: Option<&Path>, rules: &RuleSet) -> Result<Report, String> {
-    load_with_timeline(file, output, rules).map(|(r, _)| r)
+    load_with_timeline(file, output, rules, false).map(|(r, _)| r)
 }
 
-/// `load`, with the samples themselves when the file is a trace (a report keeps only a summary of them).
+/// `load`; with `samples`, also the samples themselves when the file is a trace (a report keeps only a
+/// summary of them).
 pub fn load_with_timeline(
     file: &Path,
     output: Option<&Path>,
     rules: &RuleSet,
+    samples: bool,
 ) -> Result<(Report, Option<Timeline>), String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let first = text.lines().next().unwrap_or("");
+    let io = |e: io::Error| format!("{}: {e}", file.display());
+    // A trace's rows each name their `kind`: the first line tells, without reading the file twice.
+    let mut first = String::new();
+    io::BufRead::read_line(
+        &mut io::BufReader::new(std::fs::File::open(file).map_err(io)?),
+        &mut first,
+    )
+    .map_err(io)?;
     if first.contains("\"kind\"") {
-        return from_trace(file, output, rules);
+        return from_trace(file, output, rules, samples);
     }
+    let text = std::fs::read_to_string(file).map_err(io)?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a report or trace: {e}", file.display()))?;
     let schema = value
@@ -85,6 +94,7 @@ fn from_trace(
     file: &Path,
     output: Option<&Path>,
     rules: &RuleSet,
+    samples: bool,
 ) -> Result<(Report, Option<Timeline>), String> {
     let trace = load_trace(file).map_err(|e| e.to_string())?;
     let end = trace.end.clone();
@@ -151,8 +161,8 @@ fn from_trace(
             }
         }
     };
-    let timeline = ev.timeline.clone();
-    Ok((analysis::analyze(ev, rules), Some(timeline)))
+    let timeline = samples.then(|| ev.timeline.clone());
+    Ok((analysis::analyze(ev, rules), timeline))
 }
 
 /// A trace file that could not be read back.
