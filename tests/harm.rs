@@ -546,3 +546,52 @@ fn stdout_and_stderr_sharing_a_pipe_keep_their_order() {
     let want: String = (1..=2000).map(|i| format!("out{i}\nerr{i}\n")).collect();
     assert_eq!(String::from_utf8_lossy(&out.stdout), want);
 }
+
+/// `gpudoc run` writing 3 MB to `write_end`, which its parent made non-blocking and reads only after a
+/// pause (so the destination fills); returns what arrived.
+fn through_a_non_blocking(write_end: std::os::fd::OwnedFd, mut read_end: std::fs::File) -> Vec<u8> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor this test owns.
+    unsafe {
+        let flags = libc::fcntl(write_end.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(
+            write_end.as_raw_fd(),
+            libc::F_SETFL,
+            flags | libc::O_NONBLOCK,
+        );
+    }
+    let m = Machine::h200s(1);
+    let mut child = m
+        .gpudoc()
+        .args([
+            "run",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "head -c 3000000 /dev/zero | tr '\\0' x",
+        ])
+        .stdout(Stdio::from(write_end))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut got = Vec::new();
+    read_end.read_to_end(&mut got).unwrap();
+    assert!(child.wait().unwrap().success());
+    got
+}
+
+#[test]
+fn a_destination_left_non_blocking_by_the_parent_still_gets_every_byte() {
+    // A pipe (passed on inside the kernel) and a socket (copied through gpudoc).
+    let (r, w) = nix::unistd::pipe().unwrap();
+    let to_pipe = through_a_non_blocking(w, std::fs::File::from(r));
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let to_socket =
+        through_a_non_blocking(b.into(), std::fs::File::from(std::os::fd::OwnedFd::from(a)));
+    for (how, got) in [("a pipe", to_pipe), ("a socket", to_socket)] {
+        assert_eq!(got.len(), 3_000_000, "{how}");
+        assert!(got.iter().all(|&c| c == b'x'), "{how}");
+    }
+}

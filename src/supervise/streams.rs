@@ -13,7 +13,7 @@
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -386,10 +386,12 @@ fn pump(
 ) {
     // Unbuffered: each chunk reaches the terminal as the command wrote it.
     let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(to) });
-    let mut reader =
-        std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(ours.as_raw_fd()) });
+    // SAFETY: `to` (1 or 2) stays open for gpudoc's whole life.
+    let to_fd = unsafe { BorrowedFd::borrow_raw(to) };
     let mut buf = vec![0u8; READ_BYTES];
     let mut drain_started: Option<Instant> = None;
+    // Pipe to pipe, the kernel duplicates the bytes into `to` and gpudoc reads them only to scan.
+    let mut by_tee = term.is_none();
     // A full buffer means more is waiting: read again without asking poll first.
     let mut more = false;
     loop {
@@ -402,27 +404,121 @@ fn pump(
                 break;
             }
         }
-        let n = match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            // EIO: every holder of the pseudo-terminal's other side closed it.
-            Err(_) => break,
+        let moved = if by_tee {
+            tee_chunk(ours.as_fd(), to_fd, &mut buf)
+        } else {
+            copy_chunk(ours.as_fd(), &mut out, term.as_deref(), &mut buf)
+        };
+        let (n, passed) = match moved {
+            Moved::Bytes(n, passed) => (n, passed),
+            Moved::Retry => continue,
+            Moved::NotPipes => {
+                by_tee = false;
+                continue;
+            }
+            Moved::End => break,
         };
         more = n == buf.len();
-        let chunk = &buf[..n];
-        let result = match &term {
-            Some(t) => t.pass(&mut *out, chunk),
-            None => out.write_all(chunk),
-        };
         if let Some(obs) = observer.lock().unwrap().as_mut() {
-            obs(stream, chunk);
+            obs(stream, &buf[..n]);
         }
-        if result.is_err() {
+        if !passed {
             // Our reader went away (`| head`): closing our end lets the command see EPIPE as it would have.
             break;
         }
     }
+}
+
+/// What one step of a pump did.
+enum Moved {
+    /// `n` bytes are in the buffer (to be scanned); whether they reached the destination.
+    Bytes(usize, bool),
+    /// Nothing moved; try again.
+    Retry,
+    /// tee(2) needs a pipe on both sides: copy instead.
+    NotPipes,
+    /// The command's side is closed (or failed).
+    End,
+}
+
+/// Reads one chunk and writes it on (through the terminal's live-line bookkeeping, if it is one).
+fn copy_chunk(
+    ours: BorrowedFd,
+    out: &mut std::fs::File,
+    term: Option<&Terminal>,
+    buf: &mut [u8],
+) -> Moved {
+    let n = match nix::unistd::read(ours, buf) {
+        Ok(0) => return Moved::End,
+        Ok(n) => n,
+        Err(Errno::EINTR) => return Moved::Retry,
+        // EIO: every holder of the pseudo-terminal's other side closed it.
+        Err(_) => return Moved::End,
+    };
+    let passed = match term {
+        Some(t) => t.pass(out, &buf[..n]),
+        None => write_all(out, &buf[..n]),
+    };
+    Moved::Bytes(n, passed.is_ok())
+}
+
+/// Duplicates what is waiting in `ours` into `to` in the kernel, then reads the same bytes out of `ours`
+/// to scan them: one copy fewer than read and write.
+fn tee_chunk(ours: BorrowedFd, to: BorrowedFd, buf: &mut [u8]) -> Moved {
+    let n = match nix::fcntl::tee(ours, to, buf.len(), nix::fcntl::SpliceFFlags::empty()) {
+        Ok(0) => return Moved::End,
+        Ok(n) => n,
+        Err(Errno::EINTR) => return Moved::Retry,
+        Err(Errno::EINVAL) => return Moved::NotPipes,
+        Err(Errno::EAGAIN) => {
+            wait_writable(to);
+            return Moved::Retry;
+        }
+        // EPIPE: our reader went away. What is waiting is still read, to be scanned.
+        Err(_) => return read_exact(ours, buf, buf.len().min(PIPE_BYTES as usize), false),
+    };
+    read_exact(ours, buf, n, true)
+}
+
+/// Reads `n` bytes that are known to be waiting in the pipe (after a tee), or, when `passed` is false, what
+/// is waiting, up to `n`.
+fn read_exact(ours: BorrowedFd, buf: &mut [u8], n: usize, passed: bool) -> Moved {
+    let mut got = 0;
+    while got < n {
+        match nix::unistd::read(ours, &mut buf[got..n]) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(Errno::EINTR) => {}
+            Err(_) => break,
+        }
+        if !passed {
+            break;
+        }
+    }
+    if got == 0 && !passed {
+        return Moved::End;
+    }
+    Moved::Bytes(got, passed)
+}
+
+/// `write_all`, waiting (rather than failing) when gpudoc's fd was left non-blocking by whoever started it.
+fn write_all(out: &mut std::fs::File, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match out.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(out.as_fd()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Waits (at most a tenth of a second at a time) until `fd` takes more bytes.
+fn wait_writable(fd: BorrowedFd) {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+    let _ = poll(&mut fds, PollTimeout::from(100u16));
 }
 
 /// Waits until `fd` has data; false when the command is gone and the stream stayed quiet, or on error.
