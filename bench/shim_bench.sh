@@ -2,7 +2,8 @@
 # The cost of `gpudoc run` to a launch-bound training loop (issue 12), on a GPU: bench/shim_loop.py at
 # about 1.7 ms and 0.4 ms a step, bare, under gpudoc (shim on, leak hunting auto), with --hunt-leaks=off,
 # and with --no-torch (NVML sampling only), rotated so no configuration always runs first; medians and
-# spread. GPUDOC=path uses a gpudoc built elsewhere (the GPU machine has no cargo).
+# spread. GPUDOC=path uses a gpudoc built elsewhere (the GPU machine has no cargo). PIN=1 runs the loop on
+# core 3 and gpudoc on cores 5-7 (taskset), so the scheduler's placement drops out of the noise.
 #   bench/shim_bench.sh [ALTERNATIONS]     (default 5)
 set -u
 cd "$(dirname "$0")/.."
@@ -10,12 +11,14 @@ G="${GPUDOC:-$PWD/target/release/gpudoc}"
 N="${1:-5}"
 W=$(mktemp -d)
 configs=(bare gpudoc hunt_off no_torch)
+LOOP=(python3); WRAP=()
+if [ "${PIN:-0}" = 1 ]; then LOOP=(taskset -c 3 python3); WRAP=(taskset -c 5-7); fi
 run() { # config kind
   case $1 in
-    bare) python3 bench/shim_loop.py $2 ;;
-    gpudoc) $G run -q --json $W/r.json -- python3 bench/shim_loop.py $2 ;;
-    hunt_off) $G run -q --hunt-leaks=off --json $W/r.json -- python3 bench/shim_loop.py $2 ;;
-    no_torch) $G run -q --no-torch --json $W/r.json -- python3 bench/shim_loop.py $2 ;;
+    bare) "${LOOP[@]}" bench/shim_loop.py $2 ;;
+    gpudoc) "${WRAP[@]}" $G run -q --json $W/r.json -- "${LOOP[@]}" bench/shim_loop.py $2 ;;
+    hunt_off) "${WRAP[@]}" $G run -q --hunt-leaks=off --json $W/r.json -- "${LOOP[@]}" bench/shim_loop.py $2 ;;
+    no_torch) "${WRAP[@]}" $G run -q --no-torch --json $W/r.json -- "${LOOP[@]}" bench/shim_loop.py $2 ;;
   esac
 }
 for kind in fast faster; do

@@ -1,7 +1,9 @@
 """A launch-bound training loop for measuring the shim's cost at fast step rates (bench/README.md):
-    python3 shim_loop.py fast | faster
+    python3 shim_loop.py fast|faster [STEPS [BLOCKS_FILE]]
 fast: a 4-layer MLP, 1024 wide, GELU, batch 256, AdamW (about 1.7 ms a step on an H200); faster: one layer,
-256 wide, batch 64, SGD (about 0.4 ms). 300 warm-up steps, then 3000 timed; prints steps per second."""
+256 wide, batch 64, SGD (about 0.4 ms). 300 warm-up steps, then 3000 timed; prints steps per second.
+With BLOCKS_FILE, the time of every block of 100 steps goes there too, one `monotonic_end seconds` line
+each (bench/sampling_cost.py compares blocks with and without gpudoc's sampling)."""
 import json
 import sys
 import time
@@ -10,14 +12,15 @@ import torch
 
 kind = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
+blocks = open(sys.argv[3], "w", buffering=1) if len(sys.argv) > 3 else None
 torch.manual_seed(0)
 dev = torch.device("cuda:0")
 if kind == "fast":
     width, batch, layers = 1024, 256, 4
 else:
     width, batch, layers = 256, 64, 1
-blocks = [torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU()) for _ in range(layers)]
-model = torch.nn.Sequential(*blocks).to(dev)
+layer = [torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU()) for _ in range(layers)]
+model = torch.nn.Sequential(*layer).to(dev)
 opt = (torch.optim.AdamW if kind == "fast" else torch.optim.SGD)(model.parameters(), lr=1e-4)
 x = torch.randn(batch, width, device=dev)
 
@@ -32,8 +35,14 @@ for _ in range(300):
     step()
 torch.cuda.synchronize()
 t = time.perf_counter()
-for _ in range(steps):
+b = t
+for i in range(steps):
     step()
+    if blocks and i % 100 == 99:
+        torch.cuda.synchronize()
+        now = time.perf_counter()
+        blocks.write(f"{time.monotonic()} {now - b}\n")
+        b = now
 torch.cuda.synchronize()
 dt = time.perf_counter() - t
 print(json.dumps({"kind": kind, "steps": steps, "ms_per_step": dt / steps * 1e3, "steps_per_s": steps / dt}))

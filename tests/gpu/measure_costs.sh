@@ -1,47 +1,41 @@
 #!/usr/bin/env bash
-# The cost of --metrics and `gpudoc watch` beside training; the shim's cost with the loop pinned to a core;
-# the output passthrough benchmark. Expects .device/gpudoc. Leaves $OUT/costs.
+# On the lent H200: the cost of --metrics and `gpudoc watch` beside training (issue 18), whether NVML
+# sampling slows a launch-bound loop (issue 12, bench/sampling_cost.py), and the output passthrough
+# benchmark on a quiet host (issue 11). Expects .device/gpudoc; leaves $OUT/costs.tar.gz and prints a digest.
+# The pinned shim benchmark is a separate call: PIN=1 GPUDOC=.device/gpudoc bench/shim_bench.sh 5
 set -u
 G=$PWD/.device/gpudoc; chmod +x $G
-R=/tmp/recb; mkdir -p $R/costs
+R=/tmp/costs; mkdir -p $R
 export CUDA_VISIBLE_DEVICES=0
-# 3. --metrics and watch beside training.
+# --metrics and watch beside training: the same run without and with a scraper, twice.
 for i in 1 2; do
-  $G run -q --json $R/costs/plain_$i.json -- python3 bench/train_loop.py 3000 > $R/costs/plain_$i.out
-  $G run -q --metrics 9400 --json $R/costs/metrics_$i.json -- python3 bench/train_loop.py 3000 > $R/costs/metrics_$i.out &
+  $G run -q --json $R/plain_$i.json -- python3 bench/train_loop.py 3000 > $R/plain_$i.out
+  $G run -q --metrics 9400 --json $R/metrics_$i.json -- python3 bench/train_loop.py 3000 > $R/metrics_$i.out &
   RUN=$!
   sleep 3
-  for k in $(seq 15); do curl -s -o /dev/null -w '%{time_total}\n' http://127.0.0.1:9400/metrics >> $R/costs/scrape_$i.txt; sleep 1; done
-  $G watch --format jsonl --interval 1s > $R/costs/watch_$i.jsonl 2>/dev/null & W=$!
+  for k in $(seq 15); do curl -s -o $R/scrape_$i.prom -w '%{time_total}\n' http://127.0.0.1:9400/metrics >> $R/scrape_$i.txt; sleep 1; done
+  $G watch --format jsonl --interval 1s > $R/watch_$i.jsonl 2>/dev/null & W=$!
   wait $RUN
   sleep 1; kill $W; wait $W 2>/dev/null
-  curl -s http://127.0.0.1:9400/metrics > /dev/null || true
 done
-$G watch --format jsonl --interval 1s > $R/costs/watch_idle.jsonl 2>/dev/null & W=$!; sleep 10
-awk '{print "watch cpu ticks (10 s idle):", $14+$15}' /proc/$W/stat > $R/costs/watch_cpu.txt; kill $W
-# 4. The shim's cost with the loop pinned to one core (gpudoc on others).
-for i in 1 2 3 4; do
-  for c in bare gpudoc no_torch; do
-    case $c in
-      bare) taskset -c 3 python3 bench/shim_loop.py fast ;;
-      gpudoc) taskset -c 5-7 $G run -q --json /tmp/r.json -- taskset -c 3 python3 bench/shim_loop.py fast ;;
-      no_torch) taskset -c 5-7 $G run -q --no-torch --json /tmp/r.json -- taskset -c 3 python3 bench/shim_loop.py fast ;;
-    esac | tail -1 | sed "s/^/{\"config\":\"$c\",\"run\":$i,\"x\":/; s/\$/}/" >> $R/costs/pinned.jsonl
+# watch alone on an idle GPU: its CPU over 10 s.
+$G watch --format jsonl --interval 1s > $R/watch_idle.jsonl 2>/dev/null & W=$!; sleep 10
+awk '{print "watch cpu ticks over 10 s idle:", $14+$15}' /proc/$W/stat > $R/watch_cpu.txt; kill $W
+# NVML sampling beside a launch-bound loop, gpudoc stopped and continued every second.
+for kind in "fast 20000" "faster 40000"; do
+  for flags in "" "--idle-interval 1ms"; do
+    python3 bench/sampling_cost.py $G $kind $flags >> $R/sampling_cost.jsonl
   done
 done
-# 5. Output passthrough.
-GPUDOC=$G timeout 150 bash bench/passthrough.sh 3 > $R/costs/passthrough.txt 2>&1
-cp -r $R/costs $OUT/
-cat $R/costs/watch_cpu.txt $R/costs/passthrough.txt | tail -20
+# The output path on a quiet host.
+GPUDOC=$G timeout 200 bash bench/passthrough.sh 3 > $R/passthrough.txt 2>&1
+tar czf $OUT/costs.tar.gz -C /tmp costs
+cat $R/watch_cpu.txt $R/sampling_cost.jsonl $R/passthrough.txt
 python3 - <<'PY'
 import json, statistics as st
-R = "/tmp/recb/costs"
+R = "/tmp/costs"
 for i in (1, 2):
     p = json.load(open(f"{R}/plain_{i}.json")); m = json.load(open(f"{R}/metrics_{i}.json"))
     sc = [float(x) for x in open(f"{R}/scrape_{i}.txt")]
-    print(f"round {i}: cpu plain {p['sampling']['self_cpu_s']:.3f}s/{p['duration_s']:.1f}s, with --metrics {m['sampling']['self_cpu_s']:.3f}s/{m['duration_s']:.1f}s; scrape median {st.median(sc)*1e3:.1f} ms max {max(sc)*1e3:.1f} ms; steps/s {json.load(open(f'{R}/plain_{i}.out'))['steps_per_s']:.1f} vs {json.load(open(f'{R}/metrics_{i}.out'))['steps_per_s']:.1f}")
-rows = [json.loads(l) for l in open(f"{R}/pinned.jsonl")]
-for c in ("bare", "gpudoc", "no_torch"):
-    v = [r["x"]["steps_per_s"] for r in rows if r["config"] == c]
-    print("pinned", c, [round(x, 1) for x in v], "median", round(st.median(v), 1))
+    print(f"round {i}: gpudoc cpu {p['sampling']['self_cpu_s']:.3f} s of {p['duration_s']:.1f} s; with --metrics scraped every second {m['sampling']['self_cpu_s']:.3f} s of {m['duration_s']:.1f} s; scrape median {st.median(sc)*1e3:.1f} ms, max {max(sc)*1e3:.1f} ms; steps/s {json.load(open(f'{R}/plain_{i}.out'))['steps_per_s']:.1f} vs {json.load(open(f'{R}/metrics_{i}.out'))['steps_per_s']:.1f}")
 PY

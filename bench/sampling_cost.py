@@ -1,0 +1,64 @@
+"""Does gpudoc's NVML sampling slow a launch-bound training loop (driver lock contention)? Within one run,
+so the run-to-run noise of a launch-bound loop (±20% on the H200 host) cancels: bench/shim_loop.py runs
+under `gpudoc run --no-torch`, and gpudoc itself is stopped (SIGSTOP) and continued (SIGCONT) every
+second. Blocks of 100 steps that ran wholly while gpudoc sampled are compared with blocks that ran wholly
+while it was stopped. Prints one JSON line per run; needs a GPU.
+    python3 bench/sampling_cost.py GPUDOC fast|faster STEPS [gpudoc run flags...]"""
+import json
+import os
+import signal
+import statistics as st
+import subprocess
+import sys
+import tempfile
+import time
+
+gpudoc, kind, steps, flags = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+here = os.path.dirname(os.path.abspath(__file__))
+work = tempfile.mkdtemp()
+blocks_file = os.path.join(work, "blocks")
+cmd = [gpudoc, "run", "-q", "--no-torch", *flags, "--json", os.path.join(work, "r.json"), "--",
+       sys.executable, os.path.join(here, "shim_loop.py"), kind, str(steps), blocks_file]
+job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+# Toggling starts once the loop has warmed up (its first block is written).
+while not (os.path.exists(blocks_file) and os.path.getsize(blocks_file) > 0):
+    if job.poll() is not None:
+        sys.exit(f"the loop ended early: {job.returncode}")
+    time.sleep(0.05)
+switches = []  # (monotonic time, sampling after it)
+sampling = True
+while job.poll() is None:
+    time.sleep(1.0)
+    sampling = not sampling
+    try:
+        os.kill(job.pid, signal.SIGCONT if sampling else signal.SIGSTOP)
+    except ProcessLookupError:
+        break
+    switches.append((time.monotonic(), sampling))
+os.kill(job.pid, signal.SIGCONT) if job.poll() is None else None
+job.wait()
+
+
+def state_over(start, end):
+    """True/False when gpudoc sampled/was stopped for the whole of [start, end]; None across a switch."""
+    state = True
+    for t, s in switches:
+        if t <= start:
+            state = s
+        elif t < end:
+            return None
+    return state
+
+
+on, off = [], []
+for line in open(blocks_file):
+    end, secs = map(float, line.split())
+    s = state_over(end - secs, end)
+    if s is not None:
+        (on if s else off).append(secs / 100 * 1e3)
+m_on, m_off = st.median(on), st.median(off)
+print(json.dumps({"kind": kind, "flags": " ".join(flags), "blocks_sampling": len(on), "blocks_stopped": len(off),
+                  "ms_per_step_sampling": round(m_on, 4), "ms_per_step_stopped": round(m_off, 4),
+                  "cost_pct": round((m_on / m_off - 1) * 100, 2),
+                  "iqr_sampling": [round(x, 4) for x in st.quantiles(on, n=4)[::2]],
+                  "iqr_stopped": [round(x, 4) for x in st.quantiles(off, n=4)[::2]]}))
