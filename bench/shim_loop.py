@@ -3,8 +3,12 @@
 fast: a 4-layer MLP, 1024 wide, GELU, batch 256, AdamW (about 1.7 ms a step on an H200); faster: one layer,
 256 wide, batch 64, SGD (about 0.4 ms). 300 warm-up steps, then 3000 timed; prints steps per second.
 With BLOCKS_FILE, the time of every block of 100 steps goes there too, one `monotonic_end seconds` line
-each (bench/sampling_cost.py compares blocks with and without gpudoc's sampling)."""
+each (bench/sampling_cost.py compares blocks with and without gpudoc's sampling). With TOGGLE_SHIM=1 in
+the environment (under `gpudoc run`), gpudoc's step hook is taken out of PyTorch's optimizer hooks for every
+other block and put back for the next, and each line says whether it was in (`1`) or out (`0`): the shim's
+cost within one run, where the run-to-run noise cancels."""
 import json
+import os
 import sys
 import time
 
@@ -34,6 +38,13 @@ def step():
 for _ in range(300):
     step()
 torch.cuda.synchronize()
+hooks = shim_hook = None
+if os.environ.get("TOGGLE_SHIM") == "1":
+    from torch.optim import optimizer as _opt
+
+    hooks = _opt._global_optimizer_post_hooks
+    shim_hook = next(k for k, f in hooks.items() if getattr(f, "__module__", "") == "_gpudoc_torch")
+    shim_fn = hooks[shim_hook]
 t = time.perf_counter()
 b = t
 for i in range(steps):
@@ -41,8 +52,14 @@ for i in range(steps):
     if blocks and i % 100 == 99:
         torch.cuda.synchronize()
         now = time.perf_counter()
-        blocks.write(f"{time.monotonic()} {now - b}\n")
-        b = now
+        state = "" if hooks is None else f" {int(shim_hook in hooks)}"
+        blocks.write(f"{time.monotonic()} {now - b}{state}\n")
+        if hooks is not None:
+            if shim_hook in hooks:
+                del hooks[shim_hook]
+            else:
+                hooks[shim_hook] = shim_fn
+        b = time.perf_counter()
 torch.cuda.synchronize()
 dt = time.perf_counter() - t
 print(json.dumps({"kind": kind, "steps": steps, "ms_per_step": dt / steps * 1e3, "steps_per_s": steps / dt}))
