@@ -595,3 +595,26 @@ fn a_destination_left_non_blocking_by_the_parent_still_gets_every_byte() {
         assert!(got.iter().all(|&c| c == b'x'), "{how}");
     }
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_command_as_without_gpudoc() {
+    // `yes | head -1`: when head exits, yes gets SIGPIPE; through gpudoc the same, on stdout and stderr.
+    let m = Machine::h200s(1);
+    let gpudoc = common::gpudoc_bin();
+    for (stream, redirect) in [("stdout", ""), ("stderr", ">&2")] {
+        let started = Instant::now();
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "{} run -q -- sh -c 'yes {redirect}' 2>&1 | head -1; echo \"status ${{PIPESTATUS[0]}}\"",
+                gpudoc.display()
+            ))
+            .env("GPUDOC_NVML_LIB", common::fake_lib())
+            .env("FAKE_NVML_STATE", m.state_path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text, "y\nstatus 141\n", "{stream}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{stream}");
+    }
+}
