@@ -92,3 +92,36 @@ fn a_saved_report_writes_the_same_afterwards() {
     assert_eq!(reserved.len(), steps.len());
     assert_eq!(reserved.last().unwrap()[0], steps.last().unwrap()["step"]);
 }
+
+#[test]
+fn a_saved_trace_writes_the_curve_the_run_wrote() {
+    let m = Machine::h200s(1);
+    let (live, replayed, trace) = (m.path("live"), m.path("replayed"), m.path("t.jsonl"));
+    let train = fake_torch().join("train.py");
+    let (code, _, _, err) = m.python(
+        &[],
+        &[
+            "--tensorboard",
+            live.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        &[train.to_str().unwrap(), "6", "--sleep", "0.15"],
+    );
+    assert_eq!(code, 0, "{err}");
+    common::succeed(
+        m.gpudoc()
+            .arg("report")
+            .arg(&trace)
+            .arg("--tensorboard")
+            .arg(&replayed),
+    );
+    let tag = "gpudoc/gpu0/job_memory_GiB";
+    let (a, b) = (
+        scalars(&live.join("gpudoc")),
+        scalars(&replayed.join("gpudoc")),
+    );
+    // The samples, not the report's summary of them: the same points as the live run wrote.
+    assert!(a[tag].as_array().unwrap().len() > 100, "{}", a[tag]);
+    assert_eq!(a[tag], b[tag]);
+}

@@ -9,8 +9,9 @@ use std::process::ExitCode;
 pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
     let mut reports = Vec::new();
     let mut timelines = Vec::new();
-    // The samples themselves, for the page of one trace: a merge keeps each node's summary.
-    let samples = s.html.is_some() && s.files.len() == 1;
+    // The samples themselves, for the page and the event file of one trace: a merge keeps each node's
+    // summary.
+    let samples = (s.html.is_some() || s.tensorboard.is_some()) && s.files.len() == 1;
     for f in &s.files {
         let (r, t) = replay::load_with_timeline(f, s.output.as_deref(), &s.rules, samples)
             .map_err(|e| Failure::new(exit::USAGE, e))?;
@@ -23,7 +24,7 @@ pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
         rules::diagnose(&mut report, &s.rules);
     }
     if let Some(dir) = &s.tensorboard {
-        crate::tensorboard::write(dir, &report, None).map_err(|e| {
+        crate::tensorboard::write(dir, &report, timeline.as_ref()).map_err(|e| {
             Failure::new(exit::USAGE, format!("--tensorboard {}: {e}", dir.display()))
         })?;
     }
