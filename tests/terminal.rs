@@ -195,3 +195,59 @@ fn real_oom_texts_on_a_terminal_are_read() {
     }
     assert!(checked >= 40);
 }
+
+#[test]
+fn a_terminal_left_non_blocking_still_gets_every_byte() {
+    // Programs that crash can leave the terminal O_NONBLOCK; a slow terminal then fills and says EAGAIN.
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let m = Machine::h200s(1);
+    let pty = nix::pty::openpty(None, None).unwrap();
+    // SAFETY: fcntl on a descriptor this test owns.
+    unsafe {
+        let fd = pty.slave.as_raw_fd();
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+        );
+    }
+    let mut cmd = gpudoc_sh(&m, &[], "head -c 2000000 /dev/zero | tr '\\0' '~'");
+    cmd.stdout(std::process::Stdio::from(pty.slave.try_clone().unwrap()))
+        .stderr(std::process::Stdio::from(pty.slave));
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: as above; non-blocking so a gpudoc that hangs fails the test instead of stalling it.
+    unsafe {
+        let fd = pty.master.as_raw_fd();
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+        );
+    }
+    let mut master = std::fs::File::from(pty.master);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match master.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!("gpudoc still runs after 30 s, {} bytes passed", got.len());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            // EIO once every holder of the other side has closed it.
+            Err(_) => break,
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    // Every byte of the command's, then gpudoc's summary.
+    let run = got.iter().take_while(|&&c| c == b'~').count();
+    assert_eq!(run, 2_000_000, "{}", String::from_utf8_lossy(&got[run..]));
+}

@@ -116,13 +116,13 @@ impl Default for Terminal {
 
 impl Terminal {
     /// Writes the command's bytes to `out`, clearing the live line first if it is drawn.
-    fn pass(&self, out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+    fn pass(&self, out: &mut std::fs::File, bytes: &[u8]) -> io::Result<()> {
         let mut s = self.state.lock().unwrap();
         if s.drawn {
             s.drawn = false;
             let _ = stderr_raw().write_all(CLEAR);
         }
-        let r = out.write_all(bytes);
+        let r = write_all(out, bytes);
         if let Some(&last) = bytes.last() {
             s.at_line_start = last == b'\n';
         }
