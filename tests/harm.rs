@@ -551,16 +551,7 @@ fn stdout_and_stderr_sharing_a_pipe_keep_their_order() {
 /// pause (so the destination fills); returns what arrived.
 fn through_a_non_blocking(write_end: std::os::fd::OwnedFd, mut read_end: std::fs::File) -> Vec<u8> {
     use std::io::Read;
-    use std::os::fd::AsRawFd;
-    // SAFETY: fcntl on a descriptor this test owns.
-    unsafe {
-        let flags = libc::fcntl(write_end.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(
-            write_end.as_raw_fd(),
-            libc::F_SETFL,
-            flags | libc::O_NONBLOCK,
-        );
-    }
+    common::set_nonblocking(&write_end);
     let m = Machine::h200s(1);
     let mut child = m
         .gpudoc()

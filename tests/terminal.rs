@@ -200,33 +200,17 @@ fn real_oom_texts_on_a_terminal_are_read() {
 fn a_terminal_left_non_blocking_still_gets_every_byte() {
     // Programs that crash can leave the terminal O_NONBLOCK; a slow terminal then fills and says EAGAIN.
     use std::io::Read;
-    use std::os::fd::AsRawFd;
     let m = Machine::h200s(1);
     let pty = nix::pty::openpty(None, None).unwrap();
-    // SAFETY: fcntl on a descriptor this test owns.
-    unsafe {
-        let fd = pty.slave.as_raw_fd();
-        libc::fcntl(
-            fd,
-            libc::F_SETFL,
-            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
-        );
-    }
+    common::set_nonblocking(&pty.slave);
     let mut cmd = gpudoc_sh(&m, &[], "head -c 2000000 /dev/zero | tr '\\0' '~'");
     cmd.stdout(std::process::Stdio::from(pty.slave.try_clone().unwrap()))
         .stderr(std::process::Stdio::from(pty.slave));
     let mut child = cmd.spawn().unwrap();
     drop(cmd);
     std::thread::sleep(std::time::Duration::from_millis(500));
-    // SAFETY: as above; non-blocking so a gpudoc that hangs fails the test instead of stalling it.
-    unsafe {
-        let fd = pty.master.as_raw_fd();
-        libc::fcntl(
-            fd,
-            libc::F_SETFL,
-            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
-        );
-    }
+    // Non-blocking, so a gpudoc that hangs fails the test instead of stalling it.
+    common::set_nonblocking(&pty.master);
     let mut master = std::fs::File::from(pty.master);
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];

@@ -261,3 +261,17 @@ pub fn report_of(
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// Makes `fd` non-blocking (O_NONBLOCK on its open file description, shared with its duplicates).
+pub fn set_nonblocking(fd: impl std::os::fd::AsFd) {
+    use std::os::fd::AsRawFd;
+    let fd = fd.as_fd().as_raw_fd();
+    // SAFETY: fcntl on a descriptor the caller holds.
+    unsafe {
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+        );
+    }
+}

@@ -66,9 +66,26 @@ impl Term {
         self.master.write_all(b).unwrap();
     }
 
-    /// Waits for exit and returns (code, everything printed).
+    /// Waits for exit (at most a minute: a command that hangs fails the test rather than stalling the
+    /// suite) and returns (code, everything printed).
     pub fn finish(mut self) -> (i32, String) {
-        let status = self.child.wait().unwrap();
+        let end = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            while let Ok(chunk) = self.out.try_recv() {
+                self.seen.extend(chunk);
+            }
+            if Instant::now() > end {
+                let _ = self.child.kill();
+                panic!(
+                    "still running after a minute; printed: {:?}",
+                    String::from_utf8_lossy(&self.seen)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         while let Ok(chunk) = self.out.recv_timeout(Duration::from_millis(300)) {
             self.seen.extend(chunk);
         }
