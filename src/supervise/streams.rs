@@ -5,7 +5,8 @@
 //!   command still sees a terminal and prints colours and progress bars.
 //! - A stream that is a regular file (`> log`) is the command's own, as without gpudoc: gpudoc reads the
 //!   file behind it ([`follow`]), so the output costs nothing and its order is the command's.
-//! - Anything else (a pipe to `tee` or a CI runner, `/dev/null`) gets a pipe that gpudoc copies on.
+//! - Anything else (a pipe to `tee` or a CI runner, `/dev/null`) gets a pipe that gpudoc copies on: inside
+//!   the kernel (tee(2)) where the destination is a pipe too, gpudoc reading the bytes only to scan them.
 //! - When stdout and stderr are the same file (`2>&1`), the command gets one channel for both, so the
 //!   order of its writes is kept exactly.
 //! - The terminal is shared with gpudoc's live line ([`Terminal`]): the command's bytes go out as they
@@ -394,8 +395,6 @@ fn pump(
 ) {
     // Unbuffered: each chunk reaches the terminal as the command wrote it.
     let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(to) });
-    // SAFETY: `to` (1 or 2) stays open for gpudoc's whole life.
-    let to_fd = unsafe { BorrowedFd::borrow_raw(to) };
     let mut buf = vec![0u8; READ_BYTES];
     let mut drain_started: Option<Instant> = None;
     // Pipe to pipe, the kernel duplicates the bytes into `to` and gpudoc reads them only to scan.
@@ -413,7 +412,7 @@ fn pump(
             }
         }
         let moved = if by_tee {
-            tee_chunk(ours.as_fd(), to_fd, &mut buf)
+            tee_chunk(ours.as_fd(), out.as_fd(), &mut buf)
         } else {
             copy_chunk(ours.as_fd(), &mut out, term.as_deref(), &mut buf)
         };
@@ -483,14 +482,14 @@ fn tee_chunk(ours: BorrowedFd, to: BorrowedFd, buf: &mut [u8]) -> Moved {
             return Moved::Retry;
         }
         // EPIPE: our reader went away. What is waiting is still read, to be scanned.
-        Err(_) => return read_exact(ours, buf, buf.len().min(PIPE_BYTES as usize), false),
+        Err(_) => {
+            return match nix::unistd::read(ours, buf) {
+                Ok(n) if n > 0 => Moved::Bytes(n, false),
+                _ => Moved::End,
+            };
+        }
     };
-    read_exact(ours, buf, n, true)
-}
-
-/// Reads `n` bytes that are known to be waiting in the pipe (after a tee), or, when `passed` is false, what
-/// is waiting, up to `n`.
-fn read_exact(ours: BorrowedFd, buf: &mut [u8], n: usize, passed: bool) -> Moved {
+    // The `n` bytes are waiting in the pipe: read them all.
     let mut got = 0;
     while got < n {
         match nix::unistd::read(ours, &mut buf[got..n]) {
@@ -499,14 +498,8 @@ fn read_exact(ours: BorrowedFd, buf: &mut [u8], n: usize, passed: bool) -> Moved
             Err(Errno::EINTR) => {}
             Err(_) => break,
         }
-        if !passed {
-            break;
-        }
     }
-    if got == 0 && !passed {
-        return Moved::End;
-    }
-    Moved::Bytes(got, passed)
+    Moved::Bytes(got, true)
 }
 
 /// `write_all`, waiting (rather than failing) when gpudoc's fd was left non-blocking by whoever started it.
