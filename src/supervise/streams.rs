@@ -121,7 +121,7 @@ impl Terminal {
         let mut s = self.state.lock().unwrap();
         if s.drawn {
             s.drawn = false;
-            let _ = stderr_raw().write_all(CLEAR);
+            let _ = to_stderr(CLEAR);
         }
         let r = write_all(out, bytes);
         if let Some(&last) = bytes.last() {
@@ -141,7 +141,7 @@ impl Terminal {
         let cut: String = line.chars().take(width.saturating_sub(1)).collect();
         let mut buf = CLEAR.to_vec();
         buf.extend_from_slice(cut.as_bytes());
-        if stderr_raw().write_all(&buf).is_ok() {
+        if to_stderr(&buf).is_ok() {
             s.drawn = true;
         }
     }
@@ -151,14 +151,17 @@ impl Terminal {
         let mut s = self.state.lock().unwrap();
         if s.drawn {
             s.drawn = false;
-            let _ = stderr_raw().write_all(CLEAR);
+            let _ = to_stderr(CLEAR);
         }
     }
 }
 
-/// gpudoc's fd 2, unbuffered, without closing it.
-fn stderr_raw() -> std::mem::ManuallyDrop<std::fs::File> {
-    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(2) })
+/// Writes to gpudoc's fd 2, unbuffered, without closing it, waiting like the command's bytes do when the
+/// terminal was left non-blocking.
+fn to_stderr(bytes: &[u8]) -> io::Result<()> {
+    // SAFETY: fd 2 stays open for gpudoc's whole life; ManuallyDrop leaves it open.
+    let mut e = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(2) });
+    write_all(&mut e, bytes)
 }
 
 /// One channel from the command, and how gpudoc sees what goes through it.
