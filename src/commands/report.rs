@@ -8,17 +8,16 @@ use std::process::ExitCode;
 
 pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
     let mut reports = Vec::new();
-    let mut timelines = Vec::new();
     // The samples themselves, for the page and the event file of one trace: a merge keeps each node's
     // summary.
     let samples = (s.html.is_some() || s.tensorboard.is_some()) && s.files.len() == 1;
+    let mut timeline = None;
     for f in &s.files {
         let (r, t) = replay::load_with_timeline(f, s.output.as_deref(), &s.rules, samples)
             .map_err(|e| Failure::new(exit::USAGE, e))?;
         reports.push(r);
-        timelines.push(t);
+        timeline = t;
     }
-    let timeline = timelines.pop().flatten();
     let mut report = crate::merge::merge(reports).map_err(|e| Failure::new(exit::USAGE, e))?;
     if !report.hosts.is_empty() {
         rules::diagnose(&mut report, &s.rules);
