@@ -96,15 +96,8 @@ fn json_through_a_descriptor_gives_something_a_machine_can_read() {
     );
     assert!(out.stdout.is_empty(), "the command did not run");
     // The way round it: the report on fd 3, the command's output on stderr.
-    let gpudoc = common::gpudoc_bin();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "{} run -q --json /dev/fd/3 -- echo hi 3>&1 1>&2",
-            gpudoc.display()
-        ))
-        .env("GPUDOC_NVML_LIB", common::fake_lib())
-        .env("FAKE_NVML_STATE", m.state_path())
+    let out = m
+        .shell(r#""$GPUDOC" run -q --json /dev/fd/3 -- echo hi 3>&1 1>&2"#)
         .env("GITHUB_ACTIONS", "true")
         .output()
         .unwrap();
@@ -531,15 +524,10 @@ fn oom_texts_on_stdout_are_read_whatever_stdout_is() {
 fn stdout_and_stderr_sharing_a_pipe_keep_their_order() {
     let m = Machine::h200s(1);
     let script = "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo out$i; echo err$i >&2; done";
-    let gpudoc = common::gpudoc_bin();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "{} run -q -- sh -c '{script}' 2>&1 | cat",
-            gpudoc.display()
+    let out = m
+        .shell(&format!(
+            r#""$GPUDOC" run -q -- sh -c '{script}' 2>&1 | cat"#
         ))
-        .env("GPUDOC_NVML_LIB", common::fake_lib())
-        .env("FAKE_NVML_STATE", m.state_path())
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -591,17 +579,12 @@ fn a_destination_left_non_blocking_by_the_parent_still_gets_every_byte() {
 fn a_reader_that_goes_away_ends_the_command_as_without_gpudoc() {
     // `yes | head -1`: when head exits, yes gets SIGPIPE; through gpudoc the same, on stdout and stderr.
     let m = Machine::h200s(1);
-    let gpudoc = common::gpudoc_bin();
     for (stream, redirect) in [("stdout", ""), ("stderr", ">&2")] {
         let started = Instant::now();
-        let out = Command::new("bash")
-            .arg("-c")
-            .arg(format!(
-                "{} run -q -- sh -c 'yes {redirect}' 2>&1 | head -1; echo \"status ${{PIPESTATUS[0]}}\"",
-                gpudoc.display()
+        let out = m
+            .shell(&format!(
+                r#""$GPUDOC" run -q -- sh -c 'yes {redirect}' 2>&1 | head -1; echo "status ${{PIPESTATUS[0]}}""#
             ))
-            .env("GPUDOC_NVML_LIB", common::fake_lib())
-            .env("FAKE_NVML_STATE", m.state_path())
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

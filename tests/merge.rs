@@ -85,8 +85,8 @@ fn the_node_and_rank_that_ran_out_first_leftovers_and_memory_held_before() {
     let leftover = r#""$FAKEGPU" alloc --gpu 0 --steps 4GiB --hold-ms 3000 & sleep 0.5"#;
     node(dir.path(), "node-a", leftover, |_| {});
     node(dir.path(), "node-b", &format!("{}; {OOM}", alloc(4)), |m| {
-        let status = std::process::Command::new(common::fakegpu())
-            .env("FAKE_NVML_STATE", m.state_path())
+        let status = m
+            .fakegpu()
             .args([
                 "set", "--pid", "4000000", "--gpu", "0", "--bytes", "3GiB", "--ghost",
             ])

@@ -240,8 +240,8 @@ fn a_port_that_is_taken_fails_before_the_command_starts() {
 #[test]
 fn watch_with_metrics_and_no_terminal_is_a_node_exporter() {
     let m = Machine::h200s(1);
-    let status = Command::new(common::fakegpu())
-        .env("FAKE_NVML_STATE", m.state_path())
+    let status = m
+        .fakegpu()
         .args([
             "set", "--pid", "4000000", "--gpu", "0", "--bytes", "2GiB", "--ghost",
         ])

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Machine, fakegpu};
+use common::Machine;
 use fake_nvml::state::{GIB, Proc, State};
 use gpudoc::orphans::end::{self, Ended, Policy};
 use serde_json::Value;
@@ -53,8 +53,8 @@ fn holder(v: &Value, pid: u32) -> &Value {
 
 /// A live job process (a child of this test) holding 3 GiB.
 fn live_holder(m: &Machine) -> std::process::Child {
-    let mut live = Command::new(fakegpu())
-        .env("FAKE_NVML_STATE", m.state_path())
+    let mut live = m
+        .fakegpu()
         .args([
             "alloc",
             "--steps",
@@ -310,8 +310,8 @@ fn a_live_process_whose_group_leader_exited_is_not_killed() {
         .process_group(0)
         .spawn()
         .unwrap();
-    let mut job = Command::new(fakegpu())
-        .env("FAKE_NVML_STATE", m.state_path())
+    let mut job = m
+        .fakegpu()
         .args([
             "alloc",
             "--steps",

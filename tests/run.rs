@@ -5,7 +5,7 @@ mod common;
 use common::{Machine, read_json};
 use fake_nvml::state::{GIB, State};
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 #[test]
@@ -131,8 +131,8 @@ fn job_memory_counts_descendants_and_not_others() {
     let m = Machine::h200s(1);
     // Another user's process on the same GPU: this test process, holding 5 GiB.
     let me = std::process::id().to_string();
-    let st = Command::new(common::fakegpu())
-        .env("FAKE_NVML_STATE", m.state_path())
+    let st = m
+        .fakegpu()
         .args(["set", "--pid", &me, "--bytes", "5GiB"])
         .status()
         .unwrap();

@@ -14,20 +14,16 @@ const SHOW_CURSOR: &str = "\x1b[?25h";
 
 /// A process outside the job holding memory on GPU 0: a ghost (NVML lists it, /proc has no such pid).
 fn set(m: &Machine, gib: u64) {
-    common::succeed(
-        std::process::Command::new(common::fakegpu())
-            .env("FAKE_NVML_STATE", m.state_path())
-            .args([
-                "set",
-                "--pid",
-                "4000000",
-                "--gpu",
-                "0",
-                "--bytes",
-                &format!("{gib}GiB"),
-                "--ghost",
-            ]),
-    );
+    common::succeed(m.fakegpu().args([
+        "set",
+        "--pid",
+        "4000000",
+        "--gpu",
+        "0",
+        "--bytes",
+        &format!("{gib}GiB"),
+        "--ghost",
+    ]));
 }
 
 #[test]

@@ -72,12 +72,32 @@ impl Machine {
     /// `gpudoc` with the fake NVML and this machine's state, colours off, not in CI mode.
     pub fn gpudoc(&self) -> Command {
         let mut c = Command::new(gpudoc_bin());
+        self.fake_env(&mut c);
+        c
+    }
+
+    /// `bash -c script` in the same environment as [`Machine::gpudoc`], with gpudoc's path in `$GPUDOC`:
+    /// for gpudoc inside a shell pipeline.
+    pub fn shell(&self, script: &str) -> Command {
+        let mut c = Command::new("bash");
+        c.args(["-c", script]).env("GPUDOC", gpudoc_bin());
+        self.fake_env(&mut c);
+        c
+    }
+
+    /// The fake GPU tool (alloc, set, ...) on this machine.
+    pub fn fakegpu(&self) -> Command {
+        let mut c = Command::new(fakegpu());
+        c.env("FAKE_NVML_STATE", self.state_path());
+        c
+    }
+
+    fn fake_env(&self, c: &mut Command) {
         c.env("GPUDOC_NVML_LIB", fake_lib())
             .env("FAKE_NVML_STATE", self.state_path())
             .env("FAKEGPU", fakegpu())
             .env("NO_COLOR", "1")
             .env_remove("CI");
-        c
     }
 
     /// Starts `script` under a new session leader `sh`, reads the PID it prints, then kills the leader: what
