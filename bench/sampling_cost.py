@@ -7,11 +7,12 @@ while it was stopped. Prints one JSON line per run; needs a GPU.
 import json
 import os
 import signal
-import statistics as st
 import subprocess
 import sys
 import tempfile
 import time
+
+from blocks import compare
 
 gpudoc, kind, steps, flags = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 here = os.path.dirname(os.path.abspath(__file__))
@@ -56,9 +57,5 @@ for line in open(blocks_file):
     s = state_over(end - secs, end)
     if s is not None:
         (on if s else off).append(secs / 100 * 1e3)
-m_on, m_off = st.median(on), st.median(off)
-print(json.dumps({"kind": kind, "flags": " ".join(flags), "blocks_sampling": len(on), "blocks_stopped": len(off),
-                  "ms_per_step_sampling": round(m_on, 4), "ms_per_step_stopped": round(m_off, 4),
-                  "cost_pct": round((m_on / m_off - 1) * 100, 2),
-                  "iqr_sampling": [round(x, 4) for x in st.quantiles(on, n=4)[::2]],
-                  "iqr_stopped": [round(x, 4) for x in st.quantiles(off, n=4)[::2]]}))
+print(json.dumps({"kind": kind, "flags": " ".join(flags), "on": "gpudoc sampling", "off": "gpudoc stopped",
+                  **compare(on, off)}))
