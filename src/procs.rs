@@ -65,8 +65,50 @@ pub fn descends_from(pid: u32, root: u32) -> bool {
 }
 
 /// Every live descendant of `root` (not `root` itself, not those that have exited and wait to be reaped),
-/// read in one pass over /proc.
+/// by PID. Read by walking down from `root` through the kernel's lists of each thread's children, which
+/// costs the size of the job; where the kernel keeps none (built without `CONFIG_PROC_CHILDREN`), in one
+/// pass over /proc, which costs the size of the machine.
 pub fn descendants(root: u32) -> Vec<ProcInfo> {
+    let mut out = walk_down(root).unwrap_or_else(|| scan_down(root));
+    out.sort_by_key(|p| p.pid);
+    out
+}
+
+/// The children of every thread of `pid`; `None` when the kernel has no such list, an empty list for a
+/// process that is gone.
+fn children(pid: u32) -> Option<Vec<u32>> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Some(Vec::new());
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(list) => out.extend(
+                list.split_ascii_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && task.path().exists() => {
+                return None;
+            }
+            Err(_) => {}
+        }
+    }
+    Some(out)
+}
+
+fn walk_down(root: u32) -> Option<Vec<ProcInfo>> {
+    let mut out = Vec::new();
+    let mut stack = children(root)?;
+    while let Some(pid) = stack.pop() {
+        stack.extend(children(pid).unwrap_or_default());
+        if let Some(p) = read(pid).filter(|p| !p.zombie) {
+            out.push(p);
+        }
+    }
+    Some(out)
+}
+
+fn scan_down(root: u32) -> Vec<ProcInfo> {
     let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
@@ -88,7 +130,6 @@ pub fn descendants(root: u32) -> Vec<ProcInfo> {
             }
         }
     }
-    out.sort_by_key(|p| p.pid);
     out
 }
 
@@ -135,6 +176,38 @@ impl JobCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_walk_down_the_kernels_child_lists_finds_what_a_scan_of_proc_finds() {
+        // A tree three deep, with a process whose parent exited (re-parented to its subreaper or init).
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & (sleep 5 &) ; sh -c 'sleep 5; true' & wait"])
+            .spawn()
+            .unwrap();
+        let me = std::process::id();
+        let want = |p: &Vec<ProcInfo>| p.iter().filter(|p| p.cmdline == "sleep 5").count() >= 2;
+        // The tree settles as the shells start their children: the two views must agree once it has.
+        let (mut walked, mut scanned) = (Vec::new(), Vec::new());
+        for _ in 0..200 {
+            walked = walk_down(me).expect("this kernel keeps child lists");
+            scanned = scan_down(me);
+            walked.sort_by_key(|p| p.pid);
+            scanned.sort_by_key(|p| p.pid);
+            if want(&walked) && walked == scanned {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(want(&walked), "{walked:?}");
+        assert_eq!(walked, scanned);
+        for p in &walked {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        child.wait().unwrap();
+    }
 
     #[test]
     fn a_child_descends_from_us() {
