@@ -7,7 +7,7 @@ use crate::exit::{self, Failure};
 use crate::gate::{self, Gate};
 use crate::output::{self, Target};
 use crate::paint::Paint;
-use crate::rules::RuleSet;
+use crate::rules::{RuleSet, RunRules};
 use crate::sample::Rates;
 use crate::supervise::Wiring;
 use crate::torch::{HuntMode, ShimSettings};
@@ -123,7 +123,8 @@ pub struct RunSettings {
     pub live: bool,
     /// Colours on stderr, where the summary goes.
     pub paint: Paint,
-    pub rules: std::sync::Arc<RuleSet>,
+    /// Compiled beside the command once `start`ed (see [`RunRules`]).
+    pub rules: std::sync::Arc<RunRules>,
     pub gate: Option<Gate>,
     pub github_actions: bool,
     /// `--metrics`: where to serve, and how long to go on after the job.
@@ -159,7 +160,8 @@ impl RunSettings {
             }
             None => {}
         }
-        let rules = load_rules(&a.rules).map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
+        let rules = RunRules::load(a.rules.rules.as_deref(), &a.rules.disable_rule)
+            .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e.to_string()))?;
         let gate = resolve_gate(&a.gate, a.name.as_deref())
             .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
         if let Some(g) = &gate {

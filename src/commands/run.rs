@@ -30,6 +30,7 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     // SAFETY: no thread has started yet; everything below starts after the split.
     let _ = unsafe { supervise::guard::split() };
+    s.rules.start();
     let mut session = Session::start(&s)?;
     let child = match session.spawn(&s) {
         Ok(c) => c,
@@ -43,7 +44,7 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     let metrics = session.metrics.take();
     let evidence = session.collect(&s, outcome, child_pid);
     let timeline = (s.tensorboard.is_some() || s.html.is_some()).then(|| evidence.timeline.clone());
-    let mut report = analysis::analyze(evidence, &s.rules);
+    let mut report = analysis::analyze(evidence, s.rules.get());
     report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
     let code = emit(&s, &mut report, timeline.as_ref());
     if let Some(m) = metrics {

@@ -4,7 +4,10 @@
 //! names a fact that does not exist or compares the wrong types fails at load with its file and line.
 
 pub mod bundled;
+mod deferred;
 pub mod facts;
+
+pub use deferred::RunRules;
 
 use crate::verdict::{Diagnosis, Severity};
 use cel::common::ast::{Expr, IdedExpr};
@@ -707,6 +710,18 @@ fn check_mark(
     Ok(())
 }
 
+/// Each id given to `--disable-rule` must name a rule.
+fn check_disabled(ids: &[&str], disabled: &[String]) -> Result<(), RuleError> {
+    match disabled.iter().find(|d| !ids.contains(&d.as_str())) {
+        Some(id) => Err(RuleError {
+            file: "--disable-rule".into(),
+            line: 0,
+            what: format!("no rule `{id}` (see `gpudoc rules list`)"),
+        }),
+        None => Ok(()),
+    }
+}
+
 impl RuleSet {
     /// The bundled rules, those of `dir` on top (a rule with the same id replaces the bundled one), less
     /// the disabled ones (each must name a rule).
@@ -739,15 +754,8 @@ impl RuleSet {
                 rules.push(rule);
             }
         }
-        for id in disabled {
-            if !rules.iter().any(|r| &r.id == id) {
-                return Err(RuleError {
-                    file: "--disable-rule".into(),
-                    line: 0,
-                    what: format!("no rule `{id}` (see `gpudoc rules list`)"),
-                });
-            }
-        }
+        let ids: Vec<&str> = rules.iter().map(|r| r.id.as_str()).collect();
+        check_disabled(&ids, disabled)?;
         rules.retain(|r| !disabled.contains(&r.id));
         rules.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(RuleSet { rules, env: env() })

@@ -8,7 +8,7 @@ use crate::metrics::View;
 use crate::oom::scan::Scanner;
 use crate::origin::Origin;
 use crate::report::Report;
-use crate::rules::RuleSet;
+use crate::rules::RunRules;
 use crate::sample::Rates;
 use crate::serve::{Server, Source};
 use crate::timeline::Timeline;
@@ -23,7 +23,7 @@ pub struct Sources {
     pub timeline: Box<dyn Fn() -> (Timeline, Option<NvmlStatus>) + Send + Sync>,
     pub torch: Option<Arc<Mutex<TorchTimeline>>>,
     pub scanner: Arc<Mutex<Scanner>>,
-    pub rules: Arc<RuleSet>,
+    pub rules: Arc<RunRules>,
     pub origin: Origin,
     pub command: Vec<String>,
     pub started_unix_s: f64,
@@ -64,7 +64,7 @@ impl Sources {
             notes: Vec::new(),
             self_usage: (0.0, 0),
         };
-        let report = analysis::analyze(ev, &self.rules);
+        let report = analysis::analyze(ev, self.rules.get());
         View::of_report(&report, &self.origin.host, self.origin.name.as_deref())
     }
 }
