@@ -366,6 +366,50 @@ fn stdout_and_stderr_sharing_a_file_keep_their_order() {
 }
 
 #[test]
+fn a_log_file_gpudoc_reads_along_keeps_its_access_time() {
+    use std::os::unix::fs::MetadataExt;
+    let m = Machine::h200s(1);
+    let log = m.path("out.log");
+    std::fs::write(&log, "before\n").unwrap();
+    // An access time older than any write, as a log has that nobody read since: reading it would move it.
+    let old = nix::sys::time::TimeSpec::new(1_600_000_000, 0);
+    nix::sys::stat::utimensat(
+        nix::fcntl::AT_FDCWD,
+        &log,
+        &old,
+        &old,
+        nix::sys::stat::UtimensatFlags::FollowSymlink,
+    )
+    .unwrap();
+    let f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    let st = m
+        .gpudoc()
+        .args([
+            "run",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "echo written; sleep 0.1; echo again",
+        ])
+        .stdout(f)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let meta = std::fs::metadata(&log).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "before\nwritten\nagain\n"
+    );
+    assert!(meta.mtime() > 1_600_000_000, "the command wrote it");
+    assert_eq!(
+        meta.atime(),
+        1_600_000_000,
+        "gpudoc's reading left no trace"
+    );
+}
+
+#[test]
 fn descendants_that_already_exited_are_not_leftovers() {
     let m = Machine::h200s(1);
     for i in 0..30 {

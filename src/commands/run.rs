@@ -32,7 +32,7 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     let _ = unsafe { supervise::guard::split() };
     s.rules.start();
     let mut session = Session::start(&s)?;
-    let child = match session.spawn(&s) {
+    let mut child = match session.spawn(&s) {
         Ok(c) => c,
         Err(e) => {
             session.abandon();
@@ -50,6 +50,8 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     if let Some(m) = metrics {
         m.finish(&report, s.metrics.map(|m| m.1).unwrap_or_default());
     }
+    // Last: closing the files the command wrote can make the filesystem write them out (see Child).
+    drop(child);
     Ok(ExitCode::from(code))
 }
 

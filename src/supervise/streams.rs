@@ -179,7 +179,7 @@ pub(super) enum Source {
     /// `file`, opened anew for reading, from `from` on.
     Follow {
         stream: Stream,
-        file: std::fs::File,
+        file: Arc<std::fs::File>,
         from: u64,
     },
 }
@@ -257,13 +257,13 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Source, End)>
             };
             Ok((source, End::Fd(slave)))
         }
-        Kind::File => match std::fs::File::open(format!("/proc/self/fd/{like}")) {
+        Kind::File => match open_to_read(like) {
             Ok(file) => {
                 // SAFETY: lseek on gpudoc's own fd, which stays open.
                 let at = unsafe { libc::lseek(like, 0, libc::SEEK_CUR) };
                 let source = Source::Follow {
                     stream,
-                    file,
+                    file: Arc::new(file),
                     from: at.max(0) as u64,
                 };
                 Ok((source, End::Inherit))
@@ -285,6 +285,19 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Source, End)>
             };
             Ok((source, End::Fd(w)))
         }
+    }
+}
+
+/// gpudoc's fd `like` opened anew for reading, without moving the file's access time where the kernel
+/// lets us (we own the file): reading along must leave no trace on the command's log.
+fn open_to_read(like: RawFd) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = format!("/proc/self/fd/{like}");
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    match o.clone().custom_flags(libc::O_NOATIME).open(&path) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => o.open(&path),
+        r => r,
     }
 }
 
