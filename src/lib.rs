@@ -24,6 +24,7 @@ pub mod replay;
 pub mod report;
 pub mod rules;
 pub mod sample;
+pub mod say;
 pub mod serve;
 pub mod settings;
 pub mod summary;

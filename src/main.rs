@@ -6,7 +6,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(f) => {
             if !f.message.is_empty() {
-                eprintln!("gpudoc: {f}");
+                gpudoc::sayln!("gpudoc: {f}");
             }
             ExitCode::from(f.code)
         }

@@ -636,3 +636,30 @@ fn a_reader_that_goes_away_ends_the_command_as_without_gpudoc() {
         assert!(started.elapsed() < Duration::from_secs(10), "{stream}");
     }
 }
+
+#[test]
+fn a_reader_gone_before_gpudoc_speaks_leaves_the_commands_exit_code_alone() {
+    // `| head -c 2` has what it wants and is gone while the command still runs; the command ends with its
+    // own code. gpudoc's summary (and, for a gate, its verdict and annotations) then meets a closed pipe.
+    let m = Machine::h200s(1);
+    for (how, args) in [
+        ("the summary", "run --"),
+        (
+            "a gate's verdict and annotations",
+            "run --max-peak 0=1GiB --",
+        ),
+    ] {
+        let out = m
+            .shell(&format!(
+                r#""$GPUDOC" {args} sh -c 'echo a; sleep 0.3; exit 3' 2>&1 | head -c 2; echo "status ${{PIPESTATUS[0]}}""#
+            ))
+            .env("GITHUB_ACTIONS", "true")
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "a\nstatus 3\n",
+            "{how}"
+        );
+    }
+}

@@ -17,7 +17,7 @@ pub const DEMO_SCRIPT: [&str; 3] = ["python3", "tests/gpu/scenarios.py", "cache_
 
 pub fn run(color: crate::cli::ColorWhen, env: Env) -> Result<ExitCode, Failure> {
     if gpu_and_torch(&env) && std::path::Path::new(DEMO_SCRIPT[1]).exists() {
-        eprintln!(
+        crate::sayln!(
             "gpudoc demo: running `{}` under gpudoc on this machine's GPU",
             DEMO_SCRIPT.join(" ")
         );

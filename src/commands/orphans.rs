@@ -28,7 +28,7 @@ pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
     // The table goes to stdout, unless the JSON does.
     let emit = |text: &str| -> Result<(), Failure> {
         if json_on_stdout {
-            eprint!("{text}");
+            crate::say!("{text}");
             Ok(())
         } else {
             output::stdout(text).map_err(|e| Failure::printing(e, exit::USAGE))
@@ -122,10 +122,10 @@ fn confirmed(s: &OrphansSettings) -> bool {
         return true;
     }
     if !s.can_ask {
-        eprintln!("gpudoc: not ending anything without --yes (no terminal to ask on)");
+        crate::sayln!("gpudoc: not ending anything without --yes (no terminal to ask on)");
         return false;
     }
-    eprint!("End them? [y/N] ");
+    crate::say!("End them? [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     let _ = std::io::stdin().lock().read_line(&mut answer);

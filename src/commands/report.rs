@@ -41,7 +41,7 @@ pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
     }
     let text = summary::render(&report, s.paint);
     if s.json == Some(Target::Stdout) || s.html == Some(Target::Stdout) {
-        eprint!("{text}");
+        crate::say!("{text}");
     } else {
         output::stdout(&text).map_err(|e| Failure::printing(e, exit::USAGE))?;
     }

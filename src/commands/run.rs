@@ -116,7 +116,9 @@ impl Session {
                 ) {
                     Ok((c, env)) => (Some(c), env),
                     Err(e) => {
-                        eprintln!("gpudoc: the PyTorch view is off: cannot set up its shim: {e}");
+                        crate::sayln!(
+                            "gpudoc: the PyTorch view is off: cannot set up its shim: {e}"
+                        );
                         (None, Vec::new())
                     }
                 }
@@ -334,7 +336,7 @@ fn lossy(argv: &[std::ffi::OsString]) -> Vec<String> {
 fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8 {
     let mut failed_output = false;
     let mut fail = |what: String| {
-        eprintln!("gpudoc: {what}");
+        crate::sayln!("gpudoc: {what}");
         failed_output = true;
     };
     if let Some(g) = s.gate.as_ref().filter(|g| g.update)
@@ -352,11 +354,11 @@ fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8
         }
     }
     if !s.quiet {
-        eprint!("{}", summary::render(report, s.paint));
+        crate::say!("{}", summary::render(report, s.paint));
     } else if !report.nvml.available {
         // Said once, also with --quiet (the summary says it otherwise).
         let why = report.nvml.error.as_deref().unwrap_or("NVML unavailable");
-        eprintln!("gpudoc: GPU sampling was off: {why}");
+        crate::sayln!("gpudoc: GPU sampling was off: {why}");
     }
     if let Some(t) = &s.json
         && let Err(e) = output::write(t, report.to_json().as_bytes())
@@ -376,7 +378,7 @@ fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8
     if let Some(g) = &report.gate {
         if s.github_actions {
             // Workflow commands are read from stdout.
-            print!("{}", gate::annotations(g));
+            crate::say::to_stdout(&gate::annotations(g));
         }
         if let Some(path) = s.gate.as_ref().and_then(|x| x.junit.as_ref()) {
             let xml = gate::junit(g, &report.command.join(" "));
@@ -385,10 +387,10 @@ fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8
             }
         }
         for n in &g.notes {
-            eprintln!("gpudoc gate: {n}");
+            crate::sayln!("gpudoc gate: {n}");
         }
         // The verdict is the last line, also with --quiet.
-        eprintln!("{}", gate::verdict(g));
+        crate::sayln!("{}", gate::verdict(g));
     }
     let child = report.exit.code.unwrap_or(i32::from(exit::GPUDOC_FAILED));
     let code = gate::exit_code(child, report.gate.as_ref());

@@ -12,9 +12,10 @@
 //! - The terminal is shared with gpudoc's live line ([`Terminal`]): the command's bytes go out as they
 //!   came, and the live line is drawn only on a line the command has finished.
 
+use crate::say::{wait_writable, write_all};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -121,7 +122,7 @@ impl Terminal {
         let mut s = self.state.lock().unwrap();
         if s.drawn {
             s.drawn = false;
-            let _ = to_stderr(CLEAR);
+            let _ = crate::say::to_fd(2, CLEAR);
         }
         let r = write_all(out, bytes);
         if let Some(&last) = bytes.last() {
@@ -141,7 +142,7 @@ impl Terminal {
         let cut: String = line.chars().take(width.saturating_sub(1)).collect();
         let mut buf = CLEAR.to_vec();
         buf.extend_from_slice(cut.as_bytes());
-        if to_stderr(&buf).is_ok() {
+        if crate::say::to_fd(2, &buf).is_ok() {
             s.drawn = true;
         }
     }
@@ -151,17 +152,9 @@ impl Terminal {
         let mut s = self.state.lock().unwrap();
         if s.drawn {
             s.drawn = false;
-            let _ = to_stderr(CLEAR);
+            let _ = crate::say::to_fd(2, CLEAR);
         }
     }
-}
-
-/// Writes to gpudoc's fd 2, unbuffered, without closing it, waiting like the command's bytes do when the
-/// terminal was left non-blocking.
-fn to_stderr(bytes: &[u8]) -> io::Result<()> {
-    // SAFETY: fd 2 stays open for gpudoc's whole life; ManuallyDrop leaves it open.
-    let mut e = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(2) });
-    write_all(&mut e, bytes)
 }
 
 /// One channel from the command, and how gpudoc sees what goes through it.
@@ -516,26 +509,6 @@ fn tee_chunk(ours: BorrowedFd, to: BorrowedFd, buf: &mut [u8]) -> Moved {
         }
     }
     Moved::Bytes(got, true)
-}
-
-/// `write_all`, waiting (rather than failing) when gpudoc's fd was left non-blocking by whoever started it.
-fn write_all(out: &mut std::fs::File, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        match out.write(bytes) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => bytes = &bytes[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(out.as_fd()),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Waits (at most a tenth of a second at a time) until `fd` takes more bytes.
-fn wait_writable(fd: BorrowedFd) {
-    let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
-    let _ = poll(&mut fds, PollTimeout::from(100u16));
 }
 
 /// Waits until `fd` has data; false when the command is gone and the stream stayed quiet, or on error.

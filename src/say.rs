@@ -1,0 +1,57 @@
+//! gpudoc's own words, on stderr (and, for CI annotations, stdout). They never cost the job anything: a
+//! reader that went away (`2>&1 | head`) loses them, and a terminal or pipe left non-blocking by whoever
+//! started gpudoc delays them. std's `eprint!` would panic on either, and gpudoc would leave with 101
+//! instead of the command's exit code. The command's own bytes go through [`write_all`] too.
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, RawFd};
+
+/// Formats and writes to stderr, like `eprint!`, never failing.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::say::to_stderr(&format!($($arg)*)) };
+}
+
+/// Formats and writes a line to stderr, like `eprintln!`, never failing.
+#[macro_export]
+macro_rules! sayln {
+    ($($arg:tt)*) => { $crate::say::to_stderr(&format!("{}\n", format_args!($($arg)*))) };
+}
+
+/// Writes `text` to gpudoc's stderr; what cannot be written is dropped.
+pub fn to_stderr(text: &str) {
+    let _ = to_fd(2, text.as_bytes());
+}
+
+/// Writes `text` to gpudoc's stdout; what cannot be written is dropped.
+pub fn to_stdout(text: &str) {
+    let _ = to_fd(1, text.as_bytes());
+}
+
+/// Writes to one of gpudoc's standard fds, unbuffered, without closing it.
+pub fn to_fd(fd: RawFd, bytes: &[u8]) -> io::Result<()> {
+    // SAFETY: fds 1 and 2 stay open for gpudoc's whole life; ManuallyDrop leaves them open.
+    let mut f = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    write_all(&mut f, bytes)
+}
+
+/// `write_all`, waiting (rather than failing) when the fd was left non-blocking by whoever started gpudoc.
+pub fn write_all(out: &mut std::fs::File, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match out.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(out.as_fd()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Waits (at most a tenth of a second at a time) until `fd` takes more bytes.
+pub fn wait_writable(fd: BorrowedFd) {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+    let _ = poll(&mut fds, PollTimeout::from(100u16));
+}
