@@ -27,7 +27,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -98,6 +98,8 @@ pub struct Child {
     pid: Pid,
     started: Instant,
     signals: SignalsInfo<WithOrigin>,
+    /// SIGINTs received, counted as they arrive: the iterator gives two that come close together as one.
+    ints: Arc<AtomicUsize>,
     pumps: Vec<JoinHandle<()>>,
     /// Pseudo-terminal masters and the fd whose size they follow.
     ptys: Vec<(Arc<OwnedFd>, RawFd)>,
@@ -133,6 +135,13 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
     let mut sigs: Vec<i32> = FORWARDED.to_vec();
     sigs.push(SIGCHLD);
     let signals = SignalsInfo::<WithOrigin>::new(&sigs).map_err(other)?;
+    let ints = Arc::new(AtomicUsize::new(0));
+    let count = ints.clone();
+    // SAFETY: the action only adds to an atomic, which is async-signal-safe.
+    unsafe {
+        signal_hook::low_level::register(SIGINT, move || _ = count.fetch_add(1, Ordering::SeqCst))
+    }
+    .map_err(other)?;
     // Blocked since the guard split off; the handlers are in place now.
     guard::unblock();
     let (sources, ends) = streams::open(s.wiring).map_err(other)?;
@@ -196,6 +205,7 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
         pid: Pid::from_raw(child.id() as i32),
         started: Instant::now(),
         signals,
+        ints,
         pumps,
         ptys,
         _followed: followed,
@@ -221,7 +231,6 @@ impl Child {
         };
         let (pid, on_exit, ptys) = (self.pid, &self.on_exit, &self.ptys);
         let mut end = reap(pid, on_exit);
-        let mut ints = 0;
         if end.is_none() {
             for origin in self.signals.forever() {
                 let sig = origin.signal;
@@ -234,13 +243,10 @@ impl Child {
                 }
                 // Sent by the kernel: the terminal gave it to the whole foreground group, command included.
                 let from_terminal = matches!(origin.cause, Cause::Kernel);
-                if sig == SIGINT {
-                    ints += 1;
-                    if ints >= 2 {
-                        o.escalated = true;
-                        kill_tree(std::process::id(), pid);
-                        continue;
-                    }
+                if sig == SIGINT && self.ints.load(Ordering::SeqCst) >= 2 {
+                    o.escalated = true;
+                    kill_tree(std::process::id(), pid);
+                    continue;
                 }
                 if TERMINATING.contains(&sig) && !from_terminal {
                     o.terminate = true;
