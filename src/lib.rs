@@ -27,6 +27,7 @@ pub mod sample;
 pub mod say;
 pub mod serve;
 pub mod settings;
+pub mod stdfds;
 pub mod summary;
 pub mod supervise;
 pub mod tensorboard;

@@ -663,3 +663,33 @@ fn a_reader_gone_before_gpudoc_speaks_leaves_the_commands_exit_code_alone() {
         );
     }
 }
+
+#[test]
+fn a_stream_closed_when_gpudoc_starts_is_closed_for_the_command_too() {
+    // Without gpudoc a write to a closed stdout fails with EBADF; gpudoc must not hand the command a
+    // working stream instead (Rust's runtime opens /dev/null on closed 0-2 before main).
+    let m = Machine::h200s(1);
+    for (what, script, redirect) in [
+        ("stdout", r#"echo hi; echo "status $?" >&2"#, ">&-"),
+        ("stderr", r#"echo hi >&2; echo "status $?""#, "2>&-"),
+        ("stdin", r#"read x; echo "status $?""#, "<&-"),
+    ] {
+        let run = |wrapper: &str| {
+            let out = m
+                .shell(&format!(
+                    "{wrapper} sh -c '{script}' {redirect}; echo \"exit $?\""
+                ))
+                .output()
+                .unwrap();
+            // The shell's own complaint names the shell; the status lines are what matter.
+            String::from_utf8_lossy(&[out.stdout, out.stderr].concat())
+                .lines()
+                .filter(|l| l.starts_with("status") || l.starts_with("exit"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let bare = run("");
+        assert!(!bare.contains("status 0"), "{what}: {bare}");
+        assert_eq!(run(r#""$GPUDOC" run -q --"#), bare, "{what}");
+    }
+}

@@ -151,9 +151,13 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
         .stdout(ends.stdout)
         .stderr(ends.stderr);
     let parent = std::process::id() as i32;
-    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+    let closed = crate::stdfds::closed();
+    // SAFETY: only async-signal-safe calls (close, prctl, getppid, _exit) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            for &fd in &closed {
+                libc::close(fd);
+            }
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             // gpudoc died before the prctl: don't run orphaned from the start.
             if libc::getppid() != parent {

@@ -51,6 +51,8 @@ pub enum Kind {
     /// A pipe, a socket, a device: anything else.
     #[default]
     Other,
+    /// Closed when gpudoc started: the command finds it closed too.
+    Closed,
 }
 
 /// What gpudoc's own stdout and stderr are, as settings found them.
@@ -73,12 +75,25 @@ impl Wiring {
             _ => Kind::Other,
         };
         let (a, b) = (stat(1), stat(2));
-        let (stdout, stderr) = (kind(stdout_tty, &a), kind(stderr_tty, &b));
+        let closed = crate::stdfds::closed_at_start;
+        let stdout = if closed(1) {
+            Kind::Closed
+        } else {
+            kind(stdout_tty, &a)
+        };
+        let stderr = if closed(2) {
+            Kind::Closed
+        } else {
+            kind(stderr_tty, &b)
+        };
         let id = |s: &Option<libc::stat>| s.map(|s| (s.st_dev, s.st_ino));
         Wiring {
             stdout,
             stderr,
-            shared: id(&a).is_some() && id(&a) == id(&b) && stdout == stderr,
+            shared: id(&a).is_some()
+                && id(&a) == id(&b)
+                && stdout == stderr
+                && stdout != Kind::Closed,
         }
     }
 }
@@ -198,12 +213,13 @@ const PIPE_BYTES: libc::c_int = 1 << 20;
 pub(super) fn open(w: Wiring) -> io::Result<(Vec<Source>, Ends)> {
     if w.shared {
         let (source, end) = channel(w.stdout, 1, Stream::Both)?;
+        let source = source.into_iter().collect();
         let stderr = match &end {
             End::Inherit => Stdio::inherit(),
             End::Fd(fd) => Stdio::from(fd.try_clone()?),
         };
         return Ok((
-            vec![source],
+            source,
             Ends {
                 stdout: end.into(),
                 stderr,
@@ -213,7 +229,7 @@ pub(super) fn open(w: Wiring) -> io::Result<(Vec<Source>, Ends)> {
     let (out, stdout) = channel(w.stdout, 1, Stream::Stdout)?;
     let (err, stderr) = channel(w.stderr, 2, Stream::Stderr)?;
     Ok((
-        vec![out, err],
+        out.into_iter().chain(err).collect(),
         Ends {
             stdout: stdout.into(),
             stderr: stderr.into(),
@@ -238,8 +254,10 @@ impl From<End> for Stdio {
 }
 
 /// The channel for gpudoc's fd `like`, of kind `kind`.
-fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Source, End)> {
-    match kind {
+fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Option<Source>, End)> {
+    let (source, end) = match kind {
+        // Inherited, and closed in the command before it starts (see `stdfds`).
+        Kind::Closed => return Ok((None, End::Inherit)),
         Kind::Terminal => {
             let (master, slave) = open_pty(like)?;
             let source = Source::Pump {
@@ -248,7 +266,7 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Source, End)>
                 to: like,
                 pty: true,
             };
-            Ok((source, End::Fd(slave)))
+            (source, End::Fd(slave))
         }
         Kind::File => match open_to_read(like) {
             Ok(file) => {
@@ -259,10 +277,10 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Source, End)>
                     file: Arc::new(file),
                     from: at.max(0) as u64,
                 };
-                Ok((source, End::Inherit))
+                (source, End::Inherit)
             }
             // Not readable by gpudoc (another user's file): copied on instead, as a pipe is.
-            Err(_) => channel(Kind::Other, like, stream),
+            Err(_) => return channel(Kind::Other, like, stream),
         },
         Kind::Other => {
             let (r, w) = nix::unistd::pipe()?;
@@ -276,9 +294,10 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Source, End)>
                 to: like,
                 pty: false,
             };
-            Ok((source, End::Fd(w)))
+            (source, End::Fd(w))
         }
-    }
+    };
+    Ok((Some(source), end))
 }
 
 /// gpudoc's fd `like` opened anew for reading, without moving the file's access time where the kernel
