@@ -268,74 +268,27 @@ pub fn load_trace(path: &Path) -> Result<Trace, LoadError> {
 
 /// One row of a trace into what is being rebuilt.
 fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: &serde_json::Value) -> Result<(), String> {
-    let num = |k: &str| {
-        row.get(k)
-            .and_then(|v| v.as_f64())
-            .ok_or_else(|| format!("no number `{k}`"))
-    };
-    let at = || {
-        row.get("t")
-            .and_then(|v| v.as_f64())
-            .map(|t| (t * 1e6).round() as Micros)
-            .ok_or_else(|| "no time `t`".to_string())
-    };
     let timeline = &mut tr.timeline;
     match row.get("kind").and_then(|k| k.as_str()) {
-        Some("start") => {
-            let schema = row.get("schema").and_then(|s| s.as_str()).unwrap_or("");
-            if schema != SCHEMA && !OLD_TRACES.contains(&schema) {
-                return Err(format!("not a {SCHEMA} trace (schema {schema:?})"));
-            }
-            let h = &mut tr.header;
-            h.command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
-            h.origin = serde_json::from_value(row["origin"].clone()).unwrap_or_default();
-            h.unix_s = row["unix_s"].as_f64().unwrap_or(0.0);
-            h.nvml = serde_json::from_value(row["nvml"].clone()).ok();
-            let gpus: Vec<GpuInfo> = serde_json::from_value(row["gpus"].clone())
-                .map_err(|e| format!("bad `gpus`: {e}"))?;
-            timeline.gpus = gpus.into_iter().map(GpuTimeline::new).collect();
-        }
+        Some("start") => apply_start(tr, row)?,
         Some("device") => {
-            let (t, gpu, used) = (at()?, num("gpu")? as u32, num("used")? as u64);
+            let (t, gpu, used) = (at(row)?, num(row, "gpu")? as u32, num(row, "used")? as u64);
             let g = timeline
                 .gpu_mut(gpu)
                 .ok_or_else(|| format!("GPU {gpu} is not in the header"))?;
             g.used.push(t, used);
             timeline.device_samples += 1;
         }
-        Some("process") => {
-            let t = at()?;
-            let (gpu, pid, used) = (num("gpu")? as u32, num("pid")? as u32, num("used")? as u64);
-            let flag = |k: &str| row.get(k).and_then(|v| v.as_bool());
-            let in_job = flag("in_job").unwrap_or(false);
-            let entry = timeline
-                .procs
-                .entry((gpu, pid))
-                .or_insert_with(|| ProcTimeline {
-                    pid,
-                    gpu,
-                    in_job,
-                    visible: flag("visible").unwrap_or(true),
-                    cmdline: String::new(),
-                    uid: row.get("uid").and_then(|u| u.as_u64()).map(|u| u as u32),
-                    used: Series::default(),
-                });
-            if let Some(c) = row.get("cmdline").and_then(|c| c.as_str()) {
-                entry.cmdline = c.to_string();
-            }
-            entry.used.push(t, used);
-            sums.add(gpu, t, pid, used, in_job);
-            timeline.process_samples += 1;
-        }
+        Some("process") => apply_process(timeline, sums, row)?,
         Some("job") => {
-            let (t, gpu, used) = (at()?, num("gpu")? as u32, num("used")? as u64);
+            let (t, gpu, used) = (at(row)?, num(row, "gpu")? as u32, num(row, "used")? as u64);
             let g = timeline
                 .gpu_mut(gpu)
                 .ok_or_else(|| format!("GPU {gpu} is not in the header"))?;
             g.job.push(t, used);
         }
         Some("lost") => {
-            let (t, gpu) = (at()?, num("gpu")? as u32);
+            let (t, gpu) = (at(row)?, num(row, "gpu")? as u32);
             let error = row.get("error").and_then(|e| e.as_str()).unwrap_or("");
             if let Some(g) = timeline.gpu_mut(gpu) {
                 g.lost = Some(Lost {
@@ -355,5 +308,72 @@ fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: &serde_json::Value) -> Res
         }
         other => return Err(format!("unknown row kind {other:?}")),
     }
+    Ok(())
+}
+
+/// A row's number `k`.
+fn num(row: &serde_json::Value, k: &str) -> Result<f64, String> {
+    row.get(k)
+        .and_then(|v| v.as_f64())
+        .ok_or_else(|| format!("no number `{k}`"))
+}
+
+/// A row's time `t`, in microseconds.
+fn at(row: &serde_json::Value) -> Result<Micros, String> {
+    row.get("t")
+        .and_then(|v| v.as_f64())
+        .map(|t| (t * 1e6).round() as Micros)
+        .ok_or_else(|| "no time `t`".to_string())
+}
+
+/// The header row: the schema checked, the run's command, origin, NVML and GPUs.
+fn apply_start(tr: &mut Trace, row: &serde_json::Value) -> Result<(), String> {
+    let schema = row.get("schema").and_then(|s| s.as_str()).unwrap_or("");
+    if schema != SCHEMA && !OLD_TRACES.contains(&schema) {
+        return Err(format!("not a {SCHEMA} trace (schema {schema:?})"));
+    }
+    let h = &mut tr.header;
+    h.command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
+    h.origin = serde_json::from_value(row["origin"].clone()).unwrap_or_default();
+    h.unix_s = row["unix_s"].as_f64().unwrap_or(0.0);
+    h.nvml = serde_json::from_value(row["nvml"].clone()).ok();
+    let gpus: Vec<GpuInfo> =
+        serde_json::from_value(row["gpus"].clone()).map_err(|e| format!("bad `gpus`: {e}"))?;
+    tr.timeline.gpus = gpus.into_iter().map(GpuTimeline::new).collect();
+    Ok(())
+}
+
+/// One process's memory on one GPU at one time.
+fn apply_process(
+    timeline: &mut Timeline,
+    sums: &mut JobSums,
+    row: &serde_json::Value,
+) -> Result<(), String> {
+    let t = at(row)?;
+    let (gpu, pid, used) = (
+        num(row, "gpu")? as u32,
+        num(row, "pid")? as u32,
+        num(row, "used")? as u64,
+    );
+    let flag = |k: &str| row.get(k).and_then(|v| v.as_bool());
+    let in_job = flag("in_job").unwrap_or(false);
+    let entry = timeline
+        .procs
+        .entry((gpu, pid))
+        .or_insert_with(|| ProcTimeline {
+            pid,
+            gpu,
+            in_job,
+            visible: flag("visible").unwrap_or(true),
+            cmdline: String::new(),
+            uid: row.get("uid").and_then(|u| u.as_u64()).map(|u| u as u32),
+            used: Series::default(),
+        });
+    if let Some(c) = row.get("cmdline").and_then(|c| c.as_str()) {
+        entry.cmdline = c.to_string();
+    }
+    entry.used.push(t, used);
+    sums.add(gpu, t, pid, used, in_job);
+    timeline.process_samples += 1;
     Ok(())
 }

@@ -76,19 +76,7 @@ impl Session {
     fn start(s: &RunSettings) -> Result<Session, Failure> {
         let start_wall = SystemTime::now();
         let start = Instant::now();
-        let trace = match &s.trace {
-            Some(path) => Some(Arc::new(Mutex::new(
-                TraceWriter::create(path, start_wall, &lossy(&s.command), &origin(s)).map_err(
-                    |e| {
-                        Failure::new(
-                            exit::GPUDOC_FAILED,
-                            format!("--trace {}: {e}", path.display()),
-                        )
-                    },
-                )?,
-            ))),
-            None => None,
-        };
+        let trace = open_trace(s, start_wall)?;
         let cgroup = oom::host::own_cgroup();
         let kills_before = cgroup.as_deref().and_then(oom::host::oom_kills);
         let me = std::process::id();
@@ -104,26 +92,7 @@ impl Session {
         } else {
             Live::off()
         };
-        let (channel, shim_env) = match s.torch {
-            None => (None, Vec::new()),
-            Some(settings) => {
-                match torch::Channel::open(
-                    settings,
-                    start_wall,
-                    s.env.pythonpath.as_deref(),
-                    &s.env.tmpdir,
-                    trace.clone(),
-                ) {
-                    Ok((c, env)) => (Some(c), env),
-                    Err(e) => {
-                        crate::sayln!(
-                            "gpudoc: the PyTorch view is off: cannot set up its shim: {e}"
-                        );
-                        (None, Vec::new())
-                    }
-                }
-            }
-        };
+        let (channel, shim_env) = open_shim(s, start_wall, &trace);
         let scanner = Arc::new(Mutex::new(Scanner::new()));
         let metrics = match s.metrics {
             Some((addr, _)) => {
@@ -243,6 +212,47 @@ impl Session {
             );
         }
         ev
+    }
+}
+
+/// The trace file, when `--trace` asks for one.
+fn open_trace(s: &RunSettings, start_wall: SystemTime) -> Result<Option<SharedTrace>, Failure> {
+    let Some(path) = &s.trace else {
+        return Ok(None);
+    };
+    let writer =
+        TraceWriter::create(path, start_wall, &lossy(&s.command), &origin(s)).map_err(|e| {
+            Failure::new(
+                exit::GPUDOC_FAILED,
+                format!("--trace {}: {e}", path.display()),
+            )
+        })?;
+    Ok(Some(Arc::new(Mutex::new(writer))))
+}
+
+/// The PyTorch shim's channel and the environment that loads it; without them (`--no-torch`, or a shim
+/// that cannot be set up, which is said) the command runs all the same.
+fn open_shim(
+    s: &RunSettings,
+    start_wall: SystemTime,
+    trace: &Option<SharedTrace>,
+) -> (Option<torch::Channel>, Vec<(String, std::ffi::OsString)>) {
+    let Some(settings) = s.torch else {
+        return (None, Vec::new());
+    };
+    let opened = torch::Channel::open(
+        settings,
+        start_wall,
+        s.env.pythonpath.as_deref(),
+        &s.env.tmpdir,
+        trace.clone(),
+    );
+    match opened {
+        Ok((c, env)) => (Some(c), env),
+        Err(e) => {
+            crate::sayln!("gpudoc: the PyTorch view is off: cannot set up its shim: {e}");
+            (None, Vec::new())
+        }
     }
 }
 

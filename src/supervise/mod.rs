@@ -132,40 +132,11 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
     let name = s.argv[0].to_string_lossy().into_owned();
     let other = |e: io::Error| SpawnError::Other(name.clone(), e);
     nix::sys::prctl::set_child_subreaper(true).map_err(|e| other(e.into()))?;
-    let mut sigs: Vec<i32> = FORWARDED.to_vec();
-    sigs.push(SIGCHLD);
-    let signals = SignalsInfo::<WithOrigin>::new(&sigs).map_err(other)?;
-    let ints = Arc::new(AtomicUsize::new(0));
-    let count = ints.clone();
-    // SAFETY: the action only adds to an atomic, which is async-signal-safe.
-    unsafe {
-        signal_hook::low_level::register(SIGINT, move || _ = count.fetch_add(1, Ordering::SeqCst))
-    }
-    .map_err(other)?;
+    let (signals, ints) = handle_signals().map_err(other)?;
     // Blocked since the guard split off; the handlers are in place now.
     guard::unblock();
     let (sources, ends) = streams::open(s.wiring).map_err(other)?;
-    let mut cmd = Command::new(&s.argv[0]);
-    cmd.args(&s.argv[1..])
-        .envs(s.env.iter().map(|(k, v)| (k, v)))
-        .stdout(ends.stdout)
-        .stderr(ends.stderr);
-    let parent = std::process::id() as i32;
-    let closed = crate::stdfds::closed();
-    // SAFETY: only async-signal-safe calls (close, prctl, getppid, _exit) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &closed {
-                libc::close(fd);
-            }
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            // gpudoc died before the prctl: don't run orphaned from the start.
-            if libc::getppid() != parent {
-                libc::_exit(crate::exit::GPUDOC_FAILED as i32);
-            }
-            Ok(())
-        });
-    }
+    let mut cmd = command(s.argv, s.env, ends);
     let child = cmd.spawn().map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => SpawnError::NotFound(name.clone()),
         io::ErrorKind::PermissionDenied => SpawnError::CannotExecute(name.clone(), e),
@@ -216,6 +187,47 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
         exited,
         on_exit: s.on_exit,
     })
+}
+
+/// The handlers for the forwarded signals and SIGCHLD, and a count of SIGINTs kept as they arrive.
+fn handle_signals() -> io::Result<(SignalsInfo<WithOrigin>, Arc<AtomicUsize>)> {
+    let mut sigs: Vec<i32> = FORWARDED.to_vec();
+    sigs.push(SIGCHLD);
+    let signals = SignalsInfo::<WithOrigin>::new(&sigs)?;
+    let ints = Arc::new(AtomicUsize::new(0));
+    let count = ints.clone();
+    // SAFETY: the action only adds to an atomic, which is async-signal-safe.
+    unsafe {
+        signal_hook::low_level::register(SIGINT, move || _ = count.fetch_add(1, Ordering::SeqCst))
+    }?;
+    Ok((signals, ints))
+}
+
+/// The command with its environment and output ends. In the child, before exec: the standard fds that
+/// were closed when gpudoc started are closed again, and the command gets SIGTERM if gpudoc dies.
+fn command(argv: &[OsString], env: &[(String, OsString)], ends: streams::Ends) -> Command {
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(ends.stdout)
+        .stderr(ends.stderr);
+    let parent = std::process::id() as i32;
+    let closed = crate::stdfds::closed();
+    // SAFETY: only async-signal-safe calls (close, prctl, getppid, _exit) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &closed {
+                libc::close(fd);
+            }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            // gpudoc died before the prctl: don't run orphaned from the start.
+            if libc::getppid() != parent {
+                libc::_exit(crate::exit::GPUDOC_FAILED as i32);
+            }
+            Ok(())
+        });
+    }
+    cmd
 }
 
 impl Child {
