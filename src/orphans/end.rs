@@ -146,78 +146,19 @@ pub fn end(targets: &[Holder], grace: Duration, policy: &Policy) -> Vec<EndResul
     let mut results = Vec::new();
     let mut pinned: Vec<(u32, OwnedFd)> = Vec::new();
     for h in targets {
-        let result = |r| EndResult {
-            pid: h.pid,
-            result: r,
-        };
-        if let Some(why) = policy.refuse(h) {
-            results.push(result(Ended::Skipped { why }));
-            continue;
-        }
-        // Pin the process first, then check it is the one listed: the pidfd can't follow a reused PID.
-        let fd = match pidfd_open(h.pid) {
-            Ok(fd) => fd,
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                results.push(result(Ended::Gone));
-                continue;
-            }
-            Err(e) => {
-                results.push(result(Ended::Skipped {
-                    why: format!("cannot pin it with a pidfd: {e}"),
-                }));
-                continue;
-            }
-        };
-        let now = crate::procs::read(h.pid).map(|p| p.start_ticks);
-        if now.is_none() {
-            results.push(result(Ended::Gone));
-            continue;
-        }
-        if now != h.start_ticks {
-            results.push(result(Ended::Skipped {
-                why: format!(
-                    "PID {} is now another process (it started after the listing): not signalled",
-                    h.pid
-                ),
-            }));
-            continue;
-        }
-        match pidfd_signal(&fd, libc::SIGTERM) {
-            Ok(()) => pinned.push((h.pid, fd)),
-            Err(e) => results.push(result(Ended::Skipped {
-                why: format!("SIGTERM failed: {e}"),
-            })),
+        match terminate(h, policy) {
+            Ok(fd) => pinned.push((h.pid, fd)),
+            Err(r) => results.push(EndResult {
+                pid: h.pid,
+                result: r,
+            }),
         }
     }
-    let wait = |pinned: &mut Vec<(u32, OwnedFd)>,
-                limit: Duration,
-                signal: &str,
-                results: &mut Vec<EndResult>| {
-        let until = Instant::now() + limit;
-        loop {
-            pinned.retain(|(pid, fd)| {
-                let gone = exited(fd, *pid);
-                if gone {
-                    results.push(EndResult {
-                        pid: *pid,
-                        result: Ended::Ended {
-                            signal: signal.into(),
-                        },
-                    });
-                }
-                !gone
-            });
-            if pinned.is_empty() || Instant::now() >= until {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    wait(&mut pinned, grace, "SIGTERM", &mut results);
+    wait_exits(&mut pinned, grace, "SIGTERM", &mut results);
     for (_, fd) in &pinned {
         let _ = pidfd_signal(fd, libc::SIGKILL);
     }
-    wait(&mut pinned, Duration::from_secs(3), "SIGKILL", &mut results);
+    wait_exits(&mut pinned, Duration::from_secs(3), "SIGKILL", &mut results);
     for (pid, _) in pinned {
         results.push(EndResult {
             pid,
@@ -226,4 +167,67 @@ pub fn end(targets: &[Holder], grace: Duration, policy: &Policy) -> Vec<EndResul
     }
     results.sort_by_key(|r| r.pid);
     results
+}
+
+/// Sends SIGTERM to one target through a pidfd, after checking it may be ended and is still the process
+/// listed; the pidfd, or why nothing was sent.
+fn terminate(h: &Holder, policy: &Policy) -> Result<OwnedFd, Ended> {
+    if let Some(why) = policy.refuse(h) {
+        return Err(Ended::Skipped { why });
+    }
+    // Pin the process first, then check it is the one listed: the pidfd can't follow a reused PID.
+    let fd = match pidfd_open(h.pid) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(Ended::Gone),
+        Err(e) => {
+            return Err(Ended::Skipped {
+                why: format!("cannot pin it with a pidfd: {e}"),
+            });
+        }
+    };
+    match crate::procs::read(h.pid).map(|p| p.start_ticks) {
+        None => return Err(Ended::Gone),
+        Some(now) if Some(now) != h.start_ticks => {
+            return Err(Ended::Skipped {
+                why: format!(
+                    "PID {} is now another process (it started after the listing): not signalled",
+                    h.pid
+                ),
+            });
+        }
+        Some(_) => {}
+    }
+    pidfd_signal(&fd, libc::SIGTERM).map_err(|e| Ended::Skipped {
+        why: format!("SIGTERM failed: {e}"),
+    })?;
+    Ok(fd)
+}
+
+/// Waits up to `limit` for the pinned processes to exit; each that does is recorded as ended by `signal`
+/// and let go.
+fn wait_exits(
+    pinned: &mut Vec<(u32, OwnedFd)>,
+    limit: Duration,
+    signal: &str,
+    results: &mut Vec<EndResult>,
+) {
+    let until = Instant::now() + limit;
+    loop {
+        pinned.retain(|(pid, fd)| {
+            let gone = exited(fd, *pid);
+            if gone {
+                results.push(EndResult {
+                    pid: *pid,
+                    result: Ended::Ended {
+                        signal: signal.into(),
+                    },
+                });
+            }
+            !gone
+        });
+        if pinned.is_empty() || Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
