@@ -260,33 +260,12 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
     h.parent_cmd = comm_of(stat.ppid as u32);
     h.pgid = Some(stat.pgrp as u32);
     h.sid = Some(stat.session as u32);
-    h.tty = (stat.tty_nr != 0).then(|| {
-        let (major, minor) = stat.tty_nr();
-        if major == 136 {
-            format!("pts/{minor}")
-        } else {
-            format!("tty({major},{minor})")
-        }
-    });
+    h.tty = (stat.tty_nr != 0).then(|| tty_name(stat.tty_nr()));
     h.uid = p.uid().ok();
-    h.user = h
-        .uid
-        .and_then(|u| {
-            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(u))
-                .ok()
-                .flatten()
-        })
-        .map(|u| u.name);
+    h.user = h.uid.and_then(user_name);
     h.state = Some(stat.state.to_string());
     h.start_ticks = Some(stat.starttime);
-    h.age_s = procfs::boot_time_secs().ok().and_then(|boot| {
-        let started = boot as f64 + stat.starttime as f64 / procfs::ticks_per_second() as f64;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_secs_f64();
-        Some((now - started).max(0.0))
-    });
+    h.age_s = age_s(stat.starttime);
     h.cmdline = p
         .cmdline()
         .ok()
@@ -308,6 +287,33 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
     h.verdict = verdict;
     h.reason = reason;
     h
+}
+
+/// A terminal's name from its device numbers: `pts/N` for a pseudo-terminal.
+fn tty_name((major, minor): (i32, i32)) -> String {
+    if major == 136 {
+        format!("pts/{minor}")
+    } else {
+        format!("tty({major},{minor})")
+    }
+}
+
+fn user_name(uid: u32) -> Option<String> {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+}
+
+/// Seconds since a process started, from its start time in clock ticks since boot.
+fn age_s(start_ticks: u64) -> Option<f64> {
+    let boot = procfs::boot_time_secs().ok()?;
+    let started = boot as f64 + start_ticks as f64 / procfs::ticks_per_second() as f64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    Some((now - started).max(0.0))
 }
 
 /// What judging a process reads of it and around it: the input of [`judge`].
