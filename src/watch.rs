@@ -211,45 +211,56 @@ fn diagnosis(
 pub fn checks(gpus: &[GpuLine], holders: &[Holder], me: u32) -> Vec<Diagnosis> {
     let mut out = Vec::new();
     for g in gpus {
-        let pct = g.used_bytes as f64 * 100.0 / g.total_bytes.max(1) as f64;
-        if pct >= NEAR_FULL_PCT {
-            out.push(diagnosis(
-                "near-capacity",
-                Severity::Warn,
-                "GPU memory nearly full",
-                format!("GPU {}", g.index),
-                format!(
-                    "GPU {}: {} in use, {pct:.1}% of {}",
-                    g.index,
-                    fmt_bytes(g.used_bytes),
-                    fmt_bytes(g.total_bytes)
-                ),
-            ));
-        }
-        let others: Vec<&Holder> = holders
-            .iter()
-            .filter(|h| h.uid.is_some_and(|u| u != me) && gpu_bytes(h, g.index) > 0)
-            .collect();
-        let held: u64 = others.iter().map(|h| gpu_bytes(h, g.index)).sum();
-        if held >= OTHERS_MIN {
-            let who: Vec<String> = others
-                .iter()
-                .map(|h| format!("pid {} ({})", h.pid, h.user.as_deref().unwrap_or("?")))
-                .collect();
-            out.push(diagnosis(
-                "held-by-others",
-                Severity::Info,
-                "Other users' processes hold memory",
-                format!("GPU {}", g.index),
-                format!(
-                    "GPU {}: other users hold {}: {}",
-                    g.index,
-                    fmt_bytes(held),
-                    who.join(", ")
-                ),
-            ));
-        }
+        gpu_checks(g, holders, me, &mut out);
     }
+    holder_checks(holders, &mut out);
+    out
+}
+
+/// A GPU nearly full; memory other users hold on it.
+fn gpu_checks(g: &GpuLine, holders: &[Holder], me: u32, out: &mut Vec<Diagnosis>) {
+    let pct = g.used_bytes as f64 * 100.0 / g.total_bytes.max(1) as f64;
+    if pct >= NEAR_FULL_PCT {
+        out.push(diagnosis(
+            "near-capacity",
+            Severity::Warn,
+            "GPU memory nearly full",
+            format!("GPU {}", g.index),
+            format!(
+                "GPU {}: {} in use, {pct:.1}% of {}",
+                g.index,
+                fmt_bytes(g.used_bytes),
+                fmt_bytes(g.total_bytes)
+            ),
+        ));
+    }
+    let others: Vec<&Holder> = holders
+        .iter()
+        .filter(|h| h.uid.is_some_and(|u| u != me) && gpu_bytes(h, g.index) > 0)
+        .collect();
+    let held: u64 = others.iter().map(|h| gpu_bytes(h, g.index)).sum();
+    if held >= OTHERS_MIN {
+        let who: Vec<String> = others
+            .iter()
+            .map(|h| format!("pid {} ({})", h.pid, h.user.as_deref().unwrap_or("?")))
+            .collect();
+        out.push(diagnosis(
+            "held-by-others",
+            Severity::Info,
+            "Other users' processes hold memory",
+            format!("GPU {}", g.index),
+            format!(
+                "GPU {}: other users hold {}: {}",
+                g.index,
+                fmt_bytes(held),
+                who.join(", ")
+            ),
+        ));
+    }
+}
+
+/// Leftover processes; processes holding a context on a GPU that is not their own.
+fn holder_checks(holders: &[Holder], out: &mut Vec<Diagnosis>) {
     for h in holders.iter().filter(|h| h.is_leftover()) {
         out.push(diagnosis(
             "leftover-processes",
@@ -288,7 +299,6 @@ pub fn checks(gpus: &[GpuLine], holders: &[Holder], me: u32) -> Vec<Diagnosis> {
             }
         }
     }
-    out
 }
 
 fn gpu_bytes(h: &Holder, gpu: u32) -> u64 {
