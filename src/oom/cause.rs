@@ -85,6 +85,8 @@ pub struct Figures {
     pub free: Option<u64>,
     /// The process's cap, `X allowed`.
     pub allowed: Option<u64>,
+    /// What sets that cap, in words (for the explanation).
+    pub allowed_by: &'static str,
     /// What the failing process held, non-PyTorch memory included (`this process has X`, or its entry).
     pub process: Option<u64>,
     pub allocated: Option<u64>,
@@ -116,6 +118,12 @@ impl Figures {
             total: t.total_bytes.or(total),
             free: t.free_bytes,
             allowed: t.allowed_bytes,
+            allowed_by: match t.kind {
+                super::parse::Kind::Cupy => {
+                    "CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT"
+                }
+                _ => "torch.cuda.set_per_process_memory_fraction",
+            },
             // PyTorch prints "this process has 0 bytes" when NVML can't see it (a container): unknown.
             process: t.process_bytes.filter(|&b| b > 0).or(this_entry),
             allocated: t.allocated_bytes,
@@ -176,19 +184,24 @@ fn too_big(f: &Figures) -> Verdict {
     ))
 }
 
-/// The process's cap, when it alone stopped the allocation: the GPU itself had room for it.
+/// The process's cap, when it alone stopped the allocation: the GPU itself had room for it. A text that
+/// gives no free memory (CuPy's pool checks its limit before it asks the device) needs none.
 fn capped(f: &Figures) -> Verdict {
-    let (req, allowed, free) = (f.requested?, f.allowed?, f.free?);
+    let (req, allowed) = (f.requested?, f.allowed?);
     let held = f.reserved.or(f.process).unwrap_or(0);
-    if held + req <= allowed || !clearly_fits(req, free) {
+    if held + req <= allowed || f.free.is_some_and(|free| !clearly_fits(req, free)) {
         return None;
     }
-    let free = format!("; the GPU had {} free", b(free));
+    let free = f
+        .free
+        .map(|free| format!("; the GPU had {} free", b(free)))
+        .unwrap_or_default();
     Some((
         Cause::Cap,
         format!(
-            "the process may use only {} of the GPU (torch.cuda.set_per_process_memory_fraction) and already held {} when it asked for {} more{free}",
+            "the process may use only {} of the GPU ({}) and already held {} when it asked for {} more{free}",
             b(allowed),
+            f.allowed_by,
             b(held),
             b(req)
         ),
@@ -322,6 +335,30 @@ mod tests {
             why.contains("35.00 GiB") && why.contains("115.00 GiB free"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_pool_limit_checked_before_the_device_is_a_cap_without_free_memory() {
+        // CuPy: `Out of memory allocating 1 GiB (allocated so far: 3 GiB, limit set to: 3.5 GiB)`.
+        let f = Figures {
+            requested: Some(GIB),
+            allowed: Some(7 * GIB / 2),
+            reserved: Some(3 * GIB),
+            allowed_by: "CuPy's memory pool limit",
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Cap, "{why}");
+        assert!(
+            why.contains("CuPy's memory pool limit") && !why.contains("free"),
+            "{why}"
+        );
+        // Within the limit, the limit explains nothing.
+        let within = Figures {
+            reserved: Some(GIB),
+            ..f
+        };
+        assert_ne!(cause_of(&within).0, Cause::Cap);
     }
 
     #[test]

@@ -106,13 +106,22 @@ static OF_ALLOCATED: LazyLock<Regex> = LazyLock::new(|| {
 static THC: LazyLock<Regex> = LazyLock::new(|| {
     re(r"cuda runtime error ?\(2\) ?: ?out of memory|THCudaCheck FAIL.*error=2 : out of memory")
 });
+// The CUDA runtime's and driver's names for an allocation that failed, as programs print them (not
+// PyTorch's hint "Search for `cudaErrorMemoryAllocation' in ..."); RAPIDS' memory manager (RMM, under cuDF
+// and cuML) throws `std::bad_alloc: out_of_memory` when cudaMalloc fails.
 static CUDA_RUNTIME: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"CUDA (?:driver )?error: ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cuMemAlloc\w* failed: out of memory",
+        r"CUDA (?:driver )?error: ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|(std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY)",
     )
 });
-static CUPY: LazyLock<Regex> =
-    LazyLock::new(|| re(r"OutOfMemoryError: out of memory to allocate (\d+) bytes"));
+// CuPy's memory pool: `out of memory to allocate N bytes` (before v7), `Out of memory allocating N bytes
+// (allocated so far: M bytes[, limit set to: L bytes])` since (numbers with thousands separators; M is
+// what the pool holds, L its limit: `set_limit`, CUPY_GPU_MEMORY_LIMIT).
+static CUPY: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"OutOfMemoryError: (?:out of memory to allocate (\d+) bytes|Out of memory allocating ([\d,]+) bytes(?: \(allocated so far: ([\d,]+) bytes(?:, limit set to: ([\d,]+) bytes)?\))?)",
+    )
+});
 static BYTES_IN_PARENS: LazyLock<Regex> =
     LazyLock::new(|| re(r"failed to allocate [^(]*\((\d+) bytes\)"));
 static CUDA_LIBRARY: LazyLock<Regex> =
@@ -171,6 +180,11 @@ fn cap_size(c: &regex::Captures, i: usize) -> Option<u64> {
 
 fn cap_u64(c: &regex::Captures, i: usize) -> Option<u64> {
     c.get(i)?.as_str().parse().ok()
+}
+
+/// A count of bytes written with thousands separators (`26,409,535,488`).
+fn cap_grouped(c: &regex::Captures, i: usize) -> Option<u64> {
+    c.get(i)?.as_str().replace(',', "").parse().ok()
 }
 
 fn cap_u32(c: &regex::Captures, i: usize) -> Option<u32> {
@@ -315,8 +329,10 @@ fn open_thc(line: &str) -> Option<Opened> {
 }
 
 fn open_cuda(line: &str) -> Option<Opened> {
-    let m = CUDA_RUNTIME.find(line)?;
-    let mut t = empty(Kind::CudaRuntime, "cuda");
+    let c = CUDA_RUNTIME.captures(line)?;
+    let m = c.get(0).unwrap();
+    let rmm = c.get(1).is_some();
+    let mut t = empty(Kind::CudaRuntime, if rmm { "rmm" } else { "cuda" });
     // The driver's words through TensorFlow/JAX: `failed to allocate 1.00G (1073741824 bytes) from device`.
     if let Some(c) = BYTES_IN_PARENS.captures(line) {
         t.requested_bytes = cap_u64(&c, 1);
@@ -332,7 +348,9 @@ fn open_cuda(line: &str) -> Option<Opened> {
 fn open_cupy(line: &str) -> Option<Opened> {
     let c = CUPY.captures(line)?;
     let mut t = empty(Kind::Cupy, "cupy");
-    t.requested_bytes = cap_u64(&c, 1);
+    t.requested_bytes = cap_u64(&c, 1).or(cap_grouped(&c, 2));
+    t.reserved_bytes = cap_grouped(&c, 3);
+    t.allowed_bytes = cap_grouped(&c, 4);
     t.complete = true;
     let at = c.get(0).unwrap().start() + "OutOfMemoryError".len();
     let mut opened = with_exception(t, line, at);
@@ -589,6 +607,33 @@ mod tests {
         let t =
             parse_line("OOM when allocating tensor of shape [3,3,256,512] and type float").unwrap();
         assert_eq!(t.requested_bytes, Some(3 * 3 * 256 * 512 * 4));
+    }
+
+    #[test]
+    fn cupy_and_rapids_wordings_carry_their_fields() {
+        let t = parse_line("cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes, limit set to: 4,000,000,000 bytes).").unwrap();
+        assert_eq!(
+            (t.kind, t.requested_bytes, t.reserved_bytes, t.allowed_bytes),
+            (
+                Kind::Cupy,
+                Some(1 << 30),
+                Some(3 << 30),
+                Some(4_000_000_000)
+            )
+        );
+        assert_eq!(
+            t.exception.as_deref(),
+            Some("cupy.cuda.memory.OutOfMemoryError")
+        );
+        let t = parse_line(
+            "cupy.cuda.runtime.CUDARuntimeError: cudaErrorMemoryAllocation: out of memory",
+        )
+        .unwrap();
+        assert_eq!((t.kind, t.format.as_str()), (Kind::CudaRuntime, "cuda"));
+        let t = parse_line("RuntimeError: RMM error encountered at: memory_manager.cpp:232: 4 RMM_ERROR_OUT_OF_MEMORY").unwrap();
+        assert_eq!(t.format, "rmm");
+        // PyTorch's pointer to the CUDA documentation is not a second report.
+        assert!(parse_line("Search for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.").is_none());
     }
 
     #[test]

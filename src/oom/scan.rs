@@ -28,7 +28,7 @@ const ROOT_CAUSE_LINES: u8 = 12;
 /// Words that every OOM report the parser reads contains, as programs spell them. A line with none of
 /// them is never parsed. Spelled out rather than matched case-insensitively, so the search runs on the
 /// vectorized multi-pattern searcher (Teddy), at several gigabytes a second.
-pub const NEEDLES: [&str; 14] = [
+pub const NEEDLES: [&str; 15] = [
     "out of memory",
     "Out of memory",
     "OUT OF MEMORY",
@@ -43,6 +43,7 @@ pub const NEEDLES: [&str; 14] = [
     "CUDA calloc",
     "Root Cause (first observed failure)",
     "cuMemAllocAsync",
+    "out_of_memory",
 ];
 
 /// The vectorized searcher where the processor has it, an automaton elsewhere.
