@@ -432,3 +432,26 @@ fn real_texts_are_found_on_stderr_a_stdout_pipe_and_a_terminal() {
         }
     }
 }
+
+#[test]
+fn a_cupy_pool_limit_is_a_cap_named_as_cupys() {
+    let m = Machine::h200s(1);
+    let text = "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes \
+                (allocated so far: 3,221,225,472 bytes, limit set to: 4,000,000,000 bytes).";
+    let (code, r, _) = m.run_sh(&["--quiet"], &format!("echo '{text}' >&2; exit 1"));
+    assert_eq!(code, 1);
+    assert_eq!(r["exit"]["classification"], "gpu_oom");
+    assert_eq!(r["oom"]["cause"], "cap");
+    let cap = r["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["rule"] == "oom-cap")
+        .unwrap_or_else(|| panic!("no oom-cap in {}", r["diagnoses"]));
+    let msg = cap["message"].as_str().unwrap();
+    assert!(
+        msg.contains("3.73 GiB (the CuPy memory pool limit)"),
+        "{msg}"
+    );
+    assert!(!msg.contains("torch.cuda"), "{msg}");
+}
