@@ -28,6 +28,8 @@ pub enum Kind {
     Tensorflow,
     /// CuPy's memory pool (`cupy.cuda.memory.OutOfMemoryError: out of memory to allocate N bytes`).
     Cupy,
+    /// PaddlePaddle's allocator (`Out of memory error on GPU N. Cannot allocate X memory on GPU N, ...`).
+    Paddle,
 }
 
 /// Another process named in the text as holding memory on the GPU.
@@ -120,6 +122,13 @@ static CUDA_RUNTIME: LazyLock<Regex> = LazyLock::new(|| {
 static CUPY: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"OutOfMemoryError: (?:out of memory to allocate (\d+) bytes|Out of memory allocating ([\d,]+) bytes(?: \(allocated so far: ([\d,]+) bytes(?:, limit set to: ([\d,]+) bytes)?\))?)",
+    )
+});
+// PaddlePaddle (raised as ResourceExhaustedError, on a line of its own before): what its allocator holds
+// on that GPU ("has been allocated", since 2.0) and what the device had left.
+static PADDLE: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"Out of memory error on GPU (\d+)\.\s*Cannot allocate SIZE(?: GPU)? memory(?: on GPU \d+)?, (?:SIZE memory has been allocated and )?available memory is(?: only)? SIZE",
     )
 });
 static BYTES_IN_PARENS: LazyLock<Regex> =
@@ -230,9 +239,10 @@ pub struct Opened {
 type Opener = fn(&str) -> Option<Opened>;
 
 /// The openers, most specific first.
-const OPENERS: [Opener; 11] = [
+const OPENERS: [Opener; 12] = [
     open_torch,
     open_cupy,
+    open_paddle,
     open_thc,
     open_xla,
     open_xla_request,
@@ -363,6 +373,17 @@ fn open_cupy(line: &str) -> Option<Opened> {
         opened.start = s;
     }
     Some(opened)
+}
+
+fn open_paddle(line: &str) -> Option<Opened> {
+    let c = PADDLE.captures(line)?;
+    let mut t = empty(Kind::Paddle, "paddle");
+    t.gpu = cap_u32(&c, 1);
+    t.requested_bytes = cap_size(&c, 2);
+    t.reserved_bytes = cap_size(&c, 4);
+    t.free_bytes = cap_size(&c, 6);
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
 }
 
 fn open_library(line: &str) -> Option<Opened> {
@@ -607,6 +628,22 @@ mod tests {
         let t =
             parse_line("OOM when allocating tensor of shape [3,3,256,512] and type float").unwrap();
         assert_eq!(t.requested_bytes, Some(3 * 3 * 256 * 512 * 4));
+    }
+
+    #[test]
+    fn paddle_wordings_carry_their_fields() {
+        let t = parse_line("Out of memory error on GPU 1. Cannot allocate 98.000244MB memory on GPU 1, 6.000000GB memory has been allocated and available memory is only 0.000000B.").unwrap();
+        assert_eq!(
+            (t.kind, t.gpu, t.reserved_bytes, t.free_bytes),
+            (Kind::Paddle, Some(1), Some(6 << 30), Some(0))
+        );
+        assert_eq!(t.requested_bytes, size_bytes("98.000244", "MB"));
+        // Paddle 1.6's wording.
+        let t = parse_line("Out of memory error on GPU 0. Cannot allocate 145.468994MB GPU memory, available memory is 72.312500MB.").unwrap();
+        assert_eq!(
+            (t.gpu, t.free_bytes),
+            (Some(0), size_bytes("72.3125", "MB"))
+        );
     }
 
     #[test]

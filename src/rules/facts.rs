@@ -261,7 +261,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.source",
         "string",
-        "torch_allocator, cuda_runtime, cuda_library, nccl, xla, tensorflow",
+        "torch_allocator, cuda_runtime, cuda_library, nccl, xla, tensorflow, cupy, paddle",
     ),
     ("oom.exception", "string", "the exception class, if printed"),
     ("oom.complete", "bool", "every field of the text was found"),
