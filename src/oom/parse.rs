@@ -131,6 +131,13 @@ static PADDLE: LazyLock<Regex> = LazyLock::new(|| {
         r"Out of memory error on GPU (\d+)\.\s*Cannot allocate SIZE(?: GPU)? memory(?: on GPU \d+)?, (?:SIZE memory has been allocated and )?available memory is(?: only)? SIZE",
     )
 });
+// TensorRT's allocator: `Error Code 1: Cuda Runtime (out of memory)` (8.4 and later), `Cuda Error in
+// allocate: 2 (out of memory)` (7), `Error Code 2: OutOfMemory (Requested size was N bytes.)` (10).
+static TENSORRT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"Cuda Runtime \(out of memory\)|Cuda Error in \w+: 2 \(out of memory\)|Error Code 2: OutOfMemory \(Requested size was (\d+) bytes",
+    )
+});
 static BYTES_IN_PARENS: LazyLock<Regex> =
     LazyLock::new(|| re(r"failed to allocate [^(]*\((\d+) bytes\)"));
 static CUDA_LIBRARY: LazyLock<Regex> =
@@ -239,10 +246,11 @@ pub struct Opened {
 type Opener = fn(&str) -> Option<Opened>;
 
 /// The openers, most specific first.
-const OPENERS: [Opener; 12] = [
+const OPENERS: [Opener; 13] = [
     open_torch,
     open_cupy,
     open_paddle,
+    open_tensorrt,
     open_thc,
     open_xla,
     open_xla_request,
@@ -382,6 +390,14 @@ fn open_paddle(line: &str) -> Option<Opened> {
     t.requested_bytes = cap_size(&c, 2);
     t.reserved_bytes = cap_size(&c, 4);
     t.free_bytes = cap_size(&c, 6);
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+fn open_tensorrt(line: &str) -> Option<Opened> {
+    let c = TENSORRT.captures(line)?;
+    let mut t = empty(Kind::CudaRuntime, "tensorrt");
+    t.requested_bytes = cap_u64(&c, 1);
     t.complete = true;
     Some(with_exception(t, line, c.get(0).unwrap().start()))
 }
@@ -628,6 +644,24 @@ mod tests {
         let t =
             parse_line("OOM when allocating tensor of shape [3,3,256,512] and type float").unwrap();
         assert_eq!(t.requested_bytes, Some(3 * 3 * 256 * 512 * 4));
+    }
+
+    #[test]
+    fn tensorrt_wordings_are_cuda_runtime_reports() {
+        for line in [
+            "[E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime (out of memory)",
+            "[E] [TRT] ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)",
+        ] {
+            let t = parse_line(line).unwrap();
+            assert_eq!(
+                (t.kind, t.format.as_str()),
+                (Kind::CudaRuntime, "tensorrt"),
+                "{line}"
+            );
+        }
+        let t = parse_line("[E] [virtualMemoryBuffer.cpp::resizePhysical::154] Error Code 2: OutOfMemory (Requested size was 16581132288 bytes.)").unwrap();
+        assert_eq!(t.requested_bytes, Some(16581132288));
+        assert!(parse_line("[E] [defaultAllocator.cpp::deallocate::42] Error Code 1: Cuda Runtime (invalid argument)").is_none());
     }
 
     #[test]
