@@ -78,9 +78,22 @@ impl Term {
                 self.seen.extend(chunk);
             }
             if Instant::now() > end {
+                // What every process and thread of the terminal's session was doing, for the report.
+                let session = self.child.id().to_string();
+                let ps = Command::new("ps")
+                    .args([
+                        "-L",
+                        "-o",
+                        "pid,tid,ppid,pgid,sid,stat,wchan:32,comm,args",
+                        "-s",
+                    ])
+                    .arg(&session)
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
                 let _ = self.child.kill();
                 panic!(
-                    "still running after a minute; printed: {:?}",
+                    "still running after a minute; printed: {:?}\nthe session's threads:\n{ps}",
                     String::from_utf8_lossy(&self.seen)
                 );
             }
