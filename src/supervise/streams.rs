@@ -69,23 +69,14 @@ impl Wiring {
     pub fn of_this_process(stdout_tty: bool, stderr_tty: bool) -> Wiring {
         // SAFETY: fds 1 and 2 stay open for gpudoc's whole life.
         let stat = |fd| nix::sys::stat::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).ok();
-        let kind = |tty: bool, st: &Option<libc::stat>| match st {
+        let kind = |fd, tty: bool, st: &Option<libc::stat>| match st {
+            _ if crate::stdfds::closed_at_start(fd) => Kind::Closed,
             _ if tty => Kind::Terminal,
             Some(s) if s.st_mode & libc::S_IFMT == libc::S_IFREG => Kind::File,
             _ => Kind::Other,
         };
         let (a, b) = (stat(1), stat(2));
-        let closed = crate::stdfds::closed_at_start;
-        let stdout = if closed(1) {
-            Kind::Closed
-        } else {
-            kind(stdout_tty, &a)
-        };
-        let stderr = if closed(2) {
-            Kind::Closed
-        } else {
-            kind(stderr_tty, &b)
-        };
+        let (stdout, stderr) = (kind(1, stdout_tty, &a), kind(2, stderr_tty, &b));
         let id = |s: &Option<libc::stat>| s.map(|s| (s.st_dev, s.st_ino));
         Wiring {
             stdout,
