@@ -455,3 +455,109 @@ fn a_cupy_pool_limit_is_a_cap_named_as_cupys() {
     );
     assert!(!msg.contains("torch.cuda"), "{msg}");
 }
+
+/// Lines of a training log, none with a word of the scanner's, `n` bytes or a little more.
+fn filler(n: usize, seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n + 200);
+    let mut x = seed | 1;
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let width = (x % 170) as usize;
+        out.extend_from_slice(
+            format!("step {} loss {:.4} ", x % 10_000, (x % 997) as f64 / 997.0).as_bytes(),
+        );
+        out.extend(std::iter::repeat_n(b"abcdefgh ="[(x % 10) as usize], width));
+        out.push(if x.is_multiple_of(11) { b'\r' } else { b'\n' });
+    }
+    out
+}
+
+/// Reads `bytes` as a file the command writes itself and gpudoc reads along: the file grows in `steps`,
+/// each read through the sieve in chunks of `chunk` bytes on 3 threads.
+fn read_along(bytes: &[u8], stream: Stream, chunk: usize, steps: &[usize]) -> Scanner {
+    use gpudoc::supervise::{Observer, Pace, Reader};
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+    let scanner = Arc::new(Mutex::new(Scanner::new()));
+    let start = std::time::Instant::now();
+    let reading: Box<dyn Observer> = Box::new(gpudoc::oom::scan::Reading {
+        scanner: scanner.clone(),
+        start,
+    });
+    let observer: gpudoc::supervise::Watching = Mutex::new(Some(reading));
+    let path = tempfile::NamedTempFile::new().unwrap();
+    let mut file = path.reopen().unwrap();
+    let pace = Pace {
+        chunk,
+        threads: 3,
+        parallel_from: 0,
+        ..Pace::DEFAULT
+    };
+    let readers: Vec<_> = (0..3).map(|_| path.reopen().unwrap()).collect();
+    let mut r = Reader::new(&readers, stream, 0, pace);
+    let mut written = 0;
+    for &to in steps.iter().chain([&bytes.len()]) {
+        let to = to.min(bytes.len()).max(written);
+        file.write_all(&bytes[written..to]).unwrap();
+        written = to;
+        r.read_to(to as u64, &observer);
+    }
+    drop(r);
+    let mut s = std::mem::take(&mut *scanner.lock().unwrap());
+    s.finish(0);
+    s
+}
+
+/// What a scan found, times left out.
+fn found(s: &Scanner) -> Value {
+    let events: Vec<Value> = s
+        .events
+        .iter()
+        .map(|e| json!([e.text, e.stream, e.rank, e.line]))
+        .collect();
+    json!([events, s.dropped, s.first_failure])
+}
+
+#[test]
+fn a_file_read_along_through_the_sieve_gives_every_report_it_gives_when_scanned_whole() {
+    let mut checked = 0;
+    for dir in ["cases", "h200", "real"] {
+        let mut paths: Vec<_> = std::fs::read_dir(fixtures().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_str().unwrap().ends_with(".expected.json"))
+            .collect();
+        paths.sort();
+        for (i, path) in paths.iter().enumerate() {
+            let text = std::fs::read(text_of(path)).unwrap();
+            // The report amid a log: after a few chunks of lines, before more, and once more at the end
+            // without its last newline.
+            let mut bytes = filler(5000 + 37 * i, i as u64);
+            bytes.extend_from_slice(&text);
+            bytes.extend(filler(3000, 7 + i as u64));
+            bytes.extend_from_slice(text.strip_suffix(b"\n").unwrap_or(&text));
+            let stream = [Stream::Stdout, Stream::Stderr, Stream::Both][i % 3];
+            let mut whole = Scanner::new();
+            whole.feed(stream, &bytes, 0);
+            whole.finish(0);
+            let n = bytes.len();
+            for (chunk, steps) in [
+                (61, vec![]),
+                (97, vec![n / 3, n / 3 + 5, n / 2, n - 40]),
+                (4096, vec![100, 5000, 5001, n - 1]),
+            ] {
+                let along = read_along(&bytes, stream, chunk, &steps);
+                assert_eq!(
+                    found(&along),
+                    found(&whole),
+                    "{}, chunks of {chunk}, grown at {steps:?}",
+                    path.display()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 70, "{checked} texts");
+}

@@ -129,11 +129,9 @@ impl Session {
     }
 
     fn spawn(&self, s: &RunSettings) -> Result<supervise::Child, supervise::SpawnError> {
-        let scanner = self.scanner.clone();
-        let start = self.start;
-        let observer: supervise::Observer = Box::new(move |stream, bytes| {
-            let at = start.elapsed().as_micros() as Micros;
-            scanner.lock().unwrap().feed(stream, bytes, at);
+        let observer = Box::new(crate::oom::scan::Reading {
+            scanner: self.scanner.clone(),
+            start: self.start,
         });
         supervise::spawn(supervise::Spawn {
             argv: &s.command,

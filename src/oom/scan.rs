@@ -7,12 +7,13 @@
 //! observed failure)" block says which rank failed first.
 
 use super::parse::{self, OomText};
-use crate::supervise::Stream;
+use crate::supervise::{Observer, Sieve, Stream};
 use crate::timeline::Micros;
 use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Instant;
 
 /// The longest line kept; the rest of a longer line is skipped (an OOM report is one line of <2 KiB).
 pub const MAX_LINE: usize = 64 * 1024;
@@ -46,6 +47,15 @@ pub const NEEDLES: [&str; 15] = [
     "out_of_memory",
 ];
 
+/// The longest word of [`NEEDLES`] less one: how far a word can reach back over the start of a stretch.
+pub const REACH: usize = 34;
+
+/// Whether a stretch of output holds any word of [`NEEDLES`]: if not (and the scanner does not
+/// [want](Scanner::wants_next) it), it need not be fed. Several threads may ask at once.
+pub fn could_matter(bytes: &[u8]) -> bool {
+    FINDER.is_match(bytes)
+}
+
 /// The vectorized searcher where the processor has it, an automaton elsewhere.
 enum Finder {
     Packed(aho_corasick::packed::Searcher),
@@ -75,6 +85,34 @@ static FINDER: LazyLock<Finder> = LazyLock::new(|| {
         None => Finder::Automaton(AhoCorasick::new(NEEDLES).expect("built-in patterns")),
     }
 });
+
+/// The scanner reading along with the command ([`Observer`]): times are counted from `start`.
+pub struct Reading {
+    pub scanner: Arc<Mutex<Scanner>>,
+    pub start: Instant,
+}
+
+impl Observer for Reading {
+    fn feed(&mut self, stream: Stream, bytes: &[u8], at: Instant) {
+        let at = at.saturating_duration_since(self.start).as_micros() as Micros;
+        self.scanner.lock().unwrap().feed(stream, bytes, at);
+    }
+
+    fn wants_next(&self, stream: Stream) -> bool {
+        self.scanner.lock().unwrap().wants_next(stream)
+    }
+
+    fn skipped(&mut self, stream: Stream) {
+        self.scanner.lock().unwrap().skipped(stream);
+    }
+
+    fn sieve(&self) -> Sieve {
+        Sieve {
+            could_matter,
+            reach: REACH,
+        }
+    }
+}
 
 /// One OOM report seen in the output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -116,6 +154,8 @@ struct LineBuf {
     partial: Vec<u8>,
     /// The current line passed MAX_LINE; skipping to its end.
     skipping: bool,
+    /// The current line holds a word of [`NEEDLES`]: its end matters.
+    partial_hit: bool,
     pending: Option<Pending>,
     /// A line with an OOM word that opened nothing: the next line may finish its phrase (a terminal
     /// wrapped "Resource exhausted: Out " / "of memory while trying to allocate N bytes").
@@ -128,6 +168,14 @@ impl LineBuf {
     /// Whether the next line matters whatever it says.
     fn expecting(&self) -> bool {
         self.pending.is_some() || self.tentative.is_some() || self.root_cause > 0
+    }
+
+    /// Appends the middle of a long line, noting a word of [`NEEDLES`] in it (also one that began in
+    /// what was kept before).
+    fn append_noting(&mut self, bytes: &[u8]) {
+        let from = self.partial.len().saturating_sub(REACH);
+        self.append(bytes);
+        self.partial_hit |= FINDER.is_match(&self.partial[from..]);
     }
 
     fn append(&mut self, bytes: &[u8]) {
@@ -198,7 +246,7 @@ impl Scanner {
                     rest = &rest[e + 1..];
                 }
                 None => {
-                    self.streams[i].append(rest);
+                    self.streams[i].append_noting(rest);
                     return;
                 }
             }
@@ -217,6 +265,7 @@ impl Scanner {
                         let tail =
                             memchr::memrchr2(b'\n', b'\r', &rest[p..]).map_or(p, |x| p + x + 1);
                         self.streams[i].append(&rest[tail..]);
+                        self.streams[i].partial_hit = false;
                         return;
                     }
                 }
@@ -228,10 +277,28 @@ impl Scanner {
                 }
                 None => {
                     self.streams[i].append(&rest[start..]);
+                    self.streams[i].partial_hit = true;
                     return;
                 }
             }
         }
+    }
+
+    /// Whether the next bytes of `stream` matter whatever they hold: a report is open, or the line in
+    /// progress holds an OOM word. Otherwise bytes in which [`could_matter`] finds nothing can go
+    /// unread ([`skipped`](Scanner::skipped)).
+    pub fn wants_next(&self, stream: Stream) -> bool {
+        let b = &self.streams[stream as usize];
+        b.expecting() || b.partial_hit
+    }
+
+    /// Bytes of `stream` went by unread (nothing in them could matter, and [`wants_next`](Self::wants_next)
+    /// said so): the line in progress is dropped; the next bytes fed start a line.
+    pub fn skipped(&mut self, stream: Stream) {
+        let b = &mut self.streams[stream as usize];
+        b.partial.clear();
+        b.skipping = false;
+        b.partial_hit = false;
     }
 
     /// Ends the streams: a last line without a newline is scanned too.
@@ -248,6 +315,7 @@ impl Scanner {
         let i = stream as usize;
         let raw = std::mem::take(&mut self.streams[i].partial);
         self.streams[i].skipping = false;
+        self.streams[i].partial_hit = false;
         if self.streams[i].expecting() || FINDER.is_match(&raw) {
             self.line(stream, &raw, at);
         }
@@ -427,6 +495,12 @@ fn shape_of(prefix: &str) -> Option<Regex> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sieve_reaches_back_far_enough_for_the_longest_word() {
+        let longest = NEEDLES.iter().map(|n| n.len()).max().unwrap();
+        assert_eq!(REACH, longest - 1);
+    }
 
     #[test]
     fn a_report_split_across_chunks_and_lines_is_found() {

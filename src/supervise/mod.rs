@@ -11,10 +11,12 @@
 //!   SIGKILL): the job ends as a whole.
 //! - The command gets SIGTERM if gpudoc itself dies (PR_SET_PDEATHSIG); the [`guard`] covers the rest.
 
+mod follow;
 pub mod guard;
 pub mod streams;
 
 use crate::procs;
+pub use follow::{Pace, Reader};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
@@ -31,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-pub use streams::{Observer, Stream, Terminal, Wiring};
+pub use streams::{Observer, Sieve, Stream, Terminal, Watching, Wiring};
 
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +106,7 @@ pub struct Child {
     /// Pseudo-terminal masters and the fd whose size they follow.
     ptys: Vec<(Arc<OwnedFd>, RawFd)>,
     /// The files the command writes to itself, as gpudoc reads them: held open until the child is dropped.
-    _followed: Vec<Arc<std::fs::File>>,
+    _followed: Vec<Arc<[std::fs::File]>>,
     exited: Arc<AtomicBool>,
     on_exit: Option<OnExit>,
 }
@@ -123,7 +125,7 @@ pub struct Spawn<'a> {
     pub wiring: Wiring,
     /// The terminal shared with the live line, when there is one.
     pub terminal: Option<Arc<Terminal>>,
-    pub observer: Option<Observer>,
+    pub observer: Option<Box<dyn Observer>>,
     pub on_exit: Option<OnExit>,
 }
 
@@ -162,7 +164,7 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
     let followed = sources
         .iter()
         .filter_map(|src| match src {
-            streams::Source::Follow { file, .. } => Some(file.clone()),
+            streams::Source::Follow { files, .. } => Some(files.clone()),
             _ => None,
         })
         .collect();

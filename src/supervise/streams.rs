@@ -89,8 +89,32 @@ impl Wiring {
     }
 }
 
-/// Sees every chunk of output, after it was passed on.
-pub type Observer = Box<dyn FnMut(Stream, &[u8]) + Send>;
+/// Reads the command's output along with gpudoc (the OOM scanner). It sees every chunk that passes
+/// through gpudoc, after it was passed on; of a file the command writes itself, the chunks that could
+/// matter to it ([`Sieve`]) and those it asks for.
+pub trait Observer: Send {
+    /// The next bytes of `stream`, written at `at`.
+    fn feed(&mut self, stream: Stream, bytes: &[u8], at: Instant);
+    /// Whether the bytes that follow matter whatever they hold (it is in the middle of something).
+    fn wants_next(&self, stream: Stream) -> bool;
+    /// Bytes of `stream` went by unfed: what it kept of the line in progress is void; the next bytes fed
+    /// start a line.
+    fn skipped(&mut self, stream: Stream);
+    /// How to tell bytes that could matter to it from bytes that cannot.
+    fn sieve(&self) -> Sieve;
+}
+
+/// The observer, shared by the threads that watch the command's streams (none: nobody is watching).
+pub type Watching = Mutex<Option<Box<dyn Observer>>>;
+
+/// Tells bytes that could matter to an [`Observer`] from bytes that cannot; asked from several threads.
+#[derive(Debug, Clone, Copy)]
+pub struct Sieve {
+    /// Whether the bytes hold one of the observer's words.
+    pub could_matter: fn(&[u8]) -> bool,
+    /// The longest word less one: a stretch is sieved with this many bytes before it.
+    pub reach: usize,
+}
 
 /// The terminal the command and gpudoc's live line share. The live line is drawn only when the command
 /// has finished its line (its last byte was a newline) and has been quiet a while; it is cleared before
@@ -175,10 +199,11 @@ pub(super) enum Source {
         pty: bool,
     },
     /// The command writes to gpudoc's fd (a regular file) itself; gpudoc reads the same file through
-    /// `file`, opened anew for reading, from `from` on.
+    /// `files` (descriptions of its own, see [`super::follow::open`]), from `from` on.
     Follow {
         stream: Stream,
-        file: Arc<std::fs::File>,
+        files: Arc<[std::fs::File]>,
+        pace: super::follow::Pace,
         from: u64,
     },
 }
@@ -259,20 +284,24 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Option<Source
             };
             (source, End::Fd(slave))
         }
-        Kind::File => match open_to_read(like) {
-            Ok(file) => {
-                // SAFETY: lseek on gpudoc's own fd, which stays open.
-                let at = unsafe { libc::lseek(like, 0, libc::SEEK_CUR) };
-                let source = Source::Follow {
-                    stream,
-                    file: Arc::new(file),
-                    from: at.max(0) as u64,
-                };
-                (source, End::Inherit)
+        Kind::File => {
+            let pace = super::follow::Pace::for_this_machine();
+            match super::follow::open(like, pace.threads) {
+                Ok(files) => {
+                    // SAFETY: lseek on gpudoc's own fd, which stays open.
+                    let at = unsafe { libc::lseek(like, 0, libc::SEEK_CUR) };
+                    let source = Source::Follow {
+                        stream,
+                        files: files.into(),
+                        pace,
+                        from: at.max(0) as u64,
+                    };
+                    (source, End::Inherit)
+                }
+                // Not readable by gpudoc (another user's file): copied on instead, as a pipe is.
+                Err(_) => return channel(Kind::Other, like, stream),
             }
-            // Not readable by gpudoc (another user's file): copied on instead, as a pipe is.
-            Err(_) => return channel(Kind::Other, like, stream),
-        },
+        }
         Kind::Other => {
             let (r, w) = nix::unistd::pipe()?;
             set_cloexec(r.as_raw_fd());
@@ -289,19 +318,6 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Option<Source
         }
     };
     Ok((Some(source), end))
-}
-
-/// gpudoc's fd `like` opened anew for reading, without moving the file's access time where the kernel
-/// lets us (we own the file): reading along must leave no trace on the command's log.
-fn open_to_read(like: RawFd) -> io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = format!("/proc/self/fd/{like}");
-    let mut o = std::fs::OpenOptions::new();
-    o.read(true);
-    match o.clone().custom_flags(libc::O_NOATIME).open(&path) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => o.open(&path),
-        r => r,
-    }
 }
 
 pub(super) fn set_cloexec(fd: RawFd) {
@@ -331,16 +347,15 @@ pub(super) fn winsize(fd: RawFd) -> Option<nix::pty::Winsize> {
 /// given this long of silence (and at most [`DRAIN_MAX`]) before gpudoc stops reading.
 const DRAIN_QUIET: Duration = Duration::from_millis(100);
 pub const DRAIN_MAX: Duration = Duration::from_secs(2);
-/// One read of the command's output. Small enough that the buffer stays in the processor's cache between
-/// the read and the scan: 256 KiB reads of a file being written ran at a third of the speed of 64 KiB
-/// ones (bench/README.md), and gpudoc's exit waited for the backlog.
+/// One read of a pipe or terminal: small enough that the buffer stays in the processor's cache between
+/// the read and the scan.
 const READ_BYTES: usize = 64 * 1024;
 
 /// Watches one channel until it ends: copies it on ([`pump`]) or reads the file behind it ([`follow`]).
 pub(super) fn watch(
     src: Source,
     term: Option<Arc<Terminal>>,
-    observer: Arc<Mutex<Option<Observer>>>,
+    observer: Arc<Watching>,
     exited: Arc<AtomicBool>,
 ) {
     match src {
@@ -350,55 +365,12 @@ pub(super) fn watch(
             to,
             pty,
         } => pump(stream, &ours, to, term.filter(|_| pty), &observer, &exited),
-        Source::Follow { stream, file, from } => follow(stream, &file, from, &observer, &exited),
-    }
-}
-
-/// How often a followed file is looked at for what the command wrote: soon after it last grew (so little
-/// is left to read when the command exits), then less often while it stays the same.
-const FOLLOW_SOON: Duration = Duration::from_millis(2);
-const FOLLOW_EVERY: Duration = Duration::from_millis(50);
-
-/// Reads what the command writes to a regular file, from `from` on, through a descriptor of gpudoc's own
-/// (the command's offset is never moved), and shows it to the observer. Stops once the command has
-/// exited and the file is read to its end (at most [`DRAIN_MAX`] after).
-fn follow(
-    stream: Stream,
-    file: &std::fs::File,
-    from: u64,
-    observer: &Mutex<Option<Observer>>,
-    exited: &AtomicBool,
-) {
-    let mut buf = vec![0u8; READ_BYTES];
-    let mut pos = from;
-    let mut deadline: Option<Instant> = None;
-    let mut wait = FOLLOW_EVERY;
-    loop {
-        let done = exited.load(Ordering::SeqCst);
-        if done && *deadline.get_or_insert_with(|| Instant::now() + DRAIN_MAX) < Instant::now() {
-            return;
-        }
-        match std::os::unix::fs::FileExt::read_at(file, &mut buf, pos) {
-            Ok(n) if n > 0 => {
-                pos += n as u64;
-                if let Some(obs) = observer.lock().unwrap().as_mut() {
-                    obs(stream, &buf[..n]);
-                }
-                wait = FOLLOW_SOON;
-                continue;
-            }
-            Ok(_) if !done => {}
-            _ => return,
-        }
-        // A file the command truncated starts again from its new end.
-        if let Ok(m) = file.metadata()
-            && m.len() < pos
-        {
-            pos = m.len();
-        }
-        // Parked, so the command's exit wakes it at once.
-        std::thread::park_timeout(wait);
-        wait = (wait * 2).min(FOLLOW_EVERY);
+        Source::Follow {
+            stream,
+            files,
+            pace,
+            from,
+        } => super::follow::follow(stream, &files, from, &observer, &exited, (pace, DRAIN_MAX)),
     }
 }
 
@@ -409,7 +381,7 @@ fn pump(
     ours: &OwnedFd,
     to: RawFd,
     term: Option<Arc<Terminal>>,
-    observer: &Mutex<Option<Observer>>,
+    observer: &Watching,
     exited: &AtomicBool,
 ) {
     // Unbuffered: each chunk reaches the terminal as the command wrote it.
@@ -446,7 +418,7 @@ fn pump(
         };
         more = n == buf.len();
         if let Some(obs) = observer.lock().unwrap().as_mut() {
-            obs(stream, &buf[..n]);
+            obs.feed(stream, &buf[..n], Instant::now());
         }
         if !passed {
             // Our reader went away (`| head`): closing our end lets the command see EPIPE as it would have.
