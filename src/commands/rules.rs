@@ -74,7 +74,7 @@ fn explain(set: &RuleSet, id: &str) -> Option<String> {
     let _ = writeln!(o, "from: {}\n", r.source);
     let _ = writeln!(o, "fires when:\n    {}\n", r.when.replace('\n', "\n    "));
     let _ = writeln!(o, "reads:");
-    for fact in &r.reads {
+    for fact in &r.reads() {
         let key = fact
             .replace("[]", "")
             .replace("gpus.", "gpu.")

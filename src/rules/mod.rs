@@ -16,7 +16,7 @@ use facts::Facts;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// What a rule is evaluated for: once per run, or once per GPU, process or PyTorch process (bound to the
 /// variable `gpu`, `process` or `torch`).
@@ -93,13 +93,25 @@ pub struct Rule {
     pub docs: Option<String>,
     /// Where it came from: `bundled:NAME.toml` or a path.
     pub source: String,
-    /// The facts its condition, message and details read.
-    pub reads: Vec<String>,
     condition: Program,
+    /// The facts its condition reads.
+    condition_reads: Vec<String>,
+    /// `at` and `gpu` as written, with their lines.
+    mark_src: [Source; 2],
+    /// The message's line.
+    msg_line: usize,
+    /// What it says, compiled at load (a rule file of the user's, so that its errors come before the
+    /// command runs) or when first needed (a bundled rule, which the tests check: most never fire, and
+    /// their templates are most of the compiling).
+    saying: OnceLock<Result<Saying, RuleError>>,
+}
+
+/// A rule's message, details and mark, compiled, and the facts they and the condition read.
+struct Saying {
     pieces: Vec<Piece>,
     details: Vec<Vec<Piece>>,
-    /// `at` and `gpu`, compiled.
     mark: Mark,
+    reads: Vec<String>,
 }
 
 /// Where on the run's timeline a diagnosis points: the moment and the GPU (see `RuleFile`).
@@ -113,21 +125,14 @@ struct Mark {
 type Source = Option<(String, usize)>;
 
 impl Mark {
-    /// `at` and `gpu` compiled, with their sources for the checks.
-    fn compile(
-        env: &Env,
-        [at, gpu]: [&Option<toml::Spanned<String>>; 2],
-        text: &str,
-        file: &str,
-    ) -> Result<(Mark, [Source; 2]), RuleError> {
-        let src = [at, gpu].map(|m| {
+    /// `at` and `gpu` compiled from their sources.
+    fn compile(env: &Env, src: &[Source; 2], file: &str) -> Result<Mark, RuleError> {
+        let [at, gpu] = src.each_ref().map(|m| {
             m.as_ref()
-                .map(|m| (m.get_ref().clone(), value_line(text, m.span())))
+                .map(|(s, line)| compile(env, s, file, *line))
+                .transpose()
         });
-        let [at, gpu] = src
-            .clone()
-            .map(|m| m.map(|(s, line)| compile(env, &s, file, line)).transpose());
-        Ok((Mark { at: at?, gpu: gpu? }, src))
+        Ok(Mark { at: at?, gpu: gpu? })
     }
 }
 
@@ -584,38 +589,17 @@ impl Rule {
         let when_line = value_line(text, f.when.span());
         let msg_line = value_line(text, f.message.span());
         let condition = compile(&env, f.when.get_ref(), source, when_line)?;
-        let pieces = template(&env, f.message.get_ref(), source, msg_line)?;
-        let details = f
-            .details
-            .iter()
-            .map(|d| template(&env, d, source, msg_line))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (mark, mark_src) = Mark::compile(&env, [&f.at, &f.gpu], text, source)?;
-        let mut read = Vec::new();
-        reads(condition.expression(), &HashMap::new(), &mut read);
-        let mut msg_reads = Vec::new();
-        for e in mark.at.iter().chain(mark.gpu.iter()) {
-            reads(e.expression(), &HashMap::new(), &mut msg_reads);
-        }
-        for p in pieces.iter().chain(details.iter().flatten()) {
-            if let Piece::Expr(e) = p {
-                reads(e.expression(), &HashMap::new(), &mut msg_reads);
-            }
-        }
-        if check {
-            let lines = (when_line, msg_line);
-            let all: Vec<&[Piece]> = std::iter::once(pieces.as_slice())
-                .chain(details.iter().map(|d| d.as_slice()))
-                .collect();
-            check_rule(&env, f.each, &condition, &all, (&read, &msg_reads), lines)
-                .map_err(|(line, what)| err(line, what))?;
-            check_mark(&env, f.each, &mark, &mark_src).map_err(|(line, what)| err(line, what))?;
-        }
-        read.extend(msg_reads);
-        read.sort();
-        read.dedup();
-        read.retain(|p| !CONSTANTS.iter().any(|(n, _)| n == p));
-        Ok(Rule {
+        let mut condition_reads = Vec::new();
+        reads(
+            condition.expression(),
+            &HashMap::new(),
+            &mut condition_reads,
+        );
+        let mark_src = [&f.at, &f.gpu].map(|m| {
+            m.as_ref()
+                .map(|m| (m.get_ref().clone(), value_line(text, m.span())))
+        });
+        let rule = Rule {
             id: f.id,
             severity: f.severity,
             title: f.title,
@@ -626,12 +610,81 @@ impl Rule {
             advice: f.advice,
             docs: f.docs,
             source: source.into(),
-            reads: read,
             condition,
+            condition_reads,
+            mark_src,
+            msg_line,
+            saying: OnceLock::new(),
+        };
+        if check {
+            let saying = rule.compile_saying(&env)?;
+            let lines = (when_line, msg_line);
+            let all: Vec<&[Piece]> = std::iter::once(saying.pieces.as_slice())
+                .chain(saying.details.iter().map(|d| d.as_slice()))
+                .collect();
+            let msg_reads = saying.reads.clone();
+            check_rule(
+                &env,
+                rule.scope,
+                &rule.condition,
+                &all,
+                (&rule.condition_reads, &msg_reads),
+                lines,
+            )
+            .map_err(|(line, what)| err(line, what))?;
+            check_mark(&env, rule.scope, &saying.mark, &rule.mark_src)
+                .map_err(|(line, what)| err(line, what))?;
+            let _ = rule.saying.set(Ok(saying));
+        }
+        Ok(rule)
+    }
+
+    /// The message, details and mark compiled, with the facts they read.
+    fn compile_saying(&self, env: &Env) -> Result<Saying, RuleError> {
+        let (file, line) = (self.source.as_str(), self.msg_line);
+        let pieces = template(env, &self.message, file, line)?;
+        let details = self
+            .details_src
+            .iter()
+            .map(|d| template(env, d, file, line))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mark = Mark::compile(env, &self.mark_src, file)?;
+        let mut read = Vec::new();
+        for e in mark.at.iter().chain(mark.gpu.iter()) {
+            reads(e.expression(), &HashMap::new(), &mut read);
+        }
+        for p in pieces.iter().chain(details.iter().flatten()) {
+            if let Piece::Expr(e) = p {
+                reads(e.expression(), &HashMap::new(), &mut read);
+            }
+        }
+        Ok(Saying {
             pieces,
             details,
             mark,
+            reads: read,
         })
+    }
+
+    /// What it says, compiled the first time it is needed.
+    fn saying(&self) -> Result<&Saying, String> {
+        self.saying
+            .get_or_init(|| self.compile_saying(&env()))
+            .as_ref()
+            .map_err(|e| e.to_string())
+    }
+
+    /// The facts its condition, message and details read (none of the message's if it cannot be
+    /// compiled).
+    pub fn reads(&self) -> Vec<String> {
+        let mut read = self.condition_reads.clone();
+        if let Ok(s) = self.saying() {
+            read.extend(s.reads.iter().cloned());
+        }
+        read.sort();
+        read.dedup();
+        read.retain(|p| !CONSTANTS.iter().any(|(n, _)| n == p));
+        read
     }
 
     /// The message, its detail lines and its mark if the rule fires in `ctx`, `None` if it does not.
@@ -639,9 +692,10 @@ impl Rule {
         match self.condition.execute(ctx) {
             Ok(Value::Bool(false)) => Ok(None),
             Ok(Value::Bool(true)) => {
-                let message = fill(&self.pieces, ctx).map_err(|e| format!("message: {e}"))?;
+                let said = self.saying()?;
+                let message = fill(&said.pieces, ctx).map_err(|e| format!("message: {e}"))?;
                 let mut details = Vec::new();
-                for d in &self.details {
+                for d in &said.details {
                     details.extend(lines(d, ctx).map_err(|e| format!("details: {e}"))?);
                 }
                 let run = |p: &Option<Program>, what: &str| {
@@ -649,13 +703,13 @@ impl Rule {
                         .map(|p| p.execute(ctx).map_err(|e| format!("{what}: {e}")))
                         .transpose()
                 };
-                let at_s = match run(&self.mark.at, "at")? {
+                let at_s = match run(&said.mark.at, "at")? {
                     Some(Value::Float(x)) if x >= 0.0 => Some(x),
                     Some(Value::Int(x)) if x >= 0 => Some(x as f64),
                     Some(Value::UInt(x)) => Some(x as f64),
                     _ => None,
                 };
-                let gpu = match run(&self.mark.gpu, "gpu")? {
+                let gpu = match run(&said.mark.gpu, "gpu")? {
                     Some(Value::String(s)) if !s.is_empty() => Some(s.to_string()),
                     _ => None,
                 };
@@ -851,7 +905,7 @@ fn read_values(
         .scope
         .var()
         .and_then(|var| Some((var, all.get(rule.scope.list())?.get(i)?)));
-    rule.reads
+    rule.reads()
         .iter()
         .filter(|p| !p.contains("[]"))
         .filter_map(|p| {
