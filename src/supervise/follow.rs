@@ -217,17 +217,26 @@ impl<'a> Reader<'a> {
             return one(0, 0..n);
         }
         let per = n.div_ceil(threads);
+        let one = &one;
         std::thread::scope(|s| {
             let parts: Vec<_> = (0..threads)
                 .map(|t| {
                     let ks = (t * per).min(n)..((t + 1) * per).min(n);
-                    (ks.len(), s.spawn(move || one(t, ks)))
+                    let spawned = std::thread::Builder::new().spawn_scoped(s, {
+                        let ks = ks.clone();
+                        move || one(t, ks)
+                    });
+                    (t, ks, spawned)
                 })
                 .collect();
-            // A thread that failed leaves its chunks to the observer.
             parts
                 .into_iter()
-                .flat_map(|(len, p)| p.join().unwrap_or_else(|_| vec![true; len]))
+                .flat_map(|(t, ks, p)| match p {
+                    // A thread that failed leaves its chunks to the observer.
+                    Ok(p) => p.join().unwrap_or_else(|_| vec![true; ks.len()]),
+                    // No thread to be had: this one sieves the share itself.
+                    Err(_) => one(t, ks),
+                })
                 .collect()
         })
     }
