@@ -450,7 +450,7 @@ fn a_cupy_pool_limit_is_a_cap_named_as_cupys() {
         .unwrap_or_else(|| panic!("no oom-cap in {}", r["diagnoses"]));
     let msg = cap["message"].as_str().unwrap();
     assert!(
-        msg.contains("3.73 GiB (the CuPy memory pool limit)"),
+        msg.contains("may use only 3.73 GiB of the GPU (CuPy's memory pool limit"),
         "{msg}"
     );
     assert!(!msg.contains("torch.cuda"), "{msg}");

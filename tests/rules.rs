@@ -288,7 +288,7 @@ fn messages_carry_the_numbers() {
     assert!(context.starts_with("GPU 0: the job could not get the memory it asked for while processes outside the job held 139.59 GiB"), "{context}");
     assert!(!context.contains(" 0 B"), "{context}");
     let cap = message("fraction_cap", "oom-cap");
-    assert!(cap.starts_with("GPU 0: the job ran out at the cap it was given, 34.95 GiB (torch.cuda.set_per_process_memory_fraction), with 104.49 GiB of the GPU still free"), "{cap}");
+    assert!(cap.starts_with("GPU 0: the job ran out at the cap it was given, not at the GPU's capacity: the process may use only 34.95 GiB of the GPU (torch.cuda.set_per_process_memory_fraction) and already held 34.58 GiB"), "{cap}");
     let child = message("child_hog", "oom-near-capacity");
     assert!(
         child.contains("its other processes 110.51 GiB") && !child.contains("outside"),
