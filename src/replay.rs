@@ -5,7 +5,7 @@
 //! it does not know instead of inventing it.
 
 use crate::analysis::{self, EndRow, Evidence};
-use crate::gpu::{GpuInfo, NvmlStatus};
+use crate::gpu::NvmlStatus;
 use crate::oom::{self, HostOom, scan::Scanner};
 use crate::report::Report;
 use crate::rules::RuleSet;
@@ -13,7 +13,7 @@ use crate::sample::Rates;
 use crate::supervise::Stream;
 use crate::timeline::{GpuTimeline, Lost, Micros, ProcTimeline, Series, Timeline};
 use crate::torch::TorchTimeline;
-use crate::trace::{OLD_SCHEMAS as OLD_TRACES, SCHEMA};
+use crate::trace::{FirstSeen, OLD_SCHEMAS as OLD_TRACES, Row, SCHEMA};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -251,13 +251,13 @@ pub fn load_trace(path: &Path) -> Result<Trace, LoadError> {
     let complete = text.ends_with('\n');
     for (i, line) in lines.iter().enumerate() {
         let n = i + 1;
-        let row: serde_json::Value = match serde_json::from_str(line) {
+        let row: Row<EndRow> = match serde_json::from_str(line) {
             Ok(v) => v,
             // A crash can cut the last line short.
             Err(_) if n == lines.len() && !complete => break,
-            Err(e) => return Err(bad(n, format!("not JSON: {e}"))),
+            Err(e) => return Err(bad(n, format!("not a trace row: {e}"))),
         };
-        apply_row(&mut trace, &mut sums, &row).map_err(|what| bad(n, what))?;
+        apply_row(&mut trace, &mut sums, row).map_err(|what| bad(n, what))?;
     }
     sums.finish(&mut trace.timeline);
     if trace.header.command.is_empty() && trace.timeline.gpus.is_empty() {
@@ -267,96 +267,74 @@ pub fn load_trace(path: &Path) -> Result<Trace, LoadError> {
 }
 
 /// One row of a trace into what is being rebuilt.
-fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: &serde_json::Value) -> Result<(), String> {
+fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: Row<EndRow>) -> Result<(), String> {
     let timeline = &mut tr.timeline;
-    match row.get("kind").and_then(|k| k.as_str()) {
-        Some("start") => apply_start(tr, row)?,
-        Some("device") => {
-            let (t, gpu, used) = (at(row)?, num(row, "gpu")? as u32, num(row, "used")? as u64);
-            let g = timeline
-                .gpu_mut(gpu)
-                .ok_or_else(|| format!("GPU {gpu} is not in the header"))?;
-            g.used.push(t, used);
+    let unknown = |gpu: u32| format!("GPU {gpu} is not in the header");
+    match row {
+        Row::Start {
+            schema,
+            unix_s,
+            command,
+            origin,
+            gpus,
+            nvml,
+        } => {
+            if schema != SCHEMA && !OLD_TRACES.contains(&schema.as_str()) {
+                return Err(format!("not a {SCHEMA} trace (schema {schema:?})"));
+            }
+            tr.header = Header {
+                command,
+                origin,
+                unix_s,
+                nvml,
+            };
+            tr.timeline.gpus = gpus.into_iter().map(GpuTimeline::new).collect();
+        }
+        Row::Device { t, gpu, used, .. } => {
+            let g = timeline.gpu_mut(gpu).ok_or_else(|| unknown(gpu))?;
+            g.used.push(micros(t), used);
             timeline.device_samples += 1;
         }
-        Some("process") => apply_process(timeline, sums, row)?,
-        Some("job") => {
-            let (t, gpu, used) = (at(row)?, num(row, "gpu")? as u32, num(row, "used")? as u64);
-            let g = timeline
-                .gpu_mut(gpu)
-                .ok_or_else(|| format!("GPU {gpu} is not in the header"))?;
-            g.job.push(t, used);
+        Row::Process {
+            t,
+            gpu,
+            pid,
+            used,
+            in_job,
+            first,
+        } => apply_process(timeline, sums, (micros(t), gpu, pid, used, in_job), first),
+        Row::Job { t, gpu, used } => {
+            let g = timeline.gpu_mut(gpu).ok_or_else(|| unknown(gpu))?;
+            g.job.push(micros(t), used);
         }
-        Some("lost") => {
-            let (t, gpu) = (at(row)?, num(row, "gpu")? as u32);
-            let error = row.get("error").and_then(|e| e.as_str()).unwrap_or("");
+        Row::Lost { t, gpu, error } => {
             if let Some(g) = timeline.gpu_mut(gpu) {
                 g.lost = Some(Lost {
-                    at: t,
-                    error: error.to_string(),
+                    at: micros(t),
+                    error,
                 });
             }
         }
-        Some("torch") => {
-            let m = row.get("m").ok_or("a torch row without its message `m`")?;
+        Row::Torch { m } => {
             tr.torch.apply(m.to_string().as_bytes(), tr.header.unix_s);
         }
-        Some("end") => {
-            let e = serde_json::from_value(row["end"].clone())
-                .map_err(|e| format!("bad end row: {e}"))?;
-            tr.end = Some(e);
-        }
-        other => return Err(format!("unknown row kind {other:?}")),
+        Row::End { end } => tr.end = Some(end),
     }
     Ok(())
 }
 
-/// A row's number `k`.
-fn num(row: &serde_json::Value, k: &str) -> Result<f64, String> {
-    row.get(k)
-        .and_then(|v| v.as_f64())
-        .ok_or_else(|| format!("no number `{k}`"))
+/// A row's time `t` (seconds) in microseconds.
+fn micros(t: f64) -> Micros {
+    (t * 1e6).round() as Micros
 }
 
-/// A row's time `t`, in microseconds.
-fn at(row: &serde_json::Value) -> Result<Micros, String> {
-    row.get("t")
-        .and_then(|v| v.as_f64())
-        .map(|t| (t * 1e6).round() as Micros)
-        .ok_or_else(|| "no time `t`".to_string())
-}
-
-/// The header row: the schema checked, the run's command, origin, NVML and GPUs.
-fn apply_start(tr: &mut Trace, row: &serde_json::Value) -> Result<(), String> {
-    let schema = row.get("schema").and_then(|s| s.as_str()).unwrap_or("");
-    if schema != SCHEMA && !OLD_TRACES.contains(&schema) {
-        return Err(format!("not a {SCHEMA} trace (schema {schema:?})"));
-    }
-    let h = &mut tr.header;
-    h.command = serde_json::from_value(row["command"].clone()).unwrap_or_default();
-    h.origin = serde_json::from_value(row["origin"].clone()).unwrap_or_default();
-    h.unix_s = row["unix_s"].as_f64().unwrap_or(0.0);
-    h.nvml = serde_json::from_value(row["nvml"].clone()).ok();
-    let gpus: Vec<GpuInfo> =
-        serde_json::from_value(row["gpus"].clone()).map_err(|e| format!("bad `gpus`: {e}"))?;
-    tr.timeline.gpus = gpus.into_iter().map(GpuTimeline::new).collect();
-    Ok(())
-}
-
-/// One process's memory on one GPU at one time.
+/// One process's memory on one GPU at one time; its first row says who it is.
 fn apply_process(
     timeline: &mut Timeline,
     sums: &mut JobSums,
-    row: &serde_json::Value,
-) -> Result<(), String> {
-    let t = at(row)?;
-    let (gpu, pid, used) = (
-        num(row, "gpu")? as u32,
-        num(row, "pid")? as u32,
-        num(row, "used")? as u64,
-    );
-    let flag = |k: &str| row.get(k).and_then(|v| v.as_bool());
-    let in_job = flag("in_job").unwrap_or(false);
+    (t, gpu, pid, used, in_job): (Micros, u32, u32, u64, bool),
+    first: Option<FirstSeen>,
+) {
     let entry = timeline
         .procs
         .entry((gpu, pid))
@@ -364,16 +342,17 @@ fn apply_process(
             pid,
             gpu,
             in_job,
-            visible: flag("visible").unwrap_or(true),
+            visible: true,
             cmdline: String::new(),
-            uid: row.get("uid").and_then(|u| u.as_u64()).map(|u| u as u32),
+            uid: None,
             used: Series::default(),
         });
-    if let Some(c) = row.get("cmdline").and_then(|c| c.as_str()) {
-        entry.cmdline = c.to_string();
+    if let Some(f) = first {
+        entry.cmdline = f.cmdline;
+        entry.visible = f.visible;
+        entry.uid = f.uid;
     }
     entry.used.push(t, used);
     sums.add(gpu, t, pid, used, in_job);
     timeline.process_samples += 1;
-    Ok(())
 }

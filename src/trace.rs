@@ -37,7 +37,9 @@ pub enum Row<E> {
         #[serde(default)]
         origin: crate::origin::Origin,
         gpus: Vec<GpuInfo>,
-        nvml: crate::gpu::NvmlStatus,
+        /// Absent in traces from before it was recorded.
+        #[serde(default)]
+        nvml: Option<crate::gpu::NvmlStatus>,
     },
     /// A GPU's memory in use changed (bytes; `nvidia-smi`'s number).
     Device {
@@ -71,7 +73,13 @@ pub enum Row<E> {
 pub struct FirstSeen {
     pub cmdline: String,
     pub uid: Option<u32>,
+    /// Absent in traces from before it was recorded (`gpudoc.trace/1`): visible.
+    #[serde(default = "visible")]
     pub visible: bool,
+}
+
+fn visible() -> bool {
+    true
 }
 
 /// A row without an end, as a line.
@@ -156,7 +164,7 @@ impl TraceWriter {
                 command: self.command.clone(),
                 origin: self.origin.clone(),
                 gpus: gpus.to_vec(),
-                nvml: nvml.clone(),
+                nvml: Some(nvml.clone()),
             });
             self.write(|o| writeln!(o, "{line}"));
             for row in std::mem::take(&mut self.pending) {

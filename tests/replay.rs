@@ -156,3 +156,29 @@ fn every_diagnosis_points_at_a_gpu_of_its_run_and_a_moment_inside_it() {
     }
     assert!(marked >= 20, "only {marked} diagnoses name their GPU");
 }
+
+#[test]
+fn a_trace_of_the_first_schema_is_still_read() {
+    // gpudoc.trace/1: no origin, no job, torch or end rows; a process's first row names only its command.
+    let m = Machine::h200s(1);
+    let trace = m.path("old.jsonl");
+    let rows = [
+        r#"{"kind":"start","schema":"gpudoc.trace/1","unix_s":1795987808.8,"command":["python3","train.py"],"gpus":[{"index":0,"name":"NVIDIA H200","total_bytes":150754820096,"uuid":"GPU-daf5dac6-8b71-b198-a6c3-4825bca75ad3"}],"nvml":{"available":true,"cuda_driver":"13.0","driver":"580.159.04","error":null,"library":"libnvidia-ml.so.1"}}"#,
+        r#"{"kind":"device","t":0.01,"gpu":0,"used":0,"total":150754820096}"#,
+        r#"{"kind":"process","t":0.5,"gpu":0,"pid":4242,"used":1073741824,"in_job":true,"cmdline":"python3 train.py"}"#,
+        r#"{"kind":"device","t":0.5,"gpu":0,"used":1073741824,"total":150754820096}"#,
+        r#"{"kind":"process","t":1.0,"gpu":0,"pid":4242,"used":3221225472,"in_job":true}"#,
+        r#"{"kind":"device","t":1.0,"gpu":0,"used":3221225472,"total":150754820096}"#,
+        r#"{"kind":"process","t":1.5,"gpu":0,"pid":4242,"used":0,"in_job":true}"#,
+    ];
+    std::fs::write(&trace, rows.join("\n") + "\n").unwrap();
+    let back = report(&trace, &[]);
+    assert_eq!(back["command"], serde_json::json!(["python3", "train.py"]));
+    assert_eq!(back["gpus"][0]["job_peak_bytes"], 3u64 << 30);
+    assert_eq!(back["gpus"][0]["peak_used_bytes"], 3u64 << 30);
+    let p = &back["processes"][0];
+    assert_eq!(p["pid"], 4242);
+    assert_eq!(p["cmdline"], "python3 train.py");
+    assert_eq!(p["visible"], true);
+    assert_eq!(p["peak_bytes"], 3u64 << 30);
+}

@@ -478,7 +478,8 @@ fn a_corrupt_report_or_trace_is_an_error_that_names_it() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("t.jsonl:4: no number `gpu`"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("t.jsonl:4: not a trace row: missing field `gpu`"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
