@@ -10,24 +10,14 @@ use std::process::ExitCode;
 
 /// The schema of `name`.
 pub fn of(name: SchemaName) -> Value {
-    let mut schema = match name {
+    match name {
         SchemaName::Report => schema_for!(crate::report::Report),
         SchemaName::TraceRow => schema_for!(crate::trace::Row<crate::analysis::EndRow>),
         SchemaName::Baseline => schema_for!(crate::gate::BaselineFile),
         SchemaName::Compare => schema_for!(crate::compare::Comparison),
         SchemaName::Orphans => schema_for!(super::orphans::Output<'static>),
     }
-    .to_value();
-    if name == SchemaName::Report {
-        // The OOM text's own device number is written as `text_gpu` beside the report's `gpu`.
-        schema["$defs"]["OomReport"]["properties"]["text_gpu"] = serde_json::json!({
-            "description": "The device the OOM text names, numbered as the failing process saw them \
-                            (after CUDA_VISIBLE_DEVICES); `gpu` is NVML's index of it.",
-            "type": ["integer", "null"],
-            "minimum": 0
-        });
-    }
-    schema
+    .to_value()
 }
 
 /// `report`, `trace-row`, ...: the name on the command line and of the file in docs/schema/.

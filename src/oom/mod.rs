@@ -68,7 +68,7 @@ pub struct OomReport {
     /// The text and where it was read. Its own `gpu` (the device the text names, numbered as the failing
     /// process saw them) is `text_gpu` here, beside the report's `gpu`.
     #[serde(flatten, with = "event_fields")]
-    #[schemars(with = "OomEvent")]
+    #[schemars(schema_with = "event_fields::schema")]
     pub event: OomEvent,
     /// The GPU it happened on (NVML's index): the text's device mapped through the job's visible GPUs,
     /// else the only GPU the job used.
@@ -115,6 +115,26 @@ mod event_fields {
             m.insert("text_gpu".into(), g);
         }
         v.serialize(s)
+    }
+
+    /// The event's schema, its `gpu` as `text_gpu`.
+    pub fn schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut s = <OomEvent as schemars::JsonSchema>::json_schema(g);
+        if let Some(props) = s.get_mut("properties").and_then(|p| p.as_object_mut())
+            && let Some(mut gpu) = props.remove("gpu")
+        {
+            gpu["description"] =
+                "The device the OOM text names, numbered as the failing process saw \
+                                  them (after CUDA_VISIBLE_DEVICES); `gpu` is NVML's index of it."
+                    .into();
+            props.insert("text_gpu".into(), gpu);
+        }
+        if let Some(req) = s.get_mut("required").and_then(|r| r.as_array_mut()) {
+            for r in req.iter_mut().filter(|r| *r == "gpu") {
+                *r = "text_gpu".into();
+            }
+        }
+        s
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<OomEvent, D::Error> {
