@@ -66,6 +66,31 @@ impl Term {
         self.master.write_all(b).unwrap();
     }
 
+    /// Waits (at most 10 s) until no process of the terminal's session has `sig` pending, so that a key
+    /// typed next sends a signal of its own: the kernel keeps one pending standard signal per process,
+    /// and one sent before the last was taken would merge with it (a loaded machine may not run a
+    /// process for a while).
+    pub fn delivered(&self, sig: i32) {
+        let session = self.child.id() as i32;
+        let bit = 1u64 << (sig - 1);
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            let pending = procfs::process::all_processes()
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|p| p.stat().is_ok_and(|s| s.session == session))
+                .any(|p| {
+                    p.status()
+                        .is_ok_and(|st| (st.shdpnd | st.sigpnd) & bit != 0)
+                });
+            if !pending {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Waits for exit (at most a minute: a command that hangs fails the test rather than stalling the
     /// suite) and returns (code, everything printed).
     pub fn finish(mut self) -> (i32, String) {
