@@ -106,7 +106,7 @@ pub struct Rule {
     saying: OnceLock<Result<Saying, RuleError>>,
 }
 
-/// A rule's message, details and mark, compiled, and the facts they and the condition read.
+/// A rule's message, details and mark, compiled, and the facts they read.
 struct Saying {
     pieces: Vec<Piece>,
     details: Vec<Vec<Piece>>,
@@ -622,13 +622,12 @@ impl Rule {
             let all: Vec<&[Piece]> = std::iter::once(saying.pieces.as_slice())
                 .chain(saying.details.iter().map(|d| d.as_slice()))
                 .collect();
-            let msg_reads = saying.reads.clone();
             check_rule(
                 &env,
                 rule.scope,
                 &rule.condition,
                 &all,
-                (&rule.condition_reads, &msg_reads),
+                (&rule.condition_reads, &saying.reads),
                 lines,
             )
             .map_err(|(line, what)| err(line, what))?;

@@ -124,11 +124,11 @@ impl Written {
 /// A file being read along: how far it is read, and how far the observer has seen it without a gap.
 pub struct Reader<'a> {
     /// Descriptions of the file: the first reads along, each sieves a share of a long stretch.
-    pub files: &'a [File],
-    pub stream: Stream,
-    pub pace: Pace,
+    files: &'a [File],
+    stream: Stream,
+    pace: Pace,
     /// Read (sieved) up to here.
-    pub pos: u64,
+    pos: u64,
     /// Fed to the observer, without a gap, up to here.
     seen: u64,
     written: Written,
