@@ -90,12 +90,7 @@ fn each_planted_leak_is_found_at_its_line_with_its_holder() {
 #[test]
 fn the_step_leak_diagnosis_names_the_line_and_the_holder() {
     let (r, err) = leak_run("list", 60, &[]);
-    let d = r["diagnoses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["rule"] == "step-leak")
-        .unwrap_or_else(|| panic!("{err}"));
+    let d = common::diagnosis(&r, "step-leak").unwrap_or_else(|| panic!("{err}"));
     let details = d["details"].as_array().unwrap();
     let script = std::fs::read_to_string(fake_torch().join("leaks.py")).unwrap();
     let line = 1 + script
@@ -211,11 +206,7 @@ fn a_hunt_that_cannot_run_says_why_and_the_program_goes_on() {
         let h = hunts(&r);
         assert_eq!(h.len(), 1, "{var}");
         assert!(h[0]["error"].as_str().unwrap().contains(why), "{:#}", h[0]);
-        let leak = r["diagnoses"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["rule"] == "step-leak")
+        let leak = common::diagnosis(&r, "step-leak")
             .unwrap_or_else(|| panic!("no step-leak: {:#}", r["torch"]["processes"][0]));
         assert!(
             leak["details"][0]

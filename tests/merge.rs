@@ -170,12 +170,7 @@ fn real_nodes_rank_zero_carrying_more_is_imbalance_across_nodes() {
         .collect();
     assert_eq!(hosts, ["node-a", "node-b"]);
     assert_eq!(m["origin"]["name"], "ddp-rank0_extra");
-    let d = m["diagnoses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["rule"] == "gpu-imbalance")
-        .expect("imbalance across the nodes");
+    let d = common::diagnosis(&m, "gpu-imbalance").expect("imbalance across the nodes");
     let msg = d["message"].as_str().unwrap();
     assert!(
         msg.contains("GPU 0 on node-a") && msg.contains("GPU 1 on node-b"),

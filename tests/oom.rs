@@ -442,11 +442,7 @@ fn a_cupy_pool_limit_is_a_cap_named_as_cupys() {
     assert_eq!(code, 1);
     assert_eq!(r["exit"]["classification"], "gpu_oom");
     assert_eq!(r["oom"]["cause"], "cap");
-    let cap = r["diagnoses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["rule"] == "oom-cap")
+    let cap = common::diagnosis(&r, "oom-cap")
         .unwrap_or_else(|| panic!("no oom-cap in {}", r["diagnoses"]));
     let msg = cap["message"].as_str().unwrap();
     assert!(

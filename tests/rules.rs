@@ -195,13 +195,7 @@ fn healthy_runs_stay_quiet() {
 #[test]
 fn the_two_gpu_runs_name_ranks_gpus_and_numbers() {
     let r = report(fixture("multi/stray.report.json"), &[]);
-    let stray = r["diagnoses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["rule"] == "stray-context")
-        .unwrap()
-        .clone();
+    let stray = common::diagnosis(&r, "stray-context").unwrap().clone();
     let pid = stray["subject"]
         .as_str()
         .unwrap()
@@ -260,12 +254,7 @@ fn messages_carry_the_numbers() {
         fixture("oom/h200/torch_other_process.trace.jsonl"),
         &["--output", &fixture("oom/h200/torch_other_process.stderr")],
     );
-    let oom = r["diagnoses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["rule"] == "oom-others")
-        .unwrap();
+    let oom = common::diagnosis(&r, "oom-others").unwrap();
     assert_eq!(
         oom["message"],
         "GPU 0: the job asked for 38.78 GiB with 28.77 GiB free while processes outside the job held 100.51 GiB: pid 2501 (python3 tests/gpu/hold.py 100) 100.51 GiB."
@@ -274,11 +263,7 @@ fn messages_carry_the_numbers() {
     // The held-out OOMs of issue 13, each with its own culprit and no number made up.
     let message = |run: &str, rule: &str| -> String {
         let r = report(fixture(&format!("oom/h200/{run}.report.json")), &[]);
-        let d = r["diagnoses"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["rule"] == rule);
+        let d = common::diagnosis(&r, rule);
         d.unwrap_or_else(|| panic!("{run}: no {rule}"))["message"]
             .as_str()
             .unwrap()
@@ -309,12 +294,7 @@ fn multi_gpu_imbalance_and_a_stray_context_under_the_fake_nvml() {
     let (code, r, err) = m.run_sh(&[], script);
     assert_eq!(code, 0);
     assert_eq!(fired(&r), ["gpu-imbalance", "stray-context"], "{err}");
-    let stray = r["diagnoses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["rule"] == "stray-context")
-        .unwrap();
+    let stray = common::diagnosis(&r, "stray-context").unwrap();
     assert!(
         stray["message"]
             .as_str()

@@ -263,6 +263,14 @@ pub fn succeed(c: &mut Command) -> std::process::Output {
 }
 
 /// `gpudoc report FILE [extra] --json -`: the report, re-diagnosed (the summary goes to stderr).
+/// The diagnosis a report's rule `rule` made, if it fired (the first, for a rule of many items).
+pub fn diagnosis<'a>(report: &'a serde_json::Value, rule: &str) -> Option<&'a serde_json::Value> {
+    report["diagnoses"]
+        .as_array()?
+        .iter()
+        .find(|d| d["rule"] == rule)
+}
+
 pub fn report(file: impl AsRef<Path>, extra: &[&str]) -> serde_json::Value {
     report_of(&[file.as_ref()], extra)
 }
