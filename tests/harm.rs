@@ -12,6 +12,13 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `gpudoc run -q -- sh -c SCRIPT` on `m`.
+fn quiet_sh(m: &Machine, script: &str) -> Command {
+    let mut c = m.gpudoc();
+    c.args(["run", "-q", "--", "sh", "-c", script]);
+    c
+}
+
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
@@ -352,9 +359,7 @@ fn stdout_and_stderr_sharing_a_file_keep_their_order() {
     let log = m.path("out.log");
     let script = "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo out$i; echo err$i >&2; done";
     let f = std::fs::File::create(&log).unwrap();
-    let st = m
-        .gpudoc()
-        .args(["run", "-q", "--", "sh", "-c", script])
+    let st = quiet_sh(&m, script)
         .stdout(f.try_clone().unwrap())
         .stderr(f)
         .status()
@@ -382,16 +387,7 @@ fn a_log_file_gpudoc_reads_along_keeps_its_access_time() {
     )
     .unwrap();
     let f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
-    let st = m
-        .gpudoc()
-        .args([
-            "run",
-            "-q",
-            "--",
-            "sh",
-            "-c",
-            "echo written; sleep 0.1; echo again",
-        ])
+    let st = quiet_sh(&m, "echo written; sleep 0.1; echo again")
         .stdout(f)
         .status()
         .unwrap();
@@ -421,9 +417,7 @@ fn descendants_that_already_exited_are_not_leftovers() {
 
 /// Starts `gpudoc run -- sh -c SCRIPT` where the script starts a grandchild and prints its PID.
 fn job_with_grandchild(m: &Machine) -> (std::process::Child, u32) {
-    let mut child = m
-        .gpudoc()
-        .args(["run", "-q", "--", "sh", "-c", "sleep 300 & echo $!; wait"])
+    let mut child = quiet_sh(m, "sleep 300 & echo $!; wait")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -585,16 +579,7 @@ fn through_a_non_blocking(write_end: std::os::fd::OwnedFd, mut read_end: std::fs
     use std::io::Read;
     common::set_nonblocking(&write_end);
     let m = Machine::h200s(1);
-    let mut child = m
-        .gpudoc()
-        .args([
-            "run",
-            "-q",
-            "--",
-            "sh",
-            "-c",
-            "head -c 3000000 /dev/zero | tr '\\0' x",
-        ])
+    let mut child = quiet_sh(&m, "head -c 3000000 /dev/zero | tr '\\0' x")
         .stdout(Stdio::from(write_end))
         .spawn()
         .unwrap();
