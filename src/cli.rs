@@ -107,7 +107,8 @@ pub struct RunArgs {
     /// Serve Prometheus metrics at ADDR while the job runs: PORT (on 127.0.0.1) or HOST:PORT.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
-    /// With --metrics: keep serving this long after the job ends, so a scraper sees its end.
+    /// With --metrics: keep serving this long after the job ends (at most 1h; less if gpudoc is asked to
+    /// end), so a scraper sees its end.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s", value_name = "DUR")]
     pub metrics_linger: Duration,
     /// The job's name: its entry in a --baseline file, a label on every metric (`job_name`), and in the

@@ -75,7 +75,7 @@ pub struct Exit {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub core_dumped: bool,
-    /// gpudoc killed the job after a second Ctrl-C.
+    /// gpudoc killed the job after a third Ctrl-C.
     pub killed_by_gpudoc: bool,
     /// `success`, `gpu_oom`, `host_oom_kill` (the kernel's OOM killer, for host RAM), `signal`, `failure`;
     /// `unknown` for a report rebuilt from a trace.

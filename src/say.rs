@@ -6,6 +6,7 @@
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Formats and writes to stderr, like `eprint!`, never failing.
 #[macro_export]
@@ -19,14 +20,31 @@ macro_rules! sayln {
     ($($arg:tt)*) => { $crate::say::to_stderr(&format!("{}\n", format_args!($($arg)*))) };
 }
 
+/// The terminal gpudoc writes to is in raw mode (the command has a terminal of its own, see
+/// `supervise::tty`): lines end with `\r\n`, as the terminal's own output processing would have made them.
+static RAW: AtomicBool = AtomicBool::new(false);
+
+/// Says whether gpudoc's terminal is in raw mode now.
+pub fn set_raw_terminal(raw: bool) {
+    RAW.store(raw, Ordering::SeqCst);
+}
+
+fn lines(text: &str) -> std::borrow::Cow<'_, str> {
+    if RAW.load(Ordering::SeqCst) && text.contains('\n') {
+        text.replace('\n', "\r\n").into()
+    } else {
+        text.into()
+    }
+}
+
 /// Writes `text` to gpudoc's stderr; what cannot be written is dropped.
 pub fn to_stderr(text: &str) {
-    let _ = to_fd(2, text.as_bytes());
+    let _ = to_fd(2, lines(text).as_bytes());
 }
 
 /// Writes `text` to gpudoc's stdout; what cannot be written is dropped.
 pub fn to_stdout(text: &str) {
-    let _ = to_fd(1, text.as_bytes());
+    let _ = to_fd(1, lines(text).as_bytes());
 }
 
 /// Writes to one of gpudoc's standard fds, unbuffered, without closing it.

@@ -144,6 +144,22 @@ fn run_failure(flag: &str, what: impl std::fmt::Display) -> Failure {
     Failure::new(exit::GPUDOC_FAILED, format!("{flag}: {what}"))
 }
 
+/// The longest `--metrics-linger`: a scraper sees a run's end within a few of its intervals.
+const MAX_LINGER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+fn linger(d: std::time::Duration) -> Result<std::time::Duration, Failure> {
+    if d > MAX_LINGER {
+        return Err(run_failure(
+            "--metrics-linger",
+            format!(
+                "{} is longer than the most gpudoc lingers (1h): a scraper sees the end within a few intervals",
+                humantime::format_duration(d)
+            ),
+        ));
+    }
+    Ok(d)
+}
+
 impl RunSettings {
     pub fn resolve(a: cli::RunArgs, color: ColorWhen, env: Env) -> Result<RunSettings, Failure> {
         let json = a.json.as_deref().map(Target::parse);
@@ -178,7 +194,7 @@ impl RunSettings {
         let metrics = match &a.metrics {
             Some(m) => Some((
                 crate::serve::parse_addr(m).map_err(|e| run_failure("--metrics", e))?,
-                a.metrics_linger,
+                linger(a.metrics_linger)?,
             )),
             None => None,
         };

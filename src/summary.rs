@@ -16,7 +16,7 @@ pub fn ending(r: &Report) -> String {
         Some(sig) => {
             let name = crate::report::signal_name(sig);
             let by = if r.exit.killed_by_gpudoc {
-                " (gpudoc, after a second Ctrl-C)"
+                " (gpudoc, after a third Ctrl-C)"
             } else {
                 ""
             };

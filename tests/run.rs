@@ -26,6 +26,47 @@ fn exit_codes_pass_through() {
 }
 
 #[test]
+fn a_command_killed_by_a_signal_kills_gpudoc_with_it() {
+    // A shell stops a loop, and `make` stops, only when its child died of SIGINT itself: gpudoc must not
+    // turn the command's death by a signal into an exit code.
+    use std::os::unix::process::ExitStatusExt;
+    let m = Machine::h200s(1);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGKILL, libc::SIGSEGV] {
+        let out = m
+            .gpudoc()
+            .args(["run", "-q", "--", "sh", "-c"])
+            .arg(format!("kill -{sig} $$"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(sig), "{out:?}");
+        assert!(
+            !out.status.core_dumped(),
+            "gpudoc's own core is not the job's"
+        );
+    }
+    // A loop of runs stops at Ctrl-C (SIGINT to the whole foreground group, the shell included): bash
+    // stops only when its child died of SIGINT too.
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let mut bash =
+        m.shell(r#"for i in 1 2 3; do echo run $i; "$GPUDOC" run -q -- sleep 5; done; echo after"#);
+    bash.process_group(0).stdout(Stdio::piped());
+    let mut child = bash.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "run 1");
+    std::thread::sleep(Duration::from_millis(700));
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(rest, Vec::<String>::new(), "the loop went on");
+    assert_eq!(status.signal(), Some(libc::SIGINT));
+}
+
+#[test]
 fn own_failures_use_their_own_codes() {
     let m = Machine::h200s(1);
     let out = m

@@ -19,6 +19,12 @@ use std::process::ExitCode;
 
 /// Parses `args`, resolves the settings and runs the subcommand.
 pub fn main(args: Vec<OsString>, env: Env) -> Result<ExitCode, Failure> {
+    if args
+        .get(1)
+        .is_some_and(|a| a == crate::supervise::drain::ARG)
+    {
+        return Ok(crate::supervise::drain::run(&args[2..]));
+    }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => return Err(clap_failure(e, is_run(&args))),

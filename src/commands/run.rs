@@ -51,7 +51,14 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
         m.finish(&report, s.metrics.map(|m| m.1).unwrap_or_default());
     }
     // Last: closing the files the command wrote can make the filesystem write them out (see Child).
-    drop(child);
+    child.finish();
+    // Died of a signal, the command's code is 128+N: gpudoc dies of it too, so that a shell loop or
+    // `make` stops at Ctrl-C as it would without gpudoc.
+    if let Some(sig) = report.exit.signal
+        && i32::from(code) == 128 + sig
+    {
+        supervise::guard::exit_by_signal(sig);
+    }
     Ok(ExitCode::from(code))
 }
 
@@ -87,7 +94,9 @@ impl Session {
             trace.clone(),
             start,
         );
-        let live = if s.live {
+        // Drawn only where gpudoc sees every byte that reaches the screen: on the command's own
+        // terminal, never over a prompt the job wrote to /dev/tty or keys the user typed.
+        let live = if s.live && supervise::on_own_terminal() {
             Live::start(sampler.snapshot.clone())
         } else {
             Live::off()

@@ -1,63 +1,121 @@
-//! The guard: what ends the job as a whole if gpudoc itself is killed.
+//! The guard: the process the shell, the scheduler or the container runtime started, standing for the job.
 //!
 //! `PR_SET_PDEATHSIG` reaches only a dead process's direct child, so when gpudoc is SIGKILLed its
 //! command's own children would run on under PID 1. Before any thread starts, [`split`] forks gpudoc in
 //! two: the original process (the PID the shell or CI waits on) becomes a small guard, and the child
-//! carries on as gpudoc. The guard forwards signals to gpudoc and leaves with its exit code. If the guard
-//! is killed, gpudoc gets SIGTERM (its death signal) and ends the job as for any SIGTERM: the command
-//! first, then every descendant left. If gpudoc itself is killed, the guard, a subreaper above the whole
-//! job, ends every process re-parented to it.
+//! carries on as gpudoc. The guard decides nothing about the job:
 //!
-//! The guard waits for signals with `sigwaitinfo` (no handler, no thread); the signals stay blocked in
-//! gpudoc until [`super::spawn`] has its handlers in place, so none sent in between is lost.
+//! - every signal it takes is relayed to gpudoc with where it came from (a real-time signal whose value
+//!   is a [`Relay`]: a relay is never merged with gpudoc's own copy of the same signal), and gpudoc decides
+//!   what reaches the command ([`super::signals`]);
+//! - it leaves as gpudoc leaves: with its exit code, or, when the command died of a signal and gpudoc
+//!   passes that on, by the same signal, so that a shell loop stops at Ctrl-C as it would without gpudoc;
+//! - if gpudoc itself is killed, the guard, a subreaper above the whole job, ends every process
+//!   re-parented to it, and gives the terminal its modes back.
+//!
+//! The guard waits for signals with `sigwaitinfo` (no handler, no thread): signals the caller ignored
+//! (`nohup`, a background job of a script) stay ignored, here and for the command. They stay blocked in
+//! gpudoc, which takes them the same way.
 
-use super::{END_GRACE, FORWARDED, end_descendants};
+use super::signals::Relay;
+use super::{END_GRACE, FORWARDED, end_descendants, tty};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, pthread_sigmask};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getpid};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::OnceLock;
 
-/// The signals the guard and gpudoc handle: those forwarded, and SIGCHLD.
-pub(super) fn handled() -> SigSet {
-    let mut set = SigSet::empty();
-    for s in FORWARDED.iter().chain([&libc::SIGCHLD]) {
-        if let Ok(sig) = Signal::try_from(*s) {
-            set.add(sig);
-        }
-    }
-    set
+/// The real-time signal that carries the guard's relays to gpudoc.
+pub fn relay_signal() -> i32 {
+    libc::SIGRTMIN() + 2
 }
 
-/// Lets the handled signals through again (once their handlers are in place).
-pub(super) fn unblock() {
-    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&handled()), None);
+/// What gpudoc learnt before it split, for the command and for the terminal.
+pub struct Start {
+    /// The signal mask gpudoc was started with: the command's.
+    pub mask: SigSet,
+    /// The terminal gpudoc was started in the foreground of, on all three standard fds: the command gets
+    /// a terminal of its own that stands for it ([`tty`]).
+    pub terminal: Option<tty::Saved>,
+    /// The guard's pid (gpudoc's parent).
+    pub guard: i32,
+    /// Written to with the signal number before gpudoc dies of the command's signal on purpose.
+    exit_note: Option<OwnedFd>,
+}
+
+static START: OnceLock<Start> = OnceLock::new();
+
+/// What gpudoc learnt before it split (nothing when it did not: then the command gets the mask as it
+/// is, and no terminal of its own).
+pub fn start() -> Option<&'static Start> {
+    START.get()
+}
+
+/// The signals the guard and gpudoc take: those they relay or forward, SIGCHLD, and the relay's own.
+pub(super) fn handled() -> SigSet {
+    // SAFETY: sigemptyset and sigaddset on a set we own, with valid signal numbers (nix's Signal has no
+    // real-time ones).
+    unsafe {
+        let mut raw: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut raw);
+        for s in FORWARDED.iter().chain(&[libc::SIGCHLD, relay_signal()]) {
+            libc::sigaddset(&mut raw, *s);
+        }
+        SigSet::from_sigset_t_unchecked(raw)
+    }
 }
 
 /// Forks the guard. Returns in the child, which carries on as gpudoc with the handled signals blocked
-/// until [`super::spawn`]; the guard never returns.
+/// (taken by [`super::Child::wait`]); the guard never returns.
 ///
 /// # Safety
 /// No other thread may exist: the guard runs ordinary code after the fork.
 pub unsafe fn split() -> std::io::Result<()> {
     let set = handled();
-    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
+    let mut mask = SigSet::empty();
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut mask))?;
+    let terminal = tty::detect();
+    let (note_r, note_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
     let guard = getpid();
     // SAFETY: single-threaded (the caller's promise).
     match unsafe { fork() }.map_err(std::io::Error::from)? {
         ForkResult::Child => {
+            drop(note_r);
             // SAFETY: prctl with constant arguments.
             unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
             if nix::unistd::getppid() != guard {
-                // The guard died before the prctl: its death signal, pending until the handlers exist.
+                // The guard died before the prctl: its death signal, pending until it is taken.
                 let _ = kill(getpid(), Signal::SIGTERM);
             }
+            // Gpudoc writes to and sets the modes of terminals it is not in the foreground of (its own
+            // pseudo-terminals, the user's terminal once it stands aside): never stopped for it.
+            let mut tty_signals = SigSet::empty();
+            tty_signals.add(Signal::SIGTTOU);
+            tty_signals.add(Signal::SIGTTIN);
+            pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&tty_signals), None)?;
+            if terminal.is_some() {
+                // A session of gpudoc's own, led by it, for the command's terminal.
+                nix::unistd::setsid()?;
+            }
+            let _ = START.set(Start {
+                mask,
+                terminal,
+                guard: guard.as_raw(),
+                exit_note: Some(note_w),
+            });
             Ok(())
         }
-        ForkResult::Parent { child } => guard_loop(&set, child),
+        ForkResult::Parent { child } => {
+            drop(note_w);
+            guard_loop(&set, child, note_r, terminal)
+        }
     }
 }
 
-fn guard_loop(set: &SigSet, gpudoc: Pid) -> ! {
+fn guard_loop(set: &SigSet, gpudoc: Pid, note: OwnedFd, terminal: Option<tty::Saved>) -> ! {
     let _ = nix::sys::prctl::set_child_subreaper(true);
+    let me = std::process::id() as i32;
     loop {
         // SAFETY: sigwaitinfo fills `info`; the set is blocked in this thread.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -66,34 +124,106 @@ fn guard_loop(set: &SigSet, gpudoc: Pid) -> ! {
             continue;
         }
         if sig == libc::SIGCHLD {
-            if let Some(code) = gpudoc_ended(gpudoc) {
-                std::process::exit(code);
+            if let Some(end) = gpudoc_ended(gpudoc) {
+                leave(end, &note, terminal.as_ref());
             }
             continue;
         }
-        // Sent by the kernel: the terminal gave it to the whole foreground group, gpudoc included.
-        if info.si_code == libc::SI_KERNEL {
+        if sig == relay_signal() {
             continue;
         }
-        if let Ok(s) = Signal::try_from(sig) {
-            let _ = kill(gpudoc, s);
+        // SAFETY: si_pid is valid for the signals taken here (kill, sigqueue, the kernel's own).
+        let sender = unsafe { info.si_pid() };
+        let relay = Relay {
+            sig,
+            kernel: info.si_code == libc::SI_KERNEL,
+            sender: if sender == me { 0 } else { sender },
+        };
+        send_relay(gpudoc.as_raw(), relay);
+    }
+}
+
+unsafe extern "C" {
+    // glibc's and musl's sigqueue(3): SI_QUEUE, the caller's pid and uid, and the value.
+    fn sigqueue(pid: libc::pid_t, sig: libc::c_int, value: libc::sigval) -> libc::c_int;
+}
+
+fn send_relay(to: i32, r: Relay) {
+    let value = libc::sigval {
+        sival_ptr: r.encode() as usize as *mut libc::c_void,
+    };
+    // SAFETY: sigqueue with a valid pid and signal; the value is an int in the pointer's place.
+    unsafe { sigqueue(to, relay_signal(), value) };
+}
+
+/// How gpudoc ended.
+enum GpudocEnd {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// Reaps what ended; gpudoc's end, if it was among them.
+fn gpudoc_ended(gpudoc: Pid) -> Option<GpudocEnd> {
+    let mut end = None;
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(p, c)) if p == gpudoc => end = Some(GpudocEnd::Exited(c)),
+            Ok(WaitStatus::Signaled(p, sig, _)) if p == gpudoc => {
+                end = Some(GpudocEnd::Signaled(sig as i32))
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return end,
+            Ok(_) => {}
         }
     }
 }
 
-/// Reaps what ended; when gpudoc did, the code to leave with. If gpudoc died of a signal, its job's
-/// processes, re-parented to the guard, are ended first.
-fn gpudoc_ended(gpudoc: Pid) -> Option<i32> {
-    let mut code = None;
-    loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(p, c)) if p == gpudoc => code = Some(c),
-            Ok(WaitStatus::Signaled(p, sig, _)) if p == gpudoc => {
+/// Leaves as gpudoc left. If gpudoc was killed (it did not say it was dying of the command's signal),
+/// the job's processes, re-parented to the guard, are ended first.
+fn leave(end: GpudocEnd, note: &OwnedFd, terminal: Option<&tty::Saved>) -> ! {
+    if let Some(t) = terminal {
+        t.restore();
+    }
+    match end {
+        GpudocEnd::Exited(c) => std::process::exit(c),
+        GpudocEnd::Signaled(sig) => {
+            let mut said = [0u8; 1];
+            // SAFETY: a non-blocking read of one byte from our pipe.
+            let n = unsafe { libc::read(note.as_raw_fd(), said.as_mut_ptr().cast(), 1) };
+            if n != 1 || i32::from(said[0]) != sig {
                 end_descendants(std::process::id(), END_GRACE);
-                code = Some(128 + sig as i32);
             }
-            Ok(WaitStatus::StillAlive) | Err(_) => return code,
-            Ok(_) => {}
+            die_of(sig)
         }
     }
+}
+
+/// Dies of `sig` as the command did: the default action, no core file of gpudoc's own (the command's is
+/// the one that matters), and 128+N should the signal not end the process.
+pub fn die_of(sig: i32) -> ! {
+    // SAFETY: plain calls with valid arguments; nothing runs after the signal but the fallback exit.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let none = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+        let mut one: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut one);
+        libc::sigaddset(&mut one, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+    }
+    std::process::exit(128 + sig)
+}
+
+/// gpudoc dies of the signal the command died of, telling the guard it means it (so the guard passes it
+/// on rather than ending the job's leftovers as for a killed gpudoc).
+pub fn exit_by_signal(sig: i32) -> ! {
+    if let Some(fd) = START.get().and_then(|s| s.exit_note.as_ref()) {
+        let byte = [sig as u8];
+        // SAFETY: a one-byte write to our pipe.
+        unsafe { libc::write(fd.as_raw_fd(), byte.as_ptr().cast(), 1) };
+    }
+    die_of(sig)
 }

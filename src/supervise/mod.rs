@@ -1,35 +1,39 @@
-//! Runs the wrapped command the way a careful wrapper does: same bytes on the same streams, signals
-//! forwarded, the exit code passed through, every descendant kept in view, and the job ended as a whole
-//! when gpudoc is asked to end it.
+//! Runs the wrapped command the way a careful wrapper does: same bytes on the same streams, every signal
+//! delivered once, the exit code (or the signal) passed through, every descendant kept in view, and the
+//! job ended as a whole when gpudoc is asked to end it.
 //!
 //! - gpudoc is a subreaper, so descendants whose parent dies are re-parented to it and stay in the job.
-//! - Output: see [`streams`]. Signals: TERM, HUP, QUIT, USR1, USR2, WINCH and INT are forwarded, except
-//!   those the terminal already delivered to the whole foreground process group (Ctrl-C, Ctrl-\,
-//!   hang-up), so the command gets them once. A second Ctrl-C kills the job's whole process tree.
-//! - When gpudoc was asked to end (a forwarded TERM, HUP, QUIT or INT that was not the terminal's), the
+//! - Output: see [`streams`]; on an interactive terminal the command gets a terminal of its own that
+//!   stands for the user's ([`tty`]).
+//! - Signals: the [`guard`] relays what it takes, gpudoc takes its own, and [`signals`] decides what the
+//!   command still needs, so that each signal reaches it once, as it would without gpudoc. Stops and
+//!   continues travel both ways: a job stopped by Ctrl-Z stops the guard (the shell sees it), a guard
+//!   stopped by `kill -STOP` stops the job.
+//! - A third Ctrl-C while the job runs kills the job's whole process tree (the second says so).
+//! - When gpudoc was asked to end (a TERM, HUP, QUIT or INT that was not the terminal's), the
 //!   descendants still running once the command has exited are ended too (SIGTERM, [`END_GRACE`],
 //!   SIGKILL): the job ends as a whole.
 //! - The command gets SIGTERM if gpudoc itself dies (PR_SET_PDEATHSIG); the [`guard`] covers the rest.
 
+pub mod drain;
 mod follow;
 pub mod guard;
+pub mod signals;
 pub mod streams;
+pub mod tty;
 
 use crate::procs;
 pub use follow::{Pace, Reader};
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{SigSet, Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use signal_hook::consts::signal::*;
-use signal_hook::iterator::SignalsInfo;
-use signal_hook::iterator::exfiltrator::WithOrigin;
-use signal_hook::low_level::siginfo::Cause;
+use signals::{Action, Mode, Pairing, Relay, Seen};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -79,7 +83,7 @@ impl SpawnError {
 pub struct Outcome {
     pub end: ProcessEnd,
     pub duration: Duration,
-    /// gpudoc killed the job's tree after a second Ctrl-C.
+    /// gpudoc killed the job's tree after a third Ctrl-C.
     pub escalated: bool,
     /// gpudoc was asked to end (a terminating signal that was not the terminal's): what the command left
     /// running is ended too.
@@ -91,31 +95,64 @@ pub struct Outcome {
 /// Called when a child of gpudoc has exited, before it is reaped (the sampler looks once more).
 pub type OnExit = Box<dyn Fn() + Send>;
 
+/// A channel the command's output came through, still held by something it left running, and the fd its
+/// bytes go to: handed to a [`drain`]er when gpudoc is done.
+type Held = (Arc<OwnedFd>, RawFd);
+
 /// A started command. Dropping it closes gpudoc's descriptors of the files the command writes to: keep it
-/// until gpudoc's own work is done. On ext4 the first close of a file the shell truncated (`> log`) writes
-/// the file out (its `auto_da_alloc`), as the command's own last close would without gpudoc, and
-/// filesystem work done after that (removing the shim's folder, writing the report) can wait behind
-/// those writes: 35-100 ms after 200 MB on the H200 host.
+/// until gpudoc's own work is done ([`Child::finish`]). On ext4 the first close of a file the shell
+/// truncated (`> log`) writes the file out (its `auto_da_alloc`), as the command's own last close would
+/// without gpudoc, and filesystem work done after that (removing the shim's folder, writing the report)
+/// can wait behind those writes: 35-100 ms after 200 MB on the H200 host.
 pub struct Child {
     pid: Pid,
+    /// The command's process group: its own on its own terminal, gpudoc's otherwise.
+    pgid: i32,
+    mode: Mode,
     started: Instant,
-    signals: SignalsInfo<WithOrigin>,
-    /// SIGINTs received, counted as they arrive: the iterator gives two that come close together as one.
-    ints: Arc<AtomicUsize>,
-    pumps: Vec<JoinHandle<()>>,
-    /// Pseudo-terminal masters and the fd whose size they follow.
+    pumps: Vec<JoinHandle<Option<Held>>>,
+    held: Vec<Held>,
+    /// Pseudo-terminal masters for the command's output, and the fd whose size they follow.
     ptys: Vec<(Arc<OwnedFd>, RawFd)>,
+    /// The command's own terminal (Terminal mode).
+    pty: Option<tty::Pty>,
     /// The files the command writes to itself, as gpudoc reads them: held open until the child is dropped.
     _followed: Vec<Arc<[std::fs::File]>>,
     exited: Arc<AtomicBool>,
     on_exit: Option<OnExit>,
+    guard: Option<Guard>,
 }
 
-pub const FORWARDED: [i32; 7] = [SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGINT];
-/// Signals that ask gpudoc to end (when not the terminal's own delivery to the whole group).
-const TERMINATING: [i32; 4] = [SIGTERM, SIGHUP, SIGQUIT, SIGINT];
+/// The guard, as gpudoc sees it.
+struct Guard {
+    pid: i32,
+    /// Its ancestors: job managers and shells, which signal whole jobs.
+    above: Vec<i32>,
+    /// Its process group is orphaned (it leads its session, or its parent is in another): the kernel
+    /// drops the terminal's stop keys for such a group, as it would for the command's without gpudoc.
+    orphaned: bool,
+}
+
+/// The signals gpudoc and its guard take and pass on. SIGCONT and SIGTSTP too: a stop or a continue of
+/// the guard is the job's.
+pub const FORWARDED: [i32; 10] = [
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGINT,
+    libc::SIGALRM,
+    libc::SIGTSTP,
+    libc::SIGCONT,
+];
 /// How long what is left of a job that gpudoc ends gets between SIGTERM and SIGKILL.
 pub const END_GRACE: Duration = Duration::from_secs(5);
+/// How often gpudoc looks at what signals cannot tell: a guard stopped by SIGSTOP, keys typed.
+const TICK: Duration = Duration::from_millis(100);
+/// Ctrl-C presses after which gpudoc kills the job's whole tree (the one before says so).
+const FORCE_PRESSES: usize = 3;
 
 /// What [`spawn`] needs besides the command.
 pub struct Spawn<'a> {
@@ -129,95 +166,216 @@ pub struct Spawn<'a> {
     pub on_exit: Option<OnExit>,
 }
 
-/// Starts the command. Signal handlers are installed first, so nothing the command does is missed.
+/// Whether the command gets a terminal of its own (gpudoc runs in the foreground of an interactive
+/// terminal): only then can a live line never be drawn over what the job or the user writes.
+pub fn on_own_terminal() -> bool {
+    guard::start().is_some_and(|s| s.terminal.is_some())
+}
+
+/// Starts the command. The signals stay blocked (gpudoc takes them in [`Child::wait`]), so nothing the
+/// command does is missed.
 pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
     let name = s.argv[0].to_string_lossy().into_owned();
     let other = |e: io::Error| SpawnError::Other(name.clone(), e);
     nix::sys::prctl::set_child_subreaper(true).map_err(|e| other(e.into()))?;
-    let (signals, ints) = handle_signals().map_err(other)?;
-    // Blocked since the guard split off; the handlers are in place now.
-    guard::unblock();
-    let (sources, ends) = streams::open(s.wiring).map_err(other)?;
-    let mut cmd = command(s.argv, s.env, ends);
-    let child = cmd.spawn().map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => SpawnError::NotFound(name.clone()),
-        io::ErrorKind::PermissionDenied => SpawnError::CannotExecute(name.clone(), e),
-        _ if e.raw_os_error() == Some(libc::ENOEXEC) => SpawnError::CannotExecute(name.clone(), e),
-        _ => SpawnError::Other(name.clone(), e),
-    })?;
+    // gpudoc split off a session of its own for a terminal: the command is in no group of the guard's.
+    let separate = on_own_terminal();
+    let pty = own_terminal();
+    let (ends, sources) = match &pty {
+        Some((_, slave)) => (tty_ends(slave).map_err(other)?, Vec::new()),
+        None => {
+            let (sources, ends) = streams::open(s.wiring).map_err(other)?;
+            (ends, sources)
+        }
+    };
+    let mut cmd = command(s.argv, s.env, ends, separate);
+    let child = cmd.spawn().map_err(|e| spawn_error(&name, e));
     // Our copies of the command's ends close with `cmd`, so a stream ends when the command's side does.
     drop(cmd);
-    let exited = Arc::new(AtomicBool::new(false));
-    let observer = Arc::new(Mutex::new(s.observer));
-    let ptys = sources
-        .iter()
-        .filter_map(|src| match src {
-            streams::Source::Pump {
-                ours,
-                to,
-                pty: true,
-                ..
-            } => Some((ours.clone(), *to)),
-            _ => None,
-        })
-        .collect();
+    let pty = pty.map(|(p, _slave)| p);
+    let child = child.inspect_err(|_| {
+        if let Some(p) = &pty {
+            p.stand_aside();
+        }
+    })?;
+    let pid = child.id() as i32;
+    let watch = Watch {
+        term: s.terminal,
+        observer: Arc::new(Mutex::new(s.observer)),
+        exited: Arc::new(AtomicBool::new(false)),
+    };
+    let ptys = sources.iter().filter_map(streams::Source::pty).collect();
     let followed = sources
         .iter()
-        .filter_map(|src| match src {
-            streams::Source::Follow { files, .. } => Some(files.clone()),
-            _ => None,
-        })
+        .filter_map(streams::Source::followed)
         .collect();
-    let pumps = sources
-        .into_iter()
-        .map(|src| {
-            let (term, observer, exited) = (s.terminal.clone(), observer.clone(), exited.clone());
-            std::thread::Builder::new()
-                .name(format!("gpudoc-{}", src.stream().name()))
-                .spawn(move || streams::watch(src, term, observer, exited))
-                .expect("spawn an output thread")
-        })
-        .collect();
+    let mut pumps: Vec<_> = sources.into_iter().map(|src| watch.pump(src)).collect();
+    if let Some(p) = &pty {
+        p.foreground(pid);
+        pumps.push(watch.relay(p));
+    }
     Ok(Child {
-        pid: Pid::from_raw(child.id() as i32),
+        pid: Pid::from_raw(pid),
+        pgid: if separate {
+            pid
+        } else {
+            nix::unistd::getpgrp().as_raw()
+        },
+        mode: if separate {
+            Mode::Terminal
+        } else {
+            Mode::Shared
+        },
         started: Instant::now(),
-        signals,
-        ints,
         pumps,
+        held: Vec::new(),
         ptys,
+        pty,
         _followed: followed,
-        exited,
+        exited: watch.exited,
         on_exit: s.on_exit,
+        guard: guard::start().map(|st| read_guard(st.guard)),
     })
 }
 
-/// The handlers for the forwarded signals and SIGCHLD, and a count of SIGINTs kept as they arrive.
-fn handle_signals() -> io::Result<(SignalsInfo<WithOrigin>, Arc<AtomicUsize>)> {
-    let mut sigs: Vec<i32> = FORWARDED.to_vec();
-    sigs.push(SIGCHLD);
-    let signals = SignalsInfo::<WithOrigin>::new(&sigs)?;
-    let ints = Arc::new(AtomicUsize::new(0));
-    let count = ints.clone();
-    // SAFETY: the action only adds to an atomic, which is async-signal-safe.
-    unsafe {
-        signal_hook::low_level::register(SIGINT, move || _ = count.fetch_add(1, Ordering::SeqCst))
-    }?;
-    Ok((signals, ints))
+/// The command's own terminal, when gpudoc stands in the foreground of the user's (said when one cannot
+/// be made: the command then shares the user's terminal, in a process group of its own).
+fn own_terminal() -> Option<(tty::Pty, OwnedFd)> {
+    match guard::start()
+        .and_then(|st| st.terminal)
+        .map(tty::Pty::open)?
+    {
+        Ok(p) => Some(p),
+        Err(e) => {
+            crate::sayln!("gpudoc: the command shares gpudoc's terminal: {e}");
+            None
+        }
+    }
 }
 
-/// The command with its environment and output ends. In the child, before exec: the standard fds that
-/// were closed when gpudoc started are closed again, and the command gets SIGTERM if gpudoc dies.
-fn command(argv: &[OsString], env: &[(String, OsString)], ends: streams::Ends) -> Command {
+fn spawn_error(name: &str, e: io::Error) -> SpawnError {
+    match e.kind() {
+        io::ErrorKind::NotFound => SpawnError::NotFound(name.to_string()),
+        io::ErrorKind::PermissionDenied => SpawnError::CannotExecute(name.to_string(), e),
+        _ if e.raw_os_error() == Some(libc::ENOEXEC) => {
+            SpawnError::CannotExecute(name.to_string(), e)
+        }
+        _ => SpawnError::Other(name.to_string(), e),
+    }
+}
+
+/// What the threads that watch the command's output share.
+struct Watch {
+    term: Option<Arc<Terminal>>,
+    observer: Arc<Watching>,
+    exited: Arc<AtomicBool>,
+}
+
+impl Watch {
+    /// A thread copying (or reading) one output channel.
+    fn pump(&self, src: streams::Source) -> JoinHandle<Option<Held>> {
+        let (term, observer, exited) = (
+            self.term.clone(),
+            self.observer.clone(),
+            self.exited.clone(),
+        );
+        thread(src.stream().name(), move || {
+            streams::watch(src, term, observer, exited)
+        })
+    }
+
+    /// The thread passing bytes both ways between the user's terminal and the command's own.
+    fn relay(&self, p: &tty::Pty) -> JoinHandle<Option<Held>> {
+        let (master, ctl) = (p.master.clone(), p.ctl.clone());
+        let (term, observer, exited) = (
+            self.term.clone(),
+            self.observer.clone(),
+            self.exited.clone(),
+        );
+        thread("terminal", move || {
+            match tty::relay(&master, &ctl, term.as_deref(), &observer, &exited) {
+                tty::Ended::Closed => None,
+                tty::Ended::StillHeld => Some((master, 1)),
+            }
+        })
+    }
+}
+
+fn thread<F>(name: &str, f: F) -> JoinHandle<Option<Held>>
+where
+    F: FnOnce() -> Option<Held> + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(format!("gpudoc-{name}"))
+        .spawn(f)
+        .expect("spawn an output thread")
+}
+
+/// The command's three standard fds on its own terminal.
+fn tty_ends(slave: &OwnedFd) -> io::Result<streams::Ends> {
+    Ok(streams::Ends {
+        stdin: Some(slave.try_clone()?.into()),
+        stdout: slave.try_clone()?.into(),
+        stderr: slave.try_clone()?.into(),
+    })
+}
+
+/// The guard's ancestors and whether its process group is orphaned.
+fn read_guard(pid: i32) -> Guard {
+    let stat = |p: i32| procfs::process::Process::new(p).and_then(|p| p.stat()).ok();
+    let mut above = Vec::new();
+    let mut p = stat(pid).map(|s| s.ppid).unwrap_or(0);
+    while p > 0 && above.len() < 64 {
+        above.push(p);
+        p = stat(p).map(|s| s.ppid).unwrap_or(0);
+    }
+    let orphaned = match (stat(pid), above.first().and_then(|&pp| stat(pp))) {
+        (Some(g), Some(parent)) => parent.session != g.session || parent.pgrp == g.pgrp,
+        _ => true,
+    };
+    Guard {
+        pid,
+        above,
+        orphaned,
+    }
+}
+
+/// The command with its environment and standard fds. In the child, before exec: its own process
+/// group in the foreground of its own terminal (`separate`), the signal mask and the SIGPIPE disposition
+/// gpudoc was started with, the standard fds that were closed then closed again, and SIGTERM if gpudoc
+/// dies.
+fn command(
+    argv: &[OsString],
+    env: &[(String, OsString)],
+    ends: streams::Ends,
+    separate: bool,
+) -> Command {
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(ends.stdout)
         .stderr(ends.stderr);
+    if let Some(stdin) = ends.stdin {
+        cmd.stdin(stdin);
+    }
     let parent = std::process::id() as i32;
     let closed = crate::stdfds::closed();
-    // SAFETY: only async-signal-safe calls (close, prctl, getppid, _exit) between fork and exec.
+    let pipe_ignored = crate::stdfds::sigpipe_ignored_at_start();
+    let mask = guard::start().map(|s| *s.mask.as_ref());
+    // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            if separate {
+                libc::setpgid(0, 0);
+                // Its terminal's foreground before it reads a key (SIGTTOU is still blocked here).
+                libc::tcsetpgrp(0, libc::getpid());
+            }
+            if let Some(m) = &mask {
+                libc::pthread_sigmask(libc::SIG_SETMASK, m, std::ptr::null_mut());
+            }
+            if pipe_ignored {
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+            }
             for &fd in &closed {
                 libc::close(fd);
             }
@@ -232,13 +390,32 @@ fn command(argv: &[OsString], env: &[(String, OsString)], ends: streams::Ends) -
     cmd
 }
 
+/// What waiting has seen so far, besides the outcome.
+#[derive(Default)]
+struct Waiting {
+    pairing: Pairing,
+    /// Ctrl-C presses seen as signals (Shared mode; on its own terminal the relay counts them).
+    presses: usize,
+    told_of_force: bool,
+    hung_up: bool,
+    /// gpudoc stopped the job because the guard was stopped.
+    stopped_by_us: bool,
+}
+
+/// One signal taken by gpudoc.
+enum Taken {
+    Nothing,
+    Child,
+    Seen(Seen),
+}
+
 impl Child {
     pub fn pid(&self) -> u32 {
         self.pid.as_raw() as u32
     }
 
-    /// Waits for the command to end, forwarding signals and reaping re-parented descendants; then
-    /// drains its output.
+    /// Waits for the command to end, passing on what signals it needs and reaping re-parented
+    /// descendants; then drains its output.
     pub fn wait(&mut self) -> Outcome {
         let mut o = Outcome {
             end: ProcessEnd::Exited(0),
@@ -247,42 +424,34 @@ impl Child {
             terminate: false,
             forwarded: Vec::new(),
         };
-        let (pid, on_exit, ptys) = (self.pid, &self.on_exit, &self.ptys);
-        let mut end = reap(pid, on_exit);
-        if end.is_none() {
-            for origin in self.signals.forever() {
-                let sig = origin.signal;
-                if sig == SIGCHLD {
-                    end = reap(pid, on_exit);
-                    if end.is_some() {
-                        break;
-                    }
-                    continue;
-                }
-                // Sent by the kernel: the terminal gave it to the whole foreground group, command included.
-                let from_terminal = matches!(origin.cause, Cause::Kernel);
-                if sig == SIGINT && self.ints.load(Ordering::SeqCst) >= 2 {
-                    o.escalated = true;
-                    kill_tree(std::process::id(), pid);
-                    continue;
-                }
-                if TERMINATING.contains(&sig) && !from_terminal {
-                    o.terminate = true;
-                }
-                if sig == SIGWINCH {
-                    follow_size(ptys);
-                } else if from_terminal && matches!(sig, SIGINT | SIGQUIT | SIGHUP) {
-                    continue;
-                }
-                if let Ok(s) = Signal::try_from(sig)
-                    && kill(pid, s).is_ok()
-                {
-                    o.forwarded.push(sig);
-                }
+        let mut w = Waiting::default();
+        let set = guard::handled();
+        let end = loop {
+            if let Some(end) = self.reap() {
+                break end;
             }
-        }
+            let now = Instant::now();
+            let wait_for = w
+                .pairing
+                .deadline()
+                .map_or(TICK, |d| d.saturating_duration_since(now))
+                .min(TICK);
+            match self.take(&set, wait_for) {
+                Taken::Seen(seen) => {
+                    if let Some(e) = w.pairing.seen(seen, Instant::now()) {
+                        self.act(&e, &mut o, &mut w);
+                    }
+                }
+                Taken::Child | Taken::Nothing => {}
+            }
+            for e in w.pairing.expired(Instant::now()) {
+                self.act(&e, &mut o, &mut w);
+            }
+            self.follow_guard(&mut w);
+            self.follow_keys(&mut o, &mut w);
+        };
         o.duration = self.started.elapsed();
-        o.end = end.unwrap_or(ProcessEnd::Exited(0));
+        o.end = end;
         if o.terminate {
             end_descendants(std::process::id(), END_GRACE);
         }
@@ -291,31 +460,265 @@ impl Child {
             p.thread().unpark();
         }
         for p in self.pumps.drain(..) {
-            let _ = p.join();
+            if let Ok(Some(held)) = p.join() {
+                self.held.push(held);
+            }
+        }
+        if let Some(p) = &self.pty {
+            // The user's terminal is the shell's again; what the command left running on its own
+            // terminal is in the background there, and is not hung up when gpudoc leaves.
+            p.stand_aside();
+            p.foreground(nix::unistd::getpgrp().as_raw());
         }
         o
     }
-}
 
-/// The pseudo-terminals take the terminal's new size.
-fn follow_size(ptys: &[(Arc<OwnedFd>, RawFd)]) {
-    for (master, like) in ptys {
-        if let Some(ws) = streams::winsize(*like) {
-            // SAFETY: TIOCSWINSZ reads a winsize.
-            unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+    /// gpudoc's work is done: what the command left running keeps a place to write ([`drain`]), then
+    /// the files it writes are closed.
+    pub fn finish(self) {
+        let pairs: Vec<(RawFd, RawFd)> = self
+            .held
+            .iter()
+            .map(|(src, dst)| (src.as_raw_fd(), *dst))
+            .collect();
+        if let Err(e) = drain::hand_over(&pairs) {
+            crate::sayln!("gpudoc: what the command left running loses its output: {e}");
+        }
+    }
+
+    /// Takes one signal, waiting at most `timeout`.
+    fn take(&self, set: &SigSet, timeout: Duration) -> Taken {
+        take(set, timeout, self.guard.as_ref().map(|g| g.pid))
+    }
+
+    /// Does what one signal event asks for.
+    fn act(&mut self, e: &signals::Event, o: &mut Outcome, w: &mut Waiting) {
+        if signals::asks_to_end(e) {
+            o.terminate = true;
+        }
+        if self.mode == Mode::Shared && signals::is_keypress(e) {
+            w.presses += 1;
+        }
+        let above = self
+            .guard
+            .as_ref()
+            .is_some_and(|g| g.above.contains(&e.sender));
+        match signals::decide(self.mode, e, above) {
+            Action::Nothing => {}
+            Action::Forward(sig) => self.forward(sig, o),
+            Action::Resize { also } => {
+                self.resize();
+                if also {
+                    self.forward(libc::SIGWINCH, o);
+                }
+            }
+            Action::HangUp => self.hang_up(w),
+            Action::Continue => self.resume(w),
+        }
+    }
+
+    fn forward(&self, sig: i32, o: &mut Outcome) {
+        if let Ok(s) = Signal::try_from(sig)
+            && kill(self.pid, s).is_ok()
+        {
+            o.forwarded.push(sig);
+        }
+    }
+
+    /// The pseudo-terminals take the user's terminal's new size.
+    fn resize(&self) {
+        if let Some(p) = &self.pty {
+            p.resize();
+        }
+        for (master, like) in &self.ptys {
+            if let Some(ws) = streams::winsize(*like) {
+                // SAFETY: TIOCSWINSZ reads a winsize.
+                unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+            }
+        }
+    }
+
+    /// The user's terminal hung up: the command's terminal's foreground gets what a hang-up gives.
+    fn hang_up(&self, w: &mut Waiting) {
+        if w.hung_up {
+            return;
+        }
+        w.hung_up = true;
+        let group = Pid::from_raw(self.pgid);
+        let _ = killpg(group, Signal::SIGHUP);
+        let _ = killpg(group, Signal::SIGCONT);
+    }
+
+    /// The guard was continued: so is the job, if it is stopped; on its own terminal it gets the keys
+    /// back when the shell gave gpudoc the foreground.
+    fn resume(&self, w: &mut Waiting) {
+        let foreground = self.guard_in_foreground();
+        if job_stopped(self.pid.as_raw()) {
+            if let Some(p) = &self.pty
+                && foreground
+            {
+                p.take_back();
+            }
+            let _ = match self.mode {
+                Mode::Terminal => killpg(Pid::from_raw(self.pgid), Signal::SIGCONT),
+                Mode::Shared => kill(self.pid, Signal::SIGCONT),
+            };
+        } else if let Some(p) = &self.pty
+            && foreground
+        {
+            p.take_back();
+        }
+        w.stopped_by_us = false;
+    }
+
+    /// Whether the user's terminal's foreground is the guard's process group.
+    fn guard_in_foreground(&self) -> bool {
+        let Some(g) = &self.guard else { return true };
+        procfs::process::Process::new(g.pid)
+            .and_then(|p| p.stat())
+            .is_ok_and(|s| s.tpgid == s.pgrp)
+    }
+
+    /// A guard stopped by SIGSTOP (which it cannot take) stops the job.
+    fn follow_guard(&self, w: &mut Waiting) {
+        let Some(g) = &self.guard else { return };
+        if w.stopped_by_us || !job_stopped(g.pid) || job_stopped(self.pid.as_raw()) {
+            return;
+        }
+        w.stopped_by_us = true;
+        let _ = kill(self.pid, Signal::SIGSTOP);
+    }
+
+    /// Ctrl-Cs the job did not end at: the second is told what a third does, the third kills the tree.
+    fn follow_keys(&self, o: &mut Outcome, w: &mut Waiting) {
+        if let Some(p) = &self.pty {
+            if p.ctl.hung_up.load(Ordering::SeqCst) {
+                self.hang_up(w);
+            }
+            w.presses = p.ctl.presses.load(Ordering::SeqCst);
+        }
+        if w.presses + 1 == FORCE_PRESSES && !w.told_of_force {
+            w.told_of_force = true;
+            crate::sayln!(
+                "\ngpudoc: the job is still running after {} Ctrl-C; one more ends it and everything it started (SIGKILL)",
+                w.presses
+            );
+        }
+        if w.presses >= FORCE_PRESSES && !o.escalated {
+            o.escalated = true;
+            kill_tree(std::process::id(), self.pid);
+        }
+    }
+
+    /// Reaps every exited child (descendants re-parented to gpudoc included), letting the sampler look
+    /// once more first; the command's end if it was among them. A stop of the command is the job's.
+    fn reap(&self) -> Option<ProcessEnd> {
+        if let Some(f) = &self.on_exit
+            && has_exited_child()
+        {
+            f();
+        }
+        let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
+        let mut end = None;
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(flags)) {
+                Ok(WaitStatus::Exited(p, code)) if p == self.pid => {
+                    end = Some(ProcessEnd::Exited(code))
+                }
+                Ok(WaitStatus::Signaled(p, sig, core)) if p == self.pid => {
+                    end = Some(ProcessEnd::Signaled {
+                        signal: sig as i32,
+                        core_dumped: core,
+                    })
+                }
+                Ok(WaitStatus::Stopped(p, sig)) if p == self.pid => self.stopped(sig as i32),
+                Ok(WaitStatus::StillAlive) | Err(_) => return end,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// The command stopped. Its terminal (if its own) goes back to the shell and the guard stops, so the
+    /// shell sees the job stopped; for an orphaned group the terminal's stop keys are dropped, as the
+    /// kernel would drop them without gpudoc.
+    fn stopped(&self, sig: i32) {
+        let Some(g) = &self.guard else { return };
+        let by_terminal = matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
+        if g.orphaned && by_terminal && self.pty.is_some() {
+            let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGCONT);
+            return;
+        }
+        if let Some(p) = &self.pty {
+            p.stand_aside();
+        }
+        if !job_stopped(g.pid) {
+            let _ = kill(Pid::from_raw(g.pid), Signal::SIGSTOP);
         }
     }
 }
 
-/// Reaps every exited child (descendants re-parented to gpudoc included), letting the sampler look once
-/// more first; the command's end if it was among them.
-fn reap(pid: Pid, on_exit: &Option<OnExit>) -> Option<ProcessEnd> {
-    if let Some(f) = on_exit
-        && has_exited_child()
-    {
-        f();
+/// Takes one of the signals in `set` (blocked in every thread of gpudoc), waiting at most `timeout`;
+/// a relay counts only when it came from the guard.
+fn take(set: &SigSet, timeout: Duration, guard: Option<i32>) -> Taken {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: sigtimedwait fills `info`.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let sig = unsafe { libc::sigtimedwait(set.as_ref(), &mut info, &ts) };
+    if sig < 0 {
+        return Taken::Nothing;
     }
-    reap_until(pid)
+    if sig == libc::SIGCHLD {
+        return Taken::Child;
+    }
+    // SAFETY: si_pid and si_int are valid for signals sent by kill, sigqueue and the kernel.
+    let sender = unsafe { info.si_pid() };
+    if sig == guard::relay_signal() {
+        if info.si_code != libc::SI_QUEUE || guard != Some(sender) {
+            return Taken::Nothing;
+        }
+        let r = Relay::decode(unsafe { info.si_int() });
+        return Taken::Seen(Seen {
+            sig: r.sig,
+            kernel: r.kernel,
+            sender: r.sender,
+            relayed: true,
+        });
+    }
+    let kernel = info.si_code == libc::SI_KERNEL;
+    Taken::Seen(Seen {
+        sig,
+        kernel,
+        sender: if kernel { 0 } else { sender },
+        relayed: false,
+    })
+}
+
+/// Waits `d` (gpudoc's work is done: a scraper is given time to see the end), or less if gpudoc is asked
+/// to end meanwhile.
+pub fn linger(d: Duration) {
+    let set = guard::handled();
+    let guard = guard::start().map(|s| s.guard);
+    let end = Instant::now() + d;
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        if let Taken::Seen(s) = take(&set, left.min(TICK), guard)
+            && matches!(
+                s.sig,
+                libc::SIGTERM | libc::SIGINT | libc::SIGHUP | libc::SIGQUIT
+            )
+        {
+            return;
+        }
+    }
+}
+
+/// Whether process `pid` is stopped.
+fn job_stopped(pid: i32) -> bool {
+    procfs::process::Process::new(pid)
+        .and_then(|p| p.stat())
+        .is_ok_and(|s| s.state == 'T')
 }
 
 /// Whether a child of gpudoc has exited and waits to be reaped.
@@ -331,26 +734,10 @@ fn has_exited_child() -> bool {
 
 /// Reaps every exited child of gpudoc (descendants re-parented to it included).
 pub fn reap_all() {
-    reap_until(Pid::from_raw(0));
-}
-
-/// Reaps every exited child (descendants re-parented to us included); returns the main child's end if it
-/// was among them.
-fn reap_until(main: Pid) -> Option<ProcessEnd> {
-    let mut end = None;
-    loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(p, code)) if p == main => end = Some(ProcessEnd::Exited(code)),
-            Ok(WaitStatus::Signaled(p, sig, core)) if p == main => {
-                end = Some(ProcessEnd::Signaled {
-                    signal: sig as i32,
-                    core_dumped: core,
-                })
-            }
-            Ok(WaitStatus::StillAlive) | Err(_) => return end,
-            Ok(_) => {}
-        }
-    }
+    while matches!(
+        waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)),
+        Ok(s) if s != WaitStatus::StillAlive
+    ) {}
 }
 
 /// SIGKILL to the child and every descendant of `root` (gpudoc).

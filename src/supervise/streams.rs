@@ -214,10 +214,32 @@ impl Source {
             Source::Pump { stream, .. } | Source::Follow { stream, .. } => *stream,
         }
     }
+
+    /// A pseudo-terminal master and the fd whose size it follows.
+    pub(super) fn pty(&self) -> Option<(Arc<OwnedFd>, RawFd)> {
+        match self {
+            Source::Pump {
+                ours,
+                to,
+                pty: true,
+                ..
+            } => Some((ours.clone(), *to)),
+            _ => None,
+        }
+    }
+
+    /// The descriptions gpudoc reads a file the command writes through.
+    pub(super) fn followed(&self) -> Option<Arc<[std::fs::File]>> {
+        match self {
+            Source::Follow { files, .. } => Some(files.clone()),
+            _ => None,
+        }
+    }
 }
 
-/// The command's fd 1 and fd 2.
+/// The command's standard fds (stdin: gpudoc's own, unless given).
 pub(super) struct Ends {
+    pub stdin: Option<Stdio>,
     pub stdout: Stdio,
     pub stderr: Stdio,
 }
@@ -237,6 +259,7 @@ pub(super) fn open(w: Wiring) -> io::Result<(Vec<Source>, Ends)> {
         return Ok((
             source,
             Ends {
+                stdin: None,
                 stdout: end.into(),
                 stderr,
             },
@@ -247,6 +270,7 @@ pub(super) fn open(w: Wiring) -> io::Result<(Vec<Source>, Ends)> {
     Ok((
         out.into_iter().chain(err).collect(),
         Ends {
+            stdin: None,
             stdout: stdout.into(),
             stderr: stderr.into(),
         },
@@ -345,64 +369,77 @@ pub(super) fn winsize(fd: RawFd) -> Option<nix::pty::Winsize> {
 
 /// After the command exits, output still buffered is drained; a descendant that keeps the stream open is
 /// given this long of silence (and at most [`DRAIN_MAX`]) before gpudoc stops reading.
-const DRAIN_QUIET: Duration = Duration::from_millis(100);
+pub(super) const DRAIN_QUIET: Duration = Duration::from_millis(100);
 pub const DRAIN_MAX: Duration = Duration::from_secs(2);
 /// One read of a pipe or terminal: small enough that the buffer stays in the processor's cache between
 /// the read and the scan.
 const READ_BYTES: usize = 64 * 1024;
 
 /// Watches one channel until it ends: copies it on ([`pump`]) or reads the file behind it ([`follow`]).
+/// A channel something the command left running still holds is returned, with the fd it goes to.
 pub(super) fn watch(
     src: Source,
     term: Option<Arc<Terminal>>,
     observer: Arc<Watching>,
     exited: Arc<AtomicBool>,
-) {
+) -> Option<(Arc<OwnedFd>, RawFd)> {
     match src {
         Source::Pump {
             stream,
             ours,
             to,
             pty,
-        } => pump(stream, &ours, to, term.filter(|_| pty), &observer, &exited),
+        } => {
+            let held = pump(stream, &ours, to, (term, pty), &observer, &exited);
+            held.then_some((ours, to))
+        }
         Source::Follow {
             stream,
             files,
             pace,
             from,
-        } => super::follow::follow(stream, &files, from, &observer, &exited, (pace, DRAIN_MAX)),
+        } => {
+            super::follow::follow(stream, &files, from, &observer, &exited, (pace, DRAIN_MAX));
+            None
+        }
     }
 }
 
 /// Copies one channel to gpudoc's fd `to` until it ends (or, once the command exited, goes quiet),
-/// showing every chunk to the observer after it was passed on.
+/// showing every chunk to the observer after it was passed on. True when it stopped with something (a
+/// process the command left running) still holding the channel's other end.
 fn pump(
     stream: Stream,
     ours: &OwnedFd,
     to: RawFd,
-    term: Option<Arc<Terminal>>,
+    (term, pty): (Option<Arc<Terminal>>, bool),
     observer: &Watching,
     exited: &AtomicBool,
-) {
+) -> bool {
+    let term = term.filter(|_| pty);
     // Unbuffered: each chunk reaches the terminal as the command wrote it.
     let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(to) });
     let mut buf = vec![0u8; READ_BYTES];
     let mut drain_started: Option<Instant> = None;
     // Pipe to pipe, the kernel duplicates the bytes into `to` and gpudoc reads them only to scan.
-    let mut by_tee = term.is_none();
+    let mut by_tee = !pty;
     // A full buffer means more is waiting: read again without asking poll first.
     let mut more = false;
+    // The terminal the bytes went to is gone: they are still read, so the command never blocks.
+    let mut screen_gone = false;
     loop {
         if !more && !readable(ours.as_fd(), exited) {
-            break;
+            return still_held(ours.as_fd());
         }
         if exited.load(Ordering::SeqCst) {
             let started = *drain_started.get_or_insert_with(Instant::now);
             if started.elapsed() > DRAIN_MAX {
-                break;
+                return still_held(ours.as_fd());
             }
         }
-        let moved = if by_tee {
+        let moved = if screen_gone {
+            discard_chunk(ours.as_fd(), &mut buf)
+        } else if by_tee {
             tee_chunk(ours.as_fd(), out.as_fd(), &mut buf)
         } else {
             copy_chunk(ours.as_fd(), &mut out, term.as_deref(), &mut buf)
@@ -414,21 +451,46 @@ fn pump(
                 by_tee = false;
                 continue;
             }
-            Moved::End => break,
+            Moved::End => return false,
         };
         more = n == buf.len();
         if let Some(obs) = observer.lock().unwrap().as_mut() {
             obs.feed(stream, &buf[..n], Instant::now());
         }
-        if !passed {
+        if !passed && pty {
+            // A hung-up terminal: the command learns it from its own terminal's hang-up, not by
+            // blocking on a full one.
+            screen_gone = true;
+        } else if !passed {
             // Our reader went away (`| head`): closing our end lets the command see EPIPE as it would have.
-            break;
+            return false;
         }
     }
 }
 
+/// Whether a writer still holds the other end of the channel (no hang-up on ours).
+fn still_held(fd: BorrowedFd) -> bool {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => !fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)),
+        Err(_) => false,
+    }
+}
+
+/// Reads one chunk and drops it.
+fn discard_chunk(ours: BorrowedFd, buf: &mut [u8]) -> Moved {
+    match nix::unistd::read(ours, buf) {
+        Ok(0) => Moved::End,
+        Ok(n) => Moved::Bytes(n, true),
+        Err(Errno::EINTR | Errno::EAGAIN) => Moved::Retry,
+        Err(_) => Moved::End,
+    }
+}
+
 /// What one step of a pump did.
-enum Moved {
+pub(super) enum Moved {
     /// `n` bytes are in the buffer (to be scanned); whether they reached the destination.
     Bytes(usize, bool),
     /// Nothing moved; try again.
@@ -440,7 +502,7 @@ enum Moved {
 }
 
 /// Reads one chunk and writes it on (through the terminal's live-line bookkeeping, if it is one).
-fn copy_chunk(
+pub(super) fn copy_chunk(
     ours: BorrowedFd,
     out: &mut std::fs::File,
     term: Option<&Terminal>,
@@ -449,7 +511,7 @@ fn copy_chunk(
     let n = match nix::unistd::read(ours, buf) {
         Ok(0) => return Moved::End,
         Ok(n) => n,
-        Err(Errno::EINTR) => return Moved::Retry,
+        Err(Errno::EINTR | Errno::EAGAIN) => return Moved::Retry,
         // EIO: every holder of the pseudo-terminal's other side closed it.
         Err(_) => return Moved::End,
     };

@@ -185,11 +185,19 @@ impl Machine {
             conforms("report", &report);
         }
         (
-            out.status.code().unwrap_or(-1),
+            shell_code(&out.status),
             report,
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     }
+}
+
+/// What a shell's `$?` says of an exit status: the code, or 128+N for death by signal N.
+pub fn shell_code(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 /// Files under fixtures/ whose name ends with `suffix`, sorted.

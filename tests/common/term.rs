@@ -2,9 +2,11 @@
 //! prints read as it comes, keys typed into it.
 
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 pub struct Term {
@@ -12,33 +14,60 @@ pub struct Term {
     pub child: Child,
     out: mpsc::Receiver<Vec<u8>>,
     seen: Vec<u8>,
+    stop: Arc<AtomicBool>,
+    reading: std::thread::JoinHandle<()>,
 }
 
 impl Term {
     /// Starts `cmd` as the session leader of a new terminal.
-    pub fn start(mut cmd: Command) -> Term {
+    pub fn start(cmd: Command) -> Term {
+        Term::start_keeping_stdin(cmd, false)
+    }
+
+    /// Starts `cmd` as the session leader of a new terminal, on its stdout and stderr and, unless
+    /// `keep_stdin` (the command's own stdin stays as set), on its stdin.
+    pub fn start_keeping_stdin(mut cmd: Command, keep_stdin: bool) -> Term {
         let pty = nix::pty::openpty(None, None).unwrap();
+        // Only the command's standard fds: a master it inherited would keep the terminal from hanging up.
+        unsafe { libc::fcntl(pty.master.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
         let slave = pty.slave;
-        cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
-            .stdout(Stdio::from(slave.try_clone().unwrap()))
-            .stderr(Stdio::from(slave));
+        let ctty = slave.as_raw_fd();
+        if !keep_stdin {
+            cmd.stdin(Stdio::from(slave.try_clone().unwrap()));
+        }
+        cmd.stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave.try_clone().unwrap()));
         unsafe {
             cmd.pre_exec(move || {
                 libc::setsid();
-                libc::ioctl(0, libc::TIOCSCTTY, 0);
+                libc::ioctl(ctty, libc::TIOCSCTTY, 0);
+                libc::close(ctty);
                 Ok(())
             });
         }
         let child = cmd.spawn().unwrap();
         drop(cmd);
+        drop(slave);
         let master = std::fs::File::from(pty.master);
         let mut reader = master.try_clone().unwrap();
         let (tx, out) = mpsc::channel();
-        std::thread::spawn(move || {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        // Polls, so that a hang-up can close every descriptor of the master, this one included.
+        let reading = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                    break;
+            while !stopped.load(Ordering::SeqCst) {
+                let mut fds = [libc::pollfd {
+                    fd: reader.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                if unsafe { libc::poll(fds.as_mut_ptr(), 1, 50) } <= 0 {
+                    continue;
+                }
+                match reader.read(&mut buf) {
+                    Ok(n) if n > 0 && tx.send(buf[..n].to_vec()).is_ok() => {}
+                    _ => break,
                 }
             }
         });
@@ -47,19 +76,46 @@ impl Term {
             child,
             out,
             seen: Vec::new(),
+            stop,
+            reading,
         }
     }
 
     /// Reads until `needle` appears (or panics after 10 s).
     pub fn expect(&mut self, needle: &str) {
+        self.expect_times(needle, 1);
+    }
+
+    /// Reads until `needle` has appeared `n` times (or panics after 10 s).
+    pub fn expect_times(&mut self, needle: &str, n: usize) {
         let end = Instant::now() + Duration::from_secs(10);
-        while !String::from_utf8_lossy(&self.seen).contains(needle) {
+        while String::from_utf8_lossy(&self.seen).matches(needle).count() < n {
             let left = end.saturating_duration_since(Instant::now());
             match self.out.recv_timeout(left) {
                 Ok(chunk) => self.seen.extend(chunk),
                 Err(_) => panic!("no {needle:?} in {:?}", String::from_utf8_lossy(&self.seen)),
             }
         }
+    }
+
+    /// What was printed after the last `needle`.
+    pub fn seen_after(&mut self, needle: &str) -> String {
+        while let Ok(chunk) = self.out.try_recv() {
+            self.seen.extend(chunk);
+        }
+        let s = String::from_utf8_lossy(&self.seen).into_owned();
+        s.rfind(needle)
+            .map(|i| s[i + needle.len()..].to_string())
+            .unwrap_or_default()
+    }
+
+    /// Hangs the terminal up, as closing a window or a dropped ssh connection does: the kernel sends
+    /// SIGHUP to the session leader. The command is left running.
+    pub fn hang_up(self) -> Child {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.reading.join();
+        drop(self.master);
+        self.child
     }
 
     pub fn type_bytes(&mut self, b: &[u8]) {

@@ -87,7 +87,7 @@ impl Metrics {
         })
     }
 
-    /// Serves the finished run's view for `linger`, then stops.
+    /// Serves the finished run's view for `linger` (less if gpudoc is asked to end), then stops.
     pub fn finish(self, report: &Report, linger: Duration) {
         {
             let mut st = self.state.lock().unwrap();
@@ -95,7 +95,7 @@ impl Metrics {
             v.count_new(&mut st.known);
             st.last = Some(v);
         }
-        std::thread::sleep(linger);
+        crate::supervise::linger(linger);
         self.server.stop();
     }
 

@@ -1,0 +1,408 @@
+//! Which signals reach the command, and how: decided from what gpudoc's two processes saw.
+//!
+//! gpudoc runs as two processes: the guard (the PID the shell or scheduler started, see [`super::guard`])
+//! and gpudoc proper, its child. A signal can reach the guard alone (`kill PID`), the whole process group
+//! (`kill -- -PGID`, `timeout`, a shell relaying a hang-up, Ctrl-C), or every process of a job (Slurm's and
+//! systemd's cgroup kills); the kernel tells none of these apart in the signal itself. The guard relays
+//! every signal it takes to gpudoc ([`Relay`]); gpudoc takes its own deliveries as well. A signal that
+//! reached gpudoc *directly* reached the processes around it; one that came only through the guard
+//! reached the guard alone. With the command in gpudoc's own process group ([`Mode::Shared`]) a direct
+//! delivery therefore reached the command too, and nothing is sent again; with the command on a terminal
+//! of its own ([`Mode::Terminal`]) nothing sent to gpudoc's group reaches it, and gpudoc passes it on.
+//!
+//! [`Pairing`] matches the guard's relay of a signal with gpudoc's own copy of it (same signal, same
+//! sender, within [`PAIR_WINDOW`]); [`decide`] says what one matched event asks for. Both are pure: the
+//! caller sends.
+
+use std::time::{Duration, Instant};
+
+/// How long a signal seen by one of gpudoc's processes waits for the other's copy before it is taken as
+/// seen by that one alone. The guard relays within microseconds; a loaded machine may take milliseconds.
+pub const PAIR_WINDOW: Duration = Duration::from_millis(20);
+
+/// Where the command runs, as far as signals go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// In gpudoc's process group: whatever reaches the group or the terminal's foreground reaches it
+    /// directly, as it would without gpudoc.
+    Shared,
+    /// On a pseudo-terminal of its own, in a session of its own: the terminal's keys reach it through its
+    /// terminal; only gpudoc passes on what is sent to gpudoc.
+    Terminal,
+}
+
+/// One delivery of a signal to the guard or to gpudoc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub sig: i32,
+    /// Sent by the kernel: a terminal's key, hang-up or resize (`SI_KERNEL`).
+    pub kernel: bool,
+    /// The sending process (0 when the kernel sent it).
+    pub sender: i32,
+    /// Relayed by the guard (else taken by gpudoc itself).
+    pub relayed: bool,
+}
+
+/// Who saw a signal: the guard, gpudoc, or both (it was sent to more than the guard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub sig: i32,
+    pub kernel: bool,
+    pub sender: i32,
+    pub guard: bool,
+    pub direct: bool,
+}
+
+/// The guard's relay carries the signal, whether the kernel sent it, and its sender in one `int`
+/// (`sigqueue`'s value): 7 bits, 1 bit, 24 bits (Linux pids stay under 2^22).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relay {
+    pub sig: i32,
+    pub kernel: bool,
+    pub sender: i32,
+}
+
+impl Relay {
+    pub fn encode(self) -> i32 {
+        (self.sig & 0x7f) | (i32::from(self.kernel) << 7) | ((self.sender & 0xff_ffff) << 8)
+    }
+
+    pub fn decode(v: i32) -> Relay {
+        Relay {
+            sig: v & 0x7f,
+            kernel: v & 0x80 != 0,
+            sender: (v >> 8) & 0xff_ffff,
+        }
+    }
+}
+
+/// What gpudoc does about one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing: the command got it as it would have without gpudoc (or it was gpudoc's own).
+    Nothing,
+    /// Send the signal to the command.
+    Forward(i32),
+    /// The terminal changed size: the command's pseudo-terminals follow it (the kernel tells the
+    /// command); `also` forwards a resize signal that was sent, not the terminal's.
+    Resize { also: bool },
+    /// The terminal hung up: the command gets what a hang-up gives (its terminal's foreground group gets
+    /// SIGHUP and SIGCONT), and gpudoc keeps reading its terminal so that it never blocks writing.
+    HangUp,
+    /// Continued: what was stopped of the job goes on.
+    Continue,
+}
+
+/// What one event asks for. `sender_above` is whether the sender is an ancestor of the guard (a job
+/// manager: Slurm's step daemon, systemd, a shell), which signals a whole job rather than gpudoc alone.
+pub fn decide(mode: Mode, e: &Event, sender_above: bool) -> Action {
+    use libc::*;
+    let only_guard = e.guard && !e.direct;
+    match (e.sig, mode) {
+        (SIGCHLD, _) => Action::Nothing,
+        (SIGCONT, _) => Action::Continue,
+        // The terminal's resize goes to its foreground group (the command's, in Shared mode), or is
+        // passed through the command's own terminal; one sent by a process is passed on as sent.
+        (SIGWINCH, _) => Action::Resize {
+            also: !e.kernel && only_guard,
+        },
+        // The guard leads the session and the terminal hung up: only the session leader hears it.
+        (SIGHUP, Mode::Terminal) if e.kernel && e.guard => Action::HangUp,
+        // gpudoc leads the command's terminal's session: its own terminal's doings are not the job's.
+        (_, Mode::Terminal) if e.kernel && !e.guard => Action::Nothing,
+        // Sent to the guard alone (`kill PID`, a scheduler's main-process signal, the guard's death
+        // signal to gpudoc, a hang-up heard by the guard as session leader): the command's as it was.
+        _ if only_guard || (e.direct && !e.guard) => Action::Forward(e.sig),
+        // Sent to the process group, or to every process: in Shared mode the command, a member of
+        // the group, got it too.
+        (_, Mode::Shared) => Action::Nothing,
+        // In Terminal mode the command is in no group of gpudoc's: a job manager signalling every
+        // process reached it; a group signal or `pkill gpudoc` did not.
+        (_, Mode::Terminal) if sender_above => Action::Nothing,
+        (_, Mode::Terminal) => Action::Forward(e.sig),
+    }
+}
+
+/// Signals that ask gpudoc to end when they are not the terminal's: what the command leaves running is
+/// ended too once it exits.
+pub fn asks_to_end(e: &Event) -> bool {
+    !e.kernel
+        && matches!(
+            e.sig,
+            libc::SIGTERM | libc::SIGHUP | libc::SIGQUIT | libc::SIGINT
+        )
+}
+
+/// A Ctrl-C typed on gpudoc's terminal in Shared mode (the terminal sent SIGINT to the whole group).
+pub fn is_keypress(e: &Event) -> bool {
+    e.kernel && e.sig == libc::SIGINT && e.direct
+}
+
+/// Matches each relay with gpudoc's own copy of the same signal.
+#[derive(Debug, Default)]
+pub struct Pairing {
+    waiting: Vec<(Seen, Instant)>,
+    /// Events decided lately, by (signal, sender): a late copy of one is the same event.
+    decided: Vec<(i32, i32, Instant)>,
+}
+
+impl Pairing {
+    /// Takes one delivery; the event it completes, if it matched one waiting.
+    pub fn seen(&mut self, s: Seen, now: Instant) -> Option<Event> {
+        let recent = |&(sig, sender, at): &(i32, i32, Instant)| {
+            sig == s.sig && sender == s.sender && now.duration_since(at) < PAIR_WINDOW
+        };
+        if self.decided.iter().any(recent) {
+            return None;
+        }
+        let other = self
+            .waiting
+            .iter()
+            .position(|(w, _)| w.sig == s.sig && w.sender == s.sender && w.relayed != s.relayed);
+        match other {
+            Some(i) => {
+                self.waiting.remove(i);
+                self.decided.push((s.sig, s.sender, now));
+                Some(event(&s, true, true))
+            }
+            None => {
+                // A second copy from the same side (the guard relayed two deliveries the kernel did not
+                // merge) is the same event.
+                if !self.waiting.iter().any(|(w, _)| *w == s) {
+                    self.waiting.push((s, now));
+                }
+                None
+            }
+        }
+    }
+
+    /// The events whose other copy did not come in time.
+    pub fn expired(&mut self, now: Instant) -> Vec<Event> {
+        self.decided
+            .retain(|&(_, _, at)| now.duration_since(at) < PAIR_WINDOW);
+        let mut out = Vec::new();
+        self.waiting.retain(|(s, at)| {
+            if now.duration_since(*at) < PAIR_WINDOW {
+                return true;
+            }
+            out.push(event(s, s.relayed, !s.relayed));
+            false
+        });
+        for e in &out {
+            self.decided.push((e.sig, e.sender, now));
+        }
+        out
+    }
+
+    /// When the next waiting delivery expires.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.waiting.iter().map(|(_, at)| *at + PAIR_WINDOW).min()
+    }
+}
+
+fn event(s: &Seen, guard: bool, direct: bool) -> Event {
+    Event {
+        sig: s.sig,
+        kernel: s.kernel,
+        sender: s.sender,
+        guard,
+        direct,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libc::*;
+
+    fn ev(sig: i32, kernel: bool, guard: bool, direct: bool) -> Event {
+        Event {
+            sig,
+            kernel,
+            sender: if kernel { 0 } else { 4242 },
+            guard,
+            direct,
+        }
+    }
+
+    #[test]
+    fn a_relay_round_trips_its_signal_origin_and_sender() {
+        for r in [
+            Relay {
+                sig: SIGINT,
+                kernel: true,
+                sender: 0,
+            },
+            Relay {
+                sig: SIGTERM,
+                kernel: false,
+                sender: 4_194_303,
+            },
+            Relay {
+                sig: 64,
+                kernel: false,
+                sender: 1,
+            },
+        ] {
+            assert_eq!(Relay::decode(r.encode()), r);
+        }
+    }
+
+    #[test]
+    fn a_signal_to_the_guard_alone_is_passed_on_in_both_modes() {
+        for mode in [Mode::Shared, Mode::Terminal] {
+            for sig in [SIGINT, SIGTERM, SIGUSR1, SIGQUIT, SIGHUP, SIGALRM, SIGTSTP] {
+                assert_eq!(
+                    decide(mode, &ev(sig, false, true, false), false),
+                    Action::Forward(sig)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_signal_reached_a_command_that_shares_the_group() {
+        for sig in [SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGTSTP] {
+            let group = ev(sig, false, true, true);
+            assert_eq!(decide(Mode::Shared, &group, false), Action::Nothing);
+            assert_eq!(decide(Mode::Shared, &group, true), Action::Nothing);
+            // The command on its own terminal is in no group of gpudoc's.
+            assert_eq!(decide(Mode::Terminal, &group, false), Action::Forward(sig));
+        }
+    }
+
+    #[test]
+    fn a_job_manager_signalling_every_process_is_not_repeated() {
+        let all = ev(SIGTERM, false, true, true);
+        assert_eq!(decide(Mode::Terminal, &all, true), Action::Nothing);
+    }
+
+    #[test]
+    fn keys_of_the_shared_terminal_reached_the_command_already() {
+        for sig in [SIGINT, SIGQUIT, SIGTSTP] {
+            assert_eq!(
+                decide(Mode::Shared, &ev(sig, true, true, true), false),
+                Action::Nothing
+            );
+        }
+        assert!(is_keypress(&ev(SIGINT, true, true, true)));
+        assert!(!is_keypress(&ev(SIGINT, false, true, true)));
+    }
+
+    #[test]
+    fn a_hang_up_heard_by_the_guard_alone_reaches_the_command() {
+        // The guard leads the session: the kernel tells it alone.
+        assert_eq!(
+            decide(Mode::Shared, &ev(SIGHUP, true, true, false), false),
+            Action::Forward(SIGHUP)
+        );
+        assert_eq!(
+            decide(Mode::Terminal, &ev(SIGHUP, true, true, false), false),
+            Action::HangUp
+        );
+        // The session's leader exited: the kernel told the whole foreground group, command included.
+        assert_eq!(
+            decide(Mode::Shared, &ev(SIGHUP, true, true, true), false),
+            Action::Nothing
+        );
+    }
+
+    #[test]
+    fn resizes_follow_the_terminal_and_a_sent_winch_is_passed_on() {
+        assert_eq!(
+            decide(Mode::Shared, &ev(SIGWINCH, true, true, true), false),
+            Action::Resize { also: false }
+        );
+        assert_eq!(
+            decide(Mode::Terminal, &ev(SIGWINCH, true, true, false), false),
+            Action::Resize { also: false }
+        );
+        assert_eq!(
+            decide(Mode::Terminal, &ev(SIGWINCH, false, true, false), false),
+            Action::Resize { also: true }
+        );
+    }
+
+    #[test]
+    fn gpudocs_own_terminal_is_not_the_jobs_business() {
+        // In Terminal mode gpudoc leads the command's pseudo-terminal's session.
+        assert_eq!(
+            decide(Mode::Terminal, &ev(SIGHUP, true, false, true), false),
+            Action::Nothing
+        );
+    }
+
+    #[test]
+    fn a_kill_of_gpudocs_own_pid_is_passed_on() {
+        assert_eq!(
+            decide(Mode::Shared, &ev(SIGTERM, false, false, true), false),
+            Action::Forward(SIGTERM)
+        );
+    }
+
+    fn seen(sig: i32, relayed: bool) -> Seen {
+        Seen {
+            sig,
+            kernel: false,
+            sender: 77,
+            relayed,
+        }
+    }
+
+    #[test]
+    fn a_relay_and_a_direct_copy_pair_into_one_event_in_either_order() {
+        let t0 = Instant::now();
+        for first in [true, false] {
+            let mut p = Pairing::default();
+            assert_eq!(p.seen(seen(SIGINT, first), t0), None);
+            let e = p
+                .seen(seen(SIGINT, !first), t0 + Duration::from_millis(2))
+                .unwrap();
+            assert!(e.guard && e.direct);
+            assert!(p.expired(t0 + Duration::from_millis(100)).is_empty());
+        }
+    }
+
+    #[test]
+    fn an_unpaired_delivery_is_decided_when_its_window_ends() {
+        let t0 = Instant::now();
+        let mut p = Pairing::default();
+        p.seen(seen(SIGTERM, true), t0);
+        assert!(p.expired(t0 + Duration::from_millis(5)).is_empty());
+        assert_eq!(p.deadline(), Some(t0 + PAIR_WINDOW));
+        let out = p.expired(t0 + PAIR_WINDOW);
+        assert_eq!(out.len(), 1);
+        assert!(out[0].guard && !out[0].direct);
+        // A copy that comes late is the same event, not a second one.
+        assert_eq!(
+            p.seen(
+                seen(SIGTERM, false),
+                t0 + PAIR_WINDOW + Duration::from_millis(1)
+            ),
+            None
+        );
+        assert!(p.expired(t0 + PAIR_WINDOW * 3).is_empty());
+    }
+
+    #[test]
+    fn two_relays_of_one_signal_are_one_event() {
+        // `timeout` signals the guard, then its group: the guard may take both.
+        let t0 = Instant::now();
+        let mut p = Pairing::default();
+        p.seen(seen(SIGINT, true), t0);
+        p.seen(seen(SIGINT, true), t0 + Duration::from_micros(50));
+        assert_eq!(p.expired(t0 + PAIR_WINDOW * 2).len(), 1);
+    }
+
+    #[test]
+    fn different_signals_and_senders_do_not_pair() {
+        let t0 = Instant::now();
+        let mut p = Pairing::default();
+        p.seen(seen(SIGINT, true), t0);
+        assert_eq!(p.seen(seen(SIGTERM, false), t0), None);
+        let mut other = seen(SIGINT, false);
+        other.sender = 78;
+        assert_eq!(p.seen(other, t0), None);
+        assert_eq!(p.expired(t0 + PAIR_WINDOW).len(), 3);
+    }
+}

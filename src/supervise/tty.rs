@@ -1,0 +1,344 @@
+//! The command's own terminal, when gpudoc runs in the foreground of a terminal on all three standard
+//! fds (an interactive shell, `ssh -t`, `tmux new`, `docker run -t`).
+//!
+//! The command gets a pseudo-terminal with the user's terminal's modes and size, as its standard fds and
+//! its controlling terminal, in a session gpudoc leads ([`super::guard::split`] made it) and a process
+//! group of its own, in that terminal's foreground. The user's terminal is put in raw mode and every byte
+//! passes through gpudoc both ways ([`relay`]): the command's own line discipline echoes what is typed,
+//! turns Ctrl-C, Ctrl-\ and Ctrl-Z into signals for its foreground group, and sees the modes the command
+//! sets (a full-screen program's single keypresses); gpudoc sees every byte that reaches the screen, so
+//! its live line is never drawn over a prompt or over what the user types. This is what `script`, `ssh`,
+//! `sudo` and `tmux` do.
+//!
+//! What this changes: type-ahead while the command runs goes to the command (or is lost with it), as under
+//! `script` or `ssh`; `tcgetattr` on the command's terminal shows its own pseudo-terminal.
+
+use super::streams::{Moved, Terminal, Watching, copy_chunk};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
+
+/// The user's terminal as gpudoc found it: its modes (given back at the end, and whenever the job
+/// stops) and its size.
+#[derive(Clone, Copy)]
+pub struct Saved {
+    termios: libc::termios,
+}
+
+/// The user's terminal, if gpudoc was started in its foreground with all three standard fds on it.
+/// Called before gpudoc splits (single-threaded).
+pub fn detect() -> Option<Saved> {
+    let rdev = |fd| {
+        // SAFETY: isatty and fstat on fds 0-2 only read.
+        unsafe {
+            if libc::isatty(fd) != 1 {
+                return None;
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            (libc::fstat(fd, &mut st) == 0).then_some(st.st_rdev)
+        }
+    };
+    let dev = rdev(0)?;
+    if rdev(1)? != dev || rdev(2)? != dev {
+        return None;
+    }
+    // SAFETY: tcgetpgrp/getpgrp/tcgetattr only read; tcgetpgrp fails unless fd 0 is our controlling
+    // terminal.
+    unsafe {
+        if libc::tcgetpgrp(0) != libc::getpgrp() {
+            return None;
+        }
+        let mut termios: libc::termios = std::mem::zeroed();
+        (libc::tcgetattr(0, &mut termios) == 0).then_some(Saved { termios })
+    }
+}
+
+impl Saved {
+    /// Gives the user's terminal its modes back.
+    pub fn restore(&self) {
+        // SAFETY: tcsetattr with modes read from the same terminal.
+        unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &self.termios) };
+        crate::say::set_raw_terminal(false);
+    }
+
+    /// Raw mode: every byte typed reaches gpudoc as it is, every byte written reaches the screen as it is.
+    fn raw(&self) {
+        let mut t = self.termios;
+        // SAFETY: cfmakeraw edits our copy; tcsetattr applies it to our terminal.
+        unsafe {
+            libc::cfmakeraw(&mut t);
+            libc::tcsetattr(0, libc::TCSADRAIN, &t);
+        }
+        crate::say::set_raw_terminal(true);
+    }
+}
+
+/// What the main thread and the relay tell each other.
+pub struct Ctl {
+    /// The relay reads the user's keys (off while the job is stopped or in the background).
+    input: AtomicBool,
+    /// Ctrl-C keys typed while they made a signal.
+    pub presses: AtomicUsize,
+    /// The user's terminal hung up (reading it ended).
+    pub hung_up: AtomicBool,
+    wake_r: OwnedFd,
+    wake_w: OwnedFd,
+}
+
+impl Ctl {
+    fn wake(&self) {
+        // SAFETY: a one-byte write to our non-blocking pipe.
+        unsafe { libc::write(self.wake_w.as_raw_fd(), b"w".as_ptr().cast(), 1) };
+    }
+}
+
+/// The command's terminal.
+pub struct Pty {
+    pub master: Arc<OwnedFd>,
+    pub ctl: Arc<Ctl>,
+    saved: Saved,
+}
+
+impl Pty {
+    /// A pseudo-terminal with the user's terminal's modes and size, made gpudoc's controlling terminal
+    /// (gpudoc leads its session), and the slave end for the command. The user's terminal goes raw.
+    pub fn open(saved: Saved) -> io::Result<(Pty, OwnedFd)> {
+        let ws = super::streams::winsize(0);
+        let termios = nix::sys::termios::Termios::from(saved.termios);
+        let pty = nix::pty::openpty(ws.as_ref(), Some(&termios))?;
+        super::streams::set_cloexec(pty.master.as_raw_fd());
+        super::streams::set_cloexec(pty.slave.as_raw_fd());
+        set_nonblocking(pty.master.as_raw_fd());
+        // SAFETY: TIOCSCTTY on a terminal we opened, as the leader of a session without one.
+        if unsafe { libc::ioctl(pty.slave.as_raw_fd(), libc::TIOCSCTTY, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (wake_r, wake_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
+        let ctl = Arc::new(Ctl {
+            input: AtomicBool::new(true),
+            presses: AtomicUsize::new(0),
+            hung_up: AtomicBool::new(false),
+            wake_r,
+            wake_w,
+        });
+        saved.raw();
+        let slave = pty.slave;
+        let pty = Pty {
+            master: Arc::new(pty.master),
+            ctl,
+            saved,
+        };
+        Ok((pty, slave))
+    }
+
+    /// The command's terminal takes the user's terminal's size (the kernel tells its foreground group).
+    pub fn resize(&self) {
+        if let Some(ws) = super::streams::winsize(0) {
+            // SAFETY: TIOCSWINSZ reads a winsize.
+            unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+        }
+    }
+
+    /// Makes process group `pgid` the command's terminal's foreground.
+    pub fn foreground(&self, pgid: i32) {
+        // SAFETY: tcsetpgrp on our controlling terminal (SIGTTOU is blocked in gpudoc).
+        unsafe { libc::tcsetpgrp(self.master.as_raw_fd(), pgid) };
+    }
+
+    /// The job stopped (or gpudoc is done): the user's terminal gets its modes back and gpudoc stops
+    /// reading it, so the shell has it to itself.
+    pub fn stand_aside(&self) {
+        self.ctl.input.store(false, Ordering::SeqCst);
+        self.ctl.wake();
+        self.saved.restore();
+    }
+
+    /// The job goes on in the foreground: raw mode and the keys again, at the terminal's current size.
+    pub fn take_back(&self) {
+        self.saved.raw();
+        self.resize();
+        self.ctl.input.store(true, Ordering::SeqCst);
+        self.ctl.wake();
+    }
+}
+
+fn set_nonblocking(fd: RawFd) {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+}
+
+/// Keys typed but not yet taken by the command's terminal, at most.
+const PENDING_KEYS: usize = 64 * 1024;
+
+/// How one relay ended.
+pub enum Ended {
+    /// Every holder of the command's terminal closed it.
+    Closed,
+    /// The command is gone and its terminal was quiet, but something it started still holds it.
+    StillHeld,
+}
+
+/// Passes bytes both ways between the user's terminal and the command's until every holder of the
+/// command's terminal has closed it (or, once the command exited, it stays quiet): the command's output
+/// to fd 1 through the live line's [`Terminal`], seen by the observer; the user's keys from fd 0 while
+/// [`Ctl`] allows. If the user's terminal goes away, its output is read and dropped, so the command
+/// never blocks writing.
+pub fn relay(
+    master: &OwnedFd,
+    ctl: &Ctl,
+    term: Option<&Terminal>,
+    observer: &Watching,
+    exited: &AtomicBool,
+) -> Ended {
+    let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut keys: Vec<u8> = Vec::new();
+    let mut screen_gone = false;
+    let mut quiet_since: Option<Instant> = None;
+    loop {
+        let reading = ctl.input.load(Ordering::SeqCst)
+            && !ctl.hung_up.load(Ordering::SeqCst)
+            && keys.len() < PENDING_KEYS;
+        let (from_job, to_job, woken, typed) = match wait(
+            master.as_fd(),
+            ctl.wake_r.as_fd(),
+            !keys.is_empty(),
+            reading,
+        ) {
+            Some(ready) => ready,
+            None => continue,
+        };
+        if woken {
+            drain_pipe(ctl.wake_r.as_fd());
+        }
+        if from_job {
+            let dest = (!screen_gone).then_some(&mut *out);
+            match pass(master.as_fd(), dest, term, &mut buf) {
+                Moved::Bytes(n, passed) => {
+                    screen_gone |= !passed;
+                    quiet_since = None;
+                    if let Some(obs) = observer.lock().unwrap().as_mut() {
+                        obs.feed(super::Stream::Both, &buf[..n], Instant::now());
+                    }
+                }
+                Moved::End => return Ended::Closed,
+                Moved::Retry | Moved::NotPipes => {}
+            }
+        } else if exited.load(Ordering::SeqCst) {
+            let since = *quiet_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= super::streams::DRAIN_QUIET {
+                return Ended::StillHeld;
+            }
+        }
+        if typed {
+            take_keys(master.as_raw_fd(), ctl, &mut keys, &mut buf);
+        }
+        if to_job && !keys.is_empty() {
+            give_keys(master.as_raw_fd(), &mut keys);
+        }
+    }
+}
+
+/// Waits for the command's output, room for keys, a wake-up or a key: which are ready.
+fn wait(
+    master: BorrowedFd,
+    wake: BorrowedFd,
+    keys_waiting: bool,
+    reading: bool,
+) -> Option<(bool, bool, bool, bool)> {
+    // SAFETY: fd 0 stays open for gpudoc's whole life.
+    let stdin = unsafe { BorrowedFd::borrow_raw(0) };
+    let mut m = PollFlags::POLLIN;
+    if keys_waiting {
+        m |= PollFlags::POLLOUT;
+    }
+    let mut fds = vec![PollFd::new(master, m), PollFd::new(wake, PollFlags::POLLIN)];
+    if reading {
+        fds.push(PollFd::new(stdin, PollFlags::POLLIN));
+    }
+    match poll(&mut fds, PollTimeout::from(100u16)) {
+        Ok(0) => Some((false, false, false, false)),
+        Ok(_) => {
+            let got = |i: usize, f: PollFlags| {
+                fds.get(i)
+                    .and_then(|p| p.revents())
+                    .is_some_and(|r| r.intersects(f))
+            };
+            let hup = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
+            Some((
+                got(0, hup),
+                got(0, PollFlags::POLLOUT),
+                got(1, PollFlags::POLLIN),
+                reading && got(2, hup),
+            ))
+        }
+        Err(_) => None,
+    }
+}
+
+/// One chunk of the command's output to the screen (or, once the screen is gone, nowhere).
+fn pass(
+    master: BorrowedFd,
+    dest: Option<&mut std::fs::File>,
+    term: Option<&Terminal>,
+    buf: &mut [u8],
+) -> Moved {
+    match dest {
+        Some(out) => copy_chunk(master, out, term, buf),
+        None => match nix::unistd::read(master, buf) {
+            Ok(0) => Moved::End,
+            Ok(n) => Moved::Bytes(n, false),
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => Moved::Retry,
+            Err(_) => Moved::End,
+        },
+    }
+}
+
+/// Reads what the user typed; counts Ctrl-Cs that make a signal on the command's terminal, and stops
+/// reading after a Ctrl-Z (the shell's next keys are not the job's).
+fn take_keys(master: RawFd, ctl: &Ctl, keys: &mut Vec<u8>, buf: &mut [u8]) {
+    let room = PENDING_KEYS.saturating_sub(keys.len()).min(buf.len());
+    // SAFETY: read into our buffer from fd 0.
+    let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), room) };
+    if n <= 0 {
+        let e = io::Error::last_os_error();
+        if n == 0 || !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) {
+            ctl.hung_up.store(true, Ordering::SeqCst);
+        }
+        return;
+    }
+    let typed = &buf[..n as usize];
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: tcgetattr on the master reads the slave's modes (the command's).
+    if unsafe { libc::tcgetattr(master, &mut t) } == 0 && t.c_lflag & libc::ISIG != 0 {
+        let intr = t.c_cc[libc::VINTR];
+        let susp = t.c_cc[libc::VSUSP];
+        let presses = typed.iter().filter(|&&b| b == intr && b != 0).count();
+        ctl.presses.fetch_add(presses, Ordering::SeqCst);
+        if susp != 0 && typed.contains(&susp) {
+            ctl.input.store(false, Ordering::SeqCst);
+        }
+    }
+    keys.extend_from_slice(typed);
+}
+
+/// Gives the command's terminal what it takes of the keys waiting.
+fn give_keys(master: RawFd, keys: &mut Vec<u8>) {
+    // SAFETY: a non-blocking write from our buffer.
+    let n = unsafe { libc::write(master, keys.as_ptr().cast(), keys.len()) };
+    if n > 0 {
+        keys.drain(..n as usize);
+    }
+}
+
+fn drain_pipe(fd: BorrowedFd) {
+    let mut b = [0u8; 64];
+    while matches!(nix::unistd::read(fd, &mut b), Ok(n) if n > 0) {}
+}

@@ -1,0 +1,441 @@
+//! Signals reach the job as they would without gpudoc: once, from every source (the guard's PID, the
+//! process group, the terminal), with what the caller ignored still ignored; a stop or continue of
+//! gpudoc is the job's; a job killed by a signal kills gpudoc with it. Each case is run bare too, so
+//! the test says what "as without gpudoc" is.
+
+mod common;
+
+use common::Machine;
+use common::term::Term;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn signals_py() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/signals.py")
+}
+
+/// The job under gpudoc (or bare), in a process group of its own as a shell's job is, stdout piped;
+/// returns once it printed `ready`.
+fn start_job(m: &Machine, under_gpudoc: bool, log: &Path, extra: &[&str]) -> Child {
+    let mut c = if under_gpudoc {
+        let mut c = m.gpudoc();
+        c.args(["run", "-q", "--no-torch"]).args(extra).arg("--");
+        c
+    } else {
+        Command::new("env")
+    };
+    c.arg("python3")
+        .arg(signals_py())
+        .arg(log)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    child
+}
+
+fn names(log: &Path) -> Vec<String> {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !log.exists() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// What the job got when `send` signalled it (given the job's process, and whether it runs under gpudoc),
+/// bare and under gpudoc.
+fn got(m: &Machine, send: impl Fn(&Child)) -> (Vec<String>, Vec<String>) {
+    let mut out = Vec::new();
+    for under in [false, true] {
+        let log = m.path(if under { "gpudoc.log" } else { "bare.log" });
+        let _ = std::fs::remove_file(&log);
+        let mut child = start_job(m, under, &log, &[]);
+        send(&child);
+        out.push(names(&log));
+        child.wait().unwrap();
+    }
+    (out.remove(0), out.remove(0))
+}
+
+#[test]
+fn a_signal_to_the_process_group_reaches_the_job_once() {
+    let m = Machine::h200s(1);
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGUSR1,
+        Signal::SIGHUP,
+    ] {
+        let (bare, wrapped) = got(&m, |c| killpg(Pid::from_raw(c.id() as i32), sig).unwrap());
+        assert_eq!(bare, vec![sig.as_str().to_string()]);
+        assert_eq!(wrapped, bare, "{sig}: kill -- -PGID");
+    }
+}
+
+#[test]
+fn a_signal_to_gpudocs_pid_reaches_the_job_once() {
+    let m = Machine::h200s(1);
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGUSR2] {
+        let (bare, wrapped) = got(&m, |c| kill(Pid::from_raw(c.id() as i32), sig).unwrap());
+        assert_eq!(wrapped, bare, "{sig}: kill PID");
+    }
+}
+
+#[test]
+fn timeout_interrupting_gpudoc_interrupts_the_job_once() {
+    // timeout signals its child, then its whole process group.
+    let m = Machine::h200s(1);
+    let log = m.path("t.log");
+    let mut c = m.gpudoc();
+    c.args(["run", "-q", "--no-torch", "--", "python3"])
+        .arg(signals_py())
+        .arg(&log)
+        .arg("3");
+    let gpudoc = c.get_program().to_owned();
+    let mut t = Command::new("timeout");
+    t.args(["-s", "INT", "0.7"]).arg(gpudoc).args(c.get_args());
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            t.env(k, v);
+        }
+    }
+    let out = t.stdout(Stdio::null()).output().unwrap();
+    assert_eq!(names(&log), vec!["SIGINT"]);
+    // The job handled it and exited 0; timeout says it timed out.
+    assert_eq!(out.status.code(), Some(124));
+}
+
+#[test]
+fn signals_the_caller_ignored_stay_ignored_for_the_job() {
+    // `nohup` ignores SIGHUP, a script's background job SIGINT and SIGQUIT: the job inherits that.
+    let m = Machine::h200s(1);
+    let ignored = |under: bool| {
+        let mut c = if under {
+            let mut c = m.gpudoc();
+            c.args(["run", "-q", "--no-torch", "--"]);
+            c
+        } else {
+            Command::new("env")
+        };
+        c.args(["sh", "-c", "grep SigIgn /proc/self/status"]);
+        unsafe {
+            c.pre_exec(|| {
+                for s in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT] {
+                    libc::signal(s, libc::SIG_IGN);
+                }
+                Ok(())
+            });
+        }
+        String::from_utf8(c.output().unwrap().stdout).unwrap()
+    };
+    let bare = ignored(false);
+    assert!(bare.starts_with("SigIgn:"), "{bare}");
+    assert_eq!(ignored(true), bare);
+}
+
+#[test]
+fn stopping_and_continuing_gpudoc_stops_and_continues_the_job() {
+    let m = Machine::h200s(1);
+    let count = Counter::new(&m);
+    let mut c = m.gpudoc();
+    c.args(["run", "-q", "--no-torch", "--", "sh", "-c", &count.script()])
+        .process_group(0)
+        .stdout(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let pid = Pid::from_raw(child.id() as i32);
+    count.started();
+    assert!(count.advancing(), "the job runs");
+    for stop in [Signal::SIGSTOP, Signal::SIGTSTP] {
+        kill(pid, stop).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!count.advancing(), "{stop} to gpudoc's pid stops the job");
+        kill(pid, Signal::SIGCONT).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(count.advancing(), "SIGCONT after {stop} continues it");
+    }
+    kill(pid, Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGTERM));
+}
+
+#[test]
+fn lingering_for_a_scraper_ends_when_gpudoc_is_asked_to() {
+    let m = Machine::h200s(1);
+    let out = m
+        .gpudoc()
+        .args([
+            "run",
+            "--metrics",
+            "0",
+            "--metrics-linger",
+            "10000000h",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--metrics-linger"),
+        "{out:?}"
+    );
+    let mut c = m.gpudoc();
+    c.args([
+        "run",
+        "-q",
+        "--metrics",
+        "0",
+        "--metrics-linger",
+        "1h",
+        "--",
+        "true",
+    ])
+    .process_group(0)
+    .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let asked = Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert!(asked.elapsed() < Duration::from_secs(3), "still lingering");
+    assert_eq!(status.code(), Some(0), "the command's code, as at any end");
+}
+
+#[test]
+fn what_the_job_leaves_running_keeps_writing_where_it_wrote() {
+    // Without gpudoc the background loop writes into the pipe to `cat` until it is done.
+    let m = Machine::h200s(1);
+    let log = m.path("d.log");
+    let script = format!(
+        r#""$GPUDOC" run -q --no-torch -- sh -c '(for i in 1 2 3 4 5 6; do echo tick $i; echo alive $i >> {}; sleep .3; done) & echo main-done' | cat"#,
+        log.display()
+    );
+    let out = m.shell(&script).output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("main-done") && printed.contains("tick 6"),
+        "{printed}"
+    );
+    let alive = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(alive.lines().count(), 6, "{alive}");
+}
+
+/// A job that writes a growing count to a file every 50 ms: whether it runs or is stopped.
+struct Counter(PathBuf);
+
+impl Counter {
+    fn new(m: &Machine) -> Counter {
+        Counter(m.path("count"))
+    }
+
+    /// The job's script.
+    fn script(&self) -> String {
+        format!(
+            "i=0; while :; do echo $i > '{}'; i=$((i+1)); sleep 0.05; done",
+            self.0.display()
+        )
+    }
+
+    fn read(&self) -> Option<u64> {
+        std::fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// Waits (at most 10 s) for the first count.
+    fn started(&self) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while self.read().is_none() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the count moves over 400 ms.
+    fn advancing(&self) -> bool {
+        let a = self.read();
+        std::thread::sleep(Duration::from_millis(400));
+        self.read() != a
+    }
+}
+
+/// `gpudoc run -- python3 -c program` as the session leader of a new terminal.
+fn python_on_terminal(m: &Machine, program: &str) -> Term {
+    let mut c = m.gpudoc();
+    c.args(["run", "--no-torch", "--", "python3", "-c", program]);
+    Term::start(c)
+}
+
+/// `gpudoc run -- sh -c script` as the session leader of a new terminal.
+fn on_terminal(m: &Machine, script: &str) -> Term {
+    let mut c = m.gpudoc();
+    c.args(["run", "--no-torch", "--", "sh", "-c", script]);
+    Term::start(c)
+}
+
+#[test]
+fn a_terminal_hang_up_reaches_the_job_and_never_blocks_it() {
+    // `tmux kill-session`, a dropped ssh: the kernel tells the session leader (gpudoc's guard).
+    let m = Machine::h200s(1);
+    for stdin_too in [true, false] {
+        let log = m.path("hup.log");
+        let count = m.path("count");
+        let _ = std::fs::remove_file(&log);
+        let script = format!(
+            "trap 'echo got HUP >> {log}' HUP; i=0; while :; do echo tick $i; echo $i > {count}; i=$((i+1)); sleep 0.1; done",
+            log = log.display(),
+            count = count.display()
+        );
+        let mut c = m.gpudoc();
+        c.args(["run", "--no-torch", "--", "sh", "-c", &script]);
+        if !stdin_too {
+            c.stdin(Stdio::null());
+        }
+        let mut t = Term::start_keeping_stdin(c, !stdin_too);
+        t.expect("tick 3");
+        let mut child = t.hang_up();
+        let end = Instant::now() + Duration::from_secs(5);
+        while !std::fs::read_to_string(&log).is_ok_and(|s| s.contains("got HUP")) {
+            assert!(
+                Instant::now() < end,
+                "no SIGHUP reached the job (stdin on the terminal: {stdin_too})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // It goes on writing to its dead terminal, as without gpudoc, and never blocks.
+        let read = || std::fs::read_to_string(&count).unwrap_or_default();
+        let before = read();
+        std::thread::sleep(Duration::from_millis(600));
+        assert_ne!(
+            read(),
+            before,
+            "the job is blocked (stdin on the terminal: {stdin_too})"
+        );
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&log)
+                .unwrap()
+                .matches("got HUP")
+                .count(),
+            1
+        );
+    }
+}
+
+#[test]
+fn a_second_ctrl_c_never_cuts_a_checkpoint_short() {
+    // The job catches the first Ctrl-C and saves for a second, ignoring SIGINT; a second press arrives
+    // while it saves. Without gpudoc it saves all and exits 1.
+    let m = Machine::h200s(1);
+    let ckpt = m.path("ckpt");
+    let program = format!(
+        r#"
+import signal, sys, time
+try:
+    print("ready", flush=True)
+    time.sleep(30)
+except KeyboardInterrupt:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print("saving", flush=True)
+    with open("{}", "wb") as f:
+        for i in range(10):
+            f.write(b"x" * 2000); f.flush(); time.sleep(0.1)
+    print("saved", flush=True)
+    sys.exit(1)
+"#,
+        ckpt.display()
+    );
+    let mut t = python_on_terminal(&m, &program);
+    t.expect("ready");
+    t.type_bytes(b"\x03");
+    t.expect("saving");
+    t.type_bytes(b"\x03");
+    let (code, out) = t.finish();
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("saved"), "{out}");
+    assert_eq!(std::fs::metadata(&ckpt).unwrap().len(), 20_000);
+}
+
+#[test]
+fn a_prompt_on_the_terminal_is_never_drawn_over() {
+    // getpass, sudo and ssh write their prompt to /dev/tty and wait: the live line must not clear it.
+    let m = Machine::h200s(1);
+    let mut t = on_terminal(
+        &m,
+        r#"echo first; sleep 1.2; printf 'Password: ' > /dev/tty; read -r x < /dev/tty; echo "got $x""#,
+    );
+    t.expect("Password: ");
+    std::thread::sleep(Duration::from_millis(1200));
+    t.expect("Password: ");
+    let after = t.seen_after("Password: ");
+    assert!(
+        !after.contains("\x1b[K"),
+        "drawn over the prompt: {after:?}"
+    );
+    t.type_bytes(b"abc\r");
+    t.expect("got abc");
+    let (code, _) = t.finish();
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn a_full_screen_program_gets_single_keys() {
+    // curses sets cbreak on the terminal it writes to, then reads keys one at a time.
+    let m = Machine::h200s(1);
+    let program = "import os, sys, tty; tty.setcbreak(1); print('ready', flush=True); print('got', os.read(0, 1), flush=True)";
+    let mut t = python_on_terminal(&m, program);
+    t.expect("ready");
+    t.type_bytes(b"x");
+    t.expect("got b'x'");
+    let (code, _) = t.finish();
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn ctrl_z_in_a_shell_stops_the_job_and_fg_continues_it() {
+    let m = Machine::h200s(1);
+    let count = Counter::new(&m);
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("GPUDOC", common::gpudoc_bin())
+        .env("GPUDOC_NVML_LIB", common::fake_lib())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .env("NO_COLOR", "1")
+        .env_remove("CI");
+    let mut t = Term::start(bash);
+    t.expect("$ ");
+    let script = m.path("count.sh");
+    std::fs::write(&script, count.script()).unwrap();
+    let cmd = format!("\"$GPUDOC\" run -q --no-torch -- sh {}\r", script.display());
+    t.type_bytes(cmd.as_bytes());
+    count.started();
+    assert!(count.advancing());
+    t.type_bytes(b"\x1a");
+    t.expect("Stopped");
+    assert!(!count.advancing(), "Ctrl-Z stops the job");
+    t.type_bytes(b"fg\r");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(count.advancing(), "fg continues it");
+    t.type_bytes(b"\x03");
+    t.expect_times("$ ", 2);
+    assert!(!count.advancing(), "Ctrl-C ended it");
+    t.type_bytes(b"exit\r");
+    t.finish();
+}
