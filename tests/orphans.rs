@@ -340,3 +340,118 @@ fn a_live_process_whose_group_leader_exited_is_not_killed() {
     job.kill().unwrap();
     job.wait().unwrap();
 }
+
+/// A Python program that holds 2 GiB, starts a thread, then ends its main thread alone (`pthread_exit`):
+/// /proc shows the process as a zombie while the thread runs on, as when a C++ extension's `main` returns
+/// through `pthread_exit` or a runtime exits its main thread and keeps workers.
+const HEADLESS: &str = r#"import ctypes, os, subprocess, threading, time
+subprocess.run([os.environ["FAKEGPU"], "set", "--pid", str(os.getpid()), "--bytes", "2GiB"], check=True)
+threading.Thread(target=lambda: time.sleep(30)).start()
+print(os.getpid(), flush=True)
+ctypes.CDLL(None).pthread_exit(None)
+"#;
+
+/// The program above in a file of `m`'s.
+fn headless(m: &Machine) -> PathBuf {
+    let path = m.path("headless.py");
+    std::fs::write(&path, HEADLESS).unwrap();
+    path
+}
+
+/// Waits until /proc shows `pid` as a zombie (its main thread, or all of it, has exited).
+fn until_zombie(pid: u32) {
+    for _ in 0..200 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit_once(')')
+            .is_some_and(|(_, s)| s.trim_start().starts_with('Z'))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("pid {pid}'s main thread never exited");
+}
+
+#[test]
+fn a_leftover_whose_main_thread_exited_is_listed_and_ended() {
+    let (m, dev) = machine();
+    let prog = headless(&m);
+    let o = m.orphan(&format!("python3 {} >/dev/null", prog.display()), None);
+    until_zombie(o);
+    assert!(alive(o), "its thread runs on, and holds the memory");
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    let h = holder(&v, o);
+    assert_eq!(h["verdict"], "orphan", "{h:#}");
+    assert_eq!(h["gpu_bytes"], serde_json::json!([[0, 2 * GIB]]));
+    assert!(
+        h["cmdline"].as_str().unwrap().contains("headless.py"),
+        "{h:#}"
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["ended"][0]["outcome"], "ended", "{v:#}");
+    assert!(!alive(o));
+}
+
+#[test]
+fn run_kill_orphans_ends_a_leftover_whose_main_thread_exited() {
+    let m = Machine::h200s(1);
+    let prog = headless(&m);
+    let pidfile = m.path("pid");
+    let script = format!(
+        "python3 {} > {pid} & while [ ! -s {pid} ]; do sleep 0.02; done; sleep 0.3",
+        prog.display(),
+        pid = pidfile.display()
+    );
+    let (code, r, err) = m.run_sh(&["--kill-orphans"], &script);
+    assert_eq!(code, 0, "{err}");
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let o = r["orphans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["pid"] == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not left running: {r:#}"));
+    assert_eq!(o["ended"]["outcome"], "ended", "{o:#}");
+    assert!(!alive(pid));
+}
+
+#[test]
+fn a_process_whose_dead_leader_was_never_reaped_is_an_orphan() {
+    // `setsid bash -c 'job & exit'` under a PID 1 that does not reap (many containers): the shell that
+    // led the job's session and group stays a zombie. Here this test is the parent that never reaps it.
+    use std::os::unix::process::CommandExt;
+    let (m, dev) = machine();
+    let mut shell = Command::new("bash");
+    shell
+        .args([
+            "-c",
+            r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 20000 --say held & echo $!; exit"#,
+        ])
+        .env("FAKE_NVML_STATE", m.state_path())
+        .env("FAKEGPU", common::fakegpu())
+        .stdout(Stdio::piped());
+    unsafe {
+        shell.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut shell = shell.spawn().unwrap();
+    let mut out = BufReader::new(shell.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let job: u32 = line.trim().parse().unwrap();
+    out.read_line(&mut String::new()).unwrap();
+    until_zombie(shell.id());
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    let h = holder(&v, job);
+    assert_eq!(h["verdict"], "orphan", "{h:#}");
+    assert_eq!(code, 0, "{err}");
+    assert!(!alive(job));
+    shell.wait().unwrap();
+}

@@ -168,9 +168,10 @@ pub fn device_holders(prefix: &str) -> (BTreeMap<u32, Vec<String>>, u64) {
             }
             Err(_) => continue,
         };
+        let fds: Vec<_> = fds.flatten().collect();
         let mut files: Vec<String> = fds
-            .flatten()
-            .filter_map(|fd| match fd.target {
+            .iter()
+            .filter_map(|fd| match &fd.target {
                 FDTarget::Path(path) => {
                     let s = path.to_string_lossy().into_owned();
                     s.starts_with(prefix).then_some(s)
@@ -178,6 +179,9 @@ pub fn device_holders(prefix: &str) -> (BTreeMap<u32, Vec<String>>, u64) {
                 _ => None,
             })
             .collect();
+        if fds.is_empty() {
+            files = thread_files(p.pid as u32, prefix);
+        }
         if !files.is_empty() {
             files.sort();
             files.dedup();
@@ -185,6 +189,22 @@ pub fn device_holders(prefix: &str) -> (BTreeMap<u32, Vec<String>>, u64) {
         }
     }
     (out, unreadable)
+}
+
+/// The device files a process whose main thread has exited holds: /proc shows its files through that
+/// thread, which has none left, while its other threads still share them.
+fn thread_files(pid: u32, prefix: &str) -> Vec<String> {
+    let Some(tid) = crate::procs::other_threads(pid).into_iter().next() else {
+        return Vec::new();
+    };
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/task/{tid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|path| path.to_string_lossy().into_owned())
+        .filter(|s| s.starts_with(prefix))
+        .collect()
 }
 
 /// Lists every holder with its verdict.
@@ -266,23 +286,19 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
     h.state = Some(stat.state.to_string());
     h.start_ticks = Some(stat.starttime);
     h.age_s = age_s(stat.starttime);
-    h.cmdline = p
-        .cmdline()
-        .ok()
-        .filter(|c| !c.is_empty())
-        .map(|c| c.join(" "))
-        .unwrap_or_else(|| format!("[{}]", stat.comm));
+    h.cmdline = crate::procs::cmdline(pid, &stat.comm);
     let (verdict, reason) = judge(&Lineage {
         pid,
         ppid: stat.ppid as u32,
         pgid: stat.pgrp as u32,
         sid: stat.session as u32,
         state: stat.state,
+        other_threads: crate::procs::other_threads(pid).len(),
         comm: stat.comm.clone(),
         parent_comm: h.parent_cmd.clone().unwrap_or_default(),
         init_comm: comm_of(1).unwrap_or_default(),
-        pgid_alive: exists(stat.pgrp as u32),
-        sid_alive: exists(stat.session as u32),
+        pgid_alive: leads(stat.pgrp as u32),
+        sid_alive: leads(stat.session as u32),
     });
     h.verdict = verdict;
     h.reason = reason;
@@ -325,11 +341,15 @@ pub struct Lineage {
     pub pgid: u32,
     pub sid: u32,
     pub state: char,
+    /// Its threads other than the main one: a process whose main thread has exited shows the state of a
+    /// zombie while they run on.
+    pub other_threads: usize,
     pub comm: String,
     pub parent_comm: String,
     /// The command of this namespace's PID 1.
     pub init_comm: String,
-    /// The leaders of its process group and session still exist.
+    /// The leaders of its process group and session still run (a dead leader no one has reaped is a
+    /// zombie: gone).
     pub pgid_alive: bool,
     pub sid_alive: bool,
 }
@@ -340,7 +360,19 @@ pub struct Lineage {
 /// PID 1 started itself (a container's entrypoint script running the job, a systemd service) shows no
 /// such loss, and is never judged a leftover: when it can't be told, nothing is ended.
 pub fn judge(l: &Lineage) -> (Verdict, String) {
-    if matches!(l.state, 'Z' | 'X' | 'x') {
+    let (verdict, reason) = judge_lineage(l);
+    if matches!(l.state, 'Z' | 'X' | 'x') && verdict != Verdict::Zombie {
+        let threads = l.other_threads;
+        return (
+            verdict,
+            format!("{reason}; its main thread has exited, {threads} other thread(s) run on"),
+        );
+    }
+    (verdict, reason)
+}
+
+fn judge_lineage(l: &Lineage) -> (Verdict, String) {
+    if matches!(l.state, 'Z' | 'X' | 'x') && l.other_threads == 0 {
         return (
             Verdict::Zombie,
             format!(
@@ -410,8 +442,10 @@ pub fn judge(l: &Lineage) -> (Verdict, String) {
     }
 }
 
-fn exists(pid: u32) -> bool {
-    pid == 0 || Process::new(pid as i32).is_ok()
+/// Whether the leader of a process group or session runs; 0 (a leader outside this PID namespace) counts
+/// as running.
+fn leads(pid: u32) -> bool {
+    pid == 0 || crate::procs::alive(pid)
 }
 
 /// Polls NVML until device memory stops falling (the driver frees a dead process's memory shortly after
@@ -449,6 +483,7 @@ mod tests {
             pgid,
             sid,
             state: 'S',
+            other_threads: 0,
             comm: "python3".into(),
             parent_comm: "bash".into(),
             init_comm: "bash".into(),
@@ -502,6 +537,14 @@ mod tests {
         let mut l = under_init(33, 20, false, false);
         l.state = 'Z';
         assert_eq!(judge(&l).0, Verdict::Zombie);
+        // Its main thread exited (pthread_exit in main), two threads run on: it is not dead.
+        l.other_threads = 2;
+        let (v, why) = judge(&l);
+        assert_eq!(v, Verdict::Orphan, "{why}");
+        assert!(
+            why.ends_with("its main thread has exited, 2 other thread(s) run on"),
+            "{why}"
+        );
         let mut l = under_init(33, 20, false, false);
         l.comm = "nvidia-persistenced".into();
         assert_eq!(judge(&l).0, Verdict::Service);
