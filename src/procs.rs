@@ -76,6 +76,14 @@ pub fn exited(pid: u32, state: char) -> bool {
     matches!(state, 'Z' | 'X' | 'x') && other_threads(pid).is_empty()
 }
 
+/// Whether `pid` ignores SIGHUP (`SigIgn` in /proc/PID/status): started with `nohup`, or under
+/// `trap '' HUP`, to outlive the terminal or the shell it was started from.
+pub fn ignores_hup(pid: u32) -> bool {
+    Process::new(pid as i32)
+        .and_then(|p| p.status())
+        .is_ok_and(|s| s.sigign & (1 << (libc::SIGHUP - 1)) != 0)
+}
+
 /// Whether `pid` is a running process: it exists and has not exited (a dead one its parent has not reaped
 /// stays a zombie, forever under a PID 1 that does not reap, as in many containers).
 pub fn alive(pid: u32) -> bool {

@@ -450,6 +450,8 @@ pub struct OrphansSettings {
     pub yes: bool,
     pub grace: Duration,
     pub all_users: bool,
+    /// `--detached`: also end what was detached on purpose.
+    pub detached: bool,
     pub json: Option<Target>,
     /// A person can be asked (stdin and stderr are terminals).
     pub can_ask: bool,
@@ -474,6 +476,7 @@ impl OrphansSettings {
             yes: a.yes,
             grace: a.grace,
             all_users: a.all_users,
+            detached: a.detached,
             json,
             can_ask: env.stdin_tty && env.stderr_tty,
             paint: env.paint(color, table_tty),

@@ -176,6 +176,7 @@ pub const CSV_HEADER: &str = "unix_s,gpu,used_bytes,total_bytes,pid,bytes,verdic
 pub fn verdict_name(v: Verdict) -> &'static str {
     match v {
         Verdict::Orphan => "orphan",
+        Verdict::Detached => "detached",
         Verdict::Zombie => "zombie",
         Verdict::Ghost => "ghost",
         Verdict::Service => "service",

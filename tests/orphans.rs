@@ -455,3 +455,100 @@ fn a_process_whose_dead_leader_was_never_reaped_is_an_orphan() {
     assert!(!alive(job));
     shell.wait().unwrap();
 }
+
+#[test]
+fn a_run_detached_with_nohup_is_listed_and_ended_only_when_named() {
+    // `nohup python train.py &`, then the shell that started it exited.
+    let (m, dev) = machine();
+    let o = m.orphan(
+        r#"nohup "$FAKEGPU" alloc --steps 1GiB --hold-ms 20000"#,
+        None,
+    );
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    let h = holder(&v, o);
+    assert_eq!(h["verdict"], "detached", "{h:#}");
+    assert!(
+        h["reason"].as_str().unwrap().contains("ignores SIGHUP"),
+        "{h:#}"
+    );
+    assert_eq!(code, 0, "detached on purpose is not a leftover: {err}");
+    assert_eq!(v["ended"][0]["outcome"], "skipped", "{v:#}");
+    assert!(
+        err.contains(&format!("not pid {o}: detached on purpose")) && err.contains("--detached"),
+        "{err}"
+    );
+    assert!(alive(o), "never ended unless asked by name");
+
+    let (code, v, err) = orphans(
+        &m,
+        &dev,
+        &["--kill", "--yes", "--grace", "1s", "--detached"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["ended"][0]["outcome"], "ended", "{v:#}");
+    assert!(!alive(o));
+}
+
+/// A job that leaves two processes holding memory: one it started with `nohup`, one it did not.
+const NOHUP_AND_NOT: &str = r#"nohup "$FAKEGPU" alloc --steps 1GiB --hold-ms 20001 >/dev/null 2>&1 &
+( "$FAKEGPU" alloc --steps 1GiB --hold-ms 20002 >/dev/null & ); sleep 0.3"#;
+
+/// What `--kill-orphans` did to the leftover whose command line ends with `tail`.
+fn ended_of<'a>(report: &'a Value, tail: &str) -> &'a Value {
+    let o = report["orphans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["cmdline"].as_str().unwrap().ends_with(tail))
+        .unwrap_or_else(|| panic!("no leftover `{tail}`: {report:#}"));
+    assert!(
+        !alive(o["pid"].as_u64().unwrap() as u32) || o["ended"]["outcome"] == "skipped",
+        "{o:#}"
+    );
+    &o["ended"]
+}
+
+#[test]
+fn run_kill_orphans_spares_what_the_job_detached_with_nohup() {
+    let m = Machine::h200s(1);
+    let (code, r, err) = m.run_sh(&["--kill-orphans"], NOHUP_AND_NOT);
+    assert_eq!(code, 0, "{err}");
+    let spared = ended_of(&r, "20001");
+    assert_eq!(spared["outcome"], "skipped", "{r:#}");
+    assert!(
+        spared["why"]
+            .as_str()
+            .unwrap()
+            .contains("detached on purpose"),
+        "{spared}"
+    );
+    assert_eq!(ended_of(&r, "20002")["outcome"], "ended", "{r:#}");
+    for o in r["orphans"].as_array().unwrap() {
+        unsafe { libc::kill(o["pid"].as_u64().unwrap() as i32, libc::SIGKILL) };
+    }
+}
+
+#[test]
+fn under_nohup_gpudoc_run_kill_orphans_ends_every_leftover() {
+    // `nohup gpudoc run ...`: the job's processes may ignore SIGHUP because gpudoc was started so, which
+    // says nothing of a process's own wish.
+    use std::os::unix::process::CommandExt;
+    let m = Machine::h200s(1);
+    let json = m.path("report.json");
+    let mut c = m.gpudoc();
+    c.arg("run")
+        .arg("--json")
+        .arg(&json)
+        .args(["--kill-orphans", "--", "sh", "-c", NOHUP_AND_NOT]);
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let r = common::read_json(&json);
+    assert_eq!(ended_of(&r, "20001")["outcome"], "ended", "{r:#}");
+    assert_eq!(ended_of(&r, "20002")["outcome"], "ended", "{r:#}");
+}

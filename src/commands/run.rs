@@ -6,7 +6,7 @@ use crate::exit::{self, Failure};
 use crate::gpu::NvmlStatus;
 use crate::live::Live;
 use crate::oom::{self, scan::Scanner};
-use crate::orphans::end::EndResult;
+use crate::orphans::end::{EndResult, Ended};
 use crate::output::{self, Target};
 use crate::procs::ProcInfo;
 use crate::report::Report;
@@ -68,6 +68,9 @@ struct Session {
     kills_before: Option<u64>,
     trace: Option<SharedTrace>,
     metrics: Option<live_metrics::Metrics>,
+    /// gpudoc was started ignoring SIGHUP (`nohup gpudoc run`): the job's processes may have it from
+    /// there, so ignoring it tells nothing of theirs.
+    hup_ignored: bool,
 }
 
 impl Session {
@@ -76,6 +79,8 @@ impl Session {
     fn start(s: &RunSettings) -> Result<Session, Failure> {
         let start_wall = SystemTime::now();
         let start = Instant::now();
+        // Before `spawn` puts gpudoc's own handlers in place.
+        let hup_ignored = crate::procs::ignores_hup(std::process::id());
         let trace = open_trace(s, start_wall)?;
         let cgroup = oom::host::own_cgroup();
         let kills_before = cgroup.as_deref().and_then(oom::host::oom_kills);
@@ -125,6 +130,7 @@ impl Session {
             kills_before,
             trace,
             metrics,
+            hup_ignored,
         })
     }
 
@@ -164,7 +170,7 @@ impl Session {
         let torch = self.channel.map(|c| c.close());
         let leftovers = settled_leftovers();
         let ended = if s.kill_orphans && !leftovers.is_empty() {
-            end_leftovers(&leftovers)
+            end_leftovers(&leftovers, self.hup_ignored)
         } else {
             Vec::new()
         };
@@ -304,17 +310,25 @@ fn settled_leftovers() -> Vec<ProcInfo> {
     }
 }
 
-fn end_leftovers(leftovers: &[ProcInfo]) -> Vec<EndResult> {
-    let holders: Vec<_> = leftovers
+/// `--kill-orphans`: ends the leftovers, except those detached on purpose (they ignore SIGHUP, which the
+/// job was not started ignoring: `nohup` inside the job), as `gpudoc orphans --kill` spares them.
+fn end_leftovers(leftovers: &[ProcInfo], hup_ignored: bool) -> Vec<EndResult> {
+    let (spared, holders): (Vec<_>, Vec<_>) = leftovers
         .iter()
         .map(|p| crate::orphans::describe(p.pid, Vec::new(), Vec::new()))
-        .collect();
-    let r = crate::orphans::end::end(
+        .partition(|h| !hup_ignored && crate::procs::ignores_hup(h.pid));
+    let mut r = crate::orphans::end::end(
         &holders,
         ORPHAN_GRACE,
         &crate::orphans::end::Policy::here(false),
     );
     supervise::reap_all();
+    r.extend(spared.iter().map(|h| EndResult {
+        pid: h.pid,
+        result: Ended::Skipped {
+            why: crate::orphans::DETACHED.into(),
+        },
+    }));
     r
 }
 

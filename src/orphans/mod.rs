@@ -40,6 +40,9 @@ const SUBREAPERS: [&str; 7] = [
     "gpudoc",
 ];
 
+/// Why a process detached on purpose is not ended.
+pub const DETACHED: &str = "detached on purpose (it ignores SIGHUP, as under nohup): `gpudoc orphans --kill --detached` ends it";
+
 /// What gpudoc makes of a GPU-holding process.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
@@ -48,6 +51,8 @@ const SUBREAPERS: [&str; 7] = [
 pub enum Verdict {
     /// Its parent died: re-parented to init or a subreaper, or its process group's leader is gone.
     Orphan,
+    /// Would be an orphan, but it ignores SIGHUP (`nohup`): detached on purpose to outlive its shell.
+    Detached,
     /// Dead or dying; its memory goes back once its parent reaps it.
     Zombie,
     /// NVML lists it but /proc does not have it.
@@ -92,6 +97,13 @@ impl Holder {
     /// open (an NVML-reading tool, say) holds nothing worth ending.
     pub fn is_leftover(&self) -> bool {
         self.verdict == Verdict::Orphan && self.total_bytes() > 0
+    }
+
+    /// What `--kill` ends: the leftovers, and with `detached` (`--detached`) what was detached on purpose
+    /// and holds GPU memory.
+    pub fn is_target(&self, detached: bool) -> bool {
+        self.is_leftover()
+            || (detached && self.verdict == Verdict::Detached && self.total_bytes() > 0)
     }
 }
 
@@ -299,6 +311,7 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
         init_comm: comm_of(1).unwrap_or_default(),
         pgid_alive: leads(stat.pgrp as u32),
         sid_alive: leads(stat.session as u32),
+        ignores_hup: crate::procs::ignores_hup(pid),
     });
     h.verdict = verdict;
     h.reason = reason;
@@ -352,6 +365,8 @@ pub struct Lineage {
     /// zombie: gone).
     pub pgid_alive: bool,
     pub sid_alive: bool,
+    /// It ignores SIGHUP.
+    pub ignores_hup: bool,
 }
 
 /// The verdict and why. An orphan is a process whose parent died: one that sits under PID 1 (or a
@@ -359,14 +374,20 @@ pub struct Lineage {
 /// (the job it was started as) or of its session (the shell it was started from) is gone. A child that
 /// PID 1 started itself (a container's entrypoint script running the job, a systemd service) shows no
 /// such loss, and is never judged a leftover: when it can't be told, nothing is ended.
+///
+/// A process that would be an orphan but ignores SIGHUP was detached on purpose (`nohup python train.py &`
+/// and log out): it is listed, and ended only when asked by name (`--detached`).
 pub fn judge(l: &Lineage) -> (Verdict, String) {
-    let (verdict, reason) = judge_lineage(l);
+    let (mut verdict, mut reason) = judge_lineage(l);
+    if verdict == Verdict::Orphan && l.ignores_hup {
+        verdict = Verdict::Detached;
+        reason = format!(
+            "{reason}; but it ignores SIGHUP (started with nohup, or under `trap '' HUP`): detached on purpose, ended only with --detached"
+        );
+    }
     if matches!(l.state, 'Z' | 'X' | 'x') && verdict != Verdict::Zombie {
         let threads = l.other_threads;
-        return (
-            verdict,
-            format!("{reason}; its main thread has exited, {threads} other thread(s) run on"),
-        );
+        reason = format!("{reason}; its main thread has exited, {threads} other thread(s) run on");
     }
     (verdict, reason)
 }
@@ -489,6 +510,7 @@ mod tests {
             init_comm: "bash".into(),
             pgid_alive,
             sid_alive,
+            ignores_hup: false,
         }
     }
 
@@ -517,6 +539,22 @@ mod tests {
         l.parent_comm = "systemd".into();
         assert_eq!(judge(&l).0, Verdict::Orphan);
         l.pgid_alive = true;
+        assert_eq!(judge(&l).0, Verdict::Live);
+    }
+
+    #[test]
+    fn an_orphan_that_ignores_sighup_was_detached_on_purpose() {
+        // `nohup python train.py &`, then the shell exited.
+        let mut l = under_init(40, 20, true, false);
+        l.ignores_hup = true;
+        let (v, why) = judge(&l);
+        assert_eq!(v, Verdict::Detached, "{why}");
+        assert!(
+            why.contains("ignores SIGHUP") && why.contains("--detached"),
+            "{why}"
+        );
+        // Under a living parent it is someone's job, whatever it ignores.
+        l.ppid = 700;
         assert_eq!(judge(&l).0, Verdict::Live);
     }
 
