@@ -411,6 +411,7 @@ mod tests {
             start_ticks: None,
             age_s: None,
             cmdline: format!("python3 job{pid}.py"),
+            left_by: None,
         }
     }
 

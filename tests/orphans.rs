@@ -7,7 +7,6 @@ use common::Machine;
 use fake_nvml::state::{GIB, Proc, State};
 use gpudoc::orphans::end::{self, Ended, Policy};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -67,9 +66,7 @@ fn live_holder(m: &Machine) -> std::process::Child {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    BufReader::new(live.stdout.as_mut().unwrap())
-        .read_line(&mut String::new())
-        .unwrap();
+    common::line_of(&mut live);
     live
 }
 
@@ -327,9 +324,7 @@ fn a_live_process_whose_group_leader_exited_is_not_killed() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    BufReader::new(job.stdout.as_mut().unwrap())
-        .read_line(&mut String::new())
-        .unwrap();
+    common::line_of(&mut job);
     leader.wait().unwrap();
     let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
     let h = holder(&v, job.id());
@@ -442,11 +437,8 @@ fn a_process_whose_dead_leader_was_never_reaped_is_an_orphan() {
         });
     }
     let mut shell = shell.spawn().unwrap();
-    let mut out = BufReader::new(shell.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let job: u32 = line.trim().parse().unwrap();
-    out.read_line(&mut String::new()).unwrap();
+    let job: u32 = common::line_of(&mut shell).trim().parse().unwrap();
+    assert_eq!(common::line_of(&mut shell), "held\n");
     until_zombie(shell.id());
     let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
     let h = holder(&v, job);
@@ -551,4 +543,57 @@ fn under_nohup_gpudoc_run_kill_orphans_ends_every_leftover() {
     let r = common::read_json(&json);
     assert_eq!(ended_of(&r, "20001")["outcome"], "ended", "{r:#}");
     assert_eq!(ended_of(&r, "20002")["outcome"], "ended", "{r:#}");
+}
+
+/// A CI step or an sbatch script: `gpudoc run` leaves a process holding 2 GiB, then the script goes on
+/// (its shell leads the process group of what it started, the leftover included). The script's stdout
+/// says `ran` once gpudoc has exited.
+fn script_with_a_leftover(m: &Machine, run_flags: &str) -> (std::process::Child, Value) {
+    use std::os::unix::process::CommandExt;
+    let json = m.path("report.json");
+    let mut script = m.shell(&format!(
+        r#""$GPUDOC" run -q {run_flags} --json {} -- sh -c '"$FAKEGPU" alloc --steps 2GiB --hold-ms 30000 >/dev/null & sleep 0.3'; echo ran; sleep 30"#,
+        json.display()
+    ));
+    let mut script = script
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(common::line_of(&mut script), "ran\n");
+    (script, common::read_json(&json))
+}
+
+#[test]
+fn what_a_run_in_a_script_left_is_known_and_ended_by_orphans_kill() {
+    let (m, dev) = machine();
+    let (mut script, r) = script_with_a_leftover(&m, "");
+    let pid = r["orphans"][0]["pid"].as_u64().unwrap() as u32;
+    assert!(alive(pid));
+    // What the run's advice says to do.
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    let h = holder(&v, pid);
+    assert_eq!(h["verdict"], "orphan", "{h:#}");
+    let reason = h["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("left running by `gpudoc run sh -c ")
+            && reason.contains("which ended at"),
+        "{reason}"
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["ended"][0]["outcome"], "ended", "{v:#}");
+    assert!(!alive(pid));
+    script.kill().unwrap();
+    script.wait().unwrap();
+}
+
+#[test]
+fn run_kill_orphans_in_a_script_ends_the_leftovers() {
+    let m = Machine::h200s(1);
+    let (mut script, r) = script_with_a_leftover(&m, "--kill-orphans");
+    let o = &r["orphans"][0];
+    assert_eq!(o["ended"]["outcome"], "ended", "{r:#}");
+    assert!(!alive(o["pid"].as_u64().unwrap() as u32));
+    script.kill().unwrap();
+    script.wait().unwrap();
 }

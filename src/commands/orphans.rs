@@ -23,7 +23,7 @@ pub struct Output<'a> {
 }
 
 pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
-    let listing = orphans::list(&s.nvml_lib, &s.dev_prefix);
+    let listing = orphans::list(&s.nvml_lib, &s.dev_prefix, &recorded(&s));
     let json_on_stdout = s.json == Some(Target::Stdout);
     // The table goes to stdout, unless the JSON does.
     let emit = |text: &str| -> Result<(), Failure> {
@@ -72,6 +72,18 @@ pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
     } else {
         exit::LEFTOVERS
     }))
+}
+
+/// The processes `gpudoc run` recorded it left that still run; none, said once, where the record can't be
+/// read.
+fn recorded(s: &OrphansSettings) -> Vec<orphans::record::Entry> {
+    let (Some(record), Some(here)) = (&s.leftovers, orphans::record::Here::read()) else {
+        return Vec::new();
+    };
+    record.living(&here).unwrap_or_else(|e| {
+        crate::sayln!("gpudoc: what `gpudoc run` left running is not known: {e}");
+        Vec::new()
+    })
 }
 
 /// What `--kill` did.

@@ -42,10 +42,12 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     let child_pid = child.pid();
     let outcome = child.wait();
     let metrics = session.metrics.take();
+    let hup_ignored = session.hup_ignored;
     let evidence = session.collect(&s, outcome, child_pid);
     let timeline = (s.tensorboard.is_some() || s.html.is_some()).then(|| evidence.timeline.clone());
     let mut report = analysis::analyze(evidence, s.rules.get());
     report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
+    record_leftovers(&s, &mut report, hup_ignored);
     let code = emit(&s, &mut report, timeline.as_ref());
     if let Some(m) = metrics {
         m.finish(&report, s.metrics.map(|m| m.1).unwrap_or_default());
@@ -330,6 +332,47 @@ fn end_leftovers(leftovers: &[ProcInfo], hup_ignored: bool) -> Vec<EndResult> {
         },
     }));
     r
+}
+
+/// Records what the job left running (and `--kill-orphans` did not end), so `gpudoc orphans` knows them for
+/// certain; a record that can't be written is a note of the report, never a failure of the run.
+fn record_leftovers(s: &RunSettings, report: &mut Report, hup_ignored: bool) {
+    use crate::orphans::record::{Entry, Here};
+    let left: Vec<_> = report
+        .orphans
+        .iter()
+        .filter(|o| !matches!(o.ended, Some(Ended::Ended { .. } | Ended::Gone)))
+        .collect();
+    if left.is_empty() {
+        return;
+    }
+    let (Some(record), Some(here)) = (&s.leftovers, Here::read()) else {
+        report.notes.push(
+            "what the job left running is not recorded for `gpudoc orphans` (no $XDG_STATE_HOME or $HOME, or no /proc)"
+                .into(),
+        );
+        return;
+    };
+    let entries = left
+        .iter()
+        .filter_map(|o| {
+            Some(Entry {
+                pid: o.pid,
+                start_ticks: o.start_ticks?,
+                boot_id: here.boot_id.clone(),
+                pid_ns: here.pid_ns,
+                run: report.command.clone(),
+                ended_unix_s: report.started_unix_s + report.duration_s,
+                gpu_bytes: o.gpu_bytes.clone(),
+                hup_inherited: hup_ignored,
+            })
+        })
+        .collect();
+    if let Err(e) = record.update(&here, entries) {
+        report.notes.push(format!(
+            "what the job left running could not be recorded for `gpudoc orphans`: {e}"
+        ));
+    }
 }
 
 fn unix_s(t: SystemTime) -> f64 {

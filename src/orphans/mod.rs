@@ -3,10 +3,11 @@
 //! [`end`] ends leftovers safely.
 
 pub mod end;
+pub mod record;
 pub mod table;
 
 use crate::gpu;
-use crate::units::printable;
+use crate::units::{printable, shorten};
 use procfs::process::{FDTarget, Process};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -86,6 +87,9 @@ pub struct Holder {
     pub start_ticks: Option<u64>,
     pub age_s: Option<f64>,
     pub cmdline: String,
+    /// The `gpudoc run` that left it running, when one recorded it (see [`record`]).
+    #[serde(default)]
+    pub left_by: Option<String>,
 }
 
 impl Holder {
@@ -93,17 +97,21 @@ impl Holder {
         self.gpu_bytes.iter().map(|&(_, b)| b).sum()
     }
 
-    /// Leftovers are what `--kill` ends: orphans that hold GPU memory. An orphan with only a device file
-    /// open (an NVML-reading tool, say) holds nothing worth ending.
+    /// Leftovers are what `--kill` ends: orphans that hold GPU memory, and whatever a `gpudoc run` recorded
+    /// it left (it said so, and pointed here). An orphan with only a device file open (an NVML-reading
+    /// tool, say) holds nothing worth ending.
     pub fn is_leftover(&self) -> bool {
-        self.verdict == Verdict::Orphan && self.total_bytes() > 0
+        self.verdict == Verdict::Orphan && self.worth_ending()
     }
 
     /// What `--kill` ends: the leftovers, and with `detached` (`--detached`) what was detached on purpose
-    /// and holds GPU memory.
+    /// and is as worth ending.
     pub fn is_target(&self, detached: bool) -> bool {
-        self.is_leftover()
-            || (detached && self.verdict == Verdict::Detached && self.total_bytes() > 0)
+        self.is_leftover() || (detached && self.verdict == Verdict::Detached && self.worth_ending())
+    }
+
+    fn worth_ending(&self) -> bool {
+        self.total_bytes() > 0 || self.left_by.is_some()
     }
 }
 
@@ -219,19 +227,29 @@ fn thread_files(pid: u32, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// Lists every holder with its verdict.
-pub fn list(library: &str, prefix: &str) -> Listing {
-    listing(nvml_memory(library), prefix)
+/// Lists every holder with its verdict, and every process a run recorded it left (`left`).
+pub fn list(library: &str, prefix: &str, left: &[record::Entry]) -> Listing {
+    listing(nvml_memory(library), prefix, left)
 }
 
-/// The holders, given NVML's memory (or why there is none) and the device files open now.
-pub fn listing(memory: Result<(PerPid, Vec<(u32, u64)>), String>, prefix: &str) -> Listing {
+/// The holders, given NVML's memory (or why there is none), the device files open now and what runs
+/// recorded they left.
+pub fn listing(
+    memory: Result<(PerPid, Vec<(u32, u64)>), String>,
+    prefix: &str,
+    left: &[record::Entry],
+) -> Listing {
     let (mem, used, nvml_error) = match memory {
         Ok((m, u)) => (m, u, None),
         Err(e) => (BTreeMap::new(), Vec::new(), Some(e)),
     };
     let (devs, unreadable) = device_holders(prefix);
-    let mut pids: Vec<u32> = mem.keys().chain(devs.keys()).copied().collect();
+    let mut pids: Vec<u32> = mem
+        .keys()
+        .chain(devs.keys())
+        .copied()
+        .chain(left.iter().map(|e| e.pid))
+        .collect();
     pids.sort();
     pids.dedup();
     let me = std::process::id();
@@ -239,10 +257,11 @@ pub fn listing(memory: Result<(PerPid, Vec<(u32, u64)>), String>, prefix: &str) 
         .into_iter()
         .filter(|&pid| pid != me)
         .map(|pid| {
-            describe(
+            judged(
                 pid,
                 mem.get(&pid).cloned().unwrap_or_default(),
                 devs.get(&pid).cloned().unwrap_or_default(),
+                left,
             )
         })
         .collect();
@@ -260,6 +279,16 @@ fn comm_of(pid: u32) -> Option<String> {
 
 /// Reads a process's facts and judges it.
 pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> Holder {
+    judged(pid, gpu_bytes, devices, &[])
+}
+
+/// Reads a process's facts and judges it, knowing what runs recorded they left (`left`).
+fn judged(
+    pid: u32,
+    gpu_bytes: Vec<(u32, u64)>,
+    devices: Vec<String>,
+    left: &[record::Entry],
+) -> Holder {
     let mut h = Holder {
         pid,
         verdict: Verdict::Ghost,
@@ -277,6 +306,7 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
         start_ticks: None,
         age_s: None,
         cmdline: String::new(),
+        left_by: None,
     };
     let proc_ = Process::new(pid as i32).ok();
     let stat = proc_.as_ref().and_then(|p| p.stat().ok());
@@ -299,6 +329,11 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
     h.start_ticks = Some(stat.starttime);
     h.age_s = age_s(stat.starttime);
     h.cmdline = crate::procs::cmdline(pid, &stat.comm);
+    let left_by = left
+        .iter()
+        .find(|e| e.pid == pid && e.start_ticks == stat.starttime)
+        .map(LeftBy::of);
+    h.left_by = left_by.as_ref().map(|l| l.run.clone());
     let (verdict, reason) = judge(&Lineage {
         pid,
         ppid: stat.ppid as u32,
@@ -312,6 +347,7 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
         pgid_alive: leads(stat.pgrp as u32),
         sid_alive: leads(stat.session as u32),
         ignores_hup: crate::procs::ignores_hup(pid),
+        left_by,
     });
     h.verdict = verdict;
     h.reason = reason;
@@ -367,6 +403,36 @@ pub struct Lineage {
     pub sid_alive: bool,
     /// It ignores SIGHUP.
     pub ignores_hup: bool,
+    /// The `gpudoc run` that recorded it left it running.
+    pub left_by: Option<LeftBy>,
+}
+
+/// The run that left a process running, as [`record`] has it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeftBy {
+    /// `gpudoc run` of `CMD`, which ended at TIME.
+    pub run: String,
+    /// That gpudoc was started ignoring SIGHUP: the process may ignore it from there.
+    pub hup_inherited: bool,
+}
+
+impl LeftBy {
+    pub fn of(e: &record::Entry) -> LeftBy {
+        let ended =
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(e.ended_unix_s.max(0.0));
+        let ago = std::time::SystemTime::now()
+            .duration_since(ended)
+            .map(|d| format!(" ({} ago)", crate::units::fmt_secs(d.as_secs_f64())))
+            .unwrap_or_default();
+        LeftBy {
+            run: format!(
+                "`gpudoc run {}`, which ended at {}{ago}",
+                shorten(&printable(&e.run.join(" ")), 80),
+                humantime::format_rfc3339_seconds(ended)
+            ),
+            hup_inherited: e.hup_inherited,
+        }
+    }
 }
 
 /// The verdict and why. An orphan is a process whose parent died: one that sits under PID 1 (or a
@@ -378,8 +444,12 @@ pub struct Lineage {
 /// A process that would be an orphan but ignores SIGHUP was detached on purpose (`nohup python train.py &`
 /// and log out): it is listed, and ended only when asked by name (`--detached`).
 pub fn judge(l: &Lineage) -> (Verdict, String) {
-    let (mut verdict, mut reason) = judge_lineage(l);
-    if verdict == Verdict::Orphan && l.ignores_hup {
+    let (mut verdict, mut reason) = match &l.left_by {
+        Some(left) if !is_zombie(l) => (Verdict::Orphan, format!("left running by {}", left.run)),
+        _ => judge_lineage(l),
+    };
+    let hup_its_own = !l.left_by.as_ref().is_some_and(|r| r.hup_inherited);
+    if verdict == Verdict::Orphan && l.ignores_hup && hup_its_own {
         verdict = Verdict::Detached;
         reason = format!(
             "{reason}; but it ignores SIGHUP (started with nohup, or under `trap '' HUP`): detached on purpose, ended only with --detached"
@@ -392,8 +462,13 @@ pub fn judge(l: &Lineage) -> (Verdict, String) {
     (verdict, reason)
 }
 
+/// Every thread of it has exited.
+fn is_zombie(l: &Lineage) -> bool {
+    matches!(l.state, 'Z' | 'X' | 'x') && l.other_threads == 0
+}
+
 fn judge_lineage(l: &Lineage) -> (Verdict, String) {
-    if matches!(l.state, 'Z' | 'X' | 'x') && l.other_threads == 0 {
+    if is_zombie(l) {
         return (
             Verdict::Zombie,
             format!(
@@ -511,6 +586,7 @@ mod tests {
             pgid_alive,
             sid_alive,
             ignores_hup: false,
+            left_by: None,
         }
     }
 
