@@ -334,7 +334,15 @@ fn judged(
         .find(|e| e.pid == pid && e.start_ticks == stat.starttime)
         .map(LeftBy::of);
     h.left_by = left_by.as_ref().map(|l| l.run.clone());
-    let (verdict, reason) = judge(&Lineage {
+    let parent_comm = h.parent_cmd.clone().unwrap_or_default();
+    (h.verdict, h.reason) = judge(&lineage(&stat, parent_comm, left_by));
+    h
+}
+
+/// What [`judge`] reads of a process and around it, from its `stat` and /proc.
+fn lineage(stat: &procfs::process::Stat, parent_comm: String, left_by: Option<LeftBy>) -> Lineage {
+    let pid = stat.pid as u32;
+    Lineage {
         pid,
         ppid: stat.ppid as u32,
         pgid: stat.pgrp as u32,
@@ -342,16 +350,13 @@ fn judged(
         state: stat.state,
         other_threads: crate::procs::other_threads(pid).len(),
         comm: stat.comm.clone(),
-        parent_comm: h.parent_cmd.clone().unwrap_or_default(),
+        parent_comm,
         init_comm: comm_of(1).unwrap_or_default(),
         pgid_alive: leads(stat.pgrp as u32),
         sid_alive: leads(stat.session as u32),
         ignores_hup: crate::procs::ignores_hup(pid),
         left_by,
-    });
-    h.verdict = verdict;
-    h.reason = reason;
-    h
+    }
 }
 
 /// A terminal's name from its device numbers: `pts/N` for a pseudo-terminal.
