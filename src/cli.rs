@@ -335,6 +335,10 @@ pub struct OrphansArgs {
     /// As root, also end other users' processes.
     #[arg(long)]
     pub all_users: bool,
+    /// With --kill, also end processes detached on purpose (they ignore SIGHUP: `nohup`) that hold GPU
+    /// memory.
+    #[arg(long, requires = "kill")]
+    pub detached: bool,
     /// Write the listing (and what was ended) as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

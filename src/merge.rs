@@ -1,9 +1,87 @@
 //! One job across nodes: the reports each node's `gpudoc run` wrote, merged into one report (the same
 //! schema, each GPU, process, PyTorch process, OOM and leftover marked with its host, times on one clock
-//! from the earliest start) so the rules, the gate, the HTML report and `compare` see the whole job. Pure.
+//! from the earliest start) so the rules, the gate, the HTML report and `compare` see the whole job; and
+//! whether reports are parts of one job at all ([`one_job`]). Pure.
 
 use crate::oom::Ending;
 use crate::report::{HostRun, Report};
+use crate::units::fmt_secs;
+
+/// How far apart the runs of one launch may be with no moment when all of them ran: a node whose command
+/// failed at once may have ended a little before a slower node started.
+pub const LAUNCH_SLACK_S: f64 = 5.0;
+
+/// Why two of the reports given are not parts of one job.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "{other} is not part of the job of {first}: {what}. Only the reports of one job's nodes merge (the same \
+     Slurm job and step, the same --name, runs that overlap in time); give unrelated runs to `gpudoc report` \
+     one at a time, or set them side by side with `gpudoc compare`"
+)]
+pub struct NotOneJob {
+    pub first: String,
+    pub other: String,
+    /// What differs, in words.
+    pub what: String,
+}
+
+/// Checks that `parts` (each report with the file it came from) are parts of one job: the same Slurm job
+/// and step and the same `--name` as the first, and run at the same time (one launch: there was a moment,
+/// give or take [`LAUNCH_SLACK_S`], when all of them ran), unless one Slurm step says they are one launch.
+pub fn one_job(parts: &[(&str, &Report)]) -> Result<(), NotOneJob> {
+    let Some(&(first, a)) = parts.first() else {
+        return Ok(());
+    };
+    let differs = |other: &str, what: String| NotOneJob {
+        first: first.into(),
+        other: other.into(),
+        what,
+    };
+    for &(other, b) in &parts[1..] {
+        let (x, y) = (&a.origin, &b.origin);
+        for (what, p, q) in [
+            ("Slurm job", &x.slurm.job_id, &y.slurm.job_id),
+            ("Slurm step", &x.slurm.step_id, &y.slurm.step_id),
+            ("--name", &x.name, &y.name),
+        ] {
+            if p != q {
+                let say =
+                    |v: &Option<String>| v.as_deref().map_or("none".into(), |v| format!("`{v}`"));
+                return Err(differs(other, format!("{what} {} and {}", say(p), say(q))));
+            }
+        }
+    }
+    let one_step = a.origin.slurm.job_id.is_some() && a.origin.slurm.step_id.is_some();
+    if one_step {
+        return Ok(());
+    }
+    let end = |r: &Report| r.started_unix_s + r.duration_s;
+    let late = parts
+        .iter()
+        .max_by(|p, q| p.1.started_unix_s.total_cmp(&q.1.started_unix_s));
+    let early = parts.iter().min_by(|p, q| end(p.1).total_cmp(&end(q.1)));
+    match (late, early) {
+        (Some(&(l, lr)), Some(&(e, er))) if lr.started_unix_s > end(er) + LAUNCH_SLACK_S => {
+            Err(NotOneJob {
+                first: e.into(),
+                other: l.into(),
+                what: format!(
+                    "they did not run at the same time: {l} started at {}, {} after {e} had ended (at {})",
+                    at(lr.started_unix_s),
+                    fmt_secs(lr.started_unix_s - end(er)),
+                    at(end(er))
+                ),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A time for people: RFC 3339, UTC, to the second.
+fn at(unix_s: f64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(unix_s.max(0.0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}
 
 /// The merged report of `reports` (the report itself when there is one).
 pub fn merge(mut reports: Vec<Report>) -> Result<Report, String> {
@@ -230,6 +308,41 @@ mod tests {
         assert_eq!(m.hosts.len(), 2);
         assert_eq!(m.origin.host, "");
         assert!(m.notes[0].contains("node-a, node-b"));
+    }
+
+    #[test]
+    fn only_parts_of_one_job_merge() {
+        let a = report("node-a", 100.0);
+        let duration = a.duration_s;
+        let mut b = report("node-b", 101.0);
+        assert_eq!(one_job(&[("a.json", &a), ("b.json", &b)]), Ok(()));
+        // A run started long after the other ended: another launch.
+        b.started_unix_s = 100.0 + duration + 3600.0;
+        let e = one_job(&[("a.json", &a), ("b.json", &b)]).unwrap_err();
+        assert_eq!((e.first.as_str(), e.other.as_str()), ("a.json", "b.json"));
+        assert!(
+            e.what
+                .starts_with("they did not run at the same time: b.json started at"),
+            "{e}"
+        );
+        // Unless one Slurm step says it is one launch.
+        let mut a = a;
+        for r in [&mut a, &mut b] {
+            r.origin.slurm.job_id = Some("77".into());
+            r.origin.slurm.step_id = Some("0".into());
+        }
+        assert_eq!(one_job(&[("a.json", &a), ("b.json", &b)]), Ok(()));
+        b.origin.slurm.job_id = Some("78".into());
+        let e = one_job(&[("a.json", &a), ("b.json", &b)]).unwrap_err();
+        assert_eq!(e.what, "Slurm job `77` and `78`");
+        b.origin.slurm.job_id = Some("77".into());
+        b.origin.name = Some("other".into());
+        let e = one_job(&[("a.json", &a), ("b.json", &b)]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("b.json is not part of the job of a.json: --name none and `other`."),
+            "{e}"
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub struct ProcView {
     pub in_job: Option<bool>,
     pub rank: Option<i64>,
     pub local_rank: Option<i64>,
-    /// `gpudoc watch`: the verdict on it (`live`, `orphan`, `zombie`, `ghost`, `service`).
+    /// `gpudoc watch`: the verdict on it (`live`, `orphan`, `detached`, `zombie`, `ghost`, `service`).
     pub verdict: Option<String>,
 }
 

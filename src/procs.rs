@@ -24,20 +24,72 @@ pub struct ProcInfo {
 pub fn read(pid: u32) -> Option<ProcInfo> {
     let p = Process::new(pid as i32).ok()?;
     let stat = p.stat().ok()?;
-    let cmdline = p
-        .cmdline()
-        .ok()
-        .filter(|c| !c.is_empty())
-        .map(|c| c.join(" "))
-        .unwrap_or_else(|| format!("[{}]", stat.comm));
     Some(ProcInfo {
         pid,
         ppid: stat.ppid as u32,
         start_ticks: stat.starttime,
         uid: p.uid().ok(),
-        cmdline,
-        zombie: matches!(stat.state, 'Z' | 'X' | 'x'),
+        cmdline: cmdline(pid, &stat.comm),
+        zombie: exited(pid, stat.state),
     })
+}
+
+/// A process's command line, `[comm]` when it has none (a kernel thread). A process whose main thread
+/// has exited shows an empty one (the kernel reads it through that thread's memory map, let go at its
+/// exit): its other threads still show it.
+pub fn cmdline(pid: u32, comm: &str) -> String {
+    let read = |path: String| {
+        let bytes = std::fs::read(path).ok()?;
+        // Each argument ends with a NUL.
+        let args: Vec<String> = bytes
+            .strip_suffix(&[0])
+            .unwrap_or(&bytes)
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        (!bytes.is_empty()).then(|| args.join(" "))
+    };
+    read(format!("/proc/{pid}/cmdline"))
+        .or_else(|| {
+            let tid = other_threads(pid).into_iter().next()?;
+            read(format!("/proc/{pid}/task/{tid}/cmdline"))
+        })
+        .unwrap_or_else(|| format!("[{comm}]"))
+}
+
+/// The threads of `pid` other than its main one.
+pub fn other_threads(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&tid| tid != pid)
+        .collect()
+}
+
+/// Whether a process in `state` has exited. /proc shows a process's main thread: when it exits while
+/// other threads run on (`pthread_exit` in `main`), the kernel keeps it as a zombie until the last thread
+/// has exited, and the process, its memory and its GPU contexts live on.
+pub fn exited(pid: u32, state: char) -> bool {
+    matches!(state, 'Z' | 'X' | 'x') && other_threads(pid).is_empty()
+}
+
+/// Whether `pid` ignores SIGHUP (`SigIgn` in /proc/PID/status): started with `nohup`, or under
+/// `trap '' HUP`, to outlive the terminal or the shell it was started from.
+pub fn ignores_hup(pid: u32) -> bool {
+    Process::new(pid as i32)
+        .and_then(|p| p.status())
+        .is_ok_and(|s| s.sigign & (1 << (libc::SIGHUP - 1)) != 0)
+}
+
+/// Whether `pid` is a running process: it exists and has not exited (a dead one its parent has not reaped
+/// stays a zombie, forever under a PID 1 that does not reap, as in many containers).
+pub fn alive(pid: u32) -> bool {
+    Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .is_ok_and(|s| !exited(pid, s.state))
 }
 
 fn parent(pid: u32) -> Option<u32> {

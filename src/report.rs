@@ -183,6 +183,9 @@ pub struct Orphan {
     pub host: Option<String>,
     pub pid: u32,
     pub ppid: u32,
+    /// Its start time in clock ticks since boot: with the PID, its identity (`None` in older reports).
+    #[serde(default)]
+    pub start_ticks: Option<u64>,
     pub cmdline: String,
     /// GPU memory it held at the last sample, per GPU index.
     pub gpu_bytes: Vec<(u32, u64)>,
@@ -371,6 +374,7 @@ fn orphans(
             host: None,
             pid: p.pid,
             ppid: p.ppid,
+            start_ticks: Some(p.start_ticks),
             cmdline: p.cmdline.clone(),
             gpu_bytes: t
                 .procs

@@ -49,6 +49,10 @@ pub struct Env {
     pub visible_devices: Option<String>,
     /// Slurm's ids of the job, step and node, as set (`SLURM_JOB_ID`, `SLURM_STEP_ID`, `SLURM_NODEID`).
     pub slurm: crate::origin::Slurm,
+    /// Where `gpudoc run` records the processes it left running, for `gpudoc orphans`:
+    /// `$XDG_STATE_HOME/gpudoc/leftovers.json`, else `~/.local/state/gpudoc/leftovers.json`; `None`
+    /// without either.
+    pub leftovers: Option<PathBuf>,
 }
 
 impl Env {
@@ -84,6 +88,7 @@ impl Env {
                 step_id: std::env::var("SLURM_STEP_ID").ok(),
                 node_id: std::env::var("SLURM_NODEID").ok(),
             },
+            leftovers: state_home().map(|d| d.join("gpudoc").join("leftovers.json")),
         }
     }
 
@@ -118,6 +123,8 @@ pub struct RunSettings {
     /// `None` with `--no-torch`.
     pub torch: Option<ShimSettings>,
     pub kill_orphans: bool,
+    /// Where to record what the job left running.
+    pub leftovers: Option<crate::orphans::record::Record>,
     pub quiet: bool,
     /// Draw the live status line (a terminal on stderr, not CI, not quiet).
     pub live: bool,
@@ -209,6 +216,10 @@ impl RunSettings {
             trace: a.trace,
             torch,
             kill_orphans: a.kill_orphans,
+            leftovers: env
+                .leftovers
+                .clone()
+                .map(crate::orphans::record::Record::at),
             quiet: a.quiet,
             live: !a.quiet && env.stderr_tty && !env.ci,
             paint: env.paint(color, env.stderr_tty),
@@ -466,12 +477,16 @@ pub struct OrphansSettings {
     pub yes: bool,
     pub grace: Duration,
     pub all_users: bool,
+    /// `--detached`: also end what was detached on purpose.
+    pub detached: bool,
     pub json: Option<Target>,
     /// A person can be asked (stdin and stderr are terminals).
     pub can_ask: bool,
     pub paint: Paint,
     pub nvml_lib: String,
     pub dev_prefix: String,
+    /// What `gpudoc run` recorded it left running.
+    pub leftovers: Option<crate::orphans::record::Record>,
 }
 
 impl OrphansSettings {
@@ -490,13 +505,33 @@ impl OrphansSettings {
             yes: a.yes,
             grace: a.grace,
             all_users: a.all_users,
+            detached: a.detached,
             json,
             can_ask: env.stdin_tty && env.stderr_tty,
             paint: env.paint(color, table_tty),
             nvml_lib: env.nvml_lib.clone(),
             dev_prefix: env.dev_prefix.clone(),
+            leftovers: env
+                .leftovers
+                .clone()
+                .map(crate::orphans::record::Record::at),
         })
     }
+}
+
+/// The user's state folder: `$XDG_STATE_HOME` (absolute, as the XDG spec requires), else
+/// `$HOME/.local/state`.
+fn state_home() -> Option<PathBuf> {
+    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
+    std::env::var_os("XDG_STATE_HOME")
+        .and_then(absolute)
+        .or_else(|| {
+            Some(
+                std::env::var_os("HOME")
+                    .and_then(absolute)?
+                    .join(".local/state"),
+            )
+        })
 }
 
 /// `gpudoc watch`, resolved.

@@ -176,6 +176,7 @@ pub const CSV_HEADER: &str = "unix_s,gpu,used_bytes,total_bytes,pid,bytes,verdic
 pub fn verdict_name(v: Verdict) -> &'static str {
     match v {
         Verdict::Orphan => "orphan",
+        Verdict::Detached => "detached",
         Verdict::Zombie => "zombie",
         Verdict::Ghost => "ghost",
         Verdict::Service => "service",
@@ -410,6 +411,7 @@ mod tests {
             start_ticks: None,
             age_s: None,
             cmdline: format!("python3 job{pid}.py"),
+            left_by: None,
         }
     }
 

@@ -7,22 +7,45 @@ mod common;
 use common::{Machine, read_json, report};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 
-/// `gpudoc run --host HOST --name llama --json DIR/HOST.json -- sh -c SCRIPT` on a machine of its own.
-fn node(dir: &Path, host: &str, script: &str, setup: impl FnOnce(&Machine)) -> PathBuf {
-    let m = Machine::h200s(1);
-    setup(&m);
-    let json = dir.join(format!("{host}.json"));
-    m.gpudoc()
-        .args([
-            "run", "--quiet", "--host", host, "--name", "llama", "--json",
-        ])
-        .arg(&json)
-        .args(["--", "sh", "-c", script])
-        .output()
-        .unwrap();
-    json
+/// A node: its host name, the script it runs, and what is on its machine before.
+type Node<'a> = (&'a str, &'a str, &'a dyn Fn(&Machine));
+
+/// The nodes of one job, run at once as a launcher starts them: on each node (a machine of its own, set up
+/// by its function) `gpudoc run --host HOST --name llama --json DIR/HOST.json -- sh -c SCRIPT`. Their
+/// reports.
+fn job(dir: &Path, nodes: &[Node]) -> Vec<PathBuf> {
+    let running: Vec<_> = nodes
+        .iter()
+        .map(|&(host, script, setup)| {
+            let m = Machine::h200s(1);
+            setup(&m);
+            let json = dir.join(format!("{host}.json"));
+            let child = m
+                .gpudoc()
+                .args([
+                    "run", "--quiet", "--host", host, "--name", "llama", "--json",
+                ])
+                .arg(&json)
+                .args(["--", "sh", "-c", script])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            (m, child, json)
+        })
+        .collect();
+    running
+        .into_iter()
+        .map(|(_m, mut child, json)| {
+            child.wait().unwrap();
+            json
+        })
+        .collect()
 }
+
+fn nothing(_: &Machine) {}
 
 fn alloc(gib: u32) -> String {
     format!(r#""$FAKEGPU" alloc --gpu 0 --steps {gib}GiB --hold-ms 300"#)
@@ -50,15 +73,19 @@ fn rules(r: &Value) -> Vec<(String, String)> {
 #[test]
 fn imbalance_across_nodes_is_found_in_the_merge() {
     let dir = tempfile::tempdir().unwrap();
-    let a = node(dir.path(), "node-a", &alloc(10), |_| {});
-    let b = node(dir.path(), "node-b", &alloc(2), |_| {});
-    for f in [&a, &b] {
+    let (a10, a2) = (alloc(10), alloc(2));
+    let reports = job(
+        dir.path(),
+        &[("node-a", &a10, &nothing), ("node-b", &a2, &nothing)],
+    );
+    for f in &reports {
         assert!(rules(&read_json(f)).is_empty(), "each node alone is fine");
     }
     let m = report(dir.path(), &[]);
     assert_eq!(m["hosts"].as_array().unwrap().len(), 2);
     assert_eq!(m["origin"]["name"], "llama");
-    let gpus: Vec<(&str, u64)> = m["gpus"]
+    // The nodes started at once: their order is their start's, either.
+    let mut gpus: Vec<(&str, u64)> = m["gpus"]
         .as_array()
         .unwrap()
         .iter()
@@ -69,6 +96,7 @@ fn imbalance_across_nodes_is_found_in_the_merge() {
             )
         })
         .collect();
+    gpus.sort();
     assert_eq!(gpus, [("node-a", 10 << 30), ("node-b", 2 << 30)]);
     let d = &m["diagnoses"][0];
     assert_eq!(d["rule"], "gpu-imbalance");
@@ -83,8 +111,8 @@ fn the_node_and_rank_that_ran_out_first_leftovers_and_memory_held_before() {
     let dir = tempfile::tempdir().unwrap();
     // node-a leaves a child holding memory behind.
     let leftover = r#""$FAKEGPU" alloc --gpu 0 --steps 4GiB --hold-ms 3000 & sleep 0.5"#;
-    node(dir.path(), "node-a", leftover, |_| {});
-    node(dir.path(), "node-b", &format!("{}; {OOM}", alloc(4)), |m| {
+    let oom = format!("{}; {OOM}", alloc(4));
+    let held_before = |m: &Machine| {
         let status = m
             .fakegpu()
             .args([
@@ -93,7 +121,14 @@ fn the_node_and_rank_that_ran_out_first_leftovers_and_memory_held_before() {
             .status()
             .unwrap();
         assert!(status.success());
-    });
+    };
+    job(
+        dir.path(),
+        &[
+            ("node-a", leftover, &nothing),
+            ("node-b", &oom, &held_before),
+        ],
+    );
     let m = report(dir.path(), &[]);
     assert_eq!(m["exit"]["classification"], "gpu_oom");
     assert_eq!(m["oom"]["host"], "node-b");
@@ -128,8 +163,12 @@ fn the_node_and_rank_that_ran_out_first_leftovers_and_memory_held_before() {
 #[test]
 fn a_merged_report_is_a_report() {
     let dir = tempfile::tempdir().unwrap();
-    let a = node(dir.path(), "node-a", &alloc(6), |_| {});
-    let b = node(dir.path(), "node-b", &alloc(1), |_| {});
+    let (a6, a1) = (alloc(6), alloc(1));
+    let [a, b] = <[PathBuf; 2]>::try_from(job(
+        dir.path(),
+        &[("node-a", &a6, &nothing), ("node-b", &a1, &nothing)],
+    ))
+    .unwrap();
     let merged = dir.path().join("merged.json");
     let status = std::process::Command::new(common::gpudoc_bin())
         .arg("report")
@@ -209,5 +248,51 @@ fn real_nodes_the_rank_that_ran_out_is_named_with_its_host_and_gpu() {
     assert_eq!(
         (a["origin"]["host"].as_str(), a["classification"].as_str()),
         (Some("node-a"), Some("failure"))
+    );
+}
+
+/// `gpudoc report FILES...`: exit code and stderr.
+fn refused(files: &[PathBuf]) -> String {
+    let out = std::process::Command::new(common::gpudoc_bin())
+        .arg("report")
+        .args(files)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "refused: {err}");
+    assert!(out.stdout.is_empty(), "no report made up");
+    err
+}
+
+#[test]
+fn unrelated_runs_are_refused_naming_the_files_and_what_differs() {
+    // The H200 recordings of fixtures/runs: eighteen runs one after another, not one job's nodes.
+    let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/runs");
+    let err = refused(&[runs]);
+    assert!(
+        err.contains("healthy.report.json") && err.contains("did not run at the same time"),
+        "{err}"
+    );
+    // Two runs given other names, though at the same time.
+    let dir = tempfile::tempdir().unwrap();
+    let [a, b] = <[PathBuf; 2]>::try_from(job(
+        dir.path(),
+        &[
+            ("node-a", &alloc(1), &nothing),
+            ("node-b", &alloc(1), &nothing),
+        ],
+    ))
+    .unwrap();
+    let mut other: Value = read_json(&b);
+    other["origin"]["name"] = "gpt".into();
+    std::fs::write(&b, other.to_string()).unwrap();
+    let err = refused(&[a.clone(), b.clone()]);
+    assert!(
+        err.contains(&format!(
+            "{} is not part of the job of {}: --name `llama` and `gpt`",
+            b.display(),
+            a.display()
+        )),
+        "{err}"
     );
 }

@@ -7,7 +7,6 @@ use common::Machine;
 use fake_nvml::state::{GIB, Proc, State};
 use gpudoc::orphans::end::{self, Ended, Policy};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -67,9 +66,7 @@ fn live_holder(m: &Machine) -> std::process::Child {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    BufReader::new(live.stdout.as_mut().unwrap())
-        .read_line(&mut String::new())
-        .unwrap();
+    common::line_of(&mut live);
     live
 }
 
@@ -327,9 +324,7 @@ fn a_live_process_whose_group_leader_exited_is_not_killed() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    BufReader::new(job.stdout.as_mut().unwrap())
-        .read_line(&mut String::new())
-        .unwrap();
+    common::line_of(&mut job);
     leader.wait().unwrap();
     let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
     let h = holder(&v, job.id());
@@ -339,4 +334,266 @@ fn a_live_process_whose_group_leader_exited_is_not_killed() {
     assert!(alive(job.id()), "a live job is never touched");
     job.kill().unwrap();
     job.wait().unwrap();
+}
+
+/// A Python program that holds 2 GiB, starts a thread, then ends its main thread alone (`pthread_exit`):
+/// /proc shows the process as a zombie while the thread runs on, as when a C++ extension's `main` returns
+/// through `pthread_exit` or a runtime exits its main thread and keeps workers.
+const HEADLESS: &str = r#"import ctypes, os, subprocess, threading, time
+subprocess.run([os.environ["FAKEGPU"], "set", "--pid", str(os.getpid()), "--bytes", "2GiB"], check=True)
+threading.Thread(target=lambda: time.sleep(30)).start()
+print(os.getpid(), flush=True)
+ctypes.CDLL(None).pthread_exit(None)
+"#;
+
+/// The program above in a file of `m`'s.
+fn headless(m: &Machine) -> PathBuf {
+    let path = m.path("headless.py");
+    std::fs::write(&path, HEADLESS).unwrap();
+    path
+}
+
+/// Waits until /proc shows `pid` as a zombie (its main thread, or all of it, has exited).
+fn until_zombie(pid: u32) {
+    for _ in 0..200 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit_once(')')
+            .is_some_and(|(_, s)| s.trim_start().starts_with('Z'))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("pid {pid}'s main thread never exited");
+}
+
+#[test]
+fn a_leftover_whose_main_thread_exited_is_listed_and_ended() {
+    let (m, dev) = machine();
+    let prog = headless(&m);
+    let o = m.orphan(&format!("python3 {} >/dev/null", prog.display()), None);
+    until_zombie(o);
+    assert!(alive(o), "its thread runs on, and holds the memory");
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    let h = holder(&v, o);
+    assert_eq!(h["verdict"], "orphan", "{h:#}");
+    assert_eq!(h["gpu_bytes"], serde_json::json!([[0, 2 * GIB]]));
+    assert!(
+        h["cmdline"].as_str().unwrap().contains("headless.py"),
+        "{h:#}"
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["ended"][0]["outcome"], "ended", "{v:#}");
+    assert!(!alive(o));
+}
+
+#[test]
+fn run_kill_orphans_ends_a_leftover_whose_main_thread_exited() {
+    let m = Machine::h200s(1);
+    let prog = headless(&m);
+    let pidfile = m.path("pid");
+    let script = format!(
+        "python3 {} > {pid} & while [ ! -s {pid} ]; do sleep 0.02; done; sleep 0.3",
+        prog.display(),
+        pid = pidfile.display()
+    );
+    let (code, r, err) = m.run_sh(&["--kill-orphans"], &script);
+    assert_eq!(code, 0, "{err}");
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let o = r["orphans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["pid"] == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not left running: {r:#}"));
+    assert_eq!(o["ended"]["outcome"], "ended", "{o:#}");
+    assert!(!alive(pid));
+}
+
+#[test]
+fn a_process_whose_dead_leader_was_never_reaped_is_an_orphan() {
+    // `setsid bash -c 'job & exit'` under a PID 1 that does not reap (many containers): the shell that
+    // led the job's session and group stays a zombie. Here this test is the parent that never reaps it.
+    use std::os::unix::process::CommandExt;
+    let (m, dev) = machine();
+    let mut shell = Command::new("bash");
+    shell
+        .args([
+            "-c",
+            r#""$FAKEGPU" alloc --steps 1GiB --hold-ms 20000 --say held & echo $!; exit"#,
+        ])
+        .env("FAKE_NVML_STATE", m.state_path())
+        .env("FAKEGPU", common::fakegpu())
+        .stdout(Stdio::piped());
+    unsafe {
+        shell.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut shell = shell.spawn().unwrap();
+    let job: u32 = common::line_of(&mut shell).trim().parse().unwrap();
+    assert_eq!(common::line_of(&mut shell), "held\n");
+    until_zombie(shell.id());
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    let h = holder(&v, job);
+    assert_eq!(h["verdict"], "orphan", "{h:#}");
+    assert_eq!(code, 0, "{err}");
+    assert!(!alive(job));
+    shell.wait().unwrap();
+}
+
+#[test]
+fn a_run_detached_with_nohup_is_listed_and_ended_only_when_named() {
+    // `nohup python train.py &`, then the shell that started it exited.
+    let (m, dev) = machine();
+    let o = m.orphan(
+        r#"nohup "$FAKEGPU" alloc --steps 1GiB --hold-ms 20000"#,
+        None,
+    );
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    let h = holder(&v, o);
+    assert_eq!(h["verdict"], "detached", "{h:#}");
+    assert!(
+        h["reason"].as_str().unwrap().contains("ignores SIGHUP"),
+        "{h:#}"
+    );
+    assert_eq!(code, 0, "detached on purpose is not a leftover: {err}");
+    assert_eq!(v["ended"][0]["outcome"], "skipped", "{v:#}");
+    assert!(
+        err.contains(&format!("not pid {o}: detached on purpose")) && err.contains("--detached"),
+        "{err}"
+    );
+    assert!(alive(o), "never ended unless asked by name");
+
+    let (code, v, err) = orphans(
+        &m,
+        &dev,
+        &["--kill", "--yes", "--grace", "1s", "--detached"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["ended"][0]["outcome"], "ended", "{v:#}");
+    assert!(!alive(o));
+}
+
+/// A job that leaves two processes holding memory: one it started with `nohup`, one it did not.
+const NOHUP_AND_NOT: &str = r#"nohup "$FAKEGPU" alloc --steps 1GiB --hold-ms 20001 >/dev/null 2>&1 &
+( "$FAKEGPU" alloc --steps 1GiB --hold-ms 20002 >/dev/null & ); sleep 0.3"#;
+
+/// What `--kill-orphans` did to the leftover whose command line ends with `tail`.
+fn ended_of<'a>(report: &'a Value, tail: &str) -> &'a Value {
+    let o = report["orphans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["cmdline"].as_str().unwrap().ends_with(tail))
+        .unwrap_or_else(|| panic!("no leftover `{tail}`: {report:#}"));
+    assert!(
+        !alive(o["pid"].as_u64().unwrap() as u32) || o["ended"]["outcome"] == "skipped",
+        "{o:#}"
+    );
+    &o["ended"]
+}
+
+#[test]
+fn run_kill_orphans_spares_what_the_job_detached_with_nohup() {
+    let m = Machine::h200s(1);
+    let (code, r, err) = m.run_sh(&["--kill-orphans"], NOHUP_AND_NOT);
+    assert_eq!(code, 0, "{err}");
+    let spared = ended_of(&r, "20001");
+    assert_eq!(spared["outcome"], "skipped", "{r:#}");
+    assert!(
+        spared["why"]
+            .as_str()
+            .unwrap()
+            .contains("detached on purpose"),
+        "{spared}"
+    );
+    assert_eq!(ended_of(&r, "20002")["outcome"], "ended", "{r:#}");
+    for o in r["orphans"].as_array().unwrap() {
+        unsafe { libc::kill(o["pid"].as_u64().unwrap() as i32, libc::SIGKILL) };
+    }
+}
+
+#[test]
+fn under_nohup_gpudoc_run_kill_orphans_ends_every_leftover() {
+    // `nohup gpudoc run ...`: the job's processes may ignore SIGHUP because gpudoc was started so, which
+    // says nothing of a process's own wish.
+    use std::os::unix::process::CommandExt;
+    let m = Machine::h200s(1);
+    let json = m.path("report.json");
+    let mut c = m.gpudoc();
+    c.arg("run")
+        .arg("--json")
+        .arg(&json)
+        .args(["--kill-orphans", "--", "sh", "-c", NOHUP_AND_NOT]);
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let r = common::read_json(&json);
+    assert_eq!(ended_of(&r, "20001")["outcome"], "ended", "{r:#}");
+    assert_eq!(ended_of(&r, "20002")["outcome"], "ended", "{r:#}");
+}
+
+/// A CI step or an sbatch script: `gpudoc run` leaves a process holding 2 GiB, then the script goes on
+/// (its shell leads the process group of what it started, the leftover included). The script's stdout
+/// says `ran` once gpudoc has exited.
+fn script_with_a_leftover(m: &Machine, run_flags: &str) -> (std::process::Child, Value) {
+    use std::os::unix::process::CommandExt;
+    let json = m.path("report.json");
+    let mut script = m.shell(&format!(
+        r#""$GPUDOC" run -q {run_flags} --json {} -- sh -c '"$FAKEGPU" alloc --steps 2GiB --hold-ms 30000 >/dev/null & sleep 0.3'; echo ran; sleep 30"#,
+        json.display()
+    ));
+    let mut script = script
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(common::line_of(&mut script), "ran\n");
+    (script, common::read_json(&json))
+}
+
+#[test]
+fn what_a_run_in_a_script_left_is_known_and_ended_by_orphans_kill() {
+    let (m, dev) = machine();
+    let (mut script, r) = script_with_a_leftover(&m, "");
+    let pid = r["orphans"][0]["pid"].as_u64().unwrap() as u32;
+    assert!(alive(pid));
+    // What the run's advice says to do.
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    let h = holder(&v, pid);
+    assert_eq!(h["verdict"], "orphan", "{h:#}");
+    let reason = h["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("left running by `gpudoc run sh -c ")
+            && reason.contains("which ended at"),
+        "{reason}"
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["ended"][0]["outcome"], "ended", "{v:#}");
+    assert!(!alive(pid));
+    script.kill().unwrap();
+    script.wait().unwrap();
+}
+
+#[test]
+fn run_kill_orphans_in_a_script_ends_the_leftovers() {
+    let m = Machine::h200s(1);
+    let (mut script, r) = script_with_a_leftover(&m, "--kill-orphans");
+    let o = &r["orphans"][0];
+    assert_eq!(o["ended"]["outcome"], "ended", "{r:#}");
+    assert!(!alive(o["pid"].as_u64().unwrap() as u32));
+    script.kill().unwrap();
+    script.wait().unwrap();
 }

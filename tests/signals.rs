@@ -9,7 +9,6 @@ use common::Machine;
 use common::term::Term;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -37,11 +36,7 @@ fn start_job(m: &Machine, under_gpudoc: bool, log: &Path, extra: &[&str]) -> Chi
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = c.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "ready\n");
+    assert_eq!(common::line_of(&mut child), "ready\n");
     child
 }
 

@@ -2,7 +2,7 @@
 
 use crate::exit::{self, Failure};
 use crate::orphans::end::{self, EndResult, Ended, Policy};
-use crate::orphans::{self, Holder, Listing};
+use crate::orphans::{self, Holder, Listing, Verdict};
 use crate::output::{self, Target};
 use crate::settings::OrphansSettings;
 use crate::units::{fmt_bytes, shorten};
@@ -23,7 +23,7 @@ pub struct Output<'a> {
 }
 
 pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
-    let listing = orphans::list(&s.nvml_lib, &s.dev_prefix);
+    let listing = orphans::list(&s.nvml_lib, &s.dev_prefix, &recorded(&s));
     let json_on_stdout = s.json == Some(Target::Stdout);
     // The table goes to stdout, unless the JSON does.
     let emit = |text: &str| -> Result<(), Failure> {
@@ -35,40 +35,17 @@ pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
         }
     };
     emit(&orphans::table::render(&listing, s.paint))?;
-    let policy = Policy::here(s.all_users);
-    let leftovers: Vec<Holder> = listing
+    let targets: Vec<Holder> = listing
         .holders
         .iter()
-        .filter(|h| h.is_leftover())
+        .filter(|h| h.is_target(s.detached))
         .cloned()
         .collect();
-    let mut ended = Vec::new();
-    let mut freed = Vec::new();
-    if s.kill && !leftovers.is_empty() {
-        let (allowed, refused): (Vec<&Holder>, Vec<&Holder>) =
-            leftovers.iter().partition(|h| policy.refuse(h).is_none());
-        emit(&plan(&allowed, &refused, &policy))?;
-        for h in &refused {
-            let why = policy.refuse(h).unwrap_or_default();
-            ended.push(EndResult {
-                pid: h.pid,
-                result: Ended::Skipped { why },
-            });
-        }
-        if !allowed.is_empty() && confirmed(&s) {
-            let targets: Vec<Holder> = allowed.into_iter().cloned().collect();
-            ended.extend(end::end(&targets, s.grace, &policy));
-            freed = orphans::memory_back(&s.nvml_lib, &listing.gpu_used);
-            let mut o = String::new();
-            for r in &ended {
-                let _ = writeln!(o, "  pid {}: {}", r.pid, r.result.describe());
-            }
-            for (gpu, bytes) in &freed {
-                let _ = writeln!(o, "  GPU {gpu}: {} came back", fmt_bytes(*bytes));
-            }
-            emit(&o)?;
-        }
-    }
+    let Killed { ended, freed } = if s.kill {
+        kill(&s, &listing, &targets, &emit)?
+    } else {
+        Killed::default()
+    };
     if let Some(t) = &s.json {
         let out = Output {
             schema: "gpudoc.orphans/1",
@@ -82,7 +59,7 @@ pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
             Target::File(_) => Failure::new(exit::USAGE, format!("--json {}: {e}", t.display())),
         })?;
     }
-    let remaining = leftovers
+    let remaining = targets
         .iter()
         .filter(|h| {
             !ended
@@ -97,8 +74,80 @@ pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
     }))
 }
 
+/// The processes `gpudoc run` recorded it left that still run; none, said once, where the record can't be
+/// read.
+fn recorded(s: &OrphansSettings) -> Vec<orphans::record::Entry> {
+    let (Some(record), Some(here)) = (&s.leftovers, orphans::record::Here::read()) else {
+        return Vec::new();
+    };
+    record.living(&here).unwrap_or_else(|e| {
+        crate::sayln!("gpudoc: what `gpudoc run` left running is not known: {e}");
+        Vec::new()
+    })
+}
+
+/// What `--kill` did.
+#[derive(Default)]
+struct Killed {
+    /// What became of each process it named.
+    ended: Vec<EndResult>,
+    /// The memory that came back per GPU.
+    freed: Vec<(u32, u64)>,
+}
+
+/// `--kill`: says what it would end and what it won't, asks, ends.
+fn kill(
+    s: &OrphansSettings,
+    listing: &Listing,
+    targets: &[Holder],
+    emit: &dyn Fn(&str) -> Result<(), Failure>,
+) -> Result<Killed, Failure> {
+    let policy = Policy::here(s.all_users);
+    let (allowed, refused): (Vec<&Holder>, Vec<&Holder>) =
+        targets.iter().partition(|h| policy.refuse(h).is_none());
+    // Detached on purpose and not asked for by name: said, never signalled.
+    let spared: Vec<&Holder> = listing
+        .holders
+        .iter()
+        .filter(|h| h.verdict == Verdict::Detached && h.total_bytes() > 0 && !s.detached)
+        .collect();
+    let mut ended: Vec<EndResult> = refused
+        .iter()
+        .map(|h| (h.pid, policy.refuse(h).unwrap_or_default()))
+        .chain(
+            spared
+                .iter()
+                .map(|h| (h.pid, orphans::DETACHED.to_string())),
+        )
+        .map(|(pid, why)| EndResult {
+            pid,
+            result: Ended::Skipped { why },
+        })
+        .collect();
+    if allowed.is_empty() && ended.is_empty() {
+        return Ok(Killed::default());
+    }
+    emit(&plan(&allowed, &ended))?;
+    let mut freed = Vec::new();
+    if !allowed.is_empty() && confirmed(s) {
+        let targets: Vec<Holder> = allowed.into_iter().cloned().collect();
+        let done = end::end(&targets, s.grace, &policy);
+        freed = orphans::memory_back(&s.nvml_lib, &listing.gpu_used);
+        let mut o = String::new();
+        for r in &done {
+            let _ = writeln!(o, "  pid {}: {}", r.pid, r.result.describe());
+        }
+        for (gpu, bytes) in &freed {
+            let _ = writeln!(o, "  GPU {gpu}: {} came back", fmt_bytes(*bytes));
+        }
+        emit(&o)?;
+        ended.extend(done);
+    }
+    Ok(Killed { ended, freed })
+}
+
 /// What `--kill` would end, and what it won't and why.
-fn plan(allowed: &[&Holder], refused: &[&Holder], policy: &Policy) -> String {
+fn plan(allowed: &[&Holder], skipped: &[EndResult]) -> String {
     let mut o = format!("\nWould end {} process(es):\n", allowed.len());
     for h in allowed {
         let _ = writeln!(
@@ -109,9 +158,10 @@ fn plan(allowed: &[&Holder], refused: &[&Holder], policy: &Policy) -> String {
             fmt_bytes(h.total_bytes())
         );
     }
-    for h in refused {
-        let why = policy.refuse(h).unwrap_or_default();
-        let _ = writeln!(o, "  not pid {}: {why}", h.pid);
+    for r in skipped {
+        if let Ended::Skipped { why } = &r.result {
+            let _ = writeln!(o, "  not pid {}: {why}", r.pid);
+        }
     }
     o
 }

@@ -18,6 +18,10 @@ pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
         reports.push(r);
         timeline = t;
     }
+    let labels: Vec<String> = s.files.iter().map(|f| f.display().to_string()).collect();
+    let parts: Vec<(&str, &crate::report::Report)> =
+        labels.iter().map(String::as_str).zip(&reports).collect();
+    crate::merge::one_job(&parts).map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
     let mut report = crate::merge::merge(reports).map_err(|e| Failure::new(exit::USAGE, e))?;
     if !report.hosts.is_empty() {
         rules::diagnose(&mut report, &s.rules);

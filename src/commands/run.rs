@@ -6,7 +6,7 @@ use crate::exit::{self, Failure};
 use crate::gpu::NvmlStatus;
 use crate::live::Live;
 use crate::oom::{self, scan::Scanner};
-use crate::orphans::end::EndResult;
+use crate::orphans::end::{EndResult, Ended};
 use crate::output::{self, Target};
 use crate::procs::ProcInfo;
 use crate::report::Report;
@@ -42,10 +42,12 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     let child_pid = child.pid();
     let outcome = child.wait();
     let metrics = session.metrics.take();
+    let hup_ignored = session.hup_ignored;
     let evidence = session.collect(&s, outcome, child_pid);
     let timeline = (s.tensorboard.is_some() || s.html.is_some()).then(|| evidence.timeline.clone());
     let mut report = analysis::analyze(evidence, s.rules.get());
     report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
+    record_leftovers(&s, &mut report, hup_ignored);
     let code = emit(&s, &mut report, timeline.as_ref());
     if let Some(m) = metrics {
         m.finish(&report, s.metrics.map(|m| m.1).unwrap_or_default());
@@ -75,6 +77,9 @@ struct Session {
     kills_before: Option<u64>,
     trace: Option<SharedTrace>,
     metrics: Option<live_metrics::Metrics>,
+    /// gpudoc was started ignoring SIGHUP (`nohup gpudoc run`): the job's processes may have it from
+    /// there, so ignoring it tells nothing of theirs.
+    hup_ignored: bool,
 }
 
 impl Session {
@@ -83,6 +88,8 @@ impl Session {
     fn start(s: &RunSettings) -> Result<Session, Failure> {
         let start_wall = SystemTime::now();
         let start = Instant::now();
+        // Before `spawn` puts gpudoc's own handlers in place.
+        let hup_ignored = crate::procs::ignores_hup(std::process::id());
         let trace = open_trace(s, start_wall)?;
         let cgroup = oom::host::own_cgroup();
         let kills_before = cgroup.as_deref().and_then(oom::host::oom_kills);
@@ -134,6 +141,7 @@ impl Session {
             kills_before,
             trace,
             metrics,
+            hup_ignored,
         })
     }
 
@@ -173,7 +181,7 @@ impl Session {
         let torch = self.channel.map(|c| c.close());
         let leftovers = settled_leftovers();
         let ended = if s.kill_orphans && !leftovers.is_empty() {
-            end_leftovers(&leftovers)
+            end_leftovers(&leftovers, self.hup_ignored)
         } else {
             Vec::new()
         };
@@ -313,18 +321,67 @@ fn settled_leftovers() -> Vec<ProcInfo> {
     }
 }
 
-fn end_leftovers(leftovers: &[ProcInfo]) -> Vec<EndResult> {
-    let holders: Vec<_> = leftovers
+/// `--kill-orphans`: ends the leftovers, except those detached on purpose (they ignore SIGHUP, which the
+/// job was not started ignoring: `nohup` inside the job), as `gpudoc orphans --kill` spares them.
+fn end_leftovers(leftovers: &[ProcInfo], hup_ignored: bool) -> Vec<EndResult> {
+    let (spared, holders): (Vec<_>, Vec<_>) = leftovers
         .iter()
         .map(|p| crate::orphans::describe(p.pid, Vec::new(), Vec::new()))
-        .collect();
-    let r = crate::orphans::end::end(
+        .partition(|h| !hup_ignored && crate::procs::ignores_hup(h.pid));
+    let mut r = crate::orphans::end::end(
         &holders,
         ORPHAN_GRACE,
         &crate::orphans::end::Policy::here(false),
     );
     supervise::reap_all();
+    r.extend(spared.iter().map(|h| EndResult {
+        pid: h.pid,
+        result: Ended::Skipped {
+            why: crate::orphans::DETACHED.into(),
+        },
+    }));
     r
+}
+
+/// Records what the job left running (and `--kill-orphans` did not end), so `gpudoc orphans` knows them for
+/// certain; a record that can't be written is a note of the report, never a failure of the run.
+fn record_leftovers(s: &RunSettings, report: &mut Report, hup_ignored: bool) {
+    use crate::orphans::record::{Entry, Here};
+    let left: Vec<_> = report
+        .orphans
+        .iter()
+        .filter(|o| !matches!(o.ended, Some(Ended::Ended { .. } | Ended::Gone)))
+        .collect();
+    if left.is_empty() {
+        return;
+    }
+    let (Some(record), Some(here)) = (&s.leftovers, Here::read()) else {
+        report.notes.push(
+            "what the job left running is not recorded for `gpudoc orphans` (no $XDG_STATE_HOME or $HOME, or no /proc)"
+                .into(),
+        );
+        return;
+    };
+    let entries = left
+        .iter()
+        .filter_map(|o| {
+            Some(Entry {
+                pid: o.pid,
+                start_ticks: o.start_ticks?,
+                boot_id: here.boot_id.clone(),
+                pid_ns: here.pid_ns,
+                run: report.command.clone(),
+                ended_unix_s: report.started_unix_s + report.duration_s,
+                gpu_bytes: o.gpu_bytes.clone(),
+                hup_inherited: hup_ignored,
+            })
+        })
+        .collect();
+    if let Err(e) = record.update(&here, entries) {
+        report.notes.push(format!(
+            "what the job left running could not be recorded for `gpudoc orphans`: {e}"
+        ));
+    }
 }
 
 fn unix_s(t: SystemTime) -> f64 {

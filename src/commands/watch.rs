@@ -30,7 +30,7 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
                 .clone()
                 .unwrap_or_else(|| "NVML unavailable".into())),
         };
-        Frame::of(orphans::listing(memory, &s.dev_prefix), &gpus, me)
+        Frame::of(orphans::listing(memory, &s.dev_prefix, &[]), &gpus, me)
     };
     let latest = Arc::new(Mutex::new(look()));
     let server = match s.metrics {

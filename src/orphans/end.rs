@@ -126,7 +126,8 @@ fn pidfd_signal(fd: &OwnedFd, sig: libc::c_int) -> std::io::Result<()> {
     }
 }
 
-/// The process is gone (or a zombie, whose memory the driver has freed).
+/// The process is gone (or a zombie, whose memory the driver has freed). A pidfd turns readable once every
+/// thread has exited, not when the main one has.
 fn exited(fd: &OwnedFd, pid: u32) -> bool {
     let mut fds = [nix::poll::PollFd::new(
         fd.as_fd(),
@@ -135,10 +136,7 @@ fn exited(fd: &OwnedFd, pid: u32) -> bool {
     if nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).unwrap_or(0) > 0 {
         return true;
     }
-    crate::procs::read(pid).is_none()
-        || procfs::process::Process::new(pid as i32)
-            .and_then(|p| p.stat())
-            .is_ok_and(|s| s.state == 'Z')
+    !crate::procs::alive(pid)
 }
 
 /// Ends `targets`: SIGTERM, up to `grace` for them to exit, then SIGKILL.

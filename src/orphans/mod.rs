@@ -3,10 +3,11 @@
 //! [`end`] ends leftovers safely.
 
 pub mod end;
+pub mod record;
 pub mod table;
 
 use crate::gpu;
-use crate::units::printable;
+use crate::units::{printable, shorten};
 use procfs::process::{FDTarget, Process};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -40,6 +41,9 @@ const SUBREAPERS: [&str; 7] = [
     "gpudoc",
 ];
 
+/// Why a process detached on purpose is not ended.
+pub const DETACHED: &str = "detached on purpose (it ignores SIGHUP, as under nohup): `gpudoc orphans --kill --detached` ends it";
+
 /// What gpudoc makes of a GPU-holding process.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
@@ -48,6 +52,8 @@ const SUBREAPERS: [&str; 7] = [
 pub enum Verdict {
     /// Its parent died: re-parented to init or a subreaper, or its process group's leader is gone.
     Orphan,
+    /// Would be an orphan, but it ignores SIGHUP (`nohup`): detached on purpose to outlive its shell.
+    Detached,
     /// Dead or dying; its memory goes back once its parent reaps it.
     Zombie,
     /// NVML lists it but /proc does not have it.
@@ -81,6 +87,9 @@ pub struct Holder {
     pub start_ticks: Option<u64>,
     pub age_s: Option<f64>,
     pub cmdline: String,
+    /// The `gpudoc run` that left it running, when one recorded it (see [`record`]).
+    #[serde(default)]
+    pub left_by: Option<String>,
 }
 
 impl Holder {
@@ -88,10 +97,21 @@ impl Holder {
         self.gpu_bytes.iter().map(|&(_, b)| b).sum()
     }
 
-    /// Leftovers are what `--kill` ends: orphans that hold GPU memory. An orphan with only a device file
-    /// open (an NVML-reading tool, say) holds nothing worth ending.
+    /// Leftovers are what `--kill` ends: orphans that hold GPU memory, and whatever a `gpudoc run` recorded
+    /// it left (it said so, and pointed here). An orphan with only a device file open (an NVML-reading
+    /// tool, say) holds nothing worth ending.
     pub fn is_leftover(&self) -> bool {
-        self.verdict == Verdict::Orphan && self.total_bytes() > 0
+        self.verdict == Verdict::Orphan && self.worth_ending()
+    }
+
+    /// What `--kill` ends: the leftovers, and with `detached` (`--detached`) what was detached on purpose
+    /// and is as worth ending.
+    pub fn is_target(&self, detached: bool) -> bool {
+        self.is_leftover() || (detached && self.verdict == Verdict::Detached && self.worth_ending())
+    }
+
+    fn worth_ending(&self) -> bool {
+        self.total_bytes() > 0 || self.left_by.is_some()
     }
 }
 
@@ -168,9 +188,10 @@ pub fn device_holders(prefix: &str) -> (BTreeMap<u32, Vec<String>>, u64) {
             }
             Err(_) => continue,
         };
+        let fds: Vec<_> = fds.flatten().collect();
         let mut files: Vec<String> = fds
-            .flatten()
-            .filter_map(|fd| match fd.target {
+            .iter()
+            .filter_map(|fd| match &fd.target {
                 FDTarget::Path(path) => {
                     let s = path.to_string_lossy().into_owned();
                     s.starts_with(prefix).then_some(s)
@@ -178,6 +199,9 @@ pub fn device_holders(prefix: &str) -> (BTreeMap<u32, Vec<String>>, u64) {
                 _ => None,
             })
             .collect();
+        if fds.is_empty() {
+            files = thread_files(p.pid as u32, prefix);
+        }
         if !files.is_empty() {
             files.sort();
             files.dedup();
@@ -187,19 +211,45 @@ pub fn device_holders(prefix: &str) -> (BTreeMap<u32, Vec<String>>, u64) {
     (out, unreadable)
 }
 
-/// Lists every holder with its verdict.
-pub fn list(library: &str, prefix: &str) -> Listing {
-    listing(nvml_memory(library), prefix)
+/// The device files a process whose main thread has exited holds: /proc shows its files through that
+/// thread, which has none left, while its other threads still share them.
+fn thread_files(pid: u32, prefix: &str) -> Vec<String> {
+    let Some(tid) = crate::procs::other_threads(pid).into_iter().next() else {
+        return Vec::new();
+    };
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/task/{tid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|path| path.to_string_lossy().into_owned())
+        .filter(|s| s.starts_with(prefix))
+        .collect()
 }
 
-/// The holders, given NVML's memory (or why there is none) and the device files open now.
-pub fn listing(memory: Result<(PerPid, Vec<(u32, u64)>), String>, prefix: &str) -> Listing {
+/// Lists every holder with its verdict, and every process a run recorded it left (`left`).
+pub fn list(library: &str, prefix: &str, left: &[record::Entry]) -> Listing {
+    listing(nvml_memory(library), prefix, left)
+}
+
+/// The holders, given NVML's memory (or why there is none), the device files open now and what runs
+/// recorded they left.
+pub fn listing(
+    memory: Result<(PerPid, Vec<(u32, u64)>), String>,
+    prefix: &str,
+    left: &[record::Entry],
+) -> Listing {
     let (mem, used, nvml_error) = match memory {
         Ok((m, u)) => (m, u, None),
         Err(e) => (BTreeMap::new(), Vec::new(), Some(e)),
     };
     let (devs, unreadable) = device_holders(prefix);
-    let mut pids: Vec<u32> = mem.keys().chain(devs.keys()).copied().collect();
+    let mut pids: Vec<u32> = mem
+        .keys()
+        .chain(devs.keys())
+        .copied()
+        .chain(left.iter().map(|e| e.pid))
+        .collect();
     pids.sort();
     pids.dedup();
     let me = std::process::id();
@@ -207,10 +257,11 @@ pub fn listing(memory: Result<(PerPid, Vec<(u32, u64)>), String>, prefix: &str) 
         .into_iter()
         .filter(|&pid| pid != me)
         .map(|pid| {
-            describe(
+            judged(
                 pid,
                 mem.get(&pid).cloned().unwrap_or_default(),
                 devs.get(&pid).cloned().unwrap_or_default(),
+                left,
             )
         })
         .collect();
@@ -228,6 +279,16 @@ fn comm_of(pid: u32) -> Option<String> {
 
 /// Reads a process's facts and judges it.
 pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> Holder {
+    judged(pid, gpu_bytes, devices, &[])
+}
+
+/// Reads a process's facts and judges it, knowing what runs recorded they left (`left`).
+fn judged(
+    pid: u32,
+    gpu_bytes: Vec<(u32, u64)>,
+    devices: Vec<String>,
+    left: &[record::Entry],
+) -> Holder {
     let mut h = Holder {
         pid,
         verdict: Verdict::Ghost,
@@ -245,6 +306,7 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
         start_ticks: None,
         age_s: None,
         cmdline: String::new(),
+        left_by: None,
     };
     let proc_ = Process::new(pid as i32).ok();
     let stat = proc_.as_ref().and_then(|p| p.stat().ok());
@@ -266,27 +328,35 @@ pub fn describe(pid: u32, gpu_bytes: Vec<(u32, u64)>, devices: Vec<String>) -> H
     h.state = Some(stat.state.to_string());
     h.start_ticks = Some(stat.starttime);
     h.age_s = age_s(stat.starttime);
-    h.cmdline = p
-        .cmdline()
-        .ok()
-        .filter(|c| !c.is_empty())
-        .map(|c| c.join(" "))
-        .unwrap_or_else(|| format!("[{}]", stat.comm));
-    let (verdict, reason) = judge(&Lineage {
+    h.cmdline = crate::procs::cmdline(pid, &stat.comm);
+    let left_by = left
+        .iter()
+        .find(|e| e.pid == pid && e.start_ticks == stat.starttime)
+        .map(LeftBy::of);
+    h.left_by = left_by.as_ref().map(|l| l.run.clone());
+    let parent_comm = h.parent_cmd.clone().unwrap_or_default();
+    (h.verdict, h.reason) = judge(&lineage(&stat, parent_comm, left_by));
+    h
+}
+
+/// What [`judge`] reads of a process and around it, from its `stat` and /proc.
+fn lineage(stat: &procfs::process::Stat, parent_comm: String, left_by: Option<LeftBy>) -> Lineage {
+    let pid = stat.pid as u32;
+    Lineage {
         pid,
         ppid: stat.ppid as u32,
         pgid: stat.pgrp as u32,
         sid: stat.session as u32,
         state: stat.state,
+        other_threads: crate::procs::other_threads(pid).len(),
         comm: stat.comm.clone(),
-        parent_comm: h.parent_cmd.clone().unwrap_or_default(),
+        parent_comm,
         init_comm: comm_of(1).unwrap_or_default(),
-        pgid_alive: exists(stat.pgrp as u32),
-        sid_alive: exists(stat.session as u32),
-    });
-    h.verdict = verdict;
-    h.reason = reason;
-    h
+        pgid_alive: leads(stat.pgrp as u32),
+        sid_alive: leads(stat.session as u32),
+        ignores_hup: crate::procs::ignores_hup(pid),
+        left_by,
+    }
 }
 
 /// A terminal's name from its device numbers: `pts/N` for a pseudo-terminal.
@@ -325,13 +395,49 @@ pub struct Lineage {
     pub pgid: u32,
     pub sid: u32,
     pub state: char,
+    /// Its threads other than the main one: a process whose main thread has exited shows the state of a
+    /// zombie while they run on.
+    pub other_threads: usize,
     pub comm: String,
     pub parent_comm: String,
     /// The command of this namespace's PID 1.
     pub init_comm: String,
-    /// The leaders of its process group and session still exist.
+    /// The leaders of its process group and session still run (a dead leader no one has reaped is a
+    /// zombie: gone).
     pub pgid_alive: bool,
     pub sid_alive: bool,
+    /// It ignores SIGHUP.
+    pub ignores_hup: bool,
+    /// The `gpudoc run` that recorded it left it running.
+    pub left_by: Option<LeftBy>,
+}
+
+/// The run that left a process running, as [`record`] has it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeftBy {
+    /// `gpudoc run` of `CMD`, which ended at TIME.
+    pub run: String,
+    /// That gpudoc was started ignoring SIGHUP: the process may ignore it from there.
+    pub hup_inherited: bool,
+}
+
+impl LeftBy {
+    pub fn of(e: &record::Entry) -> LeftBy {
+        let ended =
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(e.ended_unix_s.max(0.0));
+        let ago = std::time::SystemTime::now()
+            .duration_since(ended)
+            .map(|d| format!(" ({} ago)", crate::units::fmt_secs(d.as_secs_f64())))
+            .unwrap_or_default();
+        LeftBy {
+            run: format!(
+                "`gpudoc run {}`, which ended at {}{ago}",
+                shorten(&printable(&e.run.join(" ")), 80),
+                humantime::format_rfc3339_seconds(ended)
+            ),
+            hup_inherited: e.hup_inherited,
+        }
+    }
 }
 
 /// The verdict and why. An orphan is a process whose parent died: one that sits under PID 1 (or a
@@ -339,8 +445,35 @@ pub struct Lineage {
 /// (the job it was started as) or of its session (the shell it was started from) is gone. A child that
 /// PID 1 started itself (a container's entrypoint script running the job, a systemd service) shows no
 /// such loss, and is never judged a leftover: when it can't be told, nothing is ended.
+///
+/// A process that would be an orphan but ignores SIGHUP was detached on purpose (`nohup python train.py &`
+/// and log out): it is listed, and ended only when asked by name (`--detached`).
 pub fn judge(l: &Lineage) -> (Verdict, String) {
-    if matches!(l.state, 'Z' | 'X' | 'x') {
+    let (mut verdict, mut reason) = match &l.left_by {
+        Some(left) if !is_zombie(l) => (Verdict::Orphan, format!("left running by {}", left.run)),
+        _ => judge_lineage(l),
+    };
+    let hup_its_own = !l.left_by.as_ref().is_some_and(|r| r.hup_inherited);
+    if verdict == Verdict::Orphan && l.ignores_hup && hup_its_own {
+        verdict = Verdict::Detached;
+        reason = format!(
+            "{reason}; but it ignores SIGHUP (started with nohup, or under `trap '' HUP`): detached on purpose, ended only with --detached"
+        );
+    }
+    if matches!(l.state, 'Z' | 'X' | 'x') && verdict != Verdict::Zombie {
+        let threads = l.other_threads;
+        reason = format!("{reason}; its main thread has exited, {threads} other thread(s) run on");
+    }
+    (verdict, reason)
+}
+
+/// Every thread of it has exited.
+fn is_zombie(l: &Lineage) -> bool {
+    matches!(l.state, 'Z' | 'X' | 'x') && l.other_threads == 0
+}
+
+fn judge_lineage(l: &Lineage) -> (Verdict, String) {
+    if is_zombie(l) {
         return (
             Verdict::Zombie,
             format!(
@@ -410,8 +543,10 @@ pub fn judge(l: &Lineage) -> (Verdict, String) {
     }
 }
 
-fn exists(pid: u32) -> bool {
-    pid == 0 || Process::new(pid as i32).is_ok()
+/// Whether the leader of a process group or session runs; 0 (a leader outside this PID namespace) counts
+/// as running.
+fn leads(pid: u32) -> bool {
+    pid == 0 || crate::procs::alive(pid)
 }
 
 /// Polls NVML until device memory stops falling (the driver frees a dead process's memory shortly after
@@ -449,11 +584,14 @@ mod tests {
             pgid,
             sid,
             state: 'S',
+            other_threads: 0,
             comm: "python3".into(),
             parent_comm: "bash".into(),
             init_comm: "bash".into(),
             pgid_alive,
             sid_alive,
+            ignores_hup: false,
+            left_by: None,
         }
     }
 
@@ -486,6 +624,22 @@ mod tests {
     }
 
     #[test]
+    fn an_orphan_that_ignores_sighup_was_detached_on_purpose() {
+        // `nohup python train.py &`, then the shell exited.
+        let mut l = under_init(40, 20, true, false);
+        l.ignores_hup = true;
+        let (v, why) = judge(&l);
+        assert_eq!(v, Verdict::Detached, "{why}");
+        assert!(
+            why.contains("ignores SIGHUP") && why.contains("--detached"),
+            "{why}"
+        );
+        // Under a living parent it is someone's job, whatever it ignores.
+        l.ppid = 700;
+        assert_eq!(judge(&l).0, Verdict::Live);
+    }
+
+    #[test]
     fn a_process_whose_parent_lives_is_never_a_leftover() {
         // Its group's leader exited (the first command of a pipeline, a launcher that left), but the
         // parent that started it is alive: it is still someone's job.
@@ -502,6 +656,14 @@ mod tests {
         let mut l = under_init(33, 20, false, false);
         l.state = 'Z';
         assert_eq!(judge(&l).0, Verdict::Zombie);
+        // Its main thread exited (pthread_exit in main), two threads run on: it is not dead.
+        l.other_threads = 2;
+        let (v, why) = judge(&l);
+        assert_eq!(v, Verdict::Orphan, "{why}");
+        assert!(
+            why.ends_with("its main thread has exited, 2 other thread(s) run on"),
+            "{why}"
+        );
         let mut l = under_init(33, 20, false, false);
         l.comm = "nvidia-persistenced".into();
         assert_eq!(judge(&l).0, Verdict::Service);

@@ -97,6 +97,8 @@ impl Machine {
             .env("FAKE_NVML_STATE", self.state_path())
             .env("FAKEGPU", fakegpu())
             .env("NO_COLOR", "1")
+            // What `gpudoc run` records it left running goes to this machine's folder, not the user's.
+            .env("XDG_STATE_HOME", self.path("state"))
             .env_remove("CI");
     }
 
@@ -198,6 +200,22 @@ pub fn shell_code(status: &std::process::ExitStatus) -> i32 {
     status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// The next line `child` writes to its piped stdout (what there is at its end). Read a byte at a time, so
+/// nothing after the line is taken from the pipe: the next call reads on from there.
+pub fn line_of(child: &mut std::process::Child) -> String {
+    use std::io::Read;
+    let out = child.stdout.as_mut().expect("a piped stdout");
+    let mut line = Vec::new();
+    let mut byte = [0u8];
+    while out.read(&mut byte).unwrap() == 1 {
+        line.push(byte[0]);
+        if byte[0] == b'\n' {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&line).into_owned()
 }
 
 /// Files under fixtures/ whose name ends with `suffix`, sorted.

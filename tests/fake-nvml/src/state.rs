@@ -163,15 +163,21 @@ fn lock_path(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// A PID counts as alive while /proc has it and it is not a zombie.
+/// A PID counts as alive while /proc has it and it is not a zombie. As for the real driver, a process whose
+/// main thread has exited while others run on (it reads as a zombie) still holds its memory.
 pub fn alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+    let zombie = match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
+            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => return false,
+    };
+    !zombie
+        || fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+            tasks
+                .flatten()
+                .any(|t| t.file_name().to_str() != Some(pid.to_string().as_str()))
+        })
 }
 
 /// Parses `123`, `512MiB`, `1.5GiB`, `4KiB`, `10B`.
