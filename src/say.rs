@@ -24,16 +24,31 @@ macro_rules! sayln {
 /// `supervise::tty`): lines end with `\r\n`, as the terminal's own output processing would have made them.
 static RAW: AtomicBool = AtomicBool::new(false);
 
+/// The command left the screen in the middle of a line (gpudoc sees every byte that reaches it only when
+/// the command has a terminal of its own): gpudoc's own words start on a line of their own.
+static MID_LINE: AtomicBool = AtomicBool::new(false);
+
 /// Says whether gpudoc's terminal is in raw mode now.
 pub fn set_raw_terminal(raw: bool) {
     RAW.store(raw, Ordering::SeqCst);
 }
 
+/// Says whether the last byte the command put on the screen ended a line.
+pub fn set_mid_line(mid: bool) {
+    MID_LINE.store(mid, Ordering::SeqCst);
+}
+
 fn lines(text: &str) -> std::borrow::Cow<'_, str> {
+    let fresh = MID_LINE.swap(false, Ordering::SeqCst) && !text.is_empty();
+    let text: std::borrow::Cow<'_, str> = if fresh {
+        format!("\n{text}").into()
+    } else {
+        text.into()
+    };
     if RAW.load(Ordering::SeqCst) && text.contains('\n') {
         text.replace('\n', "\r\n").into()
     } else {
-        text.into()
+        text
     }
 }
 

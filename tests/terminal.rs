@@ -240,3 +240,13 @@ fn a_terminal_left_non_blocking_still_gets_every_byte() {
     let run = got.iter().take_while(|&&c| c == b'~').count();
     assert_eq!(run, 2_000_000, "{}", String::from_utf8_lossy(&got[run..]));
 }
+
+#[test]
+fn gpudocs_words_start_on_a_line_of_their_own() {
+    // The command left its last line unfinished (a prompt, a progress bar, a Ctrl-C's `^C`).
+    let m = Machine::h200s(1);
+    let (code, out) = Term::start(gpudoc_sh(&m, &[], "printf 'partial'; exit 3")).finish();
+    assert_eq!(code, 3);
+    let at = out.find("gpudoc:").expect("the summary");
+    assert!(out[..at].ends_with("partial\r\n"), "{:?}", &out[..at]);
+}

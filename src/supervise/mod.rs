@@ -600,7 +600,7 @@ impl Child {
         if w.presses + 1 == FORCE_PRESSES && !w.told_of_force {
             w.told_of_force = true;
             crate::sayln!(
-                "\ngpudoc: the job is still running after {} Ctrl-C; one more ends it and everything it started (SIGKILL)",
+                "gpudoc: the job is still running after {} Ctrl-C; one more ends it and everything it started (SIGKILL)",
                 w.presses
             );
         }

@@ -224,6 +224,9 @@ pub fn relay(
                 Moved::Bytes(n, passed) => {
                     screen_gone |= !passed;
                     quiet_since = None;
+                    if n > 0 {
+                        crate::say::set_mid_line(buf[n - 1] != b'\n');
+                    }
                     if let Some(obs) = observer.lock().unwrap().as_mut() {
                         obs.feed(super::Stream::Both, &buf[..n], Instant::now());
                     }
