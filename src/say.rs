@@ -1,7 +1,7 @@
-//! gpudoc's own words, on stderr (and, for CI annotations, stdout). They never cost the job anything: a
-//! reader that went away (`2>&1 | head`) loses them, and a terminal or pipe left non-blocking by whoever
-//! started gpudoc delays them. std's `eprint!` would panic on either, and gpudoc would leave with 101
-//! instead of the command's exit code. The command's own bytes go through [`write_all`] too.
+//! gpudoc's own words, on stderr, never on stdout (the command's, under `gpudoc run`). They never cost the
+//! job anything: a reader that went away (`2>&1 | head`) loses them, and a terminal or pipe left non-blocking
+//! by whoever started gpudoc delays them. std's `eprint!` would panic on either, and gpudoc would leave with
+//! 101 instead of the command's exit code. The command's own bytes go through [`write_all`] too.
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io::{self, Write};
@@ -55,11 +55,6 @@ fn lines(text: &str) -> std::borrow::Cow<'_, str> {
 /// Writes `text` to gpudoc's stderr; what cannot be written is dropped.
 pub fn to_stderr(text: &str) {
     let _ = to_fd(2, lines(text).as_bytes());
-}
-
-/// Writes `text` to gpudoc's stdout; what cannot be written is dropped.
-pub fn to_stdout(text: &str) {
-    let _ = to_fd(1, lines(text).as_bytes());
 }
 
 /// Writes to one of gpudoc's standard fds, unbuffered, without closing it.

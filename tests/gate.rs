@@ -233,10 +233,18 @@ fn ci_annotations_and_junit() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(122));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        stdout,
-        "::error title=gpudoc memory gate::GPU 0: peak 3.00 GiB over budget 2.00 GiB\n"
+    // Actions reads workflow commands from stderr as from stdout; stdout is the job's alone.
+    assert!(
+        out.stdout.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "::error title=gpudoc memory gate::GPU 0: peak 3.00 GiB over budget 2.00 GiB\n"
+        ),
+        "{stderr}"
     );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
@@ -247,7 +255,7 @@ fn ci_annotations_and_junit() {
         xml.contains("<failure message=\"GPU 0: peak 3.00 GiB over budget 2.00 GiB\"/>"),
         "{xml}"
     );
-    // Without GITHUB_ACTIONS, nothing is written to stdout.
+    // Without GITHUB_ACTIONS, no workflow command at all.
     let out = m
         .gpudoc()
         .args([
@@ -263,6 +271,26 @@ fn ci_annotations_and_junit() {
         .output()
         .unwrap();
     assert!(out.stdout.is_empty());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("::error"));
+}
+
+#[test]
+fn annotations_never_land_in_the_jobs_stdout_file() {
+    // The issue's repro: the job's data goes to a file through stdout; a failed gate under Actions must
+    // leave that file as the job wrote it.
+    let m = Machine::h200s(1);
+    let data = m.path("data.json");
+    let out = m
+        .shell(&format!(
+            r#""$GPUDOC" run -q --max-peak 1MiB -- sh -c '{JOB_3G}; echo data' > {}"#,
+            data.display()
+        ))
+        .env("GITHUB_ACTIONS", "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(122));
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "data\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("::error title=gpudoc memory gate::"));
 }
 
 #[test]

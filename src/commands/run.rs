@@ -451,8 +451,9 @@ fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8
     }
     if let Some(g) = &report.gate {
         if s.github_actions {
-            // Workflow commands are read from stdout.
-            crate::say::to_stdout(&gate::annotations(g));
+            // The runner reads workflow commands from stderr as from stdout (actions/runner's
+            // ScriptHandler gives both to an OutputManager), and stdout is the job's.
+            crate::say::to_stderr(&gate::annotations(g));
         }
         if let Some(path) = s.gate.as_ref().and_then(|x| x.junit.as_ref()) {
             let xml = gate::junit(g, &report.command.join(" "));
