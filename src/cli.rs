@@ -178,7 +178,12 @@ pub struct GateArgs {
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
     /// Allowed growth over the baseline: `5%`, `512MiB`, or both (`5%,512MiB`: the larger applies).
-    #[arg(long, value_name = "PCT|SIZE", default_value = "0%")]
+    #[arg(
+        long,
+        value_name = "PCT|SIZE",
+        default_value = "0%",
+        requires = "baseline"
+    )]
     pub tolerance: String,
     /// Write this run's peaks into the baseline (creating the entry or the file).
     #[arg(long, requires = "baseline")]

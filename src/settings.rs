@@ -276,6 +276,34 @@ fn percentage(part: &str, p: &str) -> Result<f64, String> {
     }
 }
 
+/// `--tolerance`: a percentage, a size, or one of each (`5%,512MiB`); (percent, bytes), 0 for the one not
+/// given. An empty or repeated part is refused: `5%,` or `5%,10%` says something the user did not mean.
+fn tolerance(t: &str) -> Result<(f64, u64), String> {
+    let refuse = |what: &str| {
+        format!(
+            "--tolerance {t}: {what}: give a percentage, a size, or one of each (5%, 512MiB, 5%,512MiB)"
+        )
+    };
+    let (mut pct, mut bytes) = (None, None);
+    for part in t.split(',').map(str::trim) {
+        if part.is_empty() {
+            return Err(refuse("an empty part"));
+        }
+        if let Some(p) = part.strip_suffix('%') {
+            if pct.replace(percentage(part, p)?).is_some() {
+                return Err(refuse("a second percentage"));
+            }
+        } else {
+            let b =
+                parse_bytes(part).map_err(|e| format!("--tolerance {e} (or a percentage: 5%)"))?;
+            if bytes.replace(b).is_some() {
+                return Err(refuse("a second size"));
+            }
+        }
+    }
+    Ok((pct.unwrap_or(0.0), bytes.unwrap_or(0)))
+}
+
 /// The rules in force: the bundled ones, a folder's, less the disabled ones.
 pub fn load_rules(a: &cli::RulesArgs) -> Result<RuleSet, String> {
     RuleSet::load(a.rules.as_deref(), &a.disable_rule).map_err(|e| e.to_string())
@@ -300,6 +328,8 @@ fn measure(m: cli::GateMeasure) -> Measure {
 /// The gate's flags; `None` when no gate was asked for. Reads the baseline file now, so a corrupt one stops
 /// gpudoc before the command runs.
 pub fn resolve_gate(a: &cli::GateArgs, name: Option<&str>) -> Result<Option<Gate>, String> {
+    // Checked even when no gate is asked for: a value that can't be used is never passed over.
+    let (pct, bytes) = tolerance(&a.tolerance)?;
     if a.max_peak.is_empty() && a.baseline.is_none() && a.fail_on.is_none() && a.junit.is_none() {
         return Ok(None);
     }
@@ -320,20 +350,6 @@ pub fn resolve_gate(a: &cli::GateArgs, name: Option<&str>) -> Result<Option<Gate
             gpu,
             parse_bytes(size).map_err(|e| format!("--max-peak {m}: {e}"))?,
         ));
-    }
-    let (mut pct, mut bytes) = (0.0, 0);
-    for part in a
-        .tolerance
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-    {
-        if let Some(p) = part.strip_suffix('%') {
-            pct = percentage(part, p)?;
-        } else {
-            bytes =
-                parse_bytes(part).map_err(|e| format!("--tolerance {e} (or a percentage: 5%)"))?;
-        }
     }
     let baseline = match (&a.baseline, name) {
         (Some(f), Some(n)) => Some((f.clone(), n.to_string())),

@@ -224,6 +224,66 @@ fn absurd_values_are_refused_with_a_hint() {
 }
 
 #[test]
+fn a_tolerance_that_cant_be_meant_is_refused_before_the_job() {
+    let m = Machine::h200s(1);
+    let ran = m.path("ran");
+    let script = format!("touch {}", ran.display());
+    let base = ["--baseline", "b.json", "--name", "x"];
+    for (args, says) in [
+        (vec!["--tolerance", "NaN%"], "--baseline"),
+        (
+            vec!["--max-peak", "1GiB", "--tolerance", "5%"],
+            "--baseline",
+        ),
+        (
+            [&base[..], &["--tolerance", "5%,"]].concat(),
+            "an empty part",
+        ),
+        (
+            [&base[..], &["--tolerance", "5%,5%"]].concat(),
+            "a second percentage",
+        ),
+        (
+            [&base[..], &["--tolerance", "1GiB, 2GiB"]].concat(),
+            "a second size",
+        ),
+        (
+            [&base[..], &["--tolerance", ",5%"]].concat(),
+            "an empty part",
+        ),
+    ] {
+        let out = m
+            .gpudoc()
+            .current_dir(m.dir.path())
+            .arg("run")
+            .args(&args)
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!ran.exists(), "{args:?}: refused before the command runs");
+    }
+    // One of each is what the flag is for.
+    let out = m
+        .gpudoc()
+        .current_dir(m.dir.path())
+        .args(["run", "-q", "--allow-no-gpu"])
+        .args(base)
+        .args(["--tolerance", "5%, 512MiB", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(ran.exists());
+}
+
+#[test]
 fn parallel_baseline_updates_keep_every_entry() {
     let m = Machine::h200s(1);
     let base = m.path("base.json");
