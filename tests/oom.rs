@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::Machine;
+use common::{Machine, read_json};
 use gpudoc::oom::scan::Scanner;
 use gpudoc::oom::{self, Cause, Ending, Evidence, HostOom};
 use gpudoc::supervise::{ProcessEnd, Stream};
@@ -285,6 +285,40 @@ fn a_command_that_dies_of_oom_gets_its_cause_and_numbers() {
     );
     // The command's own text still reached stderr, unchanged, before gpudoc's summary.
     assert!(err.contains(&std::fs::read_to_string(&text).unwrap()));
+}
+
+#[test]
+fn an_earlier_runs_oom_in_an_appended_log_is_not_this_runs() {
+    // `>> log` opens the file with O_APPEND, whose offset stays 0 until the first write: what was in the
+    // log before this run is not this run's output.
+    let m = common::Machine::h200s(1);
+    let text = fixtures().join("h200/torch_fragmentation.stderr");
+    let log = m.path("train.log");
+    for (redirect, this_run, expect) in [
+        (">> {log} 2>&1", "echo step 1; exit 1", "failure"),
+        ("2>> {log}", "echo step 1 >&2; exit 1", "failure"),
+        (">> {log} 2>&1", "cat '{text}' >&2; exit 1", "gpu_oom"),
+    ] {
+        std::fs::copy(&text, &log).unwrap();
+        let json = m.path("r.json");
+        let script = this_run.replace("{text}", &text.display().to_string());
+        let redirect = redirect.replace("{log}", &log.display().to_string());
+        let out = m
+            .shell(&format!(
+                r#""$GPUDOC" run -q --json {} -- sh -c "{script}" {redirect}"#,
+                json.display()
+            ))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{redirect} {this_run}");
+        let r = read_json(&json);
+        assert_eq!(
+            r["exit"]["classification"], expect,
+            "{redirect} {this_run}: {:#}",
+            r["oom"]
+        );
+        assert_eq!(r["oom"].is_null(), expect != "gpu_oom");
+    }
 }
 
 #[test]

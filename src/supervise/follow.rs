@@ -285,6 +285,21 @@ pub(super) fn open(like: RawFd, threads: usize) -> io::Result<Vec<File>> {
     Ok(files)
 }
 
+/// Where the command's output to gpudoc's fd `like` begins in the file: the descriptor's offset, or, when
+/// it was opened for appending (`>> log`), the file's size now. An O_APPEND descriptor's offset moves to the
+/// end only at its first write, so before that it still says 0, and what an earlier run left in the log
+/// would be read as this run's. A process outside the job that appends to the same file while it runs
+/// cannot be told apart: a file does not record who wrote what.
+pub(super) fn output_start(like: RawFd) -> u64 {
+    // SAFETY: fcntl, lseek and fstat on gpudoc's own fd, which stays open.
+    let appending = unsafe { libc::fcntl(like, libc::F_GETFL) } & libc::O_APPEND != 0;
+    if appending {
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(like) };
+        return nix::sys::stat::fstat(fd).map_or(0, |st| st.st_size.max(0) as u64);
+    }
+    (unsafe { libc::lseek(like, 0, libc::SEEK_CUR) }).max(0) as u64
+}
+
 /// gpudoc's fd `like` opened anew for reading, without moving the file's access time where the kernel
 /// lets us (we own the file): reading along must leave no trace on the command's log.
 fn open_to_read(like: RawFd) -> io::Result<std::fs::File> {

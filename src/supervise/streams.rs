@@ -312,13 +312,11 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Option<Source
             let pace = super::follow::Pace::for_this_machine();
             match super::follow::open(like, pace.threads) {
                 Ok(files) => {
-                    // SAFETY: lseek on gpudoc's own fd, which stays open.
-                    let at = unsafe { libc::lseek(like, 0, libc::SEEK_CUR) };
                     let source = Source::Follow {
                         stream,
                         files: files.into(),
                         pace,
-                        from: at.max(0) as u64,
+                        from: super::follow::output_start(like),
                     };
                     (source, End::Inherit)
                 }
