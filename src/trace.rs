@@ -6,9 +6,9 @@
 //! most a second.
 
 use crate::gpu::GpuInfo;
+use crate::output::Sink;
 use crate::timeline::Micros;
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -99,7 +99,7 @@ enum Format {
 
 /// Writes trace rows; errors are kept, not thrown, so a full disk never stops sampling.
 pub struct TraceWriter {
-    out: BufWriter<File>,
+    out: Sink,
     format: Format,
     start_wall: SystemTime,
     command: Vec<String>,
@@ -112,8 +112,9 @@ pub struct TraceWriter {
 }
 
 impl TraceWriter {
-    /// Creates the file now (so a path that can't be written stops gpudoc before the command starts); a
-    /// CSV trace gets its header row at once, a JSON-lines trace its start row with [`Self::start`].
+    /// Creates the file now (so a path that can't be written stops gpudoc before the command starts; a FIFO
+    /// nobody reads yet is opened once a reader comes, see [`Sink`]); a CSV trace gets its header row at
+    /// once, a JSON-lines trace its start row with [`Self::start`].
     pub fn create(
         path: &Path,
         start_wall: SystemTime,
@@ -124,14 +125,13 @@ impl TraceWriter {
             Some("jsonl") => Format::Jsonl,
             _ => Format::Csv,
         };
-        let mut out = BufWriter::new(File::create(path)?);
+        let mut out = Sink::open(path)?;
         if format == Format::Csv {
-            writeln!(
-                out,
-                "timestamp, index, memory.used [MiB], memory.total [MiB], pid, used_memory [MiB], in_job"
+            out.line(
+                "timestamp, index, memory.used [MiB], memory.total [MiB], pid, used_memory [MiB], in_job",
             )?;
         }
-        out.flush()?;
+        out.push()?;
         Ok(TraceWriter {
             out,
             format,
@@ -166,9 +166,9 @@ impl TraceWriter {
                 gpus: gpus.to_vec(),
                 nvml: Some(nvml.clone()),
             });
-            self.write(|o| writeln!(o, "{line}"));
+            self.write(&line);
             for row in std::mem::take(&mut self.pending) {
-                self.write(|o| writeln!(o, "{row}"));
+                self.write(&row);
             }
         }
     }
@@ -176,7 +176,7 @@ impl TraceWriter {
     /// Writes a JSON-lines row, or holds it until the start row is out.
     fn row(&mut self, line: String) {
         if self.started {
-            self.write(|o| writeln!(o, "{line}"));
+            self.write(&line);
         } else if self.pending.len() < MAX_PENDING {
             self.pending.push(line);
         }
@@ -193,13 +193,15 @@ impl TraceWriter {
         }
     }
 
-    /// The last row: what the end of the run knew (JSON lines only), then a flush.
+    /// The last row: what the end of the run knew (JSON lines only); then everything is written, waiting
+    /// at most [`crate::output::PATIENCE`] for a FIFO's reader.
     pub fn end(&mut self, end: &impl serde::Serialize) {
         if self.format == Format::Jsonl {
             let row = serde_json::to_string(&Row::End { end }).expect("trace rows serialize");
             self.row(row);
         }
-        self.flush();
+        self.last_flush = Instant::now();
+        self.keep(|o| o.finish(crate::output::PATIENCE));
     }
 
     /// Whether the start row was written.
@@ -214,7 +216,13 @@ impl TraceWriter {
             .to_string()
     }
 
-    fn write(&mut self, f: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>) {
+    /// Writes a line (in time: see [`Sink`]).
+    fn write(&mut self, line: &str) {
+        self.keep(|o| o.line(line));
+    }
+
+    /// Does `f` to the file unless an error came before: the first error stops the writing.
+    fn keep(&mut self, f: impl FnOnce(&mut Sink) -> io::Result<()>) {
         if self.error.is_none()
             && let Err(e) = f(&mut self.out)
         {
@@ -241,7 +249,7 @@ impl TraceWriter {
                 }));
             }
         };
-        self.write(|o| writeln!(o, "{line}"));
+        self.write(&line);
     }
 
     /// A process's memory on a GPU changed (0 when it left the GPU). Its first row carries its command
@@ -279,7 +287,7 @@ impl TraceWriter {
                 }));
             }
         };
-        self.write(|o| writeln!(o, "{line}"));
+        self.write(&line);
     }
 
     /// The job's memory on a GPU changed: the sum over its processes at one process sample (JSON lines
@@ -307,14 +315,23 @@ impl TraceWriter {
         }
     }
 
+    /// Writes what the file takes now, without waiting.
     pub fn flush(&mut self) {
         self.last_flush = Instant::now();
-        self.write(|o| o.flush());
+        self.keep(Sink::push);
     }
 
-    /// The first write error, if any.
-    pub fn error(&self) -> Option<&str> {
-        self.error.as_deref()
+    /// The first write error, or the rows dropped while the file's reader fell behind, if any.
+    pub fn error(&self) -> Option<String> {
+        let dropped = self.out.dropped();
+        self.error.clone().or_else(|| {
+            (dropped > 0).then(|| {
+                format!(
+                    "its reader fell {} MiB behind: {dropped} rows dropped",
+                    crate::output::BEHIND_MAX >> 20
+                )
+            })
+        })
     }
 }
 

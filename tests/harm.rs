@@ -494,14 +494,7 @@ fn alive(pid: u32) -> bool {
 }
 
 fn gone_within(pid: u32, limit: Duration) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
+    common::within(limit, || !alive(pid))
 }
 
 #[test]

@@ -316,6 +316,20 @@ pub fn report_of(
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Whether `cond` holds within `limit`, asking every 10 ms.
+pub fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Makes `fd` non-blocking (O_NONBLOCK on its open file description, shared with its duplicates).
 pub fn set_nonblocking(fd: impl std::os::fd::AsFd) {
     use std::os::fd::AsRawFd;
