@@ -221,20 +221,35 @@ fn the_end_of_the_run_is_served_while_it_lingers() {
 }
 
 #[test]
-fn a_port_that_is_taken_fails_before_the_command_starts() {
+fn a_port_that_is_taken_leaves_the_job_running_without_the_endpoint() {
+    // One gpudoc per rank on a node, all given the same port: the job runs, each gpudoc that could not
+    // bind says so once, and its report keeps it.
     let m = Machine::h200s(1);
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let marker = m.path("ran");
+    let (marker, json) = (m.path("ran"), m.path("r.json"));
     let out = m
         .gpudoc()
-        .args(["run", "--metrics", &port.to_string(), "--", "touch"])
-        .arg(&marker)
+        .args(["run", "-q", "--metrics", &port.to_string(), "--json"])
+        .arg(&json)
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}; exit 3", marker.display()))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--metrics"));
-    assert!(!marker.exists(), "the command never ran");
+    assert_eq!(out.status.code(), Some(3), "the command's own code");
+    assert!(marker.exists(), "the command ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("without the endpoint").count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(
+        err.contains(&format!("--metrics 127.0.0.1:{port}")),
+        "{err}"
+    );
+    let notes = common::read_json(&json)["notes"].to_string();
+    assert!(notes.contains("ran without the endpoint"), "{notes}");
 }
 
 #[test]

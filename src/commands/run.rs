@@ -80,6 +80,8 @@ struct Session {
     /// gpudoc was started ignoring SIGHUP (`nohup gpudoc run`): the job's processes may have it from
     /// there, so ignoring it tells nothing of theirs.
     hup_ignored: bool,
+    /// What could not be set up beside the command, for the report.
+    notes: Vec<String>,
 }
 
 impl Session {
@@ -110,6 +112,7 @@ impl Session {
         };
         let (channel, shim_env) = open_shim(s, start_wall, &trace);
         let scanner = Arc::new(Mutex::new(Scanner::new()));
+        let mut notes = Vec::new();
         let metrics = match s.metrics {
             Some((addr, _)) => {
                 let sources = live_metrics::Sources {
@@ -122,10 +125,14 @@ impl Session {
                     started_unix_s: unix_s(start_wall),
                     rates: s.rates,
                 };
-                Some(
-                    live_metrics::Metrics::start(addr, sources)
-                        .map_err(|e| Failure::new(exit::GPUDOC_FAILED, format!("--metrics {e}")))?,
-                )
+                // A port taken (another job's gpudoc on the node, one per rank) must not keep the job
+                // from running: it runs without the endpoint, and the report says so.
+                live_metrics::Metrics::start(addr, sources)
+                    .inspect_err(|e| {
+                        crate::sayln!("gpudoc: --metrics {e}: the job runs without the endpoint");
+                        notes.push(format!("--metrics {e}: the job ran without the endpoint"));
+                    })
+                    .ok()
             }
             None => None,
         };
@@ -142,6 +149,7 @@ impl Session {
             trace,
             metrics,
             hup_ignored,
+            notes,
         })
     }
 
@@ -214,7 +222,11 @@ impl Session {
             host,
             leftovers,
             ended,
-            notes: sampled.stalled.iter().cloned().collect(),
+            notes: self
+                .notes
+                .into_iter()
+                .chain(sampled.stalled.clone())
+                .collect(),
             self_usage: crate::report::self_usage(),
         };
         if let Some(t) = self.trace {
