@@ -512,6 +512,67 @@ fn a_killed_gpudoc_ends_the_whole_job() {
     }
 }
 
+/// The shim folders (`gpudoc-*`) in `tmp`.
+fn shim_folders(tmp: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("gpudoc-")
+        })
+        .collect()
+}
+
+#[test]
+fn the_folder_a_killed_gpudoc_left_is_removed_by_the_next_run() {
+    let m = Machine::h200s(1);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut guard = m
+        .gpudoc()
+        .env("TMPDIR", tmp.path())
+        .args(["run", "-q", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    assert!(
+        common::within(Duration::from_secs(5), || shim_folders(tmp.path()).len()
+            == 1),
+        "the run made its folder"
+    );
+    // gpudoc itself is the guard's child; SIGKILL leaves it no time to clean up.
+    let children = format!("/proc/{0}/task/{0}/children", guard.id());
+    let gpudoc: i32 = std::fs::read_to_string(children)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    unsafe { libc::kill(gpudoc, libc::SIGKILL) };
+    let _ = guard.wait();
+    let left = shim_folders(tmp.path());
+    assert_eq!(left.len(), 1, "SIGKILL left the folder");
+    // Older than a run that has just made its folder and not yet locked it.
+    let old = nix::sys::time::TimeSpec::new(1_600_000_000, 0);
+    nix::sys::stat::utimensat(
+        nix::fcntl::AT_FDCWD,
+        &left[0],
+        &old,
+        &old,
+        nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+    )
+    .unwrap();
+    let st = m
+        .gpudoc()
+        .env("TMPDIR", tmp.path())
+        .args(["run", "-q", "--", "true"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(shim_folders(tmp.path()), Vec::<std::path::PathBuf>::new());
+}
+
 #[test]
 fn a_job_started_by_pid_1_in_a_container_is_not_killed() {
     let probe = Command::new("unshare")

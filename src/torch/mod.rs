@@ -7,6 +7,7 @@
 //! descriptors, and every rank must still reach gpudoc.
 
 pub mod hunt;
+mod stale;
 pub mod view;
 
 use crate::timeline::{Micros, Series};
@@ -304,6 +305,8 @@ impl TorchTimeline {
 /// The shim's folder, pipe and reader thread for one run.
 pub struct Channel {
     _dir: tempfile::TempDir,
+    /// Dropped after the folder is removed: until then, no other run takes it for a killed run's.
+    _held: stale::Held,
     stop: Arc<AtomicBool>,
     reader: JoinHandle<()>,
     timeline: Arc<std::sync::Mutex<TorchTimeline>>,
@@ -320,6 +323,7 @@ impl Channel {
         trace: Option<SharedTrace>,
     ) -> std::io::Result<(Channel, Vec<(String, OsString)>)> {
         let dir = private_dir(tmpdir)?;
+        let held = stale::hold(dir.path())?;
         for (name, text) in SHIM {
             std::fs::write(dir.path().join(name), text)?;
         }
@@ -362,6 +366,7 @@ impl Channel {
         Ok((
             Channel {
                 _dir: dir,
+                _held: held,
                 stop,
                 reader,
                 timeline,
