@@ -673,6 +673,29 @@ fn oom_texts_on_stdout_are_read_whatever_stdout_is() {
 }
 
 #[test]
+fn a_device_as_a_stream_is_the_commands_own() {
+    // What the command sees of its stdout and what the device does with its writes, bare and wrapped.
+    let m = Machine::h200s(1);
+    let script = r#"test -c /proc/self/fd/1 && echo "a device" >&2; echo hi; echo "status $?" >&2"#;
+    for dev in ["/dev/null", "/dev/full"] {
+        let run = |wrapper: &str| {
+            let out = m
+                .shell(&format!("{wrapper} sh -c '{script}' > {dev}"))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| !l.contains("sh:") && !l.contains("echo:"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let bare = run("");
+        assert!(bare.contains("a device"), "{dev}: {bare}");
+        assert_eq!(run(r#""$GPUDOC" run -q --"#), bare, "{dev}");
+    }
+}
+
+#[test]
 fn stdout_and_stderr_sharing_a_pipe_keep_their_order() {
     let m = Machine::h200s(1);
     let script = "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo out$i; echo err$i >&2; done";

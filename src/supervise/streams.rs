@@ -5,8 +5,9 @@
 //!   command still sees a terminal and prints colours and progress bars.
 //! - A stream that is a regular file (`> log`) is the command's own, as without gpudoc: gpudoc reads the
 //!   file behind it ([`follow`]), so the output costs nothing and its order is the command's.
-//! - Anything else (a pipe to `tee` or a CI runner, `/dev/null`) gets a pipe that gpudoc copies on: inside
-//!   the kernel (tee(2)) where the destination is a pipe too, gpudoc reading the bytes only to scan them.
+//! - A character device that is not a terminal (`/dev/null`) is the command's own too, and not read.
+//! - Anything else (a pipe to `tee` or a CI runner) gets a pipe that gpudoc copies on: inside the kernel
+//!   (tee(2)) where the destination is a pipe too, gpudoc reading the bytes only to scan them.
 //! - When stdout and stderr are the same file (`2>&1`), the command gets one channel for both, so the
 //!   order of its writes is kept exactly.
 //! - The terminal is shared with gpudoc's live line ([`Terminal`]): the command's bytes go out as they
@@ -48,7 +49,9 @@ pub enum Kind {
     Terminal,
     /// A regular file.
     File,
-    /// A pipe, a socket, a device: anything else.
+    /// A character device that is not a terminal (`/dev/null`): the command's own, as without gpudoc.
+    Device,
+    /// A pipe, a socket: anything else.
     #[default]
     Other,
     /// Closed when gpudoc started: the command finds it closed too.
@@ -73,6 +76,7 @@ impl Wiring {
             _ if crate::stdfds::closed_at_start(fd) => Kind::Closed,
             _ if tty => Kind::Terminal,
             Some(s) if s.st_mode & libc::S_IFMT == libc::S_IFREG => Kind::File,
+            Some(s) if s.st_mode & libc::S_IFMT == libc::S_IFCHR => Kind::Device,
             _ => Kind::Other,
         };
         let (a, b) = (stat(1), stat(2));
@@ -298,6 +302,9 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Option<Source
     let (source, end) = match kind {
         // Inherited, and closed in the command before it starts (see `stdfds`).
         Kind::Closed => return Ok((None, End::Inherit)),
+        // Inherited: a pipe in between made a 2 GiB write to /dev/null 4x slower, and hid from the
+        // command what the device does (/dev/full's ENOSPC). What it writes there is not read.
+        Kind::Device => return Ok((None, End::Inherit)),
         Kind::Terminal => {
             let (master, slave) = open_pty(like)?;
             let source = Source::Pump {
