@@ -673,6 +673,51 @@ fn oom_texts_on_stdout_are_read_whatever_stdout_is() {
 }
 
 #[test]
+fn the_command_gets_the_environment_as_it_was_with_only_the_shims_variables_added() {
+    // PYTHONUNBUFFERED or PYTHONDONTWRITEBYTECODE would change how a Python program runs (its output's
+    // buffering and interleaving, its start-up): gpudoc never sets them. (Issue 26 saw them under gpudoc
+    // because the shell it ran in exported them; bare saw them too.)
+    let m = Machine::h200s(1);
+    let env_of = |c: &mut Command| {
+        common::env_lines(
+            c.env_remove("PYTHONUNBUFFERED")
+                .env_remove("PYTHONDONTWRITEBYTECODE")
+                .env_remove("PYTHONPATH"),
+        )
+    };
+    let mut bare = Command::new("env");
+    for (k, v) in m.gpudoc().get_envs() {
+        match v {
+            Some(v) => bare.env(k, v),
+            None => bare.env_remove(k),
+        };
+    }
+    // `env env` prints the environment as `env` does.
+    let bare = env_of(&mut bare);
+    let shim = [
+        "GPUDOC_HUNT",
+        "GPUDOC_TORCH_PIPE",
+        "GPUDOC_TORCH_RESET_PEAKS",
+        "PYTHONPATH",
+    ];
+    for (flags, added_by_gpudoc) in [(&["--no-torch"][..], &[][..]), (&[], &shim[..])] {
+        let mut c = m.gpudoc();
+        c.args(["run", "-q"]).args(flags).arg("--");
+        let under = env_of(&mut c);
+        let added: Vec<&str> = under
+            .iter()
+            .filter(|l| !bare.contains(l))
+            .map(|l| l.split('=').next().unwrap())
+            .collect();
+        assert_eq!(added, added_by_gpudoc, "{flags:?}");
+        assert!(
+            bare.iter().all(|l| under.contains(l)),
+            "{flags:?}: nothing removed"
+        );
+    }
+}
+
+#[test]
 fn a_device_as_a_stream_is_the_commands_own() {
     // What the command sees of its stdout and what the device does with its writes, bare and wrapped.
     let m = Machine::h200s(1);

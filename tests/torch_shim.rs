@@ -314,16 +314,7 @@ fn commands_without_torch_are_unaffected() {
     );
 
     // A non-Python command sees only the shim's variables added to its environment.
-    let env_of = |c: &mut Command| -> Vec<String> {
-        let out = c.arg("env").output().unwrap();
-        let mut v: Vec<String> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect();
-        v.sort();
-        v
-    };
+    let env_of = common::env_lines;
     let mut plain = m.gpudoc();
     plain.args(["run", "--quiet", "--no-torch", "--"]);
     let mut shimmed = m.gpudoc();

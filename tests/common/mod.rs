@@ -316,6 +316,18 @@ pub fn report_of(
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// What `env` printed (`c` runs it), one `NAME=value` a line, sorted.
+pub fn env_lines(c: &mut Command) -> Vec<String> {
+    let out = c.arg("env").output().unwrap();
+    let mut v: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
 /// Whether `cond` holds within `limit`, asking every 10 ms.
 pub fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let until = std::time::Instant::now() + limit;
