@@ -169,19 +169,13 @@ fn linger(d: std::time::Duration) -> Result<std::time::Duration, Failure> {
 
 impl RunSettings {
     pub fn resolve(a: cli::RunArgs, color: ColorWhen, env: Env) -> Result<RunSettings, Failure> {
-        let json = a.json.as_deref().map(Target::parse);
-        match &json {
-            Some(Target::Stdout) => {
-                return Err(run_failure(
-                    "--json -",
-                    "the command's own output goes to stdout, so the report can't go there too: give \
-                     a file (--json report.json), or a descriptor (--json /dev/fd/3 3>&1 1>&2)",
-                ));
-            }
-            Some(t) => {
-                output::check(t).map_err(|e| run_failure(&format!("--json {}", t.display()), e))?
-            }
-            None => {}
+        let json = a
+            .json
+            .as_deref()
+            .map(|p| run_output("--json", p))
+            .transpose()?;
+        if let Some(t) = &a.trace {
+            run_output("--trace", t)?;
         }
         let rules = RunRules::load(a.rules.rules.as_deref(), &a.rules.disable_rule)
             .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e.to_string()))?;
@@ -237,32 +231,41 @@ impl RunSettings {
                 }
                 None => None,
             },
-            html: match a.html {
-                Some(f) => {
-                    let t = Target::File(f);
-                    output::check(&t)
-                        .map_err(|e| run_failure(&format!("--html {}", t.display()), e))?;
-                    Some(t)
-                }
-                None => None,
-            },
+            html: a
+                .html
+                .as_deref()
+                .map(|p| run_output("--html", p))
+                .transpose()?,
             env,
         })
     }
 }
 
+/// A file `gpudoc run` writes, checked before the command runs. `-` is refused: stdout is the command's,
+/// and gpudoc's own output never goes into it.
+fn run_output(flag: &str, path: &std::path::Path) -> Result<Target, Failure> {
+    let t = Target::parse(path);
+    if t == Target::Stdout {
+        return Err(run_failure(
+            &format!("{flag} -"),
+            format!(
+                "the command's own output goes to stdout, so gpudoc's can't go there too: give a \
+                 file, or a descriptor ({flag} /dev/fd/3 3>&1 1>&2)"
+            ),
+        ));
+    }
+    output::check(&t).map_err(|e| run_failure(&format!("{flag} {}", t.display()), e))?;
+    Ok(t)
+}
+
 /// The gate's files must be writable before the command runs: a JUnit file, a baseline to update.
 fn check_gate_outputs(g: &Gate) -> Result<(), Failure> {
-    let mut outputs: Vec<(&str, &PathBuf)> = Vec::new();
     if let Some(j) = &g.junit {
-        outputs.push(("--junit", j));
+        run_output("--junit", j)?;
     }
     if let (true, Some((b, _))) = (g.update, &g.baseline) {
-        outputs.push(("--update-baseline", b));
-    }
-    for (flag, path) in outputs {
-        output::check(&Target::File(path.clone()))
-            .map_err(|e| run_failure(&format!("{flag} {}", path.display()), e))?;
+        output::check(&Target::File(b.clone()))
+            .map_err(|e| run_failure(&format!("--update-baseline {}", b.display()), e))?;
     }
     Ok(())
 }

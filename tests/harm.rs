@@ -114,6 +114,36 @@ fn json_through_a_descriptor_gives_something_a_machine_can_read() {
 }
 
 #[test]
+fn no_output_of_gpudocs_is_sent_to_the_commands_stdout() {
+    // `-` is stdout for `gpudoc report`; under `gpudoc run` stdout is the command's. `--html -` and
+    // `--trace -` wrote a file named `-`, `--junit -` too.
+    let m = Machine::h200s(1);
+    let ran = m.path("ran");
+    for flag in ["--json", "--html", "--trace", "--junit"] {
+        let out = m
+            .gpudoc()
+            .current_dir(m.dir.path())
+            .args(["run", flag, "-", "--", "sh", "-c"])
+            .arg(format!("touch {}; echo hi", ran.display()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{flag}: {err}");
+        assert!(
+            err.contains(&format!(
+                "{flag} -: the command's own output goes to stdout"
+            )),
+            "{err}"
+        );
+        assert!(
+            out.stdout.is_empty() && !ran.exists(),
+            "{flag}: refused before the command runs"
+        );
+        assert!(!m.path("-").exists(), "{flag}: no file named `-`");
+    }
+}
+
+#[test]
 fn outputs_that_cant_be_written_are_failures_the_exit_code_shows() {
     let m = Machine::h200s(1);
     let ran = m.path("ran");
