@@ -62,8 +62,8 @@ impl Target {
 pub const PATIENCE: Duration = Duration::from_secs(5);
 /// What a [`Sink`] keeps while its destination takes nothing; past it, lines are dropped.
 pub const BEHIND_MAX: usize = 16 << 20;
-/// A regular file's lines are written once this many bytes wait.
-const FILE_BATCH: usize = 64 << 10;
+/// Lines are written once this many bytes wait (and at each [`Sink::push`]).
+const BATCH: usize = 64 << 10;
 
 /// How a path is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -378,8 +378,8 @@ impl Sink {
         })
     }
 
-    /// Adds `line` and a newline; written now for a regular file with enough waiting, else at the next
-    /// [`Sink::push`]. Dropped (and counted) where the destination is too far behind.
+    /// Adds `line` and a newline, written once enough waits or at the next [`Sink::push`]. Dropped (and
+    /// counted) where the destination is too far behind.
     pub fn line(&mut self, line: &str) -> io::Result<()> {
         let file = matches!(self.to, To::File(_));
         if !file && self.behind.len() + line.len() >= BEHIND_MAX {
@@ -388,7 +388,7 @@ impl Sink {
         }
         self.behind.extend_from_slice(line.as_bytes());
         self.behind.push(b'\n');
-        if file && self.behind.len() >= FILE_BATCH {
+        if self.behind.len() >= BATCH && !matches!(self.to, To::Unread(_)) {
             self.push()?;
         }
         Ok(())
@@ -626,6 +626,46 @@ mod tests {
         sink.finish(Duration::from_secs(5)).unwrap();
         drop(sink);
         assert_eq!(reader.join().unwrap(), b"one\ntwo\n");
+    }
+
+    #[test]
+    fn a_reader_that_falls_behind_loses_whole_lines_never_parts() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("fifo");
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // A reader that takes nothing until the writer is done.
+        let mut reader = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&p)
+            .unwrap();
+        let mut sink = Sink::open(&p).unwrap();
+        let line = "x".repeat(99);
+        let n = 2 * BEHIND_MAX / 100;
+        for _ in 0..n {
+            sink.line(&line).unwrap();
+        }
+        assert!(sink.dropped() > 0 && sink.behind.len() <= BEHIND_MAX);
+        let kept = n as u64 - sink.dropped();
+        let got = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match io::Read::read(&mut reader, &mut buf) {
+                    Ok(0) => return got,
+                    Ok(k) => got.extend_from_slice(&buf[..k]),
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+        });
+        sink.finish(Duration::from_secs(5)).unwrap();
+        drop(sink);
+        let got = got.join().unwrap();
+        assert_eq!(got.len() as u64, kept * 100);
+        assert!(
+            got.chunks(100)
+                .all(|l| l[..99] == *line.as_bytes() && l[99] == b'\n')
+        );
     }
 
     #[test]
