@@ -26,11 +26,7 @@ WORKLOADS=(
   "100k short lines to stdout|seq 100000"
 )
 
-# Runs a command; its wall time in microseconds goes to fd 3.
-secs() { local s e; s=$(date +%s%N); "$@"; e=$(date +%s%N); echo $(( (e - s) / 1000 )) >&3; }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-spread() { sort -n | awk 'NR==1{lo=$1} {hi=$1} END {print lo "-" hi}'; }
-fmt() { awk -v u="$1" 'BEGIN {printf "%.3f", u/1e6}'; }
+. bench/timing.sh
 
 bare_to() { if [ "$1" = file ]; then sh -c "$2" > "$W/out.bare" 2>&1; else sh -c "$2" 2>&1 | cat > "$W/out.bare"; fi; }
 # The same with one more process copying the stream on (`| cat`): what any pipe hop costs.
@@ -58,6 +54,6 @@ for w in "${WORKLOADS[@]}"; do
   done
   same=no; cmp -s -n "$(stat -c %s "$W/out.bare")" "$W/out.bare" "$W/out.wrapped" && same=yes
   b=$(median < "$W/bare"); h=$(median < "$W/hop"); g=$(median < "$W/wrapped")
-  echo "| $name | $to | $(fmt "$b") | $(fmt "$h") | $(fmt "$g") | $(awk -v a="$g" -v b="$b" 'BEGIN{printf "%.2f", a/b}') | $(spread < "$W/bare" | awk -F- '{printf "%.3f-%.3f", $1/1e6, $2/1e6}') | $(spread < "$W/wrapped" | awk -F- '{printf "%.3f-%.3f", $1/1e6, $2/1e6}') | $same |"
+  echo "| $name | $to | $(fmt "$b") | $(fmt "$h") | $(fmt "$g") | $(awk -v a="$g" -v b="$b" 'BEGIN{printf "%.2f", a/b}') | $(spread < "$W/bare") | $(spread < "$W/wrapped") | $same |"
  done
 done
