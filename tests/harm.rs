@@ -567,9 +567,14 @@ fn the_folder_a_killed_gpudoc_left_is_removed_by_the_next_run() {
         .args(["run", "-q", "--", "sleep", "30"])
         .spawn()
         .unwrap();
+    // The pipe is made last: by then the folder is set up, and locked.
+    let set_up = || {
+        shim_folders(tmp.path())
+            .iter()
+            .any(|f| f.join("torch.pipe").exists())
+    };
     assert!(
-        common::within(Duration::from_secs(5), || shim_folders(tmp.path()).len()
-            == 1),
+        common::within(Duration::from_secs(10), set_up),
         "the run made its folder"
     );
     // gpudoc itself is the guard's child; SIGKILL leaves it no time to clean up.
