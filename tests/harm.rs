@@ -753,7 +753,7 @@ fn the_command_gets_the_environment_as_it_was_with_only_the_shims_variables_adde
 }
 
 #[test]
-fn a_device_as_a_stream_is_the_commands_own() {
+fn a_device_as_stdout_is_the_commands_own_and_stderr_is_still_read() {
     // What the command sees of its stdout and what the device does with its writes, bare and wrapped.
     let m = Machine::h200s(1);
     let script = r#"test -c /proc/self/fd/1 && echo "a device" >&2; echo hi; echo "status $?" >&2"#;
@@ -773,6 +773,17 @@ fn a_device_as_a_stream_is_the_commands_own() {
         assert!(bare.contains("a device"), "{dev}: {bare}");
         assert_eq!(run(r#""$GPUDOC" run -q --"#), bare, "{dev}");
     }
+    // Where OOM reports are printed, a device is still read (`&> /dev/null`, a launcher's discarded logs).
+    let json = m.path("r.json");
+    let st = m
+        .shell(&format!(
+            r#""$GPUDOC" run -q --json {} -- sh -c "echo '{OOM_LINE}' >&2; exit 1" &> /dev/null"#,
+            json.display()
+        ))
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(1));
+    assert_eq!(read_json(&json)["exit"]["classification"], "gpu_oom");
 }
 
 #[test]

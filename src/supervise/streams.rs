@@ -5,9 +5,11 @@
 //!   command still sees a terminal and prints colours and progress bars.
 //! - A stream that is a regular file (`> log`) is the command's own, as without gpudoc: gpudoc reads the
 //!   file behind it ([`follow`]), so the output costs nothing and its order is the command's.
-//! - A character device that is not a terminal (`/dev/null`) is the command's own too, and not read.
-//! - Anything else (a pipe to `tee` or a CI runner) gets a pipe that gpudoc copies on: inside the kernel
-//!   (tee(2)) where the destination is a pipe too, gpudoc reading the bytes only to scan them.
+//! - A stdout that is a character device other than a terminal (`> /dev/null`) is the command's own too,
+//!   and not read.
+//! - Anything else (a pipe to `tee` or a CI runner, a stderr sent to `/dev/null`) gets a pipe that gpudoc
+//!   copies on: inside the kernel (tee(2)) where the destination is a pipe too, gpudoc reading the bytes
+//!   only to scan them.
 //! - When stdout and stderr are the same file (`2>&1`), the command gets one channel for both, so the
 //!   order of its writes is kept exactly.
 //! - The terminal is shared with gpudoc's live line ([`Terminal`]): the command's bytes go out as they
@@ -49,7 +51,7 @@ pub enum Kind {
     Terminal,
     /// A regular file.
     File,
-    /// A character device that is not a terminal (`/dev/null`): the command's own, as without gpudoc.
+    /// A character device that is not a terminal (`/dev/null`): as stdout, the command's own.
     Device,
     /// A pipe, a socket: anything else.
     #[default]
@@ -88,7 +90,8 @@ impl Wiring {
             shared: id(&a).is_some()
                 && id(&a) == id(&b)
                 && stdout == stderr
-                && stdout != Kind::Closed,
+                // A device keeps no order between its writers (`&> /dev/null`): see `channel`.
+                && !matches!(stdout, Kind::Closed | Kind::Device),
         }
     }
 }
@@ -302,9 +305,10 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Option<Source
     let (source, end) = match kind {
         // Inherited, and closed in the command before it starts (see `stdfds`).
         Kind::Closed => return Ok((None, End::Inherit)),
-        // Inherited: a pipe in between made a 2 GiB write to /dev/null 4x slower, and hid from the
-        // command what the device does (/dev/full's ENOSPC). What it writes there is not read.
-        Kind::Device => return Ok((None, End::Inherit)),
+        // Stdout inherited: a pipe in between made a 2 GiB write to /dev/null 4x slower, and hid from the
+        // command what the device does (/dev/full's ENOSPC). What it writes there is not read; stderr,
+        // where OOM reports are printed, still passes through gpudoc (below, as a pipe's).
+        Kind::Device if stream == Stream::Stdout => return Ok((None, End::Inherit)),
         Kind::Terminal => {
             let (master, slave) = open_pty(like)?;
             let source = Source::Pump {
@@ -331,7 +335,7 @@ fn channel(kind: Kind, like: RawFd, stream: Stream) -> io::Result<(Option<Source
                 Err(_) => return channel(Kind::Other, like, stream),
             }
         }
-        Kind::Other => {
+        Kind::Other | Kind::Device => {
             let (r, w) = nix::unistd::pipe()?;
             set_cloexec(r.as_raw_fd());
             set_cloexec(w.as_raw_fd());
