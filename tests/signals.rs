@@ -434,3 +434,79 @@ fn ctrl_z_in_a_shell_stops_the_job_and_fg_continues_it() {
     t.type_bytes(b"exit\r");
     t.finish();
 }
+
+/// The PIDs of processes whose command line is exactly `cmdline`.
+fn pids_running(cmdline: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for p in procfs::process::all_processes().unwrap().flatten() {
+        if p.cmdline().is_ok_and(|c| c.join(" ") == cmdline)
+            && p.stat().is_ok_and(|s| s.state != 'Z')
+        {
+            out.push(p.pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn killing_every_gpudoc_process_at_once_still_ends_the_job() {
+    // `pkill -9 gpudoc`: the guard and gpudoc die together; what the job detached must not run on.
+    let m = Machine::h200s(1);
+    let (a, b) = ("sleep 311", "sleep 312");
+    let mut c = m.gpudoc();
+    c.args(["run", "-q", "--no-torch", "--", "sh", "-c"])
+        .arg(format!("{a} & setsid {b} & wait"))
+        .process_group(0)
+        .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while (pids_running(a).is_empty() || pids_running(b).is_empty()) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Let the keeper note them (it looks every half second).
+    std::thread::sleep(Duration::from_millis(1200));
+    let guard = child.id() as i32;
+    let gpudoc = procfs::process::Process::new(guard)
+        .unwrap()
+        .tasks()
+        .unwrap()
+        .flatten()
+        .flat_map(|t| t.children().unwrap_or_default())
+        .find(|&p| {
+            procfs::process::Process::new(p as i32)
+                .is_ok_and(|p| p.stat().is_ok_and(|s| s.comm == "gpudoc"))
+        })
+        .expect("gpudoc, the guard's child") as i32;
+    kill(Pid::from_raw(gpudoc), Signal::SIGKILL).unwrap();
+    kill(Pid::from_raw(guard), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while !(pids_running(a).is_empty() && pids_running(b).is_empty()) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<i32> = pids_running(a).into_iter().chain(pids_running(b)).collect();
+    for &p in &left {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    assert!(left.is_empty(), "still running: {left:?}");
+}
+
+#[test]
+fn what_a_job_leaves_running_outlives_a_gpudoc_that_ends_as_it_should() {
+    // Reported, not ended (that is --kill-orphans'): the keeper leaves with the guard, ending nothing.
+    let m = Machine::h200s(1);
+    let left = "sleep 313";
+    let out = m
+        .gpudoc()
+        .args(["run", "-q", "--no-torch", "--", "sh", "-c"])
+        .arg(format!("{left} > /dev/null 2>&1 &"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::thread::sleep(Duration::from_millis(1500));
+    let pids = pids_running(left);
+    for &p in &pids {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    assert_eq!(pids.len(), 1, "the leftover was ended");
+}

@@ -19,11 +19,12 @@ use std::process::ExitCode;
 
 /// Parses `args`, resolves the settings and runs the subcommand.
 pub fn main(args: Vec<OsString>, env: Env) -> Result<ExitCode, Failure> {
-    if args
-        .get(1)
-        .is_some_and(|a| a == crate::supervise::drain::ARG)
-    {
-        return Ok(crate::supervise::drain::run(&args[2..]));
+    // gpudoc's own helper processes (see supervise::drain and supervise::keeper).
+    use crate::supervise::{drain, keeper};
+    match args.get(1).and_then(|a| a.to_str()) {
+        Some(drain::ARG) => return Ok(drain::run(&args[2..])),
+        Some(keeper::ARG) => return Ok(keeper::run(&args[2..])),
+        _ => {}
     }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,

@@ -13,66 +13,23 @@
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io;
 use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 /// The first argument that makes gpudoc a drainer.
 pub const ARG: &str = "__gpudoc-drain";
-
-/// Where the handed channels are put in the drainer: the first at fds 3 and 4, the next at 5 and 6.
-const FIRST_FD: RawFd = 3;
-/// Where they are gathered first, above anything gpudoc has open, so that moving one never closes another.
-const PARK_FD: RawFd = 1000;
 
 /// Starts a drainer for `pairs` (the channel gpudoc read, the fd it wrote to). It is not waited for.
 pub fn hand_over(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
     if pairs.is_empty() {
         return Ok(());
     }
-    let args: Vec<String> = (0..pairs.len() as RawFd)
-        .map(|i| format!("{}:{}", FIRST_FD + 2 * i, FIRST_FD + 2 * i + 1))
-        .collect();
-    let fds: Vec<RawFd> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
-    let mut cmd = Command::new("/proc/self/exe");
-    // gpudoc's own standard fds stay as they are until the pre-exec has moved the pairs (a destination is
-    // often fd 1 or 2).
-    cmd.arg0("gpudoc").arg(ARG).args(&args);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            // A session of its own: no terminal's keys or hang-up, not gpudoc's process group.
-            libc::setsid();
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGPIPE] {
-                libc::signal(sig, libc::SIG_IGN);
-            }
-            for (i, &fd) in fds.iter().enumerate() {
-                if libc::dup2(fd, PARK_FD + i as RawFd) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            // Its own standard fds hold nothing open: a pipeline after gpudoc ends when the channels'
-            // writers are gone.
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-            for std_fd in 0..3 {
-                libc::dup2(null, std_fd);
-            }
-            for i in 0..fds.len() as RawFd {
-                libc::dup2(PARK_FD + i, FIRST_FD + i);
-            }
-            // Nothing else of gpudoc's (a device node NVML opened without O_CLOEXEC) goes along.
-            let keep = FIRST_FD + fds.len() as RawFd;
-            if libc::syscall(libc::SYS_close_range, keep, libc::c_uint::MAX, 0) != 0 {
-                for fd in keep..PARK_FD + fds.len() as RawFd {
-                    libc::close(fd);
-                }
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn().map(|_| ())
+    let first = super::helper::FIRST_FD;
+    let mut args = vec![ARG.to_string()];
+    args.extend(
+        (0..pairs.len() as RawFd).map(|i| format!("{}:{}", first + 2 * i, first + 2 * i + 1)),
+    );
+    let fds = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+    super::helper::spawn("gpudoc", &args, fds)
 }
 
 /// The drainer: copies each `src:dst` pair of fds on until its writers are gone.

@@ -78,6 +78,12 @@ pub unsafe fn split() -> std::io::Result<()> {
     let (note_r, note_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
     let guard = getpid();
+    // The keeper learns from this pipe whether the guard left or was killed (gpudoc keeps a copy of
+    // the write end: the pipe closes only when both are gone). Best effort: without it, what the job
+    // detached outlives a `pkill -9 gpudoc`, as it did before.
+    let (keep_r, keep_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let _ = super::keeper::start(guard.as_raw() as u32, keep_r.as_raw_fd());
+    drop(keep_r);
     // SAFETY: single-threaded (the caller's promise).
     match unsafe { fork() }.map_err(std::io::Error::from)? {
         ForkResult::Child => {
@@ -108,12 +114,16 @@ pub unsafe fn split() -> std::io::Result<()> {
         }
         ForkResult::Parent { child } => {
             drop(note_w);
-            guard_loop(&set, child, note_r, terminal)
+            guard_loop(&set, child, (note_r, keep_w), terminal)
         }
     }
 }
 
-fn guard_loop(set: &SigSet, gpudoc: Pid, note: OwnedFd, terminal: Option<tty::Saved>) -> ! {
+/// The guard's two pipes: gpudoc's note that it dies of the command's signal on purpose, and the
+/// keeper's word that the guard leaves as it should.
+type Pipes = (OwnedFd, OwnedFd);
+
+fn guard_loop(set: &SigSet, gpudoc: Pid, pipes: Pipes, terminal: Option<tty::Saved>) -> ! {
     let _ = nix::sys::prctl::set_child_subreaper(true);
     let me = std::process::id() as i32;
     loop {
@@ -125,7 +135,7 @@ fn guard_loop(set: &SigSet, gpudoc: Pid, note: OwnedFd, terminal: Option<tty::Sa
         }
         if sig == libc::SIGCHLD {
             if let Some(end) = gpudoc_ended(gpudoc) {
-                leave(end, &note, terminal.as_ref());
+                leave(end, &pipes, terminal.as_ref());
             }
             continue;
         }
@@ -179,12 +189,15 @@ fn gpudoc_ended(gpudoc: Pid) -> Option<GpudocEnd> {
 
 /// Leaves as gpudoc left. If gpudoc was killed (it did not say it was dying of the command's signal),
 /// the job's processes, re-parented to the guard, are ended first.
-fn leave(end: GpudocEnd, note: &OwnedFd, terminal: Option<&tty::Saved>) -> ! {
+fn leave(end: GpudocEnd, (note, keeper): &Pipes, terminal: Option<&tty::Saved>) -> ! {
     if let Some(t) = terminal {
         t.restore();
     }
     match end {
-        GpudocEnd::Exited(c) => std::process::exit(c),
+        GpudocEnd::Exited(c) => {
+            tell_keeper(keeper);
+            std::process::exit(c)
+        }
         GpudocEnd::Signaled(sig) => {
             let mut said = [0u8; 1];
             // SAFETY: a non-blocking read of one byte from our pipe.
@@ -192,9 +205,17 @@ fn leave(end: GpudocEnd, note: &OwnedFd, terminal: Option<&tty::Saved>) -> ! {
             if n != 1 || i32::from(said[0]) != sig {
                 end_descendants(std::process::id(), END_GRACE);
             }
+            tell_keeper(keeper);
             die_of(sig)
         }
     }
+}
+
+/// The guard leaves as it should: the keeper leaves too, ending nothing.
+fn tell_keeper(keeper: &OwnedFd) {
+    let byte = [super::keeper::LEAVING];
+    // SAFETY: a one-byte write to our pipe.
+    unsafe { libc::write(keeper.as_raw_fd(), byte.as_ptr().cast(), 1) };
 }
 
 /// Dies of `sig` as the command did: the default action, no core file of gpudoc's own (the command's is

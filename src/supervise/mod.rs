@@ -18,6 +18,8 @@
 pub mod drain;
 mod follow;
 pub mod guard;
+mod helper;
+pub mod keeper;
 pub mod signals;
 pub mod streams;
 pub mod tty;
