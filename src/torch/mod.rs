@@ -1,5 +1,5 @@
 //! The framework view: PyTorch's caching allocator seen from inside every Python process of the job,
-//! through a shim (`shim/`, embedded here) that gpudoc puts first on `PYTHONPATH`: a tiny
+//! through a shim (`python/gpudoc/_shim/`, embedded here) that gpudoc puts first on `PYTHONPATH`: a tiny
 //! `sitecustomize.py` that watches for `import torch`, and `_gpudoc_torch.py`, loaded only then, that
 //! records the allocator from the optimizer's step hook at a cost kept under 0.5% of the step time. The
 //! shim writes JSON lines to a named pipe in a private folder (mode 0700); this module reads them into a
@@ -23,9 +23,9 @@ use std::time::{Duration, SystemTime};
 
 /// The shim's files, written into the private folder (the marker tells other shims the folder is one).
 pub const SHIM: [(&str, &str); 4] = [
-    ("sitecustomize.py", include_str!("shim/sitecustomize.py")),
-    ("_gpudoc_torch.py", include_str!("shim/_gpudoc_torch.py")),
-    ("_gpudoc_hunt.py", include_str!("shim/_gpudoc_hunt.py")),
+    ("sitecustomize.py", include_str!("../../python/gpudoc/_shim/sitecustomize.py")),
+    ("_gpudoc_torch.py", include_str!("../../python/gpudoc/_shim/_gpudoc_torch.py")),
+    ("_gpudoc_hunt.py", include_str!("../../python/gpudoc/_shim/_gpudoc_hunt.py")),
     (".gpudoc-shim", ""),
 ];
 /// Longest line accepted from the shim (it writes under PIPE_BUF).
