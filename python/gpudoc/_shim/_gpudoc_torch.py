@@ -11,17 +11,20 @@ for that). It costs the program nothing it could measure:
   were never reset.
 - It never changes what the program sees: no exception, warning, signal or output of its own; writes go
   to gpudoc's pipe only, checked to still be that pipe, with SIGPIPE held off; any failure makes it go
-  quiet and is reported to gpudoc.
-- Leak hunting (_gpudoc_hunt.py, imported only when a hunt starts): when allocated memory grows record
-  after record past warm-up (or from warm-up on with GPUDOC_HUNT=on), PyTorch's memory history is
-  recorded for a bounded window of steps, the leaking sites and what holds them are found, and recording
-  stops. At an out-of-memory failure the same search names what filled the GPU. A program that records
-  memory history itself is left alone.
+  quiet and is reported to gpudoc. What a program can still see of it is listed in docs/framework.md.
+- Leak hunting (_gpudoc_hunt.py, loaded only when a hunt starts): when allocated memory grows record
+  after record past warm-up (or from warm-up on with hunt=on), PyTorch's memory history is recorded for a
+  bounded window of steps, the leaking sites are read, and what holds them is searched for a few
+  milliseconds a step. At an out-of-memory failure the same search names what filled the GPU. A program
+  that records memory history itself is left alone.
+
+Loaded by GpudocFinder (sitecustomize.py) as the module `gpudoc._shim.torch`, never put in sys.modules.
 """
 import functools
 import json
 import os
 import signal
+import sys
 import time
 
 # Share of the step time the shim aims at, with room under the 0.5% gpudoc promises.
@@ -32,8 +35,8 @@ MAX_STRIDE = 4096
 ADAPT_AFTER = 5
 # The devices in use are looked for again every this many records.
 RESCAN_EVERY = 64
-# Leak hunting: auto (when memory grows), on (from warm-up on), off.
-HUNT = os.environ.get("GPUDOC_HUNT", "auto")
+# Leak hunting: auto (when memory grows), on (from warm-up on), off. Set from GPUDOC_TORCH.
+HUNT = "auto"
 # Steps before which growth is warm-up; records of growth that start a hunt; least growth over them.
 WARMUP_STEPS = 10
 GROWTH_RECORDS = 8
@@ -42,6 +45,8 @@ GROWTH_BYTES = 64 << 20
 # probes for its largest batch may fail many times: the first few are searched).
 MAX_HUNTS = 1
 MAX_OOM_HUNTS = 8
+# pytest and IPython leave out frames that say so.
+__tracebackhide__ = True
 
 
 class _State(object):
@@ -50,8 +55,10 @@ class _State(object):
     dead = False
     cuda = False
     torch = None
-    pipe = os.environ.get("GPUDOC_TORCH_PIPE", "")
-    reset_peaks = os.environ.get("GPUDOC_TORCH_RESET_PEAKS", "1") == "1"
+    pipe = ""
+    reset_peaks = True
+    # The shim's folder (the hunt's module is read from there).
+    here = ""
     fd = None
     fd_id = None
     tail = ""
@@ -164,11 +171,13 @@ def _peaks(stats, path=()):
 
 
 def _keep(device, stats):
-    """Remembers the peaks a reset is about to erase, for the program's view."""
-    held = S.held.setdefault(device, {})
+    """Remembers the peaks a reset is about to erase, for the program's view. The program may read them
+    from another thread meanwhile (_user_stats): a new dict replaces the old, never changed after."""
+    held = dict(S.held.get(device, ()))
     for path, peak in _peaks(stats).items():
         if peak > held.get(path, 0):
             held[path] = peak
+    S.held[device] = held
 
 
 def _cur(stats, key):
@@ -320,16 +329,22 @@ def _hunt_step(step, ending=False):
 
 
 def _hunt_module():
-    """_gpudoc_hunt.py, beside this file (loaded by path: the program may have changed sys.path)."""
+    """_gpudoc_hunt.py, beside this file, loaded as this one is (by path, kept out of sys.modules)."""
     if S.hunt_module is None:
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_gpudoc_hunt.py")
-        spec = importlib.util.spec_from_file_location("_gpudoc_hunt", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        S.hunt_module = module
+        S.hunt_module = _load(S.here, "_gpudoc_hunt.py", "gpudoc._shim.hunt")
     return S.hunt_module
+
+
+def _load(here, filename, name):
+    """A module of the shim's, from its folder: compiled once into its __pycache__ where that can be
+    written. Its __file__ is no real file's name, so coverage never measures it as the program's; its
+    code keeps the real one, for tracebacks and profilers."""
+    path = os.path.join(here, filename)
+    code = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, path).get_code(name)
+    module = type(sys)(name)
+    module.__file__ = "<gpudoc> " + path
+    exec(code, module.__dict__)
+    return module
 
 
 def _can_hunt():
@@ -497,13 +512,14 @@ def _install(torch):
     S.orig_stats = C._cuda_memoryStats
     S.orig_reset = C._cuda_resetPeakMemoryStats
     if S.reset_peaks:
-        C._cuda_memoryStats = _user_stats
-        C._cuda_resetPeakMemoryStats = _user_reset
+        C._cuda_memoryStats = _like(S.orig_stats, _user_stats)
+        C._cuda_resetPeakMemoryStats = _like(S.orig_reset, _user_reset)
     if HUNT != "off":
         for name in ("_cuda_record_memory_history", "_cuda_record_memory_history_legacy",
                      "_cuda_recordMemoryHistory"):
             if hasattr(C, name):
-                setattr(C, name, _watch_history(getattr(C, name)))
+                real = getattr(C, name)
+                setattr(C, name, _like(real, _watch_history(real)))
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -518,31 +534,50 @@ def _install(torch):
         os.register_at_fork(after_in_child=_on_fork)
 
 
-def _after_import(module):
+def _like(real, fn):
+    """`fn` under `real`'s name, module and doc: what the program reads of torch._C's function is torch's."""
+    out = type(fn)(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    for key in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(out, key, getattr(real, key))
+        except (AttributeError, TypeError):
+            pass
+    return out
+
+
+def _after_import(module, finder):
+    """torch's module has run: the hooks go in, and the finder that waited for it leaves sys.meta_path."""
     try:
+        for i, f in enumerate(sys.meta_path):
+            if f is finder:
+                del sys.meta_path[i]
+                break
         _install(module)
     except Exception as e:
         _fail("start", e)
 
 
-# The loader's methods run the module through this; its frames are importlib's own to Python, so a
-# failing `import torch` shows the program exactly the traceback it would without gpudoc.
-_HIDDEN = """
-def _call_with_frames_removed(real, after, restore, module):
-    try:
-        real(module)
-    finally:
-        restore()
+# The loader's methods run torch's module through these; their frames are importlib's own to Python, so a
+# failing `import torch` shows the program exactly the traceback it would without gpudoc. torch's spec
+# and module get their own loader back before any of torch's code runs.
+_HIDDEN_EXEC = """
+def _call_with_frames_removed(real, spec, after, module):
+    wrapper, spec.loader = spec.loader, real
+    if getattr(module, "__loader__", None) is wrapper:
+        module.__loader__ = real
+    real.exec_module(module)
     after(module)
 """
 _HIDDEN_LOAD = """
-def _call_with_frames_removed(real, after, restore, fullname):
-    try:
-        module = real(fullname)
-    finally:
-        restore()
+def _call_with_frames_removed(real, spec, after, fullname):
+    spec.loader = real
+    module = real.load_module(fullname)
     after(module)
     return module
+"""
+_HIDDEN_CREATE = """
+def _call_with_frames_removed(real, spec):
+    return real.create_module(spec)
 """
 
 
@@ -552,22 +587,42 @@ def _hidden(src):
     return ns["_call_with_frames_removed"]
 
 
-def hook_loader(spec):
-    """Makes torch's loader call back once torch's module has run (exec_module, or an old loader's
-    load_module), and then forget it did."""
-    loader = spec.loader
-    if not hasattr(loader, "__dict__"):
-        return
-    name, src = ("exec_module", _HIDDEN) if hasattr(loader, "exec_module") else ("load_module", _HIDDEN_LOAD)
-    if not hasattr(loader, name):
-        return
-    missing = object()
-    before = loader.__dict__.get(name, missing)
+class TorchLoader(object):
+    """gpudoc's, in torch's spec only while `import torch` runs: it hands torch's own loader (an object,
+    a class, anything) back, runs torch's module with it and then puts gpudoc's hooks in place. Nothing
+    of the loader's is changed."""
 
-    def restore():
-        if before is missing:
-            loader.__dict__.pop(name, None)
+    def __init__(self, real, spec, after):
+        if hasattr(real, "exec_module"):
+            self.exec_module = functools.partial(_hidden(_HIDDEN_EXEC), real, spec, after)
+            if hasattr(real, "create_module"):
+                self.create_module = functools.partial(_hidden(_HIDDEN_CREATE), real)
         else:
-            loader.__dict__[name] = before
+            self.load_module = functools.partial(_hidden(_HIDDEN_LOAD), real, spec, after)
 
-    setattr(loader, name, functools.partial(_hidden(src), getattr(loader, name), _after_import, restore))
+
+def find_spec(finder, name, path, target, here, setting):
+    """GpudocFinder's answer when the program imports torch: the spec the finders after it give, with
+    TorchLoader in it. `setting` is GPUDOC_TORCH: `hunt=MODE;peaks=reset|keep;pipe=PATH`."""
+    global HUNT
+    conf = dict(part.partition("=")[::2] for part in setting.split(";", 2))
+    S.pipe, S.here = conf.get("pipe", ""), here
+    S.reset_peaks = conf.get("peaks") != "keep"
+    HUNT = conf.get("hunt", "auto")
+    finders = list(sys.meta_path)
+    mine = [i for i, f in enumerate(finders) if f is finder]
+    finder.busy = True
+    try:
+        for f in finders[mine[0] + 1 if mine else 0:]:
+            if getattr(f, "_gpudoc", False) or not hasattr(f, "find_spec"):
+                continue
+            spec = f.find_spec(name, path, target)
+            if spec is None:
+                continue
+            loader = spec.loader
+            if hasattr(loader, "exec_module") or hasattr(loader, "load_module"):
+                spec.loader = TorchLoader(loader, spec, lambda module: _after_import(module, finder))
+            return spec
+        return None
+    finally:
+        finder.busy = False

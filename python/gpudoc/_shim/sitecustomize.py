@@ -1,82 +1,59 @@
-# gpudoc's shim, put first on PYTHONPATH by `gpudoc run`. Kept tiny, and valid Python 2 and 3, because
-# every Python process of the job compiles it at start-up: it only watches for `import torch`, and loads
-# the rest (_gpudoc_torch.py, beside it) when that happens. One shim per process, however gpudoc runs are
-# nested; it never raises; and it always runs the sitecustomize the environment had before it.
-import os
-import sys
+# gpudoc's shim, first on PYTHONPATH under `gpudoc run`. Every Python process of the job compiles this file
+# at start-up, so it is tiny and valid Python 2 and 3, and it leaves nothing behind: it takes gpudoc's
+# folders off sys.path, runs the sitecustomize it shadows (once, however tools chain theirs), and puts a
+# finder on sys.meta_path that loads _gpudoc_torch.py, beside it, when the program really imports torch.
+def _gpudoc():
+    import os
+    import sys
 
+    def mine(p):
+        return os.path.isfile(os.path.join(p or ".", ".gpudoc-shim"))
 
-def _gpudoc_folders():
-    """Every folder on sys.path that holds a gpudoc shim (this one and any other gpudoc's)."""
-    out = []
-    for p in sys.path:
-        try:
-            if os.path.isfile(os.path.join(p or ".", ".gpudoc-shim")):
-                out.append(os.path.abspath(p or "."))
-        except Exception:
-            pass
-    return out
+    here, skip, f = os.path.dirname(os.path.abspath(__file__)), [], sys._getframe(1)
+    # A sitecustomize that runs "the next one" (New Relic's) finds this file again: what runs above
+    # this one is skipped, and a second run of this file only chains.
+    while f is not None:
+        if f.f_code.co_name == "<module>" and f.f_code.co_filename.endswith("sitecustomize.py"):
+            skip.append(os.path.dirname(os.path.abspath(f.f_code.co_filename)))
+        f = f.f_back
+    again = any(mine(p) for p in skip[1:])
+    for p in [p for p in sys.path if mine(p)]:
+        sys.path.remove(p)
+        sys.path_importer_cache.pop(p, None)
+    setting = os.environ.get("GPUDOC_TORCH")
+    if setting and not again and sys.version_info >= (3, 6):
+        class GpudocFinder(object):
+            """gpudoc's (`gpudoc run`): loads its PyTorch hooks when the program imports torch."""
 
+            _gpudoc = True
+            busy = False
 
-def _gpudoc_watch(here):
-    if getattr(sys, "_gpudoc_shim", None) is not None:
-        return
-    sys._gpudoc_shim = here
-    if sys.version_info < (3, 6) or not os.environ.get("GPUDOC_TORCH_PIPE"):
-        return
+            def find_spec(self, name, path=None, target=None):
+                __tracebackhide__ = True
+                if name != "torch" or self.busy:
+                    return None
+                # Only the import itself, not a probe (importlib.util.find_spec) or a reload.
+                f = sys._getframe(1)
+                while f is not None and f.f_code.co_name != "_find_spec":
+                    f = f.f_back
+                if f is None or f.f_back is None or f.f_back.f_code.co_name != "_find_and_load_unlocked":
+                    return None
+                try:
+                    ext = sys.modules["_frozen_importlib_external"]
+                    path_ = os.path.join(here, "_gpudoc_torch.py")
+                    code = ext.SourceFileLoader("gpudoc._shim.torch", path_).get_code("gpudoc._shim.torch")
+                    hooks = {"__name__": "gpudoc._shim.torch", "__file__": "<gpudoc> " + path_}
+                    exec(code, hooks)
+                    return hooks["find_spec"](self, name, path, target, here, setting)
+                except Exception:
+                    return None
 
-    class GpudocFinder(object):
-        """Sees `import torch` through the other finders, once, and imports nothing unless torch is found."""
-
-        _gpudoc = True
-        busy = False
-
-        def find_spec(self, name, path=None, target=None):
-            # Other finders that ask every finder in turn (a tracer's, a program's own) call back in here.
-            if name != "torch" or GpudocFinder.busy:
-                return None
-            GpudocFinder.busy = True
-            try:
-                for finder in list(sys.meta_path):
-                    if getattr(finder, "_gpudoc", False) or not hasattr(finder, "find_spec"):
-                        continue
-                    spec = finder.find_spec(name, path, target)
-                    if spec is None or spec.loader is None:
-                        continue
-                    try:
-                        sys.path.insert(0, here)
-                        try:
-                            import _gpudoc_torch
-                        finally:
-                            sys.path.remove(here)
-                        _gpudoc_torch.hook_loader(spec)
-                    except Exception:
-                        pass
-                    return spec
-                return None
-            finally:
-                GpudocFinder.busy = False
-
-    sys.meta_path.insert(0, GpudocFinder())
-
-
-def _gpudoc_chain():
-    """Runs the sitecustomize this one shadows, if the environment has one: never another gpudoc's."""
-    skip = _gpudoc_folders()
+        if not any(getattr(f, "_gpudoc", False) for f in sys.meta_path):
+            sys.meta_path.insert(0, GpudocFinder())
+        # coverage measures no file without a real name: its code is never the program's.
+        globals()["__file__"] = "<gpudoc> " + __file__
     path = [p for p in sys.path if os.path.abspath(p or ".") not in skip]
-    if sys.version_info >= (3, 4):
-        # The import machinery is loaded at start-up: chaining imports no module of its own.
-        machinery = sys.modules.get("_frozen_importlib_external")
-        bootstrap = sys.modules.get("_frozen_importlib")
-        if machinery is None or bootstrap is None:
-            return
-        spec = machinery.PathFinder.find_spec("sitecustomize", path)
-        if spec is None or spec.loader is None:
-            return
-        module = bootstrap.module_from_spec(spec)
-        sys.modules["sitecustomize"] = module
-        spec.loader.exec_module(module)
-    else:
+    if sys.version_info < (3, 4):
         import imp
 
         try:
@@ -84,14 +61,22 @@ def _gpudoc_chain():
         except ImportError:
             return
         try:
-            imp.load_module("sitecustomize", *found)
+            return imp.load_module("sitecustomize", *found)
         finally:
             if found[0] is not None:
                 found[0].close()
+    spec = sys.modules["_frozen_importlib_external"].PathFinder.find_spec("sitecustomize", path)
+    if (spec is None or spec.loader is None) and not again:
+        # As without gpudoc: no sitecustomize module at all (site.py passes over exactly this error).
+        raise ImportError("No module named 'sitecustomize'", name="sitecustomize")
+    if spec is None or spec.loader is None:
+        return
+    module = sys.modules["_frozen_importlib"].module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
 
 
 try:
-    _gpudoc_watch(os.path.dirname(os.path.abspath(__file__)))
-except Exception:
-    pass
-_gpudoc_chain()
+    _gpudoc()
+finally:
+    del _gpudoc
