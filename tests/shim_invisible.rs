@@ -631,3 +631,119 @@ print(len(errors), set(map(repr, errors[:3])))
     assert!(g.status.success(), "{}", text(&g));
     assert_eq!(String::from_utf8_lossy(&g.stdout), "0 set()\n");
 }
+
+#[test]
+fn coverage_measures_the_program_and_never_the_shim() {
+    let m = Machine::h200s(1);
+    write(&m, "cov.py", &one_step(""));
+    let g = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .current_dir(m.dir.path())
+        .args(["run", "-q", "--json"])
+        .arg(m.path("r.json"))
+        .args(["--", "python3", "-m", "coverage", "run", "cov.py"])
+        .output()
+        .unwrap();
+    assert!(
+        g.status.success(),
+        "coverage is missing? .ci/deps installs it: {}",
+        text(&g)
+    );
+    assert_eq!(steps_total(&m), 1);
+    // After the run: the report reads every file it measured, and none of them is gpudoc's.
+    let report = Command::new("python3")
+        .current_dir(m.dir.path())
+        .args(["-m", "coverage", "report"])
+        .output()
+        .unwrap();
+    let out = text(&report);
+    assert!(report.status.success(), "{out}");
+    assert!(out.contains("cov.py"), "{out}");
+    assert!(
+        !out.contains("_gpudoc") && !out.contains("sitecustomize"),
+        "{out}"
+    );
+}
+
+#[test]
+fn closed_standard_descriptors_stay_the_programs() {
+    let m = Machine::h200s(1);
+    let script = write(
+        &m,
+        "closed.py",
+        &(one_step("import os, sys")
+            + &format!(
+                r#"
+try:
+    os.write(1, b"into fd 1\n")
+    wrote = "wrote"
+except OSError as e:
+    wrote = "errno %d" % e.errno
+sys.stderr.write("%s, next file %d\n" % (wrote, open({:?}).fileno()))
+"#,
+                m.path("closed.py")
+            )),
+    );
+    let sh = format!("exec python3 {} <&- >&-", script.display());
+    let b = Command::new("sh")
+        .env("PYTHONPATH", fake_torch())
+        .args(["-c", &sh])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&b.stderr), "errno 9, next file 0\n");
+    let g = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .args(["run", "-q", "--json"])
+        .arg(m.path("r.json"))
+        .args(["--", "sh", "-c", &sh])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&g.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
+    assert_eq!(steps_total(&m), 1);
+}
+
+#[test]
+fn sigpipe_held_off_by_the_program_never_kills_it_when_gpudoc_is_gone() {
+    let m = Machine::h200s(1);
+    let done = m.path("done");
+    let trainer = write(
+        &m,
+        "held.py",
+        &(one_step(
+            "import signal, time\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})",
+        ) + &format!(
+            r#"
+for i in range(30):
+    opt.step()
+    time.sleep(0.05)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGPIPE}})
+open({done:?}, "w").write("finished")
+"#
+        )),
+    );
+    // The trainer steps on in the background after the command (and gpudoc) have ended.
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .args(["run", "-q", "--", "sh", "-c"])
+        .arg(format!("python3 {} & sleep 0.4", trainer.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    for _ in 0..100 {
+        if done.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&done).unwrap_or_default(),
+        "finished",
+        "killed by SIGPIPE once it let it through"
+    );
+}

@@ -109,6 +109,16 @@ def _identify():
 
 def _open():
     fd = os.open(S.pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if fd < 3:
+        # A standard descriptor the program closed stays closed for it (its writes fail as they would,
+        # its next file gets that number): the pipe moves above them.
+        import fcntl
+
+        low = fd
+        try:
+            fd = fcntl.fcntl(low, fcntl.F_DUPFD_CLOEXEC, 3)
+        finally:
+            os.close(low)
     st = os.fstat(fd)
     S.fd, S.fd_id = fd, (st.st_dev, st.st_ino)
 
@@ -135,15 +145,19 @@ def _send(body):
     except OSError:
         S.dead = True
         return
-    # A program that restored SIGPIPE's default would die writing to a pipe gpudoc has left.
+    # A program that restored SIGPIPE's default would die writing to a pipe gpudoc has left: the signal
+    # is held off while writing, and the one a failed write raised is taken back, even when the program
+    # holds SIGPIPE off itself (it would be delivered once the program lets it through). One already
+    # pending is the program's own: a second one is the same one, and it is left.
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+    theirs = signal.SIGPIPE in old and signal.SIGPIPE in signal.sigpending()
     try:
         os.write(S.fd, data)
     except BlockingIOError:
         pass  # gpudoc is behind: this record is dropped, the program is never held up
     except OSError:
         S.dead = True
-        if signal.SIGPIPE not in old:
+        if not theirs:
             signal.sigtimedwait({signal.SIGPIPE}, 0)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
