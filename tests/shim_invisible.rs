@@ -747,3 +747,27 @@ open({done:?}, "w").write("finished")
         "killed by SIGPIPE once it let it through"
     );
 }
+
+#[test]
+fn a_compiled_optimizer_step_traces_nothing_of_the_shim() {
+    let m = Machine::h200s(1);
+    // The step compiled with Dynamo (the fake's stand-in): its graph breaks and warnings are the
+    // program's own; the shim's hook is folded away while Dynamo traces, as `is_compiling()` is.
+    let script = write(
+        &m,
+        "compiled.py",
+        &(one_step("")
+            + r#"
+step = torch.compile(opt.step, backend="eager")
+for _ in range(5):
+    step()
+print(torch.compiler.graph_breaks())
+"#),
+    );
+    let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(text(&g), text(&b));
+    assert_eq!(String::from_utf8_lossy(&b.stdout), "0\n");
+    // The eager step before is counted; the compiled ones are not seen (docs/framework.md).
+    assert_eq!(steps_total(&m), 1);
+}

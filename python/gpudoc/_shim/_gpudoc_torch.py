@@ -87,6 +87,10 @@ class _State(object):
 S = _State()
 # [steps seen, step of the next record]: a list, so the hook's fast path is two index operations.
 STEP = [0, 1]
+# torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
+# traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
+# and is not run by the compiled code (a compiled optimizer step is not counted).
+_compiling = None
 
 
 def _rank_field(name, value):
@@ -260,6 +264,9 @@ def _record(step, covered, kind="step"):
 
 def _on_step(optimizer, args, kwargs):
     """The optimizer's step post-hook. Most steps only count; every Nth is recorded."""
+    __tracebackhide__ = True
+    if _compiling is not None and _compiling():
+        return
     STEP[0] += 1
     if STEP[0] < STEP[1]:
         return
@@ -418,7 +425,10 @@ def _watch_history(real):
 
 def _user_stats(device):
     """torch._C._cuda_memoryStats as the program sees it: peaks since its own last reset."""
+    __tracebackhide__ = True
     stats = S.orig_stats(device)
+    if _compiling is not None and _compiling():
+        return stats
     held = S.held.get(device)
     if held:
         for path, peak in held.items():
@@ -435,6 +445,9 @@ def _user_stats(device):
 def _user_reset(device):
     """torch._C._cuda_resetPeakMemoryStats as the program calls it: its view starts again; gpudoc's
     record in progress keeps what the reset erases."""
+    __tracebackhide__ = True
+    if _compiling is not None and _compiling():
+        return S.orig_reset(device)
     try:
         stats = S.orig_stats(device)
         before = S.folded.get(device, (0, 0))
@@ -520,7 +533,9 @@ def _on_fork():
 
 def _install(torch):
     """Puts the hooks in place once torch is imported."""
+    global _compiling
     S.torch = torch
+    _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     _identify()
     C = torch._C
     S.orig_stats = C._cuda_memoryStats
