@@ -718,20 +718,27 @@ fn sigpipe_held_off_by_the_program_never_kills_it_when_gpudoc_is_gone() {
             "import signal, time\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})",
         ) + &format!(
             r#"
-for i in range(30):
+for i in range(40):
     opt.step()
     time.sleep(0.05)
+print("pending at the end:", sorted(signal.sigpending()))
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGPIPE}})
 open({done:?}, "w").write("finished")
 "#
         )),
     );
-    // The trainer steps on in the background after the command (and gpudoc) have ended.
+    // The trainer steps on in the background after the command (and gpudoc) have ended; its output
+    // goes to a file, so gpudoc does not wait for it.
+    let log = m.path("held.log");
     let out = m
         .gpudoc()
         .env("PYTHONPATH", fake_torch())
         .args(["run", "-q", "--", "sh", "-c"])
-        .arg(format!("python3 {} & sleep 0.4", trainer.display()))
+        .arg(format!(
+            "python3 {} >{} 2>&1 & sleep 0.4",
+            trainer.display(),
+            log.display()
+        ))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -744,7 +751,8 @@ open({done:?}, "w").write("finished")
     assert_eq!(
         std::fs::read_to_string(&done).unwrap_or_default(),
         "finished",
-        "killed by SIGPIPE once it let it through"
+        "killed by SIGPIPE once it let it through: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
 

@@ -21,11 +21,13 @@ for that). It costs the program nothing it could measure:
 Loaded by GpudocFinder (sitecustomize.py) as the module `gpudoc._shim.torch`, never put in sys.modules.
 """
 import functools
+import gc
 import json
 import os
 import signal
 import sys
 import time
+from _thread import get_ident
 
 # Share of the step time the shim aims at, with room under the 0.5% gpudoc promises.
 BUDGET = 0.003
@@ -45,6 +47,14 @@ GROWTH_BYTES = 64 << 20
 # probes for its largest batch may fail many times: the first few are searched).
 MAX_HUNTS = 1
 MAX_OOM_HUNTS = 8
+# The search for what holds leaking memory runs in slices of SLICE_S at steps at least SLICE_EVERY apart
+# (at most a third of the program's time, a pause of a few milliseconds whatever its heap), for OOM_S at
+# an out-of-memory failure (the tensors that filled the GPU may be gone once it unwinds), and at most
+# EXIT_S at exit.
+SLICE_S = 0.008
+SLICE_EVERY = 0.024
+OOM_S = 0.25
+EXIT_S = 0.5
 # pytest and IPython leave out frames that say so.
 __tracebackhide__ = True
 
@@ -80,11 +90,32 @@ class _State(object):
     files = 0
     # The program records memory history itself (then no hunt touches it).
     user_history = False
-    ours = False
+    # The thread making gpudoc's own calls into torch, now: the wrappers let its calls through.
+    ours = None
     hunt_module = None
+    # Searches for holders still running: (result, Search, bytes leaked).
+    searches = []
+    last_slice = 0.0
+    # Memory history gpudoc recorded: the program's snapshots are shown without it.
+    recorded = False
+    # The frames gpudoc's recording left on live blocks and segments: ("b"|"s", address) -> frames.
+    our_frames = {}
 
 
 S = _State()
+
+
+class _Ours(object):
+    """gpudoc's own calls into torch, on this thread (another thread's, meanwhile, are the program's)."""
+
+    def __enter__(self):
+        S.ours = get_ident()
+
+    def __exit__(self, *exc):
+        S.ours = None
+
+
+OURS = _Ours()
 # [steps seen, step of the next record]: a list, so the hook's fast path is two index operations.
 STEP = [0, 1]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
@@ -273,6 +304,18 @@ def _on_step(optimizer, args, kwargs):
     if S.dead or not S.cuda:
         STEP[1] = STEP[0] + 1
         return
+    # What a record allocates never starts a collection the program's gc.callbacks would see in its
+    # step: the collector is off meanwhile, and what was allocated is freed before it is on again.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        _step_record()
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _step_record():
     t0 = time.perf_counter()
     try:
         covered = STEP[0] - S.last_step
@@ -297,6 +340,11 @@ def _on_step(optimizer, args, kwargs):
     if HUNT != "off":
         try:
             _hunt_step(STEP[0])
+            if S.searches:
+                STEP[1] = STEP[0] + 1
+                if t1 - S.last_slice >= SLICE_EVERY:
+                    _search(SLICE_S)
+                    S.last_slice = time.perf_counter()
         except Exception as e:
             _hunt_failed(e)
 
@@ -321,19 +369,30 @@ def _hunt_step(step, ending=False):
     if S.hunt is not None:
         if ending or S.hunt.due(step):
             hunt, S.hunt = S.hunt, None
-            S.ours = True
-            try:
-                results = hunt.finish(step, _allocated(), skip=(id(S),))
-            finally:
-                S.ours = False
-            for r in results:
-                _send_big(r)
+            with OURS:
+                snap, results = hunt.end(step, _allocated(), skip=(id(S),))
+            if hunt.ours:
+                _remember(snap)
+            del snap
+            for result, search, leaked in results:
+                if search is None:
+                    _send_big(result)
+                else:
+                    S.searches.append((result, search, leaked))
+            # The search's first slice comes at a later step than the snapshot's reading.
+            S.last_slice = time.perf_counter()
         else:
             STEP[1] = min(STEP[1], S.hunt.from_step + _hunt_module().WINDOW_STEPS)
         return
     if S.hunts >= MAX_HUNTS or S.user_history or step <= WARMUP_STEPS:
         return
     if HUNT == "on" or _growing():
+        if S.hunt_module is None:
+            # Loading it (compiling it, without a cached .pyc) is a pause of its own: the hunt starts at
+            # the next record.
+            _hunt_module()
+            STEP[1] = min(STEP[1], step + 1)
+            return
         S.hunts += 1
         why = "on" if HUNT == "on" else "auto"
         if not _can_hunt():
@@ -341,12 +400,24 @@ def _hunt_step(step, ending=False):
                        "error": "torch %s has no memory history with Python stacks (2.1 or later has it)"
                        % getattr(S.torch, "__version__", "?")})
             return
-        S.ours = True
-        try:
+        _hide_history()
+        with OURS:
             S.hunt = _hunt_module().Hunt(S.torch, why, step, _devices(), _allocated())
-        finally:
-            S.ours = False
         STEP[1] = min(STEP[1], step + 1)
+
+
+def _search(budget):
+    """Runs the pending searches for at most `budget` seconds; those that end are sent."""
+    end = time.perf_counter() + budget
+    while S.searches:
+        left = end - time.perf_counter()
+        if left <= 0:
+            return
+        result, search, leaked = S.searches[0]
+        if not search.run(left):
+            return
+        del S.searches[0]
+        _send_big(_hunt_module().finish(result, search, leaked))
 
 
 def _hunt_module():
@@ -380,14 +451,13 @@ def _hunt_failed(e):
     """A hunt that fails is said, and no other is tried; recording it started is stopped."""
     S.hunts = MAX_HUNTS
     hunt, S.hunt = S.hunt, None
+    S.searches = []
     if hunt is not None and hunt.ours:
         try:
-            S.ours = True
-            S.torch.cuda.memory._record_memory_history(enabled=None)
+            with OURS:
+                S.torch.cuda.memory._record_memory_history(enabled=None)
         except Exception:
             pass
-        finally:
-            S.ours = False
     try:
         _send('{"k":"hunt","error":%s,"dev":%d,"t":%.6f' % (
             json.dumps("%s: %s" % (type(e).__name__, e)), (S.devices or [0])[0], time.time()))
@@ -411,16 +481,85 @@ def _send_big(obj):
 
 def _watch_history(real):
     """torch._C's memory-history switch as the program calls it: a program that records history itself is
-    left alone, and a hunt in progress leaves recording on for it."""
+    left alone, and its history starts as it would without gpudoc (a window of gpudoc's still recording
+    ends here, its events cleared, and that hunt is given up)."""
 
     def record_memory_history(*args, **kwargs):
-        if not S.ours:
+        __tracebackhide__ = True
+        if S.ours != get_ident():
             S.user_history = True
             if S.hunt is not None:
-                S.hunt.ours = False
+                _give_way()
         return real(*args, **kwargs)
 
     return record_memory_history
+
+
+def _give_way():
+    hunt, S.hunt = S.hunt, None
+    try:
+        if hunt.ours:
+            with OURS:
+                _remember(S.torch.cuda.memory._snapshot())
+                S.torch.cuda.memory._record_memory_history(enabled=None)
+    except Exception:
+        pass
+
+
+def _hide_history():
+    """From gpudoc's first recording on, the program's snapshots are shown as they would be without it."""
+    if S.recorded:
+        return
+    S.recorded = True
+    C = S.torch._C
+    real = getattr(C, "_cuda_memorySnapshot", None)
+    if real is not None:
+        C._cuda_memorySnapshot = _like(real, _watch_snapshot(real))
+
+
+def _watch_snapshot(real):
+    """torch._C's snapshot as the program takes it: without the frames gpudoc's recording attached to
+    blocks and segments, and, while the program has never recorded history, without any events."""
+
+    def memory_snapshot(*args, **kwargs):
+        __tracebackhide__ = True
+        snap = real(*args, **kwargs)
+        if S.ours != get_ident():
+            try:
+                _forget(snap)
+            except Exception:
+                pass
+        return snap
+
+    return memory_snapshot
+
+
+def _forget(snap):
+    for seg in snap.get("segments", ()):
+        _unframe(seg, "s", seg.get("address"))
+        for b in seg.get("blocks", ()):
+            _unframe(b, "b", b.get("address"))
+    if not S.user_history and "device_traces" in snap:
+        snap["device_traces"] = [[] for _ in snap["device_traces"]]
+
+
+def _unframe(d, kind, address):
+    frames = d.get("frames")
+    if frames and (not S.user_history or S.our_frames.get((kind, address)) == frames):
+        d["frames"] = []
+
+
+def _remember(snap):
+    """The frames gpudoc's recording left on live blocks and segments (a program that records history
+    later still sees none of them)."""
+    ours = {}
+    for seg in snap.get("segments", ()):
+        if seg.get("frames"):
+            ours[("s", seg.get("address"))] = seg["frames"]
+        for b in seg.get("blocks", ()):
+            if b.get("frames"):
+                ours[("b", b.get("address"))] = b["frames"]
+    S.our_frames = ours
 
 
 def _user_stats(device):
@@ -474,12 +613,12 @@ def _on_oom(device, alloc, device_allocated, device_free):
         return
     S.oom_hunts += 1
     try:
-        S.ours = True
-        _send_big(_hunt_module().at_oom(S.torch, device, S.hunt, skip=(id(S),)))
+        with OURS:
+            result, search = _hunt_module().at_oom(S.torch, device, S.hunt, skip=(id(S),))
+        S.searches.insert(0, (result, search, None))
+        _search(OOM_S)
     except Exception as e:
         _hunt_failed(e)
-    finally:
-        S.ours = False
 
 
 def _on_cuda_init():
@@ -507,11 +646,16 @@ def _on_exit():
     except Exception as e:
         _fail("exit", e)
         return
-    if S.hunt is not None and STEP[0] > S.hunt.from_step:
-        try:
+    try:
+        if S.hunt is not None and STEP[0] > S.hunt.from_step:
             _hunt_step(STEP[0], ending=True)
-        except Exception as e:
-            _hunt_failed(e)
+        _search(EXIT_S)
+        # What the searches left found in the time they had.
+        for result, search, leaked in S.searches:
+            _send_big(_hunt_module().finish(result, search, leaked))
+        S.searches = []
+    except Exception as e:
+        _hunt_failed(e)
 
 
 def _on_fork():
@@ -527,6 +671,7 @@ def _on_fork():
     S.devices = None
     S.growth = {}
     S.hunt = None
+    S.searches = []
     S.hunts = S.oom_hunts = S.files = 0
     _identify()
 
