@@ -24,10 +24,14 @@ use std::time::{Duration, SystemTime};
 
 /// The shim's files (the marker tells other shims the folder is one), written where [`home::shim_folder`]
 /// says.
-pub const SHIM: [(&str, &str); 4] = [
+pub const SHIM: [(&str, &str); 5] = [
     (
         "sitecustomize.py",
         include_str!("../../python/gpudoc/_shim/sitecustomize.py"),
+    ),
+    (
+        "_gpudoc_site.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_site.py"),
     ),
     (
         "_gpudoc_torch.py",

@@ -384,7 +384,12 @@ def _hunt_step(step, ending=False):
         else:
             STEP[1] = min(STEP[1], S.hunt.from_step + _hunt_module().WINDOW_STEPS)
         return
-    if S.hunts >= MAX_HUNTS or S.user_history or step <= WARMUP_STEPS:
+    if S.hunts >= MAX_HUNTS or S.user_history:
+        return
+    if step <= WARMUP_STEPS:
+        if HUNT == "on":
+            # A hunt asked for starts when warm-up ends, whatever the records' stride.
+            STEP[1] = min(STEP[1], WARMUP_STEPS + 1)
         return
     if HUNT == "on" or _growing():
         if S.hunt_module is None:

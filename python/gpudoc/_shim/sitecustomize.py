@@ -1,79 +1,17 @@
-# gpudoc's shim, first on PYTHONPATH under `gpudoc run`. Every Python process of the job compiles this file
-# at start-up, so it is tiny and valid Python 2 and 3, and it leaves nothing behind: it takes gpudoc's
-# folders off sys.path, runs the sitecustomize it shadows (once, however tools chain theirs), and puts a
-# finder on sys.meta_path that loads _gpudoc_torch.py, beside it, when the program really imports torch.
+# gpudoc's shim, first on PYTHONPATH under `gpudoc run`: every Python process of the job compiles this file
+# at start-up, so it is tiny and leaves no name behind. It runs _gpudoc_site.py, beside it, from the
+# bytecode cached in this folder (valid Python 2 and 3).
 def _gpudoc():
-    import os
     import sys
+    from os import path
 
-    def mine(p):
-        return os.path.isfile(os.path.join(p or ".", ".gpudoc-shim"))
-
-    here, skip, f = os.path.dirname(os.path.abspath(__file__)), [], sys._getframe(1)
-    # A sitecustomize that runs "the next one" (New Relic's) finds this file again: what runs above
-    # this one is skipped, and a second run of this file only chains.
-    while f is not None:
-        if f.f_code.co_name == "<module>" and f.f_code.co_filename.endswith("sitecustomize.py"):
-            skip.append(os.path.dirname(os.path.abspath(f.f_code.co_filename)))
-        f = f.f_back
-    again = any(mine(p) for p in skip[1:])
-    for p in [p for p in sys.path if mine(p)]:
-        sys.path.remove(p)
-        sys.path_importer_cache.pop(p, None)
-    setting = os.environ.get("GPUDOC_TORCH")
-    if setting and not again and sys.version_info >= (3, 6):
-        class GpudocFinder(object):
-            """gpudoc's (`gpudoc run`): loads its PyTorch hooks when the program imports torch."""
-
-            _gpudoc = True
-            busy = False
-
-            def find_spec(self, name, path=None, target=None):
-                __tracebackhide__ = True
-                if name != "torch" or self.busy:
-                    return None
-                # Only the import itself, not a probe (importlib.util.find_spec) or a reload.
-                f = sys._getframe(1)
-                while f is not None and f.f_code.co_name != "_find_spec":
-                    f = f.f_back
-                if f is None or f.f_back is None or f.f_back.f_code.co_name != "_find_and_load_unlocked":
-                    return None
-                try:
-                    ext = sys.modules["_frozen_importlib_external"]
-                    path_ = os.path.join(here, "_gpudoc_torch.py")
-                    code = ext.SourceFileLoader("gpudoc._shim.torch", path_).get_code("gpudoc._shim.torch")
-                    hooks = {"__name__": "gpudoc._shim.torch", "__file__": "<gpudoc> " + path_}
-                    exec(code, hooks)
-                    return hooks["find_spec"](self, name, path, target, here, setting)
-                except Exception:
-                    return None
-
-        if not any(getattr(f, "_gpudoc", False) for f in sys.meta_path):
-            sys.meta_path.insert(0, GpudocFinder())
-        # coverage measures no file without a real name: its code is never the program's.
-        globals()["__file__"] = "<gpudoc> " + __file__
-    path = [p for p in sys.path if os.path.abspath(p or ".") not in skip]
-    if sys.version_info < (3, 4):
-        import imp
-
-        try:
-            found = imp.find_module("sitecustomize", path)
-        except ImportError:
-            return
-        try:
-            return imp.load_module("sitecustomize", *found)
-        finally:
-            if found[0] is not None:
-                found[0].close()
-    spec = sys.modules["_frozen_importlib_external"].PathFinder.find_spec("sitecustomize", path)
-    if (spec is None or spec.loader is None) and not again:
-        # As without gpudoc: no sitecustomize module at all (site.py passes over exactly this error).
-        raise ImportError("No module named 'sitecustomize'", name="sitecustomize")
-    if spec is None or spec.loader is None:
-        return
-    module = sys.modules["_frozen_importlib"].module_from_spec(spec)
-    sys.modules["sitecustomize"] = module
-    spec.loader.exec_module(module)
+    src = path.join(path.dirname(path.abspath(__file__)), "_gpudoc_site.py")
+    ext = sys.modules.get("_frozen_importlib_external")
+    loader = ext and ext.SourceFileLoader("gpudoc._shim.site", src)
+    code = loader.get_code(loader.name) if loader else compile(open(src).read(), src, "exec")
+    site = {"__name__": "gpudoc._shim.site", "__file__": "<gpudoc> " + src, "__builtins__": __builtins__}
+    exec(code, site)
+    site["start"](loader, code, globals())
 
 
 try:
