@@ -178,9 +178,11 @@ class Search(object):
         self.torch, self.device, self.ranges, self.steps = torch, device, ranges, steps
         self.kinds = _plain_tensors(torch)
         self.skip = set(skip) | {id(self)}
-        # Roots searched whole (by key: the program's frames come and go between slices), and where in
-        # the current one the last slice stopped.
+        # Roots searched whole (by key: the program's frames come and go between slices), where in the
+        # current one the last slice stopped, and the large containers left for the end (a leak's list
+        # is found before a data set's million items are walked).
         self.finished, self.key, self.path, self.label = set(), None, [], None
+        self.later, self.floor = [], 0
         self.seen, self.storages, self.covered = set(), set(), set()
         self.bytes, self.groups, self.graph = {}, {}, None
         self.done, self.visited, self.spent = False, 0, 0.0
@@ -203,29 +205,43 @@ class Search(object):
     def _slice(self, deadline):
         roots = _roots(self.skip)
         stop = _Stops(self.skip)
-        stack = self._resume(roots)
-        while stack is not None:
+        while not (self.ranges is not None and len(self.covered) == len(self.ranges)):
+            stack = self._resume(roots)
+            if stack is None:
+                if not self.later:
+                    break
+                # A large container left for the end: from its root, by its path, if still there.
+                self.key, self.label, self.path = self.later.pop(0)
+                self.floor = len(self.path)
+                continue
             if self._walk(stack, stop, deadline):
                 self.path = [(id(e[0]), e[2]) for e in stack]
                 labels = stack[0][0].labels()
                 at = stack[0][2] - 1
                 self.label = labels[at] if 0 <= at < len(labels) else None
                 return
-            self.finished.add(self.key)
-            if self.ranges is not None and len(self.covered) == len(self.ranges):
-                break  # every leaking block has a holder
-            stack = self._resume(roots)
+            if self.floor:
+                self.key, self.path, self.floor = None, [], 0
+            else:
+                self.finished.add(self.key)
         self.done = True
 
     def _resume(self, roots):
-        """The stack at the saved path: the first root not searched yet, then each container found again
-        where it was (a root that is another than last time starts from its beginning)."""
-        todo = [r for r in roots if r.key not in self.finished]
-        if not todo:
-            return None
-        root = todo[0]
-        if root.key != self.key:
-            self.key, self.path = root.key, []
+        """The stack at the saved path: the root it was in (the first root not searched yet, when none),
+        then each container found again where it was. None when there is nothing to resume."""
+        if self.floor:
+            root = [r for r in roots if r.key == self.key]
+            if not root:
+                self.key, self.path, self.floor = None, [], 0
+                return self._resume(roots)
+            root = root[0]
+        else:
+            todo = [r for r in roots if r.key not in self.finished]
+            if not todo:
+                return None
+            root = todo[0]
+            if root.key != self.key:
+                self.key, self.path = root.key, []
         stack = [_open(root)]
         for i, (oid, pos) in enumerate(self.path):
             parent = stack[-1]
@@ -243,12 +259,17 @@ class Search(object):
             _skip(entry, pos)
             stack.append(entry)
         self.path = []
+        if self.floor and len(stack) < self.floor:
+            # The container left for the end is gone, or its place changed: nothing to resume there.
+            self.key, self.floor = None, 0
+            return self._resume(roots)
         return stack
 
     def _walk(self, stack, stop, deadline):
-        """Depth first from the stack's top until the root is done (False) or time is up (True)."""
-        kinds, seen, steps = self.kinds, self.seen, 0
-        while stack:
+        """Depth first from the stack's top until what it started in is done (False: the root, or the
+        container left for the end at `floor`) or time is up (True)."""
+        kinds, seen, steps, floor = self.kinds, self.seen, 0, max(1, self.floor)
+        while len(stack) >= floor:
             entry = stack[-1]
             child = _next(entry)
             if child is _END:
@@ -260,6 +281,11 @@ class Search(object):
             if not gc.is_tracked(child) or id(child) in seen or len(stack) > MAX_DEPTH:
                 continue
             if stop.here(child, t):
+                continue
+            if not self.floor and t in _CONTAINERS and len(child) > BIG:
+                labels = stack[0][0].labels()
+                self.later.append((stack[0][0].key, labels[stack[0][2] - 1] if stack[0][2] else None,
+                                   [(id(e[0]), e[2]) for e in stack] + [(id(child), 0)]))
                 continue
             # An object only this container refers to cannot be reached twice: not remembered. Held here
             # by `child` and getrefcount's argument, and by the list of a "refs" or root entry.
@@ -323,6 +349,8 @@ class Search(object):
 
 # Deeper than this from a root is not followed.
 MAX_DEPTH = 48
+# A container with more items than this is walked last.
+BIG = 10000
 _END = object()
 
 
