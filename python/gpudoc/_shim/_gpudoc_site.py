@@ -4,6 +4,7 @@ it shadows (once, however tools chain theirs), and puts a finder on sys.meta_pat
 _gpudoc_torch.py, beside it, when the program really imports torch."""
 
 
+
 def start(loader, code, site):
     """`loader` read `code`, this file's, for sitecustomize.py, whose globals are `site`."""
     import os

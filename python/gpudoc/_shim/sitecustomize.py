@@ -9,7 +9,9 @@ def _gpudoc():
     ext = sys.modules.get("_frozen_importlib_external")
     loader = ext and ext.SourceFileLoader("gpudoc._shim.site", src)
     code = loader.get_code(loader.name) if loader else compile(open(src).read(), src, "exec")
-    site = {"__name__": "gpudoc._shim.site", "__file__": "<gpudoc> " + src, "__builtins__": __builtins__}
+    # __package__ "": no parent package (Python 2 would look for gpudoc._shim.os at `import os`).
+    site = {"__name__": "gpudoc._shim.site", "__package__": "", "__file__": "<gpudoc> " + src,
+            "__builtins__": __builtins__}
     exec(code, site)
     site["start"](loader, code, globals())
 
