@@ -815,8 +815,6 @@ class Hunt(object):
         self.devices = list(devices)
         self.allocated = dict(allocated)
         self.t0 = time.time()
-        # The recording is gpudoc's until the program records history itself.
-        self.ours = True
         _prepare(torch)
         torch.cuda.memory._record_memory_history(
             enabled="all", context="alloc", stacks="python", max_entries=MAX_ENTRIES)
@@ -832,8 +830,7 @@ class Hunt(object):
         try:
             snap = torch.cuda.memory._snapshot()
         finally:
-            if self.ours:
-                torch.cuda.memory._record_memory_history(enabled=None)
+            torch.cuda.memory._record_memory_history(enabled=None)
         steps = max(1, step - self.from_step)
         out = []
         for d in self.devices:

@@ -371,8 +371,7 @@ def _hunt_step(step, ending=False):
             hunt, S.hunt = S.hunt, None
             with OURS:
                 snap, results = hunt.end(step, _allocated(), skip=(id(S),))
-            if hunt.ours:
-                _remember(snap)
+            _remember(snap)
             del snap
             for result, search, leaked in results:
                 if search is None:
@@ -457,7 +456,7 @@ def _hunt_failed(e):
     S.hunts = MAX_HUNTS
     hunt, S.hunt = S.hunt, None
     S.searches = []
-    if hunt is not None and hunt.ours:
+    if hunt is not None:
         try:
             with OURS:
                 S.torch.cuda.memory._record_memory_history(enabled=None)
@@ -501,12 +500,11 @@ def _watch_history(real):
 
 
 def _give_way():
-    hunt, S.hunt = S.hunt, None
+    S.hunt = None
     try:
-        if hunt.ours:
-            with OURS:
-                _remember(S.torch.cuda.memory._snapshot())
-                S.torch.cuda.memory._record_memory_history(enabled=None)
+        with OURS:
+            _remember(S.torch.cuda.memory._snapshot())
+            S.torch.cuda.memory._record_memory_history(enabled=None)
     except Exception:
         pass
 
