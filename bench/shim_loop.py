@@ -43,9 +43,9 @@ if os.environ.get("TOGGLE_SHIM") == "1":
     from torch.optim import optimizer as _opt
 
     hooks = _opt._global_optimizer_post_hooks
-    shim_hook = next(k for k, f in hooks.items() if getattr(f, "__module__", "") == "_gpudoc_torch")
+    shim_hook = next(k for k, f in hooks.items() if getattr(f, "__module__", "") == "gpudoc._shim.torch")
     shim_fn = hooks[shim_hook]
-    shim_steps = sys.modules["_gpudoc_torch"].STEP
+    shim_steps = shim_fn.__globals__["STEP"]
 t = time.perf_counter()
 b = t
 for i in range(steps):

@@ -39,6 +39,8 @@ pub struct Env {
     pub pythonpath: Option<OsString>,
     /// Where temporary folders go (`TMPDIR`).
     pub tmpdir: PathBuf,
+    /// The user's cache folder (`XDG_CACHE_HOME`, else `~/.cache`), where the PyTorch shim is kept.
+    pub cache_home: Option<PathBuf>,
     /// Test-only: the device-file prefix `gpudoc orphans` looks for.
     pub dev_prefix: String,
     /// What fds 1 and 2 are, for wiring the command's output.
@@ -77,6 +79,10 @@ impl Env {
                 .unwrap_or_else(|_| crate::gpu::DEFAULT_LIB.to_string()),
             pythonpath: std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()),
             tmpdir: std::env::temp_dir(),
+            cache_home: std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"))),
             dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
                 .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
             visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),

@@ -729,12 +729,7 @@ fn the_command_gets_the_environment_as_it_was_with_only_the_shims_variables_adde
     }
     // `env env` prints the environment as `env` does.
     let bare = env_of(&mut bare);
-    let shim = [
-        "GPUDOC_HUNT",
-        "GPUDOC_TORCH_PIPE",
-        "GPUDOC_TORCH_RESET_PEAKS",
-        "PYTHONPATH",
-    ];
+    let shim = ["GPUDOC_TORCH", "PYTHONPATH"];
     for (flags, added_by_gpudoc) in [(&["--no-torch"][..], &[][..]), (&[], &shim[..])] {
         let mut c = m.gpudoc();
         c.args(["run", "-q"]).args(flags).arg("--");

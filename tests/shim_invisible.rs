@@ -4,6 +4,7 @@
 mod common;
 
 use common::{Machine, fake_torch, read_json};
+use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -91,7 +92,7 @@ print("end", torch.cuda.max_memory_allocated() // MiB, torch.cuda.memory_stats()
 }
 
 #[test]
-fn nested_gpudoc_and_delegating_finders_import_torch_once() {
+fn nested_gpudoc_and_delegating_finders_import_torch_once_and_leave_no_finder() {
     let m = Machine::h200s(1);
     // A finder that asks every other finder in turn, as tracers' import hooks do.
     let script = write(
@@ -110,35 +111,39 @@ class Delegating:
         return None
 sys.meta_path.insert(0, Delegating())
 import torch
-print(len(sys.meta_path), sum(1 for f in sys.meta_path if getattr(f, "_gpudoc", False)))
+torch.cuda.init()
+opt = torch.optim.SGD()
+torch.cuda._alloc(1 << 20)
+opt.step()
+print([type(f).__name__ for f in sys.meta_path])
 "#,
     );
     let g = under(&m, &[], &script, &[]);
     assert!(g.status.success(), "{}", text(&g));
-    let bare_len: usize = String::from_utf8_lossy(&bare(&script, &[]).stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
     assert_eq!(
-        String::from_utf8_lossy(&g.stdout).trim(),
-        format!("{} 1", bare_len + 1),
-        "one gpudoc finder, no growth"
+        String::from_utf8_lossy(&g.stdout),
+        String::from_utf8_lossy(&bare(&script, &[]).stdout),
+        "once torch is in, sys.meta_path is the program's own"
     );
-    // gpudoc under gpudoc: the inner shim only; torch imports fine.
+    let r = read_json(&m.path("r.json"));
+    assert_eq!(r["torch"]["processes"][0]["steps_total"], 1, "{r:#}");
+    // gpudoc under gpudoc: one shim, the inner one's; torch imports fine.
     let inner = common::gpudoc_bin();
     let out = m
         .gpudoc()
         .env("PYTHONPATH", fake_torch())
         .args(["run", "-q", "--"])
         .arg(&inner)
-        .args(["run", "-q", "--", "python3", "-c"])
-        .arg("import sys, torch; print(sum(1 for f in sys.meta_path if getattr(f, '_gpudoc', False)))")
+        .args(["run", "-q", "--json"])
+        .arg(m.path("inner.json"))
+        .args(["--", "python3", "-c"])
+        .arg("import torch; torch.cuda.init(); o = torch.optim.SGD(); torch.cuda._alloc(1); o.step(); print(len(torch.optim.optimizer._post_hooks))")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "one hook");
+    let r = read_json(&m.path("inner.json"));
+    assert_eq!(r["torch"]["processes"][0]["steps_total"], 1, "{r:#}");
 }
 
 #[test]
@@ -321,7 +326,7 @@ fn the_environments_sitecustomize_runs_even_without_the_pipe() {
             "--",
             "env",
             "-u",
-            "GPUDOC_TORCH_PIPE",
+            "GPUDOC_TORCH",
             "python3",
             "-c",
             "pass",
@@ -391,4 +396,386 @@ opt.step()
     assert!(out.status.success(), "{}", text(&out));
     let r = read_json(&m.path("r.json"));
     assert_eq!(r["torch"]["processes"][0]["steps_total"], 1, "{r:#}");
+}
+
+/// A program that steps once on the fake torch, after `prelude`.
+fn one_step(prelude: &str) -> String {
+    format!(
+        "{prelude}\nimport torch\ntorch.cuda.init()\nopt = torch.optim.SGD()\ntorch.cuda._alloc(1 << 20)\nopt.step()\n"
+    )
+}
+
+fn steps_total(m: &Machine) -> Value {
+    read_json(&m.path("r.json"))["torch"]["processes"][0]["steps_total"].clone()
+}
+
+#[test]
+fn a_class_that_is_its_own_loader_imports_torch() {
+    // Meta-path importers that are their own loader, as BuiltinImporter and FrozenImporter are: with a
+    // staticmethod exec_module, and with one inherited.
+    for (name, body) in [
+        (
+            "static",
+            "    @staticmethod\n    def exec_module(module):\n        run(module)\n",
+        ),
+        ("inherited", "    pass\n"),
+    ] {
+        let m = Machine::h200s(1);
+        let prelude = format!(
+            r#"
+import importlib.machinery, sys
+def run(module):
+    path = {init:?}
+    exec(compile(open(path).read(), path, "exec"), module.__dict__)
+class Base:
+    @staticmethod
+    def exec_module(module):
+        run(module)
+class Importer(Base):
+{body}    @staticmethod
+    def create_module(spec):
+        return None
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "torch":
+            spec = importlib.machinery.ModuleSpec("torch", cls, is_package=True)
+            spec.submodule_search_locations = [{dir:?}]
+            return spec
+sys.meta_path.insert(1, Importer)
+"#,
+            init = fake_torch().join("torch/__init__.py"),
+            dir = fake_torch().join("torch"),
+        );
+        let script = write(
+            &m,
+            "own_loader.py",
+            &(one_step(&prelude)
+                + "print(torch.__loader__ is Importer, torch.__spec__.loader is Importer)\n"),
+        );
+        let g = under(&m, &[], &script, &[]);
+        assert!(g.status.success(), "{name}: {}", text(&g));
+        assert_eq!(String::from_utf8_lossy(&g.stdout), "True True\n", "{name}");
+        assert_eq!(steps_total(&m), 1, "{name}");
+    }
+}
+
+#[test]
+fn a_probe_for_torch_loads_nothing_of_gpudocs() {
+    let m = Machine::h200s(1);
+    // transformers and accelerate look for torch this way before (and often without) importing it.
+    let script = write(
+        &m,
+        "probe.py",
+        r#"
+import importlib.util, sys
+before = set(sys.modules)
+spec = importlib.util.find_spec("torch")
+print(type(spec.loader).__name__, sorted(set(sys.modules) - before))
+"#,
+    );
+    let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(
+        String::from_utf8_lossy(&g.stdout),
+        String::from_utf8_lossy(&b.stdout)
+    );
+    assert!(String::from_utf8_lossy(&b.stdout).starts_with("SourceFileLoader []"));
+}
+
+#[test]
+fn a_chaining_sitecustomize_runs_once_and_so_does_the_one_it_chains_to() {
+    let m = Machine::h200s(1);
+    let marker = m.path("marker");
+    // New Relic's bootstrap: runs the next sitecustomize on sys.path, its own folder left out.
+    let chaining = format!(
+        r#"
+import os, sys
+from importlib.machinery import PathFinder
+open({marker:?}, "a").write("chaining ")
+here = os.path.dirname(__file__)
+path = [p for p in sys.path if p != here]
+spec = PathFinder.find_spec("sitecustomize", path=path)
+if spec is not None:
+    spec.loader.load_module("sitecustomize")
+"#,
+        marker = marker.to_str().unwrap()
+    );
+    let (first, second) = (m.path("chaining"), m.path("original"));
+    for (dir, text) in [
+        (&first, chaining),
+        (
+            &second,
+            format!(
+                "open({:?}, 'a').write('original ')\n",
+                marker.to_str().unwrap()
+            ),
+        ),
+    ] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("sitecustomize.py"), text).unwrap();
+    }
+    let path = format!(
+        "{}:{}:{}",
+        first.display(),
+        second.display(),
+        fake_torch().display()
+    );
+    let script = write(&m, "chain.py", &one_step(""));
+    let env = [("PYTHONPATH", path.as_str())];
+    let b = Command::new("python3")
+        .envs(env)
+        .arg(&script)
+        .output()
+        .unwrap();
+    let bare_marker = std::fs::read_to_string(&marker).unwrap();
+    std::fs::remove_file(&marker).unwrap();
+    assert_eq!(bare_marker, "chaining original ");
+    let g = m
+        .gpudoc()
+        .envs(env)
+        .args(["run", "-q", "--json"])
+        .arg(m.path("r.json"))
+        .args(["--", "python3"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(g.status.code(), b.status.code(), "{}", text(&g));
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), bare_marker);
+    assert_eq!(
+        String::from_utf8_lossy(&g.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
+    assert_eq!(steps_total(&m), 1);
+}
+
+#[test]
+fn reloading_torch_installs_the_hooks_once() {
+    let m = Machine::h200s(1);
+    let script = write(
+        &m,
+        "reload.py",
+        &(one_step("import importlib")
+            + "importlib.reload(torch)\nfor _ in range(4):\n    opt.step()\nprint(len(torch.optim.optimizer._post_hooks))\n"),
+    );
+    let g = under(&m, &[], &script, &[]);
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(String::from_utf8_lossy(&g.stdout), "1\n");
+    assert_eq!(steps_total(&m), 5);
+}
+
+#[test]
+fn what_a_program_sees_of_the_shim_is_what_docs_framework_lists() {
+    let m = Machine::h200s(1);
+    // Everything of the import system and torch's C functions a program might look at.
+    let script = write(
+        &m,
+        "traces.py",
+        &(one_step("import sys\nbefore = set(sys.modules)")
+            + r#"
+print("sitecustomize" in sys.modules, hasattr(sys, "_gpudoc_shim"))
+print([type(f).__name__ for f in sys.meta_path])
+print([p for p in sys.path if "gpudoc" in p], [p for p in sys.path_importer_cache if "gpudoc" in p])
+print(sorted(m for m in set(sys.modules) - before if not m.startswith("torch")))
+for name in ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_record_memory_history"):
+    f = getattr(torch._C, name)
+    print(name, f.__module__, f.__name__, f.__qualname__, f.__doc__)
+"#),
+    );
+    let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));
+    assert!(b.status.success() && g.status.success(), "{}", text(&g));
+    // The shim's own module names are not in sys.modules; the standard ones it uses may be.
+    let lines = |o: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(String::from)
+            .collect()
+    };
+    let (bl, gl) = (lines(&b), lines(&g));
+    assert_eq!(gl[..3], bl[..3], "sys.modules, sys.meta_path, sys.path");
+    assert!(!gl[3].contains("gpudoc"), "{}", gl[3]);
+    assert_eq!(
+        gl[4..],
+        bl[4..],
+        "torch._C's functions look like torch's own"
+    );
+}
+
+#[test]
+fn reading_peaks_while_a_record_keeps_them_never_fails() {
+    let m = Machine::h200s(1);
+    // One thread reads the program's peaks while another resets them and the step hook's record keeps
+    // what the reset erased (its function, called directly, many times).
+    let script = write(
+        &m,
+        "race.py",
+        &(one_step("import sys, threading\nsys.setswitchinterval(1e-6)")
+            + r#"
+keep = torch.optim.optimizer._post_hooks[0].__globals__["_keep"]
+stats = torch._C._cuda_memoryStats(0)
+errors = []
+def read():
+    for _ in range(30000):
+        try:
+            torch.cuda.max_memory_allocated(0)
+        except Exception as e:
+            errors.append(e)
+t = threading.Thread(target=read)
+t.start()
+while t.is_alive():
+    torch.cuda.reset_peak_memory_stats(0)
+    keep(0, stats)
+print(len(errors), set(map(repr, errors[:3])))
+"#),
+    );
+    let g = under(&m, &[], &script, &[]);
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(String::from_utf8_lossy(&g.stdout), "0 set()\n");
+}
+
+#[test]
+fn coverage_measures_the_program_and_never_the_shim() {
+    let m = Machine::h200s(1);
+    write(&m, "cov.py", &one_step(""));
+    let g = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .current_dir(m.dir.path())
+        .args(["run", "-q", "--json"])
+        .arg(m.path("r.json"))
+        .args(["--", "python3", "-m", "coverage", "run", "cov.py"])
+        .output()
+        .unwrap();
+    assert!(
+        g.status.success(),
+        "coverage is missing? .ci/deps installs it: {}",
+        text(&g)
+    );
+    assert_eq!(steps_total(&m), 1);
+    // After the run: the report reads every file it measured, and none of them is gpudoc's.
+    let report = Command::new("python3")
+        .current_dir(m.dir.path())
+        .args(["-m", "coverage", "report"])
+        .output()
+        .unwrap();
+    let out = text(&report);
+    assert!(report.status.success(), "{out}");
+    assert!(out.contains("cov.py"), "{out}");
+    assert!(
+        !out.contains("_gpudoc") && !out.contains("sitecustomize"),
+        "{out}"
+    );
+}
+
+#[test]
+fn closed_standard_descriptors_stay_the_programs() {
+    let m = Machine::h200s(1);
+    let script = write(
+        &m,
+        "closed.py",
+        &(one_step("import os, sys")
+            + &format!(
+                r#"
+try:
+    os.write(1, b"into fd 1\n")
+    wrote = "wrote"
+except OSError as e:
+    wrote = "errno %d" % e.errno
+sys.stderr.write("%s, next file %d\n" % (wrote, open({:?}).fileno()))
+"#,
+                m.path("closed.py")
+            )),
+    );
+    let sh = format!("exec python3 {} <&- >&-", script.display());
+    let b = Command::new("sh")
+        .env("PYTHONPATH", fake_torch())
+        .args(["-c", &sh])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&b.stderr), "errno 9, next file 0\n");
+    let g = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .args(["run", "-q", "--json"])
+        .arg(m.path("r.json"))
+        .args(["--", "sh", "-c", &sh])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&g.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
+    assert_eq!(steps_total(&m), 1);
+}
+
+#[test]
+fn sigpipe_held_off_by_the_program_never_kills_it_when_gpudoc_is_gone() {
+    let m = Machine::h200s(1);
+    let done = m.path("done");
+    let trainer = write(
+        &m,
+        "held.py",
+        &(one_step(
+            "import signal, time\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})",
+        ) + &format!(
+            r#"
+for i in range(40):
+    opt.step()
+    time.sleep(0.05)
+print("pending at the end:", sorted(signal.sigpending()))
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGPIPE}})
+open({done:?}, "w").write("finished")
+"#
+        )),
+    );
+    // The trainer steps on in the background after the command (and gpudoc) have ended; its output
+    // goes to a file, so gpudoc does not wait for it.
+    let log = m.path("held.log");
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .args(["run", "-q", "--", "sh", "-c"])
+        .arg(format!(
+            "python3 {} >{} 2>&1 & sleep 0.4",
+            trainer.display(),
+            log.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    for _ in 0..100 {
+        if done.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&done).unwrap_or_default(),
+        "finished",
+        "killed by SIGPIPE once it let it through: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+#[test]
+fn a_compiled_optimizer_step_traces_nothing_of_the_shim() {
+    let m = Machine::h200s(1);
+    // The step compiled with Dynamo (the fake's stand-in): its graph breaks and warnings are the
+    // program's own; the shim's hook is folded away while Dynamo traces, as `is_compiling()` is.
+    let script = write(
+        &m,
+        "compiled.py",
+        &(one_step("")
+            + r#"
+step = torch.compile(opt.step, backend="eager")
+for _ in range(5):
+    step()
+print(torch.compiler.graph_breaks())
+"#),
+    );
+    let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(text(&g), text(&b));
+    assert_eq!(String::from_utf8_lossy(&b.stdout), "0\n");
+    // The eager step before is counted; the compiled ones are not seen (docs/framework.md).
+    assert_eq!(steps_total(&m), 1);
 }

@@ -307,11 +307,7 @@ fn commands_without_torch_are_unaffected() {
         .args(["run", "--quiet", "--"]);
     let under = modules(&mut wrapped);
     let extra: Vec<&String> = under.iter().filter(|m| !bare.contains(m)).collect();
-    assert_eq!(
-        extra,
-        vec!["sitecustomize"],
-        "the shim imports nothing of its own"
-    );
+    assert!(extra.is_empty(), "the shim imports nothing: {extra:?}");
 
     // A non-Python command sees only the shim's variables added to its environment.
     let env_of = common::env_lines;
@@ -325,15 +321,7 @@ fn commands_without_torch_are_unaffected() {
         .filter(|l| !a.contains(l))
         .map(|l| l.split('=').next().unwrap())
         .collect();
-    assert_eq!(
-        added,
-        vec![
-            "GPUDOC_HUNT",
-            "GPUDOC_TORCH_PIPE",
-            "GPUDOC_TORCH_RESET_PEAKS",
-            "PYTHONPATH"
-        ]
-    );
+    assert_eq!(added, vec!["GPUDOC_TORCH", "PYTHONPATH"]);
     assert!(
         a.iter().all(|l| b.contains(l)),
         "--no-torch adds nothing and the shim removes nothing"

@@ -271,11 +271,16 @@ fn open_shim(
         settings,
         start_wall,
         s.env.pythonpath.as_deref(),
-        &s.env.tmpdir,
+        (&s.env.tmpdir, s.env.cache_home.as_deref()),
         trace.clone(),
     );
     match opened {
-        Ok((c, env)) => (Some(c), env),
+        Ok((c, env)) => {
+            if let Some(note) = &c.note {
+                crate::sayln!("gpudoc: the PyTorch shim runs from a copy of this run's: {note}");
+            }
+            (Some(c), env)
+        }
         Err(e) => {
             crate::sayln!("gpudoc: the PyTorch view is off: cannot set up its shim: {e}");
             (None, Vec::new())

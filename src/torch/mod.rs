@@ -1,11 +1,12 @@
 //! The framework view: PyTorch's caching allocator seen from inside every Python process of the job,
-//! through a shim (`shim/`, embedded here) that gpudoc puts first on `PYTHONPATH`: a tiny
+//! through a shim (`python/gpudoc/_shim/`, embedded here) that gpudoc puts first on `PYTHONPATH`: a tiny
 //! `sitecustomize.py` that watches for `import torch`, and `_gpudoc_torch.py`, loaded only then, that
 //! records the allocator from the optimizer's step hook at a cost kept under 0.5% of the step time. The
 //! shim writes JSON lines to a named pipe in a private folder (mode 0700); this module reads them into a
 //! [`TorchTimeline`]. The pipe is opened by path, not inherited: `subprocess` and torchrun close inherited
 //! descriptors, and every rank must still reach gpudoc.
 
+pub mod home;
 pub mod hunt;
 mod stale;
 pub mod view;
@@ -21,11 +22,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-/// The shim's files, written into the private folder (the marker tells other shims the folder is one).
-pub const SHIM: [(&str, &str); 4] = [
-    ("sitecustomize.py", include_str!("shim/sitecustomize.py")),
-    ("_gpudoc_torch.py", include_str!("shim/_gpudoc_torch.py")),
-    ("_gpudoc_hunt.py", include_str!("shim/_gpudoc_hunt.py")),
+/// The shim's files (the marker tells other shims the folder is one), written where [`home::shim_folder`]
+/// says.
+pub const SHIM: [(&str, &str); 5] = [
+    (
+        "sitecustomize.py",
+        include_str!("../../python/gpudoc/_shim/sitecustomize.py"),
+    ),
+    (
+        "_gpudoc_site.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_site.py"),
+    ),
+    (
+        "_gpudoc_torch.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch.py"),
+    ),
+    (
+        "_gpudoc_hunt.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_hunt.py"),
+    ),
     (".gpudoc-shim", ""),
 ];
 /// Longest line accepted from the shim (it writes under PIPE_BUF).
@@ -307,26 +322,27 @@ pub struct Channel {
     _dir: tempfile::TempDir,
     /// Dropped after the folder is removed: until then, no other run takes it for a killed run's.
     _held: stale::Held,
+    /// Why the shim's cached folder was not used, when that is worth saying.
+    pub note: Option<String>,
     stop: Arc<AtomicBool>,
     reader: JoinHandle<()>,
     timeline: Arc<std::sync::Mutex<TorchTimeline>>,
 }
 
 impl Channel {
-    /// Writes the shim into a private folder, makes the pipe, starts reading it, and returns the
-    /// environment the command needs (`PYTHONPATH` first, the pipe's path, the settings).
+    /// Finds the shim's folder ([`home::shim_folder`]: `cache` is the user's cache folder), makes the pipe
+    /// in a private folder of the run's, starts reading it, and returns the environment the command needs
+    /// (`PYTHONPATH` first, the pipe's path, the settings).
     pub fn open(
         settings: ShimSettings,
         start_wall: SystemTime,
         pythonpath: Option<&std::ffi::OsStr>,
-        tmpdir: &std::path::Path,
+        (tmpdir, cache): (&std::path::Path, Option<&std::path::Path>),
         trace: Option<SharedTrace>,
     ) -> std::io::Result<(Channel, Vec<(String, OsString)>)> {
         let dir = private_dir(tmpdir)?;
         let held = stale::hold(dir.path())?;
-        for (name, text) in SHIM {
-            std::fs::write(dir.path().join(name), text)?;
-        }
+        let (shim, note) = home::shim_folder(cache, dir.path());
         let fifo = dir.path().join("torch.pipe");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
         // Read-write, so the pipe never reports end-of-file while no writer is open.
@@ -334,22 +350,25 @@ impl Channel {
             .read(true)
             .write(true)
             .open(&fifo)?;
-        let mut path = OsString::from(dir.path());
+        let mut path = OsString::from(&shim);
         if let Some(old) = pythonpath {
             path.push(":");
             path.push(old);
         }
+        // One variable: hunt mode, peaks, then the pipe's path (last: a path may hold any character).
+        let mut setting = OsString::from(format!(
+            "hunt={};peaks={};pipe=",
+            settings.hunt.env(),
+            if settings.reset_peaks {
+                "reset"
+            } else {
+                "keep"
+            }
+        ));
+        setting.push(&fifo);
         let env = vec![
             ("PYTHONPATH".to_string(), path),
-            (
-                "GPUDOC_TORCH_PIPE".to_string(),
-                fifo.clone().into_os_string(),
-            ),
-            (
-                "GPUDOC_TORCH_RESET_PEAKS".to_string(),
-                if settings.reset_peaks { "1" } else { "0" }.into(),
-            ),
-            ("GPUDOC_HUNT".to_string(), settings.hunt.env().into()),
+            ("GPUDOC_TORCH".to_string(), setting),
         ];
         let start_unix = start_wall
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -367,6 +386,7 @@ impl Channel {
             Channel {
                 _dir: dir,
                 _held: held,
+                note,
                 stop,
                 reader,
                 timeline,

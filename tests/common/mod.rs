@@ -148,6 +148,17 @@ impl Machine {
         extra: &[&str],
         args: &[&str],
     ) -> (i32, serde_json::Value, String, String) {
+        self.python_with("python3", envs, extra, args)
+    }
+
+    /// [`Machine::python`] with another interpreter than `python3`.
+    pub fn python_with(
+        &self,
+        python: &str,
+        envs: &[(&str, &str)],
+        extra: &[&str],
+        args: &[&str],
+    ) -> (i32, serde_json::Value, String, String) {
         let json = self.path("report.json");
         let out = self
             .gpudoc()
@@ -158,7 +169,7 @@ impl Machine {
             .arg(&json)
             .args(extra)
             .arg("--")
-            .arg("python3")
+            .arg(python)
             .args(args)
             .output()
             .unwrap();

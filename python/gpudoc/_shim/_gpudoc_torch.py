@@ -11,18 +11,23 @@ for that). It costs the program nothing it could measure:
   were never reset.
 - It never changes what the program sees: no exception, warning, signal or output of its own; writes go
   to gpudoc's pipe only, checked to still be that pipe, with SIGPIPE held off; any failure makes it go
-  quiet and is reported to gpudoc.
-- Leak hunting (_gpudoc_hunt.py, imported only when a hunt starts): when allocated memory grows record
-  after record past warm-up (or from warm-up on with GPUDOC_HUNT=on), PyTorch's memory history is
-  recorded for a bounded window of steps, the leaking sites and what holds them are found, and recording
-  stops. At an out-of-memory failure the same search names what filled the GPU. A program that records
-  memory history itself is left alone.
+  quiet and is reported to gpudoc. What a program can still see of it is listed in docs/framework.md.
+- Leak hunting (_gpudoc_hunt.py, loaded only when a hunt starts): when allocated memory grows record
+  after record past warm-up (or from warm-up on with hunt=on), PyTorch's memory history is recorded for a
+  bounded window of steps, the leaking sites are read, and what holds them is searched for a few
+  milliseconds a step. At an out-of-memory failure the same search names what filled the GPU. A program
+  that records memory history itself is left alone.
+
+Loaded by GpudocFinder (sitecustomize.py) as the module `gpudoc._shim.torch`, never put in sys.modules.
 """
 import functools
+import gc
 import json
 import os
 import signal
+import sys
 import time
+from _thread import get_ident
 
 # Share of the step time the shim aims at, with room under the 0.5% gpudoc promises.
 BUDGET = 0.003
@@ -32,8 +37,8 @@ MAX_STRIDE = 4096
 ADAPT_AFTER = 5
 # The devices in use are looked for again every this many records.
 RESCAN_EVERY = 64
-# Leak hunting: auto (when memory grows), on (from warm-up on), off.
-HUNT = os.environ.get("GPUDOC_HUNT", "auto")
+# Leak hunting: auto (when memory grows), on (from warm-up on), off. Set from GPUDOC_TORCH.
+HUNT = "auto"
 # Steps before which growth is warm-up; records of growth that start a hunt; least growth over them.
 WARMUP_STEPS = 10
 GROWTH_RECORDS = 8
@@ -42,6 +47,16 @@ GROWTH_BYTES = 64 << 20
 # probes for its largest batch may fail many times: the first few are searched).
 MAX_HUNTS = 1
 MAX_OOM_HUNTS = 8
+# The search for what holds leaking memory runs in slices of SLICE_S at steps at least SLICE_EVERY apart
+# (at most a third of the program's time, a pause of a few milliseconds whatever its heap), for OOM_S at
+# an out-of-memory failure (the tensors that filled the GPU may be gone once it unwinds), and at most
+# EXIT_S at exit.
+SLICE_S = 0.008
+SLICE_EVERY = 0.024
+OOM_S = 0.25
+EXIT_S = 0.5
+# pytest and IPython leave out frames that say so.
+__tracebackhide__ = True
 
 
 class _State(object):
@@ -50,8 +65,10 @@ class _State(object):
     dead = False
     cuda = False
     torch = None
-    pipe = os.environ.get("GPUDOC_TORCH_PIPE", "")
-    reset_peaks = os.environ.get("GPUDOC_TORCH_RESET_PEAKS", "1") == "1"
+    pipe = ""
+    reset_peaks = True
+    # The shim's folder (the hunt's module is read from there).
+    here = ""
     fd = None
     fd_id = None
     tail = ""
@@ -73,13 +90,38 @@ class _State(object):
     files = 0
     # The program records memory history itself (then no hunt touches it).
     user_history = False
-    ours = False
+    # The thread making gpudoc's own calls into torch, now: the wrappers let its calls through.
+    ours = None
     hunt_module = None
+    # Searches for holders still running: (result, Search, bytes leaked).
+    searches = []
+    last_slice = 0.0
+    # Memory history gpudoc recorded: the program's snapshots are shown without it.
+    recorded = False
+    # The frames gpudoc's recording left on live blocks and segments: ("b"|"s", address) -> frames.
+    our_frames = {}
 
 
 S = _State()
+
+
+class _Ours(object):
+    """gpudoc's own calls into torch, on this thread (another thread's, meanwhile, are the program's)."""
+
+    def __enter__(self):
+        S.ours = get_ident()
+
+    def __exit__(self, *exc):
+        S.ours = None
+
+
+OURS = _Ours()
 # [steps seen, step of the next record]: a list, so the hook's fast path is two index operations.
 STEP = [0, 1]
+# torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
+# traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
+# and is not run by the compiled code (a compiled optimizer step is not counted).
+_compiling = None
 
 
 def _rank_field(name, value):
@@ -102,6 +144,16 @@ def _identify():
 
 def _open():
     fd = os.open(S.pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if fd < 3:
+        # A standard descriptor the program closed stays closed for it (its writes fail as they would,
+        # its next file gets that number): the pipe moves above them.
+        import fcntl
+
+        low = fd
+        try:
+            fd = fcntl.fcntl(low, fcntl.F_DUPFD_CLOEXEC, 3)
+        finally:
+            os.close(low)
     st = os.fstat(fd)
     S.fd, S.fd_id = fd, (st.st_dev, st.st_ino)
 
@@ -128,15 +180,19 @@ def _send(body):
     except OSError:
         S.dead = True
         return
-    # A program that restored SIGPIPE's default would die writing to a pipe gpudoc has left.
+    # A program that restored SIGPIPE's default would die writing to a pipe gpudoc has left: the signal
+    # is held off while writing, and the one a failed write raised is taken back, even when the program
+    # holds SIGPIPE off itself (it would be delivered once the program lets it through). One already
+    # pending is the program's own: a second one is the same one, and it is left.
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+    theirs = signal.SIGPIPE in old and signal.SIGPIPE in signal.sigpending()
     try:
         os.write(S.fd, data)
     except BlockingIOError:
         pass  # gpudoc is behind: this record is dropped, the program is never held up
     except OSError:
         S.dead = True
-        if signal.SIGPIPE not in old:
+        if not theirs:
             signal.sigtimedwait({signal.SIGPIPE}, 0)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -164,11 +220,13 @@ def _peaks(stats, path=()):
 
 
 def _keep(device, stats):
-    """Remembers the peaks a reset is about to erase, for the program's view."""
-    held = S.held.setdefault(device, {})
+    """Remembers the peaks a reset is about to erase, for the program's view. The program may read them
+    from another thread meanwhile (_user_stats): a new dict replaces the old, never changed after."""
+    held = dict(S.held.get(device, ()))
     for path, peak in _peaks(stats).items():
         if peak > held.get(path, 0):
             held[path] = peak
+    S.held[device] = held
 
 
 def _cur(stats, key):
@@ -237,12 +295,27 @@ def _record(step, covered, kind="step"):
 
 def _on_step(optimizer, args, kwargs):
     """The optimizer's step post-hook. Most steps only count; every Nth is recorded."""
+    __tracebackhide__ = True
+    if _compiling is not None and _compiling():
+        return
     STEP[0] += 1
     if STEP[0] < STEP[1]:
         return
     if S.dead or not S.cuda:
         STEP[1] = STEP[0] + 1
         return
+    # What a record allocates never starts a collection the program's gc.callbacks would see in its
+    # step: the collector is off meanwhile, and what was allocated is freed before it is on again.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        _step_record()
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _step_record():
     t0 = time.perf_counter()
     try:
         covered = STEP[0] - S.last_step
@@ -267,6 +340,11 @@ def _on_step(optimizer, args, kwargs):
     if HUNT != "off":
         try:
             _hunt_step(STEP[0])
+            if S.searches:
+                STEP[1] = STEP[0] + 1
+                if t1 - S.last_slice >= SLICE_EVERY:
+                    _search(SLICE_S)
+                    S.last_slice = time.perf_counter()
         except Exception as e:
             _hunt_failed(e)
 
@@ -291,19 +369,34 @@ def _hunt_step(step, ending=False):
     if S.hunt is not None:
         if ending or S.hunt.due(step):
             hunt, S.hunt = S.hunt, None
-            S.ours = True
-            try:
-                results = hunt.finish(step, _allocated(), skip=(id(S),))
-            finally:
-                S.ours = False
-            for r in results:
-                _send_big(r)
+            with OURS:
+                snap, results = hunt.end(step, _allocated(), skip=(id(S),))
+            _remember(snap)
+            del snap
+            for result, search, leaked in results:
+                if search is None:
+                    _send_big(result)
+                else:
+                    S.searches.append((result, search, leaked))
+            # The search's first slice comes at a later step than the snapshot's reading.
+            S.last_slice = time.perf_counter()
         else:
             STEP[1] = min(STEP[1], S.hunt.from_step + _hunt_module().WINDOW_STEPS)
         return
-    if S.hunts >= MAX_HUNTS or S.user_history or step <= WARMUP_STEPS:
+    if S.hunts >= MAX_HUNTS or S.user_history:
+        return
+    if step <= WARMUP_STEPS:
+        if HUNT == "on":
+            # A hunt asked for starts when warm-up ends, whatever the records' stride.
+            STEP[1] = min(STEP[1], WARMUP_STEPS + 1)
         return
     if HUNT == "on" or _growing():
+        if S.hunt_module is None:
+            # Loading it (compiling it, without a cached .pyc) is a pause of its own: the hunt starts at
+            # the next record.
+            _hunt_module()
+            STEP[1] = min(STEP[1], step + 1)
+            return
         S.hunts += 1
         why = "on" if HUNT == "on" else "auto"
         if not _can_hunt():
@@ -311,25 +404,43 @@ def _hunt_step(step, ending=False):
                        "error": "torch %s has no memory history with Python stacks (2.1 or later has it)"
                        % getattr(S.torch, "__version__", "?")})
             return
-        S.ours = True
-        try:
+        _hide_history()
+        with OURS:
             S.hunt = _hunt_module().Hunt(S.torch, why, step, _devices(), _allocated())
-        finally:
-            S.ours = False
         STEP[1] = min(STEP[1], step + 1)
 
 
-def _hunt_module():
-    """_gpudoc_hunt.py, beside this file (loaded by path: the program may have changed sys.path)."""
-    if S.hunt_module is None:
-        import importlib.util
+def _search(budget):
+    """Runs the pending searches for at most `budget` seconds; those that end are sent."""
+    end = time.perf_counter() + budget
+    while S.searches:
+        left = end - time.perf_counter()
+        if left <= 0:
+            return
+        result, search, leaked = S.searches[0]
+        if not search.run(left):
+            return
+        del S.searches[0]
+        _send_big(_hunt_module().finish(result, search, leaked))
 
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_gpudoc_hunt.py")
-        spec = importlib.util.spec_from_file_location("_gpudoc_hunt", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        S.hunt_module = module
+
+def _hunt_module():
+    """_gpudoc_hunt.py, beside this file, loaded as this one is (by path, kept out of sys.modules)."""
+    if S.hunt_module is None:
+        S.hunt_module = _load(S.here, "_gpudoc_hunt.py", "gpudoc._shim.hunt")
     return S.hunt_module
+
+
+def _load(here, filename, name):
+    """A module of the shim's, from its folder: compiled once into its __pycache__ where that can be
+    written. Its __file__ is no real file's name, so coverage never measures it as the program's; its
+    code keeps the real one, for tracebacks and profilers."""
+    path = os.path.join(here, filename)
+    code = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, path).get_code(name)
+    module = type(sys)(name)
+    module.__file__ = "<gpudoc> " + path
+    exec(code, module.__dict__)
+    return module
 
 
 def _can_hunt():
@@ -344,14 +455,13 @@ def _hunt_failed(e):
     """A hunt that fails is said, and no other is tried; recording it started is stopped."""
     S.hunts = MAX_HUNTS
     hunt, S.hunt = S.hunt, None
-    if hunt is not None and hunt.ours:
+    S.searches = []
+    if hunt is not None:
         try:
-            S.ours = True
-            S.torch.cuda.memory._record_memory_history(enabled=None)
+            with OURS:
+                S.torch.cuda.memory._record_memory_history(enabled=None)
         except Exception:
             pass
-        finally:
-            S.ours = False
     try:
         _send('{"k":"hunt","error":%s,"dev":%d,"t":%.6f' % (
             json.dumps("%s: %s" % (type(e).__name__, e)), (S.devices or [0])[0], time.time()))
@@ -375,21 +485,92 @@ def _send_big(obj):
 
 def _watch_history(real):
     """torch._C's memory-history switch as the program calls it: a program that records history itself is
-    left alone, and a hunt in progress leaves recording on for it."""
+    left alone, and its history starts as it would without gpudoc (a window of gpudoc's still recording
+    ends here, its events cleared, and that hunt is given up)."""
 
     def record_memory_history(*args, **kwargs):
-        if not S.ours:
+        __tracebackhide__ = True
+        if S.ours != get_ident():
             S.user_history = True
             if S.hunt is not None:
-                S.hunt.ours = False
+                _give_way()
         return real(*args, **kwargs)
 
     return record_memory_history
 
 
+def _give_way():
+    S.hunt = None
+    try:
+        with OURS:
+            _remember(S.torch.cuda.memory._snapshot())
+            S.torch.cuda.memory._record_memory_history(enabled=None)
+    except Exception:
+        pass
+
+
+def _hide_history():
+    """From gpudoc's first recording on, the program's snapshots are shown as they would be without it."""
+    if S.recorded:
+        return
+    S.recorded = True
+    C = S.torch._C
+    real = getattr(C, "_cuda_memorySnapshot", None)
+    if real is not None:
+        C._cuda_memorySnapshot = _like(real, _watch_snapshot(real))
+
+
+def _watch_snapshot(real):
+    """torch._C's snapshot as the program takes it: without the frames gpudoc's recording attached to
+    blocks and segments, and, while the program has never recorded history, without any events."""
+
+    def memory_snapshot(*args, **kwargs):
+        __tracebackhide__ = True
+        snap = real(*args, **kwargs)
+        if S.ours != get_ident():
+            try:
+                _forget(snap)
+            except Exception:
+                pass
+        return snap
+
+    return memory_snapshot
+
+
+def _forget(snap):
+    for seg in snap.get("segments", ()):
+        _unframe(seg, "s", seg.get("address"))
+        for b in seg.get("blocks", ()):
+            _unframe(b, "b", b.get("address"))
+    if not S.user_history and "device_traces" in snap:
+        snap["device_traces"] = [[] for _ in snap["device_traces"]]
+
+
+def _unframe(d, kind, address):
+    frames = d.get("frames")
+    if frames and (not S.user_history or S.our_frames.get((kind, address)) == frames):
+        d["frames"] = []
+
+
+def _remember(snap):
+    """The frames gpudoc's recording left on live blocks and segments (a program that records history
+    later still sees none of them)."""
+    ours = {}
+    for seg in snap.get("segments", ()):
+        if seg.get("frames"):
+            ours[("s", seg.get("address"))] = seg["frames"]
+        for b in seg.get("blocks", ()):
+            if b.get("frames"):
+                ours[("b", b.get("address"))] = b["frames"]
+    S.our_frames = ours
+
+
 def _user_stats(device):
     """torch._C._cuda_memoryStats as the program sees it: peaks since its own last reset."""
+    __tracebackhide__ = True
     stats = S.orig_stats(device)
+    if _compiling is not None and _compiling():
+        return stats
     held = S.held.get(device)
     if held:
         for path, peak in held.items():
@@ -406,6 +587,9 @@ def _user_stats(device):
 def _user_reset(device):
     """torch._C._cuda_resetPeakMemoryStats as the program calls it: its view starts again; gpudoc's
     record in progress keeps what the reset erases."""
+    __tracebackhide__ = True
+    if _compiling is not None and _compiling():
+        return S.orig_reset(device)
     try:
         stats = S.orig_stats(device)
         before = S.folded.get(device, (0, 0))
@@ -432,12 +616,12 @@ def _on_oom(device, alloc, device_allocated, device_free):
         return
     S.oom_hunts += 1
     try:
-        S.ours = True
-        _send_big(_hunt_module().at_oom(S.torch, device, S.hunt, skip=(id(S),)))
+        with OURS:
+            result, search = _hunt_module().at_oom(S.torch, device, S.hunt, skip=(id(S),))
+        S.searches.insert(0, (result, search, None))
+        _search(OOM_S)
     except Exception as e:
         _hunt_failed(e)
-    finally:
-        S.ours = False
 
 
 def _on_cuda_init():
@@ -465,11 +649,16 @@ def _on_exit():
     except Exception as e:
         _fail("exit", e)
         return
-    if S.hunt is not None and STEP[0] > S.hunt.from_step:
-        try:
+    try:
+        if S.hunt is not None and STEP[0] > S.hunt.from_step:
             _hunt_step(STEP[0], ending=True)
-        except Exception as e:
-            _hunt_failed(e)
+        _search(EXIT_S)
+        # What the searches left found in the time they had.
+        for result, search, leaked in S.searches:
+            _send_big(_hunt_module().finish(result, search, leaked))
+        S.searches = []
+    except Exception as e:
+        _hunt_failed(e)
 
 
 def _on_fork():
@@ -485,25 +674,29 @@ def _on_fork():
     S.devices = None
     S.growth = {}
     S.hunt = None
+    S.searches = []
     S.hunts = S.oom_hunts = S.files = 0
     _identify()
 
 
 def _install(torch):
     """Puts the hooks in place once torch is imported."""
+    global _compiling
     S.torch = torch
+    _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     _identify()
     C = torch._C
     S.orig_stats = C._cuda_memoryStats
     S.orig_reset = C._cuda_resetPeakMemoryStats
     if S.reset_peaks:
-        C._cuda_memoryStats = _user_stats
-        C._cuda_resetPeakMemoryStats = _user_reset
+        C._cuda_memoryStats = _like(S.orig_stats, _user_stats)
+        C._cuda_resetPeakMemoryStats = _like(S.orig_reset, _user_reset)
     if HUNT != "off":
         for name in ("_cuda_record_memory_history", "_cuda_record_memory_history_legacy",
                      "_cuda_recordMemoryHistory"):
             if hasattr(C, name):
-                setattr(C, name, _watch_history(getattr(C, name)))
+                real = getattr(C, name)
+                setattr(C, name, _like(real, _watch_history(real)))
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -518,31 +711,50 @@ def _install(torch):
         os.register_at_fork(after_in_child=_on_fork)
 
 
-def _after_import(module):
+def _like(real, fn):
+    """`fn` under `real`'s name, module and doc: what the program reads of torch._C's function is torch's."""
+    out = type(fn)(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    for key in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(out, key, getattr(real, key))
+        except (AttributeError, TypeError):
+            pass
+    return out
+
+
+def _after_import(module, finder):
+    """torch's module has run: the hooks go in, and the finder that waited for it leaves sys.meta_path."""
     try:
+        for i, f in enumerate(sys.meta_path):
+            if f is finder:
+                del sys.meta_path[i]
+                break
         _install(module)
     except Exception as e:
         _fail("start", e)
 
 
-# The loader's methods run the module through this; its frames are importlib's own to Python, so a
-# failing `import torch` shows the program exactly the traceback it would without gpudoc.
-_HIDDEN = """
-def _call_with_frames_removed(real, after, restore, module):
-    try:
-        real(module)
-    finally:
-        restore()
+# The loader's methods run torch's module through these; their frames are importlib's own to Python, so a
+# failing `import torch` shows the program exactly the traceback it would without gpudoc. torch's spec
+# and module get their own loader back before any of torch's code runs.
+_HIDDEN_EXEC = """
+def _call_with_frames_removed(real, spec, after, module):
+    wrapper, spec.loader = spec.loader, real
+    if getattr(module, "__loader__", None) is wrapper:
+        module.__loader__ = real
+    real.exec_module(module)
     after(module)
 """
 _HIDDEN_LOAD = """
-def _call_with_frames_removed(real, after, restore, fullname):
-    try:
-        module = real(fullname)
-    finally:
-        restore()
+def _call_with_frames_removed(real, spec, after, fullname):
+    spec.loader = real
+    module = real.load_module(fullname)
     after(module)
     return module
+"""
+_HIDDEN_CREATE = """
+def _call_with_frames_removed(real, spec):
+    return real.create_module(spec)
 """
 
 
@@ -552,22 +764,42 @@ def _hidden(src):
     return ns["_call_with_frames_removed"]
 
 
-def hook_loader(spec):
-    """Makes torch's loader call back once torch's module has run (exec_module, or an old loader's
-    load_module), and then forget it did."""
-    loader = spec.loader
-    if not hasattr(loader, "__dict__"):
-        return
-    name, src = ("exec_module", _HIDDEN) if hasattr(loader, "exec_module") else ("load_module", _HIDDEN_LOAD)
-    if not hasattr(loader, name):
-        return
-    missing = object()
-    before = loader.__dict__.get(name, missing)
+class TorchLoader(object):
+    """gpudoc's, in torch's spec only while `import torch` runs: it hands torch's own loader (an object,
+    a class, anything) back, runs torch's module with it and then puts gpudoc's hooks in place. Nothing
+    of the loader's is changed."""
 
-    def restore():
-        if before is missing:
-            loader.__dict__.pop(name, None)
+    def __init__(self, real, spec, after):
+        if hasattr(real, "exec_module"):
+            self.exec_module = functools.partial(_hidden(_HIDDEN_EXEC), real, spec, after)
+            if hasattr(real, "create_module"):
+                self.create_module = functools.partial(_hidden(_HIDDEN_CREATE), real)
         else:
-            loader.__dict__[name] = before
+            self.load_module = functools.partial(_hidden(_HIDDEN_LOAD), real, spec, after)
 
-    setattr(loader, name, functools.partial(_hidden(src), getattr(loader, name), _after_import, restore))
+
+def find_spec(finder, name, path, target, here, setting):
+    """GpudocFinder's answer when the program imports torch: the spec the finders after it give, with
+    TorchLoader in it. `setting` is GPUDOC_TORCH: `hunt=MODE;peaks=reset|keep;pipe=PATH`."""
+    global HUNT
+    conf = dict(part.partition("=")[::2] for part in setting.split(";", 2))
+    S.pipe, S.here = conf.get("pipe", ""), here
+    S.reset_peaks = conf.get("peaks") != "keep"
+    HUNT = conf.get("hunt", "auto")
+    finders = list(sys.meta_path)
+    mine = [i for i, f in enumerate(finders) if f is finder]
+    finder.busy = True
+    try:
+        for f in finders[mine[0] + 1 if mine else 0:]:
+            if getattr(f, "_gpudoc", False) or not hasattr(f, "find_spec"):
+                continue
+            spec = f.find_spec(name, path, target)
+            if spec is None:
+                continue
+            loader = spec.loader
+            if hasattr(loader, "exec_module") or hasattr(loader, "load_module"):
+                spec.loader = TorchLoader(loader, spec, lambda module: _after_import(module, finder))
+            return spec
+        return None
+    finally:
+        finder.busy = False

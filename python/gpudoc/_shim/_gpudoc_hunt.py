@@ -1,0 +1,882 @@
+"""gpudoc's leak hunt, loaded by the shim only when a hunt starts: a healthy job never loads it.
+
+A hunt records PyTorch's memory history (torch.cuda.memory._record_memory_history, Python stacks only)
+for a bounded window of optimizer steps, then reads the allocator's snapshot once and stops recording:
+
+- where: the blocks allocated in the window and still alive at its end, grouped by the innermost frame
+  in the user's code (not torch's, the standard library's or an installed package's). A site that keeps
+  alive a good share of what it allocated, in many of the window's steps, leaks; one whose blocks are
+  freed step after step (activations, gradients) does not.
+- what holds it (Search): the Python objects that refer to those blocks' tensors, found by walking from
+  the program's names (its running functions' locals, its modules' globals) a few milliseconds a step,
+  so no pause grows with the program's heap, and named by the way they were reached (a global, a local
+  of a running function, an attribute, a closure variable, an lru_cache); when none do, the autograd
+  graph of a tensor one of those names holds, accumulated step after step.
+
+It may look, never hold: between slices nothing of the program's is referred to, and a running
+function's locals are read in place (Locals), never through frame.f_locals, which before Python 3.13
+keeps them alive in the frame. At an out-of-memory failure the same search names what filled the GPU.
+Everything here runs inside try/except in the shim: a failure is reported to gpudoc and never reaches
+the program.
+"""
+import collections
+import gc
+import linecache
+import os
+import sys
+import time
+import types
+
+# The window: at most this many steps and seconds of recording.
+WINDOW_STEPS = 20
+WINDOW_S = 30.0
+# Events kept by PyTorch's ring buffer during the window (each a few KB of host memory at most).
+MAX_ENTRIES = 20000
+# A site leaks when it keeps alive at least this share of the blocks it allocated in the window...
+LIVE_SHARE = 0.25
+TOP = 5
+MAX_FRAMES = 12
+# Graph nodes counted at most when looking for the autograd graph that holds memory (a graph spans the
+# window's steps when it has as many nodes: more are not needed to say so).
+MAX_NODES = 5000
+
+_prefixes = None
+_user_cache = {}
+
+
+def _not_user_prefixes(torch):
+    """The standard library's folder, the site folders, torch's and gpudoc's (from what is loaded:
+    sysconfig, which knows them too, takes tens of milliseconds to import)."""
+    paths = set([os.path.dirname(os.path.realpath(os.__file__))])
+    site = sys.modules.get("site")
+    try:
+        paths.update(os.path.realpath(p) for p in site.getsitepackages())
+    except Exception:
+        pass
+    f = getattr(torch, "__file__", None)
+    if f:
+        paths.add(os.path.dirname(os.path.realpath(f)))
+    # gpudoc's own folder (this module's __file__ is no real file's name: its code's is).
+    paths.add(os.path.dirname(os.path.realpath(_not_user_prefixes.__code__.co_filename)))
+    return tuple(p.rstrip(os.sep) + os.sep for p in paths)
+
+
+def is_user(filename):
+    """The file is the program's own code: not torch, not the standard library, not an installed package."""
+    hit = _user_cache.get(filename)
+    if hit is None:
+        if not filename or filename.startswith("<"):
+            hit = False
+        else:
+            real = os.path.realpath(filename)
+            hit = not real.startswith(_prefixes) and os.sep + "site-packages" + os.sep not in real \
+                and os.sep + "dist-packages" + os.sep not in real
+        _user_cache[filename] = hit
+    return hit
+
+
+def _frame_text(f):
+    return "%s:%d in %s" % (f.get("filename", "?"), f.get("line", 0), f.get("name", "?"))
+
+
+def _site_of(frames):
+    """The innermost user frame (frames come innermost first), else the outermost one."""
+    for f in frames:
+        if is_user(f.get("filename", "")):
+            return f
+    return frames[-1]
+
+
+def _code(filename, line):
+    try:
+        return linecache.getline(filename, line).strip()[:160]
+    except Exception:
+        return ""
+
+
+def _block_frames(block):
+    frames = block.get("frames")
+    if frames is None and block.get("history"):
+        frames = block["history"][-1].get("frames")
+    return frames or []
+
+
+def sites(snapshot, device, steps, leaks_only=True):
+    """The sites of `device`'s live blocks recorded in the window, largest first: those that leak (or all of
+    them, at an OOM), their address ranges, and whether the event log overflowed."""
+    live = {}
+    for seg in snapshot.get("segments", []):
+        if seg.get("device", device) != device:
+            continue
+        for b in seg.get("blocks", []):
+            if b.get("state") != "active_allocated":
+                continue
+            frames = _block_frames(b)
+            if not frames:
+                continue  # allocated before the window
+            f = _site_of(frames)
+            key = (f.get("filename", "?"), f.get("line", 0), f.get("name", "?"))
+            entry = live.setdefault(key, [0, 0, frames, []])
+            entry[0] += b.get("size", 0)
+            entry[1] += 1
+            entry[3].append((b.get("address", 0), b.get("size", 0)))
+    allocs = {}
+    traces = snapshot.get("device_traces", [])
+    trace = traces[device] if device < len(traces) else []
+    for e in trace:
+        if e.get("action") == "alloc" and e.get("frames"):
+            f = _site_of(e["frames"])
+            key = (f.get("filename", "?"), f.get("line", 0), f.get("name", "?"))
+            allocs[key] = allocs.get(key, 0) + 1
+    out, ranges = [], []
+    for key, (nbytes, blocks, frames, addrs) in live.items():
+        made = max(allocs.get(key, 0), blocks)
+        if leaks_only and (blocks < max(2, steps // 2) or blocks < LIVE_SHARE * made):
+            continue
+        out.append({
+            "file": key[0], "line": key[1], "function": key[2], "code": _code(key[0], key[1]),
+            "bytes": nbytes, "bytes_per_step": nbytes // max(1, steps), "blocks": blocks,
+            "allocs": made, "stack": [_frame_text(f) for f in frames[:MAX_FRAMES]],
+        })
+        ranges.extend(addrs)
+    out.sort(key=lambda s: -s["bytes"])
+    return out[:TOP], sorted(ranges), len(trace) >= MAX_ENTRIES
+
+
+def _storage(t):
+    try:
+        s = t.untyped_storage()
+    except AttributeError:
+        s = t.storage()
+    return s.data_ptr(), s.nbytes()
+
+
+def _plain_tensors(torch):
+    """Tensor types whose attributes run no Python code (a subclass's __torch_function__ could)."""
+    kinds = {torch.Tensor}
+    for path in ("nn.Parameter", "nn.parameter.Buffer"):
+        obj = torch
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            kinds.add(obj)
+        except AttributeError:
+            pass
+    return kinds
+
+
+class Search(object):
+    """Finds what holds the tensors in `ranges` (all of the device's when None) by walking, a slice at a
+    time, from the program's names: the locals of its running functions (innermost first, read by
+    Locals) and the globals of its own modules. Between slices it keeps no reference to anything of the
+    program's: where it was is a path of positions and ids, found again at the next slice (a container
+    changed meanwhile is passed over). Only builtin containers' own methods and gc.get_referents are used
+    on the program's objects: none of its code runs. The garbage collector is off during a slice, so the
+    program's gc.callbacks see no collection of gpudoc's."""
+
+    def __init__(self, torch, device, ranges, skip, steps=0):
+        self.torch, self.device, self.ranges, self.steps = torch, device, ranges, steps
+        self.kinds = _plain_tensors(torch)
+        self.skip = set(skip) | {id(self)}
+        # Roots searched whole (by key: the program's frames come and go between slices), where in the
+        # current one the last slice stopped, and the large containers left for the end (a leak's list
+        # is found before a data set's million items are walked).
+        self.finished, self.key, self.path, self.label = set(), None, [], None
+        self.later, self.floor = [], 0
+        self.seen, self.storages, self.covered = set(), set(), set()
+        self.bytes, self.groups, self.graph = {}, {}, None
+        self.done, self.visited, self.spent = False, 0, 0.0
+
+    def run(self, budget):
+        """One slice of at most `budget` seconds; whether the search is over."""
+        if self.done:
+            return True
+        t0 = time.perf_counter()
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._slice(t0 + budget)
+        finally:
+            if collecting:
+                gc.enable()
+            self.spent += time.perf_counter() - t0
+        return self.done
+
+    def _slice(self, deadline):
+        roots = _roots(self.skip)
+        stop = _Stops(self.skip)
+        while not (self.ranges is not None and len(self.covered) == len(self.ranges)):
+            stack = self._resume(roots)
+            if stack is None:
+                if not self.later:
+                    break
+                # A large container left for the end: from its root, by its path, if still there.
+                self.key, self.label, self.path = self.later.pop(0)
+                self.floor = len(self.path)
+                continue
+            if self._walk(stack, stop, deadline):
+                self.path = [(id(e[0]), e[2]) for e in stack]
+                labels = stack[0][0].labels()
+                at = stack[0][2] - 1
+                self.label = labels[at] if 0 <= at < len(labels) else None
+                return
+            if self.floor:
+                self.key, self.path, self.floor = None, [], 0
+            else:
+                self.finished.add(self.key)
+        self.done = True
+
+    def _resume(self, roots):
+        """The stack at the saved path: the root it was in (the first root not searched yet, when none),
+        then each container found again where it was. None when there is nothing to resume."""
+        if self.floor:
+            root = [r for r in roots if r.key == self.key]
+            if not root:
+                self.key, self.path, self.floor = None, [], 0
+                return self._resume(roots)
+            root = root[0]
+        else:
+            todo = [r for r in roots if r.key not in self.finished]
+            if not todo:
+                return None
+            root = todo[0]
+            if root.key != self.key:
+                self.key, self.path = root.key, []
+        stack = [_open(root)]
+        for i, (oid, pos) in enumerate(self.path):
+            parent = stack[-1]
+            if i == 0:
+                # A root is resumed at the name it was at: a program adds and deletes globals (`del y`).
+                at = _find(root.labels(), self.label) if self.label is not None else -1
+                parent[2] = at + 1 if at >= 0 else min(pos, len(root.labels()))
+                if at < 0:
+                    break
+                continue
+            child = _nth(parent, parent[2] - 1)
+            if child is None or id(child) != oid:
+                break
+            entry = _open(child)
+            _skip(entry, pos)
+            stack.append(entry)
+        self.path = []
+        if self.floor and len(stack) < self.floor:
+            # The container left for the end is gone, or its place changed: nothing to resume there.
+            self.key, self.floor = None, 0
+            return self._resume(roots)
+        return stack
+
+    def _walk(self, stack, stop, deadline):
+        """Depth first from the stack's top until what it started in is done (False: the root, or the
+        container left for the end at `floor`) or time is up (True)."""
+        kinds, seen, steps, floor = self.kinds, self.seen, 0, max(1, self.floor)
+        while len(stack) >= floor:
+            entry = stack[-1]
+            child = _next(entry)
+            if child is _END:
+                stack.pop()
+                continue
+            t = type(child)
+            if t in kinds:
+                self._suspect(child, stack)
+            if not gc.is_tracked(child) or id(child) in seen or len(stack) > MAX_DEPTH:
+                continue
+            if stop.here(child, t):
+                continue
+            if not self.floor and t in _CONTAINERS and len(child) > BIG:
+                labels = stack[0][0].labels()
+                self.later.append((stack[0][0].key, labels[stack[0][2] - 1] if stack[0][2] else None,
+                                   [(id(e[0]), e[2]) for e in stack] + [(id(child), 0)]))
+                continue
+            # An object only this container refers to cannot be reached twice: not remembered. Held here
+            # by `child` and getrefcount's argument, and by the list of a "refs" or root entry.
+            if sys.getrefcount(child) > (2 if entry[1] in ("seq", "iter") else 3) + 1:
+                seen.add(id(child))
+            stack.append(_open(child))
+            self.visited += 1
+            steps += 1
+            if steps & 63 == 0 and time.perf_counter() > deadline:
+                return True
+        return False
+
+    def _suspect(self, t, stack):
+        """A plain tensor reached from the top of `stack`: counted when it is on the device (in the
+        ranges), and what refers to it is its holder."""
+        try:
+            if not t.is_cuda or t.device.index != self.device:
+                return
+            # A graph made after the window keeps the window's blocks too: any tensor a name holds.
+            if len(stack) == 1 and t.grad_fn is not None:
+                self._graph(t, stack[0][0], stack[0][2] - 1)
+            ptr, nbytes = _storage(t)
+            block = _block_of(self.ranges, ptr)
+            if block is None:
+                return
+        except Exception:
+            return
+        i = id(t)
+        if i not in self.bytes:
+            self.bytes[i] = 0 if ptr in self.storages else nbytes
+            self.storages.add(ptr)
+            self.covered.add(block)
+        key, kind, text, items = _holder(stack, t)
+        g = self.groups.setdefault(key, {"kind": kind, "text": text, "tensors": 0, "bytes": 0,
+                                         "items": items, "ids": set()})
+        if i not in g["ids"]:
+            g["ids"].add(i)
+            g["tensors"] += 1
+            g["bytes"] += self.bytes[i]
+
+    def _graph(self, t, root, pos):
+        """A tensor named by a global or a local whose autograd graph spans the window's steps keeps every
+        step's saved tensors alive, where Python cannot see them."""
+        n = _graph_size(t)
+        if n >= max(1, self.steps) and (self.graph is None or n > self.graph[0]):
+            self.graph = (n, "the autograd graph of `%s` (%s), %d nodes%s" % (
+                _name_at(root, pos), root.where, n, "+" if n >= MAX_NODES else ""))
+
+    def holders(self, leaked=None):
+        """What was found, grouped and ranked; the autograd graph first when Python's objects hold too
+        little of `leaked` bytes to say."""
+        groups = [dict(g) for g in self.groups.values()]
+        for g in groups:
+            del g["ids"]
+        held = _ranked(groups)
+        if leaked is not None and self.graph and sum(g["bytes"] for g in held) < leaked // 10:
+            g = {"kind": "graph", "text": self.graph[1], "tensors": 0, "bytes": 0, "items": None}
+            held = [g] + [h for h in held if h["bytes"] * 10 >= leaked]
+        return held
+
+
+# Deeper than this from a root is not followed.
+MAX_DEPTH = 48
+# A container with more items than this is walked last.
+BIG = 10000
+_END = object()
+
+
+class _Root(object):
+    """Where a search starts: a running function's locals (`kind` "f": `names`, `values`) or a module's
+    globals (`kind` "m": `obj`, the module's dict)."""
+
+    def __init__(self, kind, key, where, obj=None, names=None, values=None):
+        self.kind, self.key, self.where = kind, key, where
+        self.obj, self.names, self.values = obj, names, values
+
+    def labels(self):
+        """The names of its children, in order: the locals' names, or the globals' (as they are now)."""
+        if self.kind == "m" and self.names is None:
+            items = list(dict.items(self.obj))
+            self.names, self.values = [k for k, _ in items], [v for _, v in items]
+        return self.names
+
+
+def _roots(skip):
+    """The program's names, now: its running functions' locals, innermost first, then its modules'
+    globals, __main__ first."""
+    roots, frames = [], []
+    f = sys._getframe(1)
+    while f is not None:
+        frames.append(f)
+        f = f.f_back
+    # A frame's key: its code and its depth from the outermost frame, which stay while it runs.
+    for depth, f in reversed(list(enumerate(reversed(frames)))):
+        code = f.f_code
+        if code.co_flags & 0x2 and is_user(code.co_filename):  # CO_NEWLOCALS: a function, not a module
+            pairs = LOCALS.read(f) if LOCALS.read is not None else []
+            if pairs:
+                roots.append(_Root("f", ("f", id(code), depth),
+                                   "%s, in %s" % (os.path.basename(code.co_filename), code.co_name),
+                                   names=[k for k, _ in pairs], values=[v for _, v in pairs]))
+    del frames, f
+    mods = sorted(_user_modules().values(), key=lambda m: m[2] != "__main__")
+    for d, label, _ in mods:
+        if id(d) not in skip:
+            roots.append(_Root("m", ("m", id(d)), "%s, module globals" % label, obj=d))
+    return roots
+
+
+class _Stops(object):
+    """What a search does not go into: modules and their globals (a module of the program's is a root of
+    its own), classes not of the program's modules, code, gpudoc's own frames and objects."""
+
+    def __init__(self, skip):
+        self.skip = skip
+        self.module_dicts = set()
+        self.user_modules = set()
+        for name, m in list(sys.modules.items()):
+            try:
+                self.module_dicts.add(id(object.__getattribute__(m, "__dict__")))
+            except Exception:
+                continue
+        self.user_modules = set(_user_modules())
+
+    def here(self, o, t):
+        i = id(o)
+        if i in self.skip or i in self.module_dicts or t is types.CodeType:
+            return True
+        if issubclass(t, types.ModuleType):
+            return True
+        if t is types.FrameType:
+            return not is_user(o.f_code.co_filename)
+        if issubclass(t, type):
+            d = type.__dict__["__dict__"].__get__(o)
+            mod = sys.modules.get(d.get("__module__")) if type(d.get("__module__")) is str else None
+            try:
+                return mod is None or id(object.__getattribute__(mod, "__dict__")) not in self.user_modules
+            except Exception:
+                return True
+        return False
+
+
+def _open(o):
+    """A container's entry on the search's stack: [object, how its contents are read, position, aux]."""
+    t = type(o)
+    if t is _Root:
+        return [o, "root", 0, None]
+    if t is list or t is tuple:
+        return [o, "seq", 0, None]
+    if t is dict:
+        return [o, "iter", 0, iter(dict.values(o))]
+    if t is set or t is frozenset or t is collections.deque:
+        return [o, "iter", 0, iter(o)]
+    return [o, "refs", 0, gc.get_referents(o)]
+
+
+def _next(entry):
+    o, mode, pos, aux = entry
+    entry[2] = pos + 1
+    try:
+        if mode == "seq":
+            return o[pos] if pos < len(o) else _END
+        if mode == "iter":
+            return next(aux, _END)
+        if mode == "refs":
+            return aux[pos] if pos < len(aux) else _END
+        return _root_child(o, pos)
+    except (RuntimeError, IndexError):
+        return _END  # changed while iterated (another thread): the rest of it is passed over
+
+
+def _root_child(root, pos):
+    root.labels()
+    return root.values[pos] if pos < len(root.values) else _END
+
+
+def _find(names, name):
+    """The position of `name` among names (compared as strings only: no code of the program's runs)."""
+    for i, n in enumerate(names):
+        if n is name or (type(n) is str and type(name) is str and n == name):
+            return i
+    return -1
+
+
+def _skip(entry, pos):
+    """Moves an entry to `pos`, as if that many children were read."""
+    if entry[1] == "iter":
+        for _ in range(pos):
+            if next(entry[3], _END) is _END:
+                break
+    entry[2] = pos
+
+
+def _nth(entry, pos):
+    """The child at `pos` of an entry, read anew."""
+    if pos < 0:
+        return None
+    fresh = _open(entry[0])
+    _skip(fresh, pos)
+    child = _next(fresh)
+    return None if child is _END else child
+
+
+def _block_of(ranges, ptr):
+    """The index of the range holding `ptr` (any range: 0, when `ranges` is None), else None."""
+    if ranges is None:
+        return 0
+    lo, hi = 0, len(ranges)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ranges[mid][0] <= ptr:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1 if lo > 0 and ptr < ranges[lo - 1][0] + ranges[lo - 1][1] else None
+
+
+def _holder(stack, t):
+    """(key, kind, text, items) for what refers to `t` at the top of `stack`."""
+    top = stack[-1][0]
+    tt = type(top)
+    if tt is _Root:
+        k = _name_at(top, stack[-1][2] - 1)
+        kind = "global" if top.kind == "m" else "local"
+        return (kind, top.key, k), kind, "%s `%s` (%s)" % (kind, k, top.where), None
+    lru = _lru_name(stack, len(stack) - 1)
+    if lru:
+        return ("obj", id(top)), "cache", lru, len(top) if tt in _CONTAINERS else None
+    if tt is dict and len(stack) > 2 and _owner_of(stack[-2][0], top):
+        owner = stack[-2][0]
+        return _attribute(owner, top, t)
+    if tt in _CONTAINERS:
+        name = _describe(stack, len(stack) - 1)
+        kind = tt.__name__
+        text = "%s %s" % (kind, name) if name else "a %s that gpudoc could not name" % kind
+        return ("obj", id(top)), "container", text, len(top)
+    if tt is _CELL:
+        return ("obj", id(top)), "closure", _cell_name(stack, len(stack) - 1) or "a closure's variable", None
+    d = _instance_dict(top)
+    if d is not None:
+        return _attribute(top, d, t)
+    return ("obj", id(top)), "container", "a `%s` object" % tt.__name__, None
+
+
+def _attribute(owner, d, t):
+    k = _key_of(d, t) or "?"
+    return ("attr", id(owner), k), "attr", "attribute `%s` of a `%s`" % (k, type(owner).__name__), None
+
+
+def _owner_of(o, d):
+    """`d` is the attribute dict of `o`, an instance (read without running its code), or cannot be read
+    as one but was reached from it."""
+    if type(o) in _CONTAINERS or type(o) is _Root or type(o) is _CELL:
+        return False
+    own = _instance_dict(o)
+    return own is d or own is None
+
+
+def _name_at(root, pos):
+    names = root.labels()
+    name = names[pos] if 0 <= pos < len(names) else "?"
+    return name if type(name) is str else "?"
+
+
+def _describe(stack, i, depth=0):
+    """A name for stack[i]'s object, from how it was reached: a global or a local, an attribute, a
+    closure variable, an lru_cache; else what it is inside of."""
+    if i < 1 or depth > 3:
+        return None
+    parent = stack[i - 1][0]
+    pt = type(parent)
+    o = stack[i][0]
+    if pt is _Root:
+        return "`%s` (%s)" % (_name_at(parent, stack[i - 1][2] - 1), parent.where)
+    if pt is _CELL:
+        return _cell_name(stack, i - 1)
+    if pt is dict and i >= 2 and _owner_of(stack[i - 2][0], parent):
+        return _attribute(stack[i - 2][0], parent, o)[2]
+    if pt not in _CONTAINERS:
+        d = _instance_dict(parent)
+        k = _key_of(d, o) if d is not None else None
+        if k:
+            return "attribute `%s` of a `%s`" % (k, pt.__name__)
+        lru = _lru_name(stack, i - 1)
+        if lru:
+            return "in %s" % lru
+    if pt is dict:
+        k = _key_of(parent, o)
+        inner = _describe(stack, i - 1, depth + 1)
+        if k is not None and inner:
+            return "`%s` of dict %s" % (k, inner)
+    inner = _describe(stack, i - 1, depth + 1)
+    return "inside %s %s" % (pt.__name__, inner) if inner else None
+
+
+def _cell_name(stack, i):
+    """The closure variable stack[i] (a cell) is: its function and tuple are above it."""
+    if i < 2:
+        return None
+    cells, fn = stack[i - 1][0], stack[i - 2][0]
+    if type(cells) is not tuple or type(fn) is not types.FunctionType:
+        return None
+    try:
+        names = fn.__code__.co_freevars
+        k = [j for j, c in enumerate(cells) if c is stack[i][0]][0]
+        return "`%s`, a closure variable of `%s`" % (names[k], fn.__name__)
+    except Exception:
+        return None
+
+
+def _lru_name(stack, i):
+    """stack[i] is an lru_cache or what it keeps its results in: the cache of which function."""
+    for j in range(i, max(0, i - 3), -1):
+        o = stack[j][0]
+        if type(o).__name__ == "_lru_cache_wrapper":
+            try:
+                d = object.__getattribute__(o, "__dict__")
+                name = d.get("__qualname__") or d.get("__name__") or "?"
+            except Exception:
+                name = "?"
+            parent = stack[j - 1][0] if j >= 1 else None
+            where = " (%s)" % parent.where if type(parent) is _Root else ""
+            return "the lru_cache of `%s`%s" % (name, where)
+    return None
+
+
+_CELL = type((lambda x: lambda: x)(0).__closure__[0])
+
+
+def _graph_size(t):
+    """Nodes in the autograd graph behind `t`, up to MAX_NODES. The nodes are kept while counting: an
+    id is an object's only while it lives, and torch makes a node's Python object anew once the last one
+    is gone."""
+    seen, todo = {}, [t.grad_fn]
+    while todo and len(seen) < MAX_NODES:
+        fn = todo.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen[id(fn)] = fn
+        for nxt, _ in getattr(fn, "next_functions", ()):
+            todo.append(nxt)
+    return len(seen)
+
+
+class Locals(object):
+    """The values of a running function's local variables, read without frame.f_locals: before Python
+    3.13 that copies them into a dict the frame keeps until the function returns (a tensor the program
+    dropped stays alive), and clearing that dict would delete the function's variables under a tracer.
+    3.13 and later: PEP 667's proxy, which copies nothing. Before: the frame's own slots, read in place
+    (ctypes), where they are is found on a frame of this module's with known values; when that cannot
+    be checked, no locals are read at all."""
+
+    def __init__(self):
+        self.read = None
+        if sys.version_info >= (3, 13):
+            self.read = self._proxy
+            return
+        try:
+            self._calibrate()
+            self.read = self._slots
+        except Exception:
+            self.read = None
+
+    @staticmethod
+    def _proxy(frame):
+        return list(frame.f_locals.items())
+
+    def _calibrate(self):
+        import ctypes
+
+        self.ct = ctypes
+        self.word = ctypes.sizeof(ctypes.c_void_p)
+        a, b, c = object(), object(), object()
+
+        def probe(x, y):
+            z = c
+
+            def inner():
+                return y
+
+            return self._find_layout(sys._getframe(), {"x": id(x), "z": id(z), "inner": id(inner)},
+                                     id(inner.__closure__[0]))
+
+        if not probe(a, b):
+            raise RuntimeError("frame layout not recognised")
+
+    def _find_layout(self, frame, want, cell):
+        """Finds where `frame`'s slots are: for each candidate, every named slot must hold the object
+        expected (only addresses are compared: nothing read is used until the layout is known)."""
+        ct, word = self.ct, self.word
+        names, _ = self._names(frame.f_code)
+        if ct.c_void_p.from_address(id(frame) + word).value != id(type(frame)):
+            return False
+        if sys.version_info < (3, 11):
+            self.indirect, candidates = False, [type(frame).__basicsize__ - word]
+        else:
+            self.indirect = True
+            self.fptr = 3 * word  # ob_refcnt, ob_type, f_back, then f_frame
+            base = ct.c_void_p.from_address(id(frame) + self.fptr).value
+            if not base:
+                return False
+            # Within the frame's own memory: its fixed part, then its slots and value stack.
+            candidates = [k * word for k in range(min(16, 9 + frame.f_code.co_stacksize))]
+        for off in candidates:
+            self.offset = off
+            slots = self._addresses(frame, len(names))
+            got = dict(zip(names, slots))
+            if all(got.get(k) == v for k, v in want.items()) and cell in slots:
+                return True
+        return False
+
+    def _names(self, code):
+        """The slots' names, in order, and the names whose slot holds a cell."""
+        cells = set(code.co_cellvars) | set(code.co_freevars)
+        if sys.version_info < (3, 11):
+            return list(code.co_varnames) + list(code.co_cellvars) + list(code.co_freevars), cells
+        local = set(code.co_varnames)
+        return (list(code.co_varnames) + [n for n in code.co_cellvars if n not in local]
+                + list(code.co_freevars)), cells
+
+    def _addresses(self, frame, n):
+        ct = self.ct
+        base = id(frame)
+        if self.indirect:
+            base = ct.c_void_p.from_address(base + self.fptr).value
+        return list((ct.c_void_p * n).from_address(base + self.offset))
+
+    def _slots(self, frame):
+        names, cells = self._names(frame.f_code)
+        out = []
+        for name, p in zip(names, self._addresses(frame, len(names))):
+            if not p:
+                continue
+            v = self.ct.cast(p, self.ct.py_object).value
+            if name in cells and type(v) is _CELL:
+                try:
+                    v = v.cell_contents
+                except ValueError:
+                    continue
+            out.append((name, v))
+        return out
+
+
+class _Lazy(object):
+    """The reader, made at the first search (ctypes is imported only then)."""
+
+    def __getattr__(self, name):
+        global LOCALS
+        LOCALS = Locals()
+        return getattr(LOCALS, name)
+
+
+LOCALS = _Lazy()
+# Containers looked into: builtin types only, so that no code of the program's runs.
+_CONTAINERS = (list, tuple, set, frozenset, dict, collections.deque)
+
+
+def _user_modules():
+    """id(module dict) -> (its dict, file name, module name) for __main__ and the program's own modules."""
+    mods = {}
+    for name, m in list(sys.modules.items()):
+        if not issubclass(type(m), types.ModuleType):
+            continue
+        try:
+            d = object.__getattribute__(m, "__dict__")
+        except Exception:
+            continue
+        f = d.get("__file__")
+        if name == "__main__" and f is None and sys.argv and str(sys.argv[0]).endswith(".py"):
+            f = str(sys.argv[0])  # Python takes a script's __file__ off __main__ once it has run (exit)
+        if name == "__main__" or (type(f) is str and is_user(f)):
+            mods[id(d)] = (d, os.path.basename(f) if type(f) is str else name, name)
+    return mods
+
+
+def _instance_dict(o):
+    """`o.__dict__` when reading it runs none of the program's code, else None."""
+    t = type(o)
+    if t.__getattribute__ is not object.__getattribute__:
+        return None
+    try:
+        d = object.__getattribute__(o, "__dict__")
+    except Exception:
+        return None
+    return d if type(d) is dict else None
+
+
+def _key_of(d, obj):
+    for k, v in list(d.items()):
+        if v is obj and type(k) is str:
+            return k
+    return None
+
+
+def _ranked(groups):
+    """Holders with the same description merged ("(in 3 of them)"), most bytes first (of equals, a named
+    one first), those holding less than a tenth of the first left out."""
+    merged = {}
+    for g in groups:
+        m = merged.get(g["text"])
+        if m is None:
+            merged[g["text"]] = dict(g, count=1)
+        else:
+            m["count"] += 1
+            m["bytes"] += g["bytes"]
+            m["tensors"] += g["tensors"]
+            if m["items"] is not None and g["items"] is not None:
+                m["items"] += g["items"]
+    out = sorted(merged.values(), key=lambda g: (-g["bytes"], g["text"].startswith("a ")))
+    out = [g for g in out if g["bytes"] * 10 >= out[0]["bytes"]] if out else out
+    for g in out:
+        if g["items"] is not None:
+            g["text"] += ", %d items" % g["items"]
+        if g["count"] > 1:
+            g["text"] += " (in %d of them)" % g["count"]
+        del g["count"]
+    return out[:TOP]
+
+
+class Hunt(object):
+    """One window of recording on the devices in use."""
+
+    def __init__(self, torch, why, step, devices, allocated):
+        self.torch = torch
+        self.why = why
+        self.from_step = step
+        self.devices = list(devices)
+        self.allocated = dict(allocated)
+        self.t0 = time.time()
+        _prepare(torch)
+        torch.cuda.memory._record_memory_history(
+            enabled="all", context="alloc", stacks="python", max_entries=MAX_ENTRIES)
+
+    def due(self, step):
+        return step - self.from_step >= WINDOW_STEPS or time.time() - self.t0 >= WINDOW_S
+
+    def end(self, step, allocated, skip):
+        """Reads the snapshot, stops recording, and returns the snapshot and, per device, its result and
+        the Search that will find the holders (None when no site leaks)."""
+        torch = self.torch
+        t1 = time.time()
+        try:
+            snap = torch.cuda.memory._snapshot()
+        finally:
+            torch.cuda.memory._record_memory_history(enabled=None)
+        steps = max(1, step - self.from_step)
+        out = []
+        for d in self.devices:
+            found_sites, ranges, truncated = sites(snap, d, steps)
+            result = {
+                "k": "hunt", "why": self.why, "dev": d, "t": time.time(), "from_step": self.from_step,
+                "to_step": step, "steps": steps,
+                "growth_bytes": allocated.get(d, 0) - self.allocated.get(d, 0),
+                "sites": found_sites, "holders": [], "truncated": truncated,
+                "record_s": round(t1 - self.t0, 3), "analysis_s": round(time.time() - t1, 3),
+            }
+            search = Search(torch, d, ranges, skip, steps) if ranges else None
+            out.append((result, search, sum(s["bytes"] for s in found_sites)))
+        return snap, out
+
+
+def at_oom(torch, device, hunt, skip):
+    """What filled `device` at an out-of-memory failure: the sites of the blocks a hunt in progress
+    recorded, now, and the Search for the holders of all its Python tensors."""
+    _prepare(torch)
+    t0 = time.time()
+    found_sites = []
+    if hunt is not None:
+        try:
+            found_sites = sites(torch.cuda.memory._snapshot(), device, 1, leaks_only=False)[0]
+        except Exception:
+            found_sites = []
+    result = {"k": "hunt", "why": "oom", "dev": device, "t": t0, "from_step": 0, "to_step": 0,
+              "steps": 0, "growth_bytes": 0, "sites": found_sites, "holders": [], "truncated": False,
+              "record_s": 0.0, "analysis_s": round(time.time() - t0, 3)}
+    return result, Search(torch, device, None, skip)
+
+
+def finish(result, search, leaked=None):
+    """A result with what its search found (all of it, or what it found in the time it was given)."""
+    if search is not None:
+        result["holders"] = search.holders(leaked)
+        result["analysis_s"] = round(result["analysis_s"] + search.spent, 3)
+        if result["why"] == "oom":
+            result["tensor_bytes"] = sum(search.bytes.values())
+            result["tensors"] = len(search.bytes)
+    result["t"] = time.time()
+    return result
+
+
+def _prepare(torch):
+    global _prefixes
+    if _prefixes is None:
+        _prefixes = _not_user_prefixes(torch)
