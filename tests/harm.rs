@@ -577,13 +577,8 @@ fn the_folder_a_killed_gpudoc_left_is_removed_by_the_next_run() {
         common::within(Duration::from_secs(10), set_up),
         "the run made its folder"
     );
-    // gpudoc itself is the guard's child; SIGKILL leaves it no time to clean up.
-    let children = format!("/proc/{0}/task/{0}/children", guard.id());
-    let gpudoc: i32 = std::fs::read_to_string(children)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // gpudoc itself is the guard's child (beside the job keeper); SIGKILL leaves it no time to clean up.
+    let gpudoc = common::gpudoc_under(guard.id());
     unsafe { libc::kill(gpudoc, libc::SIGKILL) };
     let _ = guard.wait();
     let left = shim_folders(tmp.path());

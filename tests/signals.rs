@@ -466,17 +466,7 @@ fn killing_every_gpudoc_process_at_once_still_ends_the_job() {
     // Let the keeper note them (it looks every half second).
     std::thread::sleep(Duration::from_millis(1200));
     let guard = child.id() as i32;
-    let gpudoc = procfs::process::Process::new(guard)
-        .unwrap()
-        .tasks()
-        .unwrap()
-        .flatten()
-        .flat_map(|t| t.children().unwrap_or_default())
-        .find(|&p| {
-            procfs::process::Process::new(p as i32)
-                .is_ok_and(|p| p.stat().is_ok_and(|s| s.comm == "gpudoc"))
-        })
-        .expect("gpudoc, the guard's child") as i32;
+    let gpudoc = common::gpudoc_under(guard as u32);
     kill(Pid::from_raw(gpudoc), Signal::SIGKILL).unwrap();
     kill(Pid::from_raw(guard), Signal::SIGKILL).unwrap();
     child.wait().unwrap();

@@ -34,6 +34,7 @@ pub fn hand_over(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
 
 /// The drainer: copies each `src:dst` pair of fds on until its writers are gone.
 pub fn run(args: &[std::ffi::OsString]) -> ExitCode {
+    super::helper::set_name("gpudoc");
     let mut pairs: Vec<(RawFd, RawFd)> = args
         .iter()
         .filter_map(|a| {

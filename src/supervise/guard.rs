@@ -41,6 +41,8 @@ pub struct Start {
     pub guard: i32,
     /// Written to with the signal number before gpudoc dies of the command's signal on purpose.
     exit_note: Option<OwnedFd>,
+    /// gpudoc's copy of the keeper's pipe: the keeper acts only once the guard's and this are closed.
+    _keeper: OwnedFd,
 }
 
 static START: OnceLock<Start> = OnceLock::new();
@@ -109,6 +111,7 @@ pub unsafe fn split() -> std::io::Result<()> {
                 terminal,
                 guard: guard.as_raw(),
                 exit_note: Some(note_w),
+                _keeper: keep_w,
             });
             Ok(())
         }

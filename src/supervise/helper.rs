@@ -13,6 +13,14 @@ pub const FIRST_FD: RawFd = 3;
 /// Where they are gathered first, above anything gpudoc has open, so that moving one never closes another.
 const PARK_FD: RawFd = 1000;
 
+/// Names the helper process (`ps`, `pkill`): executed as /proc/self/exe, it would be called `exe`.
+pub fn set_name(name: &str) {
+    if let Ok(name) = std::ffi::CString::new(name) {
+        // SAFETY: PR_SET_NAME copies at most 16 bytes from our string.
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    }
+}
+
 /// Starts `gpudoc ARGS...` as `name` with `fds` at [`FIRST_FD`] on, its standard fds on /dev/null (gpudoc's
 /// own stay as they are until the descriptors are moved: one is often fd 1 or 2). Not waited for.
 pub fn spawn(name: &str, args: &[String], fds: Vec<RawFd>) -> io::Result<()> {

@@ -38,9 +38,7 @@ pub fn start(guard: u32, pipe: RawFd) -> std::io::Result<()> {
 
 /// The keeper: notes the guard's descendants until the guard leaves; ends them if it was killed.
 pub fn run(args: &[std::ffi::OsString]) -> ExitCode {
-    let name = std::ffi::CString::new(NAME).expect("no NUL");
-    // SAFETY: PR_SET_NAME copies at most 16 bytes from our string.
-    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    super::helper::set_name(NAME);
     let Some(guard) = args.first().and_then(|a| a.to_str()?.parse::<u32>().ok()) else {
         return ExitCode::from(crate::exit::USAGE);
     };

@@ -205,6 +205,20 @@ impl Machine {
     }
 }
 
+/// gpudoc proper: the child of the guard `guard` (the PID the caller started) named `gpudoc` (its other
+/// child is the job keeper).
+pub fn gpudoc_under(guard: u32) -> i32 {
+    let children = format!("/proc/{guard}/task/{guard}/children");
+    std::fs::read_to_string(children)
+        .unwrap()
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "gpudoc")
+        })
+        .expect("gpudoc under its guard")
+}
+
 /// What a shell's `$?` says of an exit status: the code, or 128+N for death by signal N.
 pub fn shell_code(status: &std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
