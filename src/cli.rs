@@ -41,8 +41,9 @@ pub enum ClapCmd {
     /// Show what gpudoc does: on a GPU machine, run a small example under it; elsewhere, diagnose a run
     /// recorded on an H200.
     Demo,
-    /// Print a shell completion script: `gpudoc completions bash > ~/.local/share/bash-completion/
-    /// completions/gpudoc` (zsh: a `_gpudoc` file on $fpath; fish: ~/.config/fish/completions/gpudoc.fish).
+    /// Print a shell completion script, for bash into
+    /// ~/.local/share/bash-completion/completions/gpudoc (zsh: a `_gpudoc` file on $fpath; fish:
+    /// ~/.config/fish/completions/gpudoc.fish).
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,

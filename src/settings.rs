@@ -41,6 +41,9 @@ pub struct Env {
     pub tmpdir: PathBuf,
     /// The user's cache folder (`XDG_CACHE_HOME`, else `~/.cache`), where the PyTorch shim is kept.
     pub cache_home: Option<PathBuf>,
+    /// The `gpudoc` package's folders beside this binary when it was installed by pip (`PREFIX/bin/gpudoc`
+    /// and `PREFIX/lib/pythonX.Y/site-packages/gpudoc`): its shim is used as it is.
+    pub installed_packages: Vec<PathBuf>,
     /// Test-only: the device-file prefix `gpudoc orphans` looks for.
     pub dev_prefix: String,
     /// What fds 1 and 2 are, for wiring the command's output.
@@ -55,6 +58,36 @@ pub struct Env {
     /// `$XDG_STATE_HOME/gpudoc/leftovers.json`, else `~/.local/state/gpudoc/leftovers.json`; `None`
     /// without either.
     pub leftovers: Option<PathBuf>,
+}
+
+/// The `gpudoc` package folders a pip install put beside this binary: `PREFIX/lib*/python*/{site,dist}-
+/// packages/gpudoc` for the binary at `PREFIX/bin/gpudoc` (a venv, conda, `--user`, the system's).
+fn installed_packages() -> Vec<PathBuf> {
+    let Some(prefix) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent()?.parent().map(PathBuf::from))
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for lib in ["lib", "lib64"] {
+        let Ok(entries) = std::fs::read_dir(prefix.join(lib)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if !e.file_name().to_string_lossy().starts_with("python") {
+                continue;
+            }
+            for packages in ["site-packages", "dist-packages"] {
+                let pkg = e.path().join(packages).join("gpudoc");
+                if pkg.is_dir() {
+                    out.push(pkg);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 impl Env {
@@ -83,6 +116,7 @@ impl Env {
                 .map(PathBuf::from)
                 .filter(|p| p.is_absolute())
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"))),
+            installed_packages: installed_packages(),
             dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
                 .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
             visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),

@@ -642,7 +642,9 @@ fn coverage_measures_the_program_and_never_the_shim() {
         .current_dir(m.dir.path())
         .args(["run", "-q", "--json"])
         .arg(m.path("r.json"))
-        .args(["--", "python3", "-m", "coverage", "run", "cov.py"])
+        .arg("--")
+        .arg(common::python_with_packages())
+        .args(["-m", "coverage", "run", "cov.py"])
         .output()
         .unwrap();
     assert!(
@@ -652,7 +654,7 @@ fn coverage_measures_the_program_and_never_the_shim() {
     );
     assert_eq!(steps_total(&m), 1);
     // After the run: the report reads every file it measured, and none of them is gpudoc's.
-    let report = Command::new("python3")
+    let report = Command::new(common::python_with_packages())
         .current_dir(m.dir.path())
         .args(["-m", "coverage", "report"])
         .output()

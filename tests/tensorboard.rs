@@ -22,7 +22,11 @@ ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
 ea.Reload()
 print(json.dumps({t: [[e.step, e.value] for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}))
 "#;
-    let out = common::succeed(Command::new("python3").args(["-c", script]).arg(run));
+    let out = common::succeed(
+        Command::new(common::python_with_packages())
+            .args(["-c", script])
+            .arg(run),
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

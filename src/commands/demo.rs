@@ -16,7 +16,9 @@ const DEMO_TEXT: &str = include_str!("../../fixtures/runs/cache_bloat.report.jso
 pub const DEMO_SCRIPT: [&str; 3] = ["python3", "tests/gpu/scenarios.py", "cache_bloat"];
 
 pub fn run(color: crate::cli::ColorWhen, env: Env) -> Result<ExitCode, Failure> {
-    if gpu_and_torch(&env) && std::path::Path::new(DEMO_SCRIPT[1]).exists() {
+    let here = std::path::Path::new(DEMO_SCRIPT[1]).exists();
+    let gpu = gpu_and_torch(&env);
+    if gpu && here {
         crate::sayln!(
             "gpudoc demo: running `{}` under gpudoc on this machine's GPU",
             DEMO_SCRIPT.join(" ")
@@ -35,8 +37,13 @@ pub fn run(color: crate::cli::ColorWhen, env: Env) -> Result<ExitCode, Failure> 
     let set = load_rules(&Default::default()).map_err(|e| Failure::new(exit::USAGE, e))?;
     rules::diagnose(&mut report, &set);
     let paint: Paint = env.paint(color, env.stdout_tty);
+    let why = if gpu {
+        "the example runs from a clone of gpudoc's repository (not from an installed gpudoc)"
+    } else {
+        "no GPU with PyTorch here"
+    };
     let text = format!(
-        "gpudoc demo: no GPU with PyTorch here, so this is the diagnosis of `{}` recorded on an NVIDIA H200 \
+        "gpudoc demo: {why}, so this is the diagnosis of `{}` recorded on an NVIDIA H200 \
          ({DEMO_REPORT}); `gpudoc report FILE` does the same for any saved report.\n\n{}",
         DEMO_SCRIPT.join(" "),
         summary::render(&report, paint)

@@ -271,7 +271,13 @@ fn open_shim(
         settings,
         start_wall,
         s.env.pythonpath.as_deref(),
-        (&s.env.tmpdir, s.env.cache_home.as_deref()),
+        (
+            &s.env.tmpdir,
+            torch::home::Homes {
+                installed: &s.env.installed_packages,
+                cache: s.env.cache_home.as_deref(),
+            },
+        ),
         trace.clone(),
     );
     match opened {

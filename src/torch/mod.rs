@@ -330,19 +330,19 @@ pub struct Channel {
 }
 
 impl Channel {
-    /// Finds the shim's folder ([`home::shim_folder`]: `cache` is the user's cache folder), makes the pipe
+    /// Finds the shim's folder ([`home::shim_folder`]: an installed package's, or the user's cache), makes the pipe
     /// in a private folder of the run's, starts reading it, and returns the environment the command needs
     /// (`PYTHONPATH` first, the pipe's path, the settings).
     pub fn open(
         settings: ShimSettings,
         start_wall: SystemTime,
         pythonpath: Option<&std::ffi::OsStr>,
-        (tmpdir, cache): (&std::path::Path, Option<&std::path::Path>),
+        (tmpdir, homes): (&std::path::Path, home::Homes),
         trace: Option<SharedTrace>,
     ) -> std::io::Result<(Channel, Vec<(String, OsString)>)> {
         let dir = private_dir(tmpdir)?;
         let held = stale::hold(dir.path())?;
-        let (shim, note) = home::shim_folder(cache, dir.path());
+        let (shim, note) = home::shim_folder(homes, dir.path());
         let fifo = dir.path().join("torch.pipe");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
         // Read-write, so the pipe never reports end-of-file while no writer is open.

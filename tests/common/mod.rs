@@ -219,6 +219,17 @@ pub fn gpudoc_under(guard: u32) -> i32 {
         .expect("gpudoc under its guard")
 }
 
+/// The Python that has the packages the tests read with (tensorboard, coverage): the test environment
+/// `.ci/deps` makes in target/test-venv (Debian's own Python refuses pip installs), else `python3`.
+pub fn python_with_packages() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
 /// What a shell's `$?` says of an exit status: the code, or 128+N for death by signal N.
 pub fn shell_code(status: &std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
