@@ -3,6 +3,7 @@
 //! involved, the two views of PyTorch processes side by side, leftovers and notes. Pure: a report in, text
 //! out; every text from another process goes through `units::printable`.
 
+use crate::oom::parse::Vendor;
 use crate::oom::{Ending, OomReport, WINDOW_S};
 use crate::paint::Paint;
 use crate::report::{GpuReport, Report};
@@ -84,9 +85,17 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
                 .as_deref()
                 .map(|h| format!(" on {h}"))
                 .unwrap_or_default();
-            let on = match (oom.gpu, oom.event.rank) {
-                (Some(g), Some(rank)) => format!(" on GPU {g}{host} (rank {rank})"),
-                (Some(g), None) => format!(" on GPU {g}{host}"),
+            let gpu = match (oom.gpu, oom.event.text.vendor) {
+                (Some(g), _) => Some(format!("GPU {g}")),
+                (None, Vendor::Amd) => Some(match oom.event.text.gpu {
+                    Some(d) => format!("AMD GPU {d}"),
+                    None => "an AMD GPU".into(),
+                }),
+                (None, Vendor::Nvidia) => None,
+            };
+            let on = match (gpu, oom.event.rank) {
+                (Some(g), Some(rank)) => format!(" on {g}{host} (rank {rank})"),
+                (Some(g), None) => format!(" on {g}{host}"),
                 (None, Some(rank)) => format!("{host} (rank {rank})"),
                 (None, None) => host,
             };
@@ -366,6 +375,12 @@ fn render_sampling(o: &mut String, r: &Report, p: Paint) {
 /// The numbers of an OOM: what was asked, what was free, who held the rest, and the seconds before.
 fn render_oom(o: &mut String, oom: &OomReport, p: Paint) {
     render_oom_request(o, oom, p);
+    if oom.event.text.vendor == Vendor::Amd {
+        let _ = writeln!(
+            o,
+            "  ROCm: NVML cannot see an AMD GPU, so the numbers are the text's alone"
+        );
+    }
     render_oom_holders(o, oom);
     let _ = writeln!(
         o,

@@ -449,10 +449,12 @@ fn real_texts_are_found_on_stderr_a_stdout_pipe_and_a_terminal() {
                 continue;
             }
             assert_eq!(r["exit"]["classification"], "gpu_oom", "{name} on {how}");
-            // A text that names no GPU is placed on the machine's only one.
-            let gpu = match &want["text"]["gpu"] {
-                Value::Null => json!(0),
-                g => g.clone(),
+            // A text that names no GPU is placed on the machine's only one; an AMD GPU is none of
+            // NVML's.
+            let gpu = match (&want["text"]["gpu"], want["text"]["vendor"].as_str()) {
+                (_, Some("amd")) => Value::Null,
+                (Value::Null, _) => json!(0),
+                (g, _) => g.clone(),
             };
             assert_eq!(
                 json!([
@@ -590,4 +592,122 @@ fn a_file_read_along_through_the_sieve_gives_every_report_it_gives_when_scanned_
         }
     }
     assert!(checked >= 70, "{checked} texts");
+}
+
+/// Runs a real text from the collection as the command's stderr, with `before` in the background.
+fn run_real_text(m: &Machine, name: &str, before: &str) -> (Value, String) {
+    let file = fixtures().join("real").join(format!("{name}.txt"));
+    let script = format!("{before}cat '{}' >&2; exit 1", file.display());
+    let (code, r, err) = m.run_sh(&[], &script);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(r["exit"]["classification"], "gpu_oom", "{name}: {err}");
+    (r, err)
+}
+
+fn advice_of(r: &Value, rule: &str) -> String {
+    let d = common::diagnosis(r, rule).unwrap_or_else(|| panic!("no {rule} in {}", r["diagnoses"]));
+    d["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn an_amd_gpu_is_said_to_be_rocm_and_nvmls_gpus_are_not_blamed_for_it() {
+    let m = Machine::h200s(1);
+    // A process outside the job holds most of NVML's GPU 0: nothing to do with the AMD GPU 0 that ran
+    // out.
+    let _other = m.orphan(r#""$FAKEGPU" alloc --steps 100GiB --hold-ms 4000"#, None);
+    let (r, err) = run_real_text(&m, "rocm_outside_memory", "");
+    let oom = &r["oom"];
+    assert_eq!(
+        json!([
+            oom["vendor"],
+            oom["gpu"],
+            oom["text_gpu"],
+            oom["others_bytes"]
+        ]),
+        json!(["amd", null, 0, 0])
+    );
+    assert!(oom["before"].as_array().unwrap().is_empty());
+    // 13 GiB in use outside the process: on an APU that is the system's RAM, so nobody is blamed.
+    assert_eq!(oom["cause"], "unknown");
+    let why = oom["explanation"].as_str().unwrap();
+    assert!(why.contains("13.17 GiB") && why.contains("APU"), "{why}");
+    assert!(common::diagnosis(&r, "oom-others").is_none());
+    assert!(
+        err.contains("ran out of GPU memory on AMD GPU 0") && err.contains("ROCm: NVML cannot see"),
+        "{err}"
+    );
+}
+
+#[test]
+fn vllm_without_room_for_its_kv_cache_ran_out_at_its_share_and_is_told_vllms_settings() {
+    let m = Machine::h200s(1);
+    let (r, _) = run_real_text(&m, "vllm_cache_blocks_compose", "");
+    assert_eq!(
+        json!([
+            r["oom"]["source"],
+            r["oom"]["cause"],
+            r["oom"]["requested_bytes"]
+        ]),
+        json!(["vllm", "cap", null])
+    );
+    let cap = common::diagnosis(&r, "oom-cap").unwrap();
+    let msg = cap["message"].as_str().unwrap();
+    assert!(
+        msg.contains("no room left for its KV cache") && msg.contains("gpu_memory_utilization"),
+        "{msg}"
+    );
+    let advice = advice_of(&r, "oom-cap");
+    assert!(
+        advice.contains("--gpu-memory-utilization") && advice.contains("--max-model-len"),
+        "{advice}"
+    );
+    assert!(
+        !advice.contains("set_per_process_memory_fraction"),
+        "{advice}"
+    );
+}
+
+#[test]
+fn llama_cpp_filling_the_gpu_is_told_fewer_layers_and_a_smaller_context() {
+    let m = Machine::h200s(1);
+    let (r, _) = run_real_text(
+        &m,
+        "llama_cpp_model_buffer",
+        r#""$FAKEGPU" alloc --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#,
+    );
+    let oom = &r["oom"];
+    assert_eq!(
+        json!([oom["source"], oom["text_gpu"], oom["requested_bytes"]]),
+        json!(["llama_cpp", 0, 151851674624u64])
+    );
+    // 141 GiB asked of a 139.8 GiB GPU.
+    assert_eq!(oom["cause"], "too_big");
+    let advice = advice_of(&r, "oom-too-big");
+    assert!(advice.contains("-ngl") && advice.contains("-c"), "{advice}");
+    assert!(!advice.contains("traceback"), "{advice}");
+    // The KV cache's 4.4 GiB on GPU 3 of four, which the job had filled.
+    let m = Machine::h200s(4);
+    let (r, _) = run_real_text(
+        &m,
+        "llama_cpp_kv_cache_device3",
+        r#""$FAKEGPU" alloc --gpu 3 --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#,
+    );
+    assert_eq!(
+        (r["oom"]["gpu"].clone(), r["oom"]["cause"].clone()),
+        (json!(3), json!("self_growth")),
+        "{}",
+        r["oom"]
+    );
+    let advice = advice_of(&r, "oom-near-capacity");
+    assert!(
+        advice.contains("--n-gpu-layers") && advice.contains("--ctx-size"),
+        "{advice}"
+    );
+    assert!(!advice.contains("gradient checkpointing"), "{advice}");
 }

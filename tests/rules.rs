@@ -404,6 +404,43 @@ fn user_rules_add_to_and_override_the_bundled_ones() {
 }
 
 #[test]
+fn advice_with_a_condition_is_given_only_where_it_holds_and_checked_at_load() {
+    let rule = |when: &str| {
+        format!(
+            "id = \"long-run\"\nseverity = \"info\"\ntitle = \"t\"\neach = \"run\"\nwhen = \"run.duration_s > 5.0\"\nmessage = \"m\"\nadvice = [\n  \"always\",\n  {{ when = \"{when}\", text = \"only then\" }},\n]\n"
+        )
+    };
+    let advice = |when: &str| {
+        let d = rules_dir(&[("long.toml", &rule(when))]);
+        let r = report(
+            fixture("runs/healthy.report.json"),
+            &["--rules", d.path().to_str().unwrap()],
+        );
+        common::diagnosis(&r, "long-run").unwrap()["advice"].clone()
+    };
+    assert_eq!(
+        advice("run.duration_s > 5.0"),
+        serde_json::json!(["always", "only then"])
+    );
+    assert_eq!(
+        advice("run.duration_s < 5.0"),
+        serde_json::json!(["always"])
+    );
+    // A condition on a fact that does not exist fails at load, with the file and the line.
+    let d = rules_dir(&[("long.toml", &rule("run.durations > 1.0"))]);
+    let out = Command::new(gpudoc_bin())
+        .args(["rules", "list", "--rules", d.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("long.toml:7: advice: unknown fact `run.durations`"),
+        "{err}"
+    );
+}
+
+#[test]
 fn rules_list_and_explain() {
     let out = Command::new(gpudoc_bin())
         .args(["rules", "list"])

@@ -90,7 +90,14 @@ fn explain(set: &RuleSet, id: &str) -> Option<String> {
     if !r.advice.is_empty() {
         let _ = writeln!(o, "\nadvice:");
         for a in &r.advice {
-            let _ = writeln!(o, "    - {a}");
+            match &a.when {
+                Some(w) => {
+                    let _ = writeln!(o, "    - (when {w}) {}", a.text);
+                }
+                None => {
+                    let _ = writeln!(o, "    - {}", a.text);
+                }
+            }
         }
     }
     if let Some(d) = &r.docs {

@@ -1,7 +1,7 @@
 //! Why a GPU ran out of memory, decided from the numbers alone (pure): what the OOM text says, what NVML
 //! saw, and which of the processes the text names belong to the job.
 
-use super::parse::{OomText, TextProcess};
+use super::parse::{Kind, OomText, TextProcess, Vendor};
 use crate::units::fmt_bytes as b;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -98,6 +98,22 @@ pub struct Figures {
     pub job_others: u64,
     /// NVML's device memory in use then.
     pub device_used: Option<u64>,
+    /// An AMD GPU: NVML cannot see it, so memory outside the process is nobody gpudoc can name.
+    pub vendor: Vendor,
+    /// vLLM's account of its KV cache, when the text is vLLM's.
+    pub kv_cache: Option<KvCache>,
+}
+
+/// What vLLM says of its KV cache when it has no room for it; `None` where it says nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KvCache {
+    /// `max_model_len`: one request of it must fit.
+    pub max_model_len: Option<u64>,
+    /// The tokens the cache could hold.
+    pub tokens: Option<u64>,
+    /// The KV cache one request of `max_model_len` needs, and what vLLM's share of the GPU left for it.
+    pub needed: Option<u64>,
+    pub left: Option<u64>,
 }
 
 impl Figures {
@@ -119,7 +135,7 @@ impl Figures {
             free: t.free_bytes,
             allowed: t.allowed_bytes,
             allowed_by: match t.kind {
-                super::parse::Kind::Cupy => {
+                Kind::Cupy => {
                     "CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT"
                 }
                 _ => "torch.cuda.set_per_process_memory_fraction",
@@ -132,6 +148,13 @@ impl Figures {
             others: h.others.max(nvml_others),
             job_others: h.job,
             device_used: used,
+            vendor: t.vendor,
+            kv_cache: (t.kind == Kind::Vllm).then_some(KvCache {
+                max_model_len: t.max_model_len,
+                tokens: t.kv_cache_tokens,
+                needed: t.requested_bytes,
+                left: t.free_bytes,
+            }),
         }
     }
 
@@ -151,7 +174,8 @@ type Verdict = Option<(Cause, String)>;
 
 /// The cause and the same in words with its numbers.
 pub fn cause_of(f: &Figures) -> (Cause, String) {
-    let steps: [fn(&Figures) -> Verdict; 8] = [
+    let steps: [fn(&Figures) -> Verdict; 9] = [
+        kv_cache,
         too_big,
         capped,
         fits,
@@ -164,6 +188,40 @@ pub fn cause_of(f: &Figures) -> (Cause, String) {
     steps.iter().find_map(|s| s(f)).unwrap_or((
         Cause::Unknown,
         "the output does not carry the allocator's numbers".into(),
+    ))
+}
+
+/// vLLM's engine had no room for its KV cache in the share of the GPU `gpu_memory_utilization` gives it:
+/// the model's weights and its activation peak took the rest. That share is its cap, unless other
+/// processes held memory, which vLLM counts against it.
+fn kv_cache(f: &Figures) -> Verdict {
+    let kv = f.kv_cache.as_ref()?;
+    let short = match (kv.max_model_len, kv.tokens, kv.needed, kv.left) {
+        (Some(len), Some(tokens), ..) => format!(
+            "vLLM's KV cache holds {tokens} tokens, fewer than one request of max_model_len ({len} tokens) needs"
+        ),
+        (Some(len), _, Some(needed), Some(left)) => format!(
+            "one request of max_model_len ({len} tokens) needs {} of KV cache, more than the {} vLLM had left for it",
+            b(needed),
+            b(left)
+        ),
+        _ => "vLLM had no room left for its KV cache".into(),
+    };
+    if f.others > 0 {
+        return Some((
+            Cause::Others,
+            format!(
+                "{short}: other processes held {} of the GPU, which vLLM counts against its share (gpu_memory_utilization)",
+                b(f.others)
+            ),
+        ));
+    }
+    let of = f.total.map(|t| format!(" ({})", b(t))).unwrap_or_default();
+    Some((
+        Cause::Cap,
+        format!(
+            "{short} in the share of the GPU{of} it may use (gpu_memory_utilization): the model's weights and its activation peak took the rest"
+        ),
     ))
 }
 
@@ -256,17 +314,30 @@ fn fragmented(f: &Figures) -> Verdict {
 fn outside(f: &Figures) -> Verdict {
     let (req, free, total, held) = (f.requested?, f.free?, f.total?, f.held()?);
     let outside = total.saturating_sub(free + held + f.job_others);
-    (outside > held && outside + free >= req).then(|| {
-        (
-            Cause::Others,
+    if !(outside > held && outside + free >= req) {
+        return None;
+    }
+    if f.vendor == Vendor::Amd {
+        // NVML cannot see the GPU, and on an APU the GPU's memory is the system's RAM: nobody to name.
+        return Some((
+            Cause::Unknown,
             format!(
-                "{} of the GPU was in use outside this process (other processes, or its own memory outside PyTorch), while it held {}; with that free, the {} asked for would have fit",
+                "{} of the GPU was in use outside this process while it held {}; with that free, the {} asked for would have fit. On an AMD GPU NVML cannot show who held it: other processes, or on an APU (memory shared with the system) the system's own use of its RAM",
                 b(outside),
                 b(held),
                 b(req)
             ),
-        )
-    })
+        ));
+    }
+    Some((
+        Cause::Others,
+        format!(
+            "{} of the GPU was in use outside this process (other processes, or its own memory outside PyTorch), while it held {}; with that free, the {} asked for would have fit",
+            b(outside),
+            b(held),
+            b(req)
+        ),
+    ))
 }
 
 fn self_growth(f: &Figures) -> Verdict {

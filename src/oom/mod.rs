@@ -3,6 +3,7 @@
 //! turns them into how the run ended and, for a GPU OOM, whose memory it was.
 
 pub mod cause;
+pub mod engines;
 pub mod host;
 pub mod parse;
 pub mod scan;
@@ -62,8 +63,9 @@ pub struct OomReport {
     /// In a report merged from several hosts (`gpudoc report a.json b.json`): the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-    /// Which layer reported it (`torch_allocator`, `cuda_runtime`, `cuda_library`, `nccl`, `xla`,
-    /// `tensorflow`).
+    /// Which layer or engine reported it (`torch_allocator`, `cuda_runtime`, `cuda_library`, `nccl`,
+    /// `xla`, `tensorflow`, `cupy`, `paddle`, `llama_cpp`, `vllm`, `onnxruntime`, `tensorrt`, `mxnet`,
+    /// `exla`).
     pub source: Kind,
     /// The text and where it was read. Its own `gpu` (the device the text names, numbered as the failing
     /// process saw them) is `text_gpu` here, beside the report's `gpu`.
@@ -71,7 +73,7 @@ pub struct OomReport {
     #[schemars(schema_with = "event_fields::schema")]
     pub event: OomEvent,
     /// The GPU it happened on (NVML's index): the text's device mapped through the job's visible GPUs,
-    /// else the only GPU the job used.
+    /// else the only GPU the job used; `null` for an AMD GPU, which NVML cannot see.
     pub gpu: Option<u32>,
     pub cause: Cause,
     /// The cause with its numbers, in words.
@@ -222,8 +224,17 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
     let t = &e.text;
     let at = (e.at_s * 1e6) as Micros;
     let allocator = allocator_at(ev.torch_ooms, e.at_s);
-    let gpu = gpu_of_text(t.gpu, allocator.as_ref(), ev);
-    let before = before(ev.timeline, gpu, at);
+    // NVML sees NVIDIA GPUs only: an AMD GPU's device number names none of them, and NVML's view of
+    // the GPUs it does see says nothing of the one that ran out.
+    let amd = t.vendor == parse::Vendor::Amd;
+    let gpu = (!amd)
+        .then(|| gpu_of_text(t.gpu, allocator.as_ref(), ev))
+        .flatten();
+    let before = if amd {
+        Vec::new()
+    } else {
+        before(ev.timeline, gpu, at)
+    };
     let device = gpu.and_then(|g| ev.timeline.gpus.iter().find(|x| x.info.index == g));
     let device_used_bytes = device.and_then(|d| d.used.value_at(at));
     let nvml_others: u64 = before

@@ -1,10 +1,14 @@
 //! Parsing what a program prints when it runs out of GPU memory: PyTorch's caching allocator (every format
-//! since 0.x), CUDA runtime and driver errors, cuBLAS/cuDNN allocation failures, NCCL, JAX/XLA (and its
-//! BFC and async allocators) and TensorFlow. A message may span lines (a logger broke it, a terminal
+//! since 0.x, on CUDA and ROCm), CUDA runtime and driver errors, cuBLAS/cuDNN allocation failures, NCCL,
+//! JAX/XLA (and its BFC and async allocators), TensorFlow, CuPy and PaddlePaddle; the inference engines'
+//! texts are in [`engines`](super::engines). A message may span lines (a logger broke it, a terminal
 //! wrapped it in the middle of a number): [`parse_line`] opens it, [`refine`] reads it again each time a
 //! following line is joined on. A field that is not in the text stays `None` and the parse is marked
-//! incomplete: a truncated or garbled text never yields a made-up number.
+//! incomplete: a truncated or garbled text never yields a made-up number. Host memory that CUDA failed to
+//! pin, and TensorFlow's CPU allocator, say "out of memory" too: they are no GPU OOM ([`open`] gives
+//! `None`).
 
+use super::engines;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
@@ -30,6 +34,32 @@ pub enum Kind {
     Cupy,
     /// PaddlePaddle's allocator (`Out of memory error on GPU N. Cannot allocate X memory on GPU N, ...`).
     Paddle,
+    /// llama.cpp / ggml allocating a buffer (`allocating X MiB on device N: cudaMalloc failed: out of
+    /// memory`).
+    LlamaCpp,
+    /// vLLM finding no room for its KV cache in the share of the GPU it may use
+    /// (`No available memory for the cache blocks`).
+    Vllm,
+    /// ONNX Runtime's CUDA execution provider.
+    Onnxruntime,
+    /// TensorRT's allocator.
+    Tensorrt,
+    /// MXNet's GPU storage manager.
+    Mxnet,
+    /// Elixir's EXLA (XLA), raised as an Elixir exception.
+    Exla,
+}
+
+/// Whose GPU the text is about. NVML sees NVIDIA GPUs only.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Vendor {
+    #[default]
+    Nvidia,
+    /// ROCm (PyTorch's `HIP out of memory`, llama.cpp's `ROCm0` buffers).
+    Amd,
 }
 
 /// Another process named in the text as holding memory on the GPU.
@@ -72,11 +102,21 @@ pub struct OomText {
     pub tensor: Option<String>,
     /// Every field this kind of text carries was found.
     pub complete: bool,
+    /// The GPU's vendor, as the text shows it (`HIP out of memory` is ROCm's).
+    #[serde(default)]
+    pub vendor: Vendor,
+    /// vLLM: the longest request the engine must hold (`max_model_len`), in tokens.
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
+    /// vLLM: the tokens its KV cache could hold in the memory left for it.
+    #[serde(default)]
+    pub kv_cache_tokens: Option<u64>,
 }
 
 const SIZE: &str = r"(\d+(?:\.\d+)?) ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b";
 
-fn re(s: &str) -> Regex {
+/// A built-in pattern, `SIZE` standing for a size with its unit.
+pub(super) fn re(s: &str) -> Regex {
     Regex::new(&s.replace("SIZE", SIZE)).expect("a valid built-in pattern")
 }
 
@@ -131,13 +171,6 @@ static PADDLE: LazyLock<Regex> = LazyLock::new(|| {
         r"Out of memory error on GPU (\d+)\.\s*Cannot allocate SIZE(?: GPU)? memory(?: on GPU \d+)?, (?:SIZE memory has been allocated and )?available memory is(?: only)? SIZE",
     )
 });
-// TensorRT's allocator: `Error Code 1: Cuda Runtime (out of memory)` (8.4 and later), `Cuda Error in
-// allocate: 2 (out of memory)` (7), `Error Code 2: OutOfMemory (Requested size was N bytes.)` (10).
-static TENSORRT: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"Cuda Runtime \(out of memory\)|Cuda Error in \w+: 2 \(out of memory\)|Error Code 2: OutOfMemory \(Requested size was (\d+) bytes",
-    )
-});
 static BYTES_IN_PARENS: LazyLock<Regex> =
     LazyLock::new(|| re(r"failed to allocate [^(]*\((\d+) bytes\)"));
 static CUDA_LIBRARY: LazyLock<Regex> =
@@ -151,6 +184,10 @@ static XLA: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"(?i:resource[_ ]exhausted): Out of memory (?:while trying to allocate|allocating)(?:\s*(\d+) bytes|\s*SIZE)?",
     )
+});
+// Elixir's EXLA raises XLA's words as an Elixir exception, without the status's name.
+static EXLA: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"\*\* \((\w+)\) Out of memory while trying to allocate(?:\s*(\d+) bytes)?")
 });
 static XLA_REQUEST: LazyLock<Regex> = LazyLock::new(|| {
     re(
@@ -169,7 +206,27 @@ static XLA_DEVICE: LazyLock<Regex> =
     LazyLock::new(|| re(r"on device (?:ordinal )?(\d+)|GPU_(\d+)_bfc"));
 static TF: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"OOM when allocating tensor (?:with|of) shape ?\[([\d,\s]*)\](?: and type (\w+))?(?: on [^\s]*?device:GPU:(\d+))?",
+        r"OOM when allocating tensor (?:with|of) shape ?\[([\d,\s]*)\](?: and type (\w+))?(?: on (\S*))?(?: by allocator (\w+))?",
+    )
+});
+/// TensorFlow's device as it names it: `/device:GPU:1` (1.5 and later), `/gpu:1` (before), or its
+/// allocator's `GPU_1_bfc`.
+static TF_GPU: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?:device:GPU:|/gpu:)(\d+)|\bGPU_(\d+)_bfc\b"));
+/// The op's placement in the `[[Node: ...]]` line that follows TensorFlow 1's error.
+static TF_NODE_DEVICE: LazyLock<Regex> =
+    LazyLock::new(|| re(r#"_device="[^"]*?(?:device:GPU:|/gpu:)(\d+)""#));
+/// Host memory that failed: pinned (page-locked) allocations through CUDA or HIP, and ONNX Runtime's
+/// pinned arena. They say "CUDA_ERROR_OUT_OF_MEMORY" too, but the GPU's memory was not what ran out.
+static HOST: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"on host: |pinned host memory|of pinned memory|\b(?:cuMemHostAlloc|cuMemAllocHost|cudaHostAlloc|cudaMallocHost|hipHostMalloc)\b|CachingHostAllocator|CudaPinned",
+    )
+});
+/// Words only ROCm's texts have.
+static AMD: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"\bHIP out of memory|\bhip(?:Malloc|Error)|HIP_ERROR_|\bROCm\d+ buffer|PYTORCH_HIP_ALLOC_CONF",
     )
 });
 static EXCEPTION: LazyLock<Regex> =
@@ -190,11 +247,11 @@ pub fn size_bytes(num: &str, unit: &str) -> Option<u64> {
     (v.is_finite() && v >= 0.0 && v < u64::MAX as f64).then(|| v.round() as u64)
 }
 
-fn cap_size(c: &regex::Captures, i: usize) -> Option<u64> {
+pub(super) fn cap_size(c: &regex::Captures, i: usize) -> Option<u64> {
     size_bytes(c.get(i)?.as_str(), c.get(i + 1)?.as_str())
 }
 
-fn cap_u64(c: &regex::Captures, i: usize) -> Option<u64> {
+pub(super) fn cap_u64(c: &regex::Captures, i: usize) -> Option<u64> {
     c.get(i)?.as_str().parse().ok()
 }
 
@@ -203,11 +260,11 @@ fn cap_grouped(c: &regex::Captures, i: usize) -> Option<u64> {
     c.get(i)?.as_str().replace(',', "").parse().ok()
 }
 
-fn cap_u32(c: &regex::Captures, i: usize) -> Option<u32> {
+pub(super) fn cap_u32(c: &regex::Captures, i: usize) -> Option<u32> {
     c.get(i)?.as_str().parse().ok()
 }
 
-fn empty(kind: Kind, format: &str) -> OomText {
+pub(super) fn empty(kind: Kind, format: &str) -> OomText {
     OomText {
         kind,
         format: format.into(),
@@ -225,7 +282,30 @@ fn empty(kind: Kind, format: &str) -> OomText {
         other_processes: Vec::new(),
         tensor: None,
         complete: false,
+        vendor: Vendor::Nvidia,
+        max_model_len: None,
+        kv_cache_tokens: None,
     }
+}
+
+/// How many of its fields a text gave: of two readings of the same lines, the one that read more is the
+/// right one.
+pub fn fields_read(t: &OomText) -> usize {
+    let sizes = [
+        t.gpu.map(u64::from),
+        t.requested_bytes,
+        t.total_bytes,
+        t.free_bytes,
+        t.allowed_bytes,
+        t.process_bytes,
+        t.allocated_bytes,
+        t.reserved_bytes,
+        t.reserved_unallocated_bytes,
+        t.private_pools_bytes,
+        t.max_model_len,
+        t.kv_cache_tokens,
+    ];
+    sizes.iter().flatten().count() + t.other_processes.len()
 }
 
 /// The exception class named just before `at` on the line (`torch.OutOfMemoryError: ...`), and where it
@@ -246,11 +326,17 @@ pub struct Opened {
 type Opener = fn(&str) -> Option<Opened>;
 
 /// The openers, most specific first.
-const OPENERS: [Opener; 13] = [
+const OPENERS: [Opener; 19] = [
     open_torch,
     open_cupy,
     open_paddle,
-    open_tensorrt,
+    engines::open_vllm,
+    engines::open_llama_cpp,
+    engines::open_tensorrt,
+    engines::open_cuda_failure,
+    engines::open_onnxruntime_arena,
+    engines::open_mxnet,
+    open_exla,
     open_thc,
     open_xla,
     open_xla_request,
@@ -267,14 +353,24 @@ pub fn parse_line(line: &str) -> Option<OomText> {
     open(line).map(|o| o.text)
 }
 
-/// [`parse_line`], with where the message starts.
+/// [`parse_line`], with where the message starts. A line about host memory opens nothing.
 pub fn open(line: &str) -> Option<Opened> {
-    OPENERS.iter().find_map(|f| f(line))
+    let mut opened = OPENERS.iter().find_map(|f| f(line))?;
+    if HOST.is_match(line) {
+        return None;
+    }
+    if AMD.is_match(line) {
+        opened.text.vendor = Vendor::Amd;
+    }
+    Some(opened)
 }
 
 /// Reads `text` (the opening line with the lines that followed it joined on) again, filling what the
 /// opening line lacked. Returns whether the message is over: nothing a following line could add.
 pub fn refine(t: &mut OomText, text: &str) -> bool {
+    if AMD.is_match(text) {
+        t.vendor = Vendor::Amd;
+    }
     match t.kind {
         Kind::TorchAllocator => continue_torch(t, text),
         Kind::Xla => {
@@ -293,6 +389,16 @@ pub fn refine(t: &mut OomText, text: &str) -> bool {
                 && (!asynchronous || t.total_bytes.is_some());
             t.requested_bytes.is_some() && (!asynchronous || t.total_bytes.is_some())
         }
+        Kind::Tensorflow => {
+            if t.gpu.is_none()
+                && let Some(c) = TF_NODE_DEVICE.captures(text)
+            {
+                t.gpu = cap_u32(&c, 1);
+                t.complete = t.requested_bytes.is_some();
+            }
+            t.gpu.is_some()
+        }
+        Kind::LlamaCpp => engines::refine_llama_cpp(t, text),
         _ => true,
     }
 }
@@ -304,11 +410,13 @@ pub fn open_ended(t: &OomText) -> bool {
         Kind::Xla => {
             t.requested_bytes.is_none() || (t.format == "xla-async" && t.total_bytes.is_none())
         }
+        Kind::Tensorflow => t.gpu.is_none(),
+        Kind::LlamaCpp => !t.complete,
         _ => false,
     }
 }
 
-fn with_exception(mut t: OomText, line: &str, at: usize) -> Opened {
+pub(super) fn with_exception(mut t: OomText, line: &str, at: usize) -> Opened {
     let start = match exception_before(line, at) {
         Some((e, s)) => {
             t.exception = Some(e);
@@ -394,14 +502,6 @@ fn open_paddle(line: &str) -> Option<Opened> {
     Some(with_exception(t, line, c.get(0).unwrap().start()))
 }
 
-fn open_tensorrt(line: &str) -> Option<Opened> {
-    let c = TENSORRT.captures(line)?;
-    let mut t = empty(Kind::CudaRuntime, "tensorrt");
-    t.requested_bytes = cap_u64(&c, 1);
-    t.complete = true;
-    Some(with_exception(t, line, c.get(0).unwrap().start()))
-}
-
 fn open_library(line: &str) -> Option<Opened> {
     let c = CUDA_LIBRARY.captures(line)?;
     let mut t = empty(Kind::CudaLibrary, &c[1].to_ascii_lowercase());
@@ -422,6 +522,18 @@ fn open_xla(line: &str) -> Option<Opened> {
         .and_then(|d| cap_u32(&d, 1).or_else(|| cap_u32(&d, 2)));
     t.complete = t.requested_bytes.is_some() && t.gpu.is_some();
     Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+fn open_exla(line: &str) -> Option<Opened> {
+    let c = EXLA.captures(line)?;
+    let mut t = empty(Kind::Exla, "exla");
+    t.exception = Some(c[1].to_string());
+    t.requested_bytes = cap_u64(&c, 2);
+    t.complete = t.requested_bytes.is_some();
+    Some(Opened {
+        text: t,
+        start: c.get(0).unwrap().start(),
+    })
 }
 
 fn open_xla_request(line: &str) -> Option<Opened> {
@@ -466,6 +578,12 @@ fn open_bfc(line: &str) -> Option<Opened> {
 
 fn open_tf(line: &str) -> Option<Opened> {
     let c = TF.captures(line)?;
+    // `... on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu`: host memory.
+    let on = c.get(3).map_or("", |m| m.as_str());
+    let allocator = c.get(4).map_or("", |m| m.as_str());
+    if on.contains("device:CPU:") || ["cpu", "mklcpu"].contains(&allocator) {
+        return None;
+    }
     let mut t = empty(Kind::Tensorflow, "tensorflow");
     let dims: Option<Vec<u64>> = c[1]
         .split(',')
@@ -479,7 +597,9 @@ fn open_tf(line: &str) -> Option<Opened> {
         Some(d) => format!("{d}[{}]", c[1].trim()),
         None => format!("[{}]", c[1].trim()),
     });
-    t.gpu = cap_u32(&c, 3);
+    t.gpu = TF_GPU
+        .captures(&line[c.get(0).unwrap().start()..])
+        .and_then(|g| cap_u32(&g, 1).or_else(|| cap_u32(&g, 2)));
     t.complete = t.requested_bytes.is_some() && t.gpu.is_some();
     Some(with_exception(t, line, c.get(0).unwrap().start()))
 }
@@ -647,24 +767,6 @@ mod tests {
     }
 
     #[test]
-    fn tensorrt_wordings_are_cuda_runtime_reports() {
-        for line in [
-            "[E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime (out of memory)",
-            "[E] [TRT] ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)",
-        ] {
-            let t = parse_line(line).unwrap();
-            assert_eq!(
-                (t.kind, t.format.as_str()),
-                (Kind::CudaRuntime, "tensorrt"),
-                "{line}"
-            );
-        }
-        let t = parse_line("[E] [virtualMemoryBuffer.cpp::resizePhysical::154] Error Code 2: OutOfMemory (Requested size was 16581132288 bytes.)").unwrap();
-        assert_eq!(t.requested_bytes, Some(16581132288));
-        assert!(parse_line("[E] [defaultAllocator.cpp::deallocate::42] Error Code 1: Cuda Runtime (invalid argument)").is_none());
-    }
-
-    #[test]
     fn paddle_wordings_carry_their_fields() {
         let t = parse_line("Out of memory error on GPU 1. Cannot allocate 98.000244MB memory on GPU 1, 6.000000GB memory has been allocated and available memory is only 0.000000B.").unwrap();
         assert_eq!(
@@ -708,6 +810,39 @@ mod tests {
     }
 
     #[test]
+    fn host_memory_that_cuda_could_not_pin_is_no_gpu_oom() {
+        for line in [
+            // tensorflow/tensorflow's stream executor (talmolab/sleap#2001).
+            "2024-10-22 09:22:17.233972: E tensorflow/stream_executor/cuda/cuda_driver.cc:802] failed to alloc 34359738368 bytes on host: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+            // heterodb/pg-strom#215.
+            "ERROR:  failed on cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY - out of memory",
+            // PyTorch's pinned-memory allocator (pin_memory=True).
+            "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingHostAllocator.cpp:265",
+            // Synthetic, from ggml's format string: llama.cpp's warning before it falls back to pageable
+            // memory.
+            "ggml_cuda_host_malloc: failed to allocate 512.00 MiB of pinned memory: out of memory",
+        ] {
+            assert_eq!(parse_line(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn tensorflow_reads_its_gpu_from_any_of_its_names_and_its_cpu_allocator_is_no_gpu_oom() {
+        // Synthetic: the device clause lost, the allocator's name left.
+        let t = parse_line("ResourceExhaustedError: OOM when allocating tensor with shape[64,2016,9,9] and type float by allocator GPU_1_bfc").unwrap();
+        assert_eq!(
+            (t.gpu, t.requested_bytes),
+            (Some(1), Some(64 * 2016 * 81 * 4))
+        );
+        // Synthetic: TensorFlow before 1.5 named the device `/gpu:1` (tensorflow#13591 in its `[[Node:`
+        // line, a fixture).
+        let t = parse_line("OOM when allocating tensor with shape[3,3] and type float on /job:localhost/replica:0/task:0/gpu:1 by allocator gpu_bfc").unwrap();
+        assert_eq!(t.gpu, Some(1));
+        // Keras-VGG16-places365#19: host memory.
+        assert!(parse_line("OOM when allocating tensor with shape[25088,4096] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu [Op:Add]").is_none());
+    }
+
+    #[test]
     fn other_wordings_carry_their_fields() {
         let t = parse_line("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3206250496B) on device ordinal 0").unwrap();
         assert_eq!(
@@ -726,7 +861,7 @@ mod tests {
             (t.kind, t.requested_bytes, t.gpu),
             (Kind::Nccl, Some(10485760), Some(3))
         );
-        let t = parse_line("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingHostAllocator.cpp:265").unwrap();
+        let t = parse_line("RuntimeError: cuda runtime error (2) : out of memory at /opt/conda/conda-bld/pytorch_1501969512886/work/pytorch-0.1.12/torch/lib/THC/generic/THCStorage.cu:66").unwrap();
         assert_eq!((t.kind, t.format.as_str()), (Kind::CudaRuntime, "thc"));
         assert_eq!(t.exception.as_deref(), Some("RuntimeError"));
     }

@@ -2,10 +2,11 @@
 //! holding the output back. A multi-pattern search runs over each chunk as it passes ([`NEEDLES`], at
 //! gigabytes a second); only the lines it hits, and the few lines after a report that may continue it, are
 //! looked at closely. A report that spans lines (a logger broke it, a terminal wrapped it in the middle of
-//! a number, a log prefix on every line) is joined up again; each report is tagged with the rank that
-//! printed it (`[rank1]:`, `[host:1]:`, `rank=1`, srun's `1: `); torchrun's closing "Root Cause (first
-//! observed failure)" block says which rank failed first.
+//! a number, a quote re-wrapped it at 72 columns, a log prefix on every line) is joined up again; each
+//! report is tagged with the rank that printed it (`[rank1]:`, `[host:1]:`, `rank=1`, srun's `1: `);
+//! torchrun's closing "Root Cause (first observed failure)" block says which rank failed first.
 
+use super::engines;
 use super::parse::{self, OomText};
 use crate::supervise::{Observer, Sieve, Stream};
 use crate::timeline::Micros;
@@ -29,7 +30,7 @@ const ROOT_CAUSE_LINES: u8 = 12;
 /// Words that every OOM report the parser reads contains, as programs spell them. A line with none of
 /// them is never parsed. Spelled out rather than matched case-insensitively, so the search runs on the
 /// vectorized multi-pattern searcher (Teddy), at several gigabytes a second.
-pub const NEEDLES: [&str; 15] = [
+pub const NEEDLES: [&str; 18] = [
     "out of memory",
     "Out of memory",
     "OUT OF MEMORY",
@@ -45,6 +46,12 @@ pub const NEEDLES: [&str; 15] = [
     "Root Cause (first observed failure)",
     "cuMemAllocAsync",
     "out_of_memory",
+    // vLLM's KV cache without room: each of its texts ends `Try increasing `gpu_memory_utilization``.
+    "y_utilization",
+    // TensorRT's warning that gives the size of what it could not allocate.
+    "Requested amount of GPU",
+    // `cudaMalloc fail` / `ed: out of memory`: a log that wrapped the word keeps half of it on each line.
+    "Malloc fail",
 ];
 
 /// The longest word of [`NEEDLES`] less one: how far a word can reach back over the start of a stretch.
@@ -146,6 +153,64 @@ struct Pending {
     /// The opening line's prefix, digits loosened (`2024-05-01 12:00:00,123 ERROR `): continuation
     /// lines that start with the same shape have it removed before they are joined.
     prefix: Option<Regex>,
+    /// The report as its opening line read.
+    opened: OomText,
+    /// The lines joined as a terminal wraps them (nothing between) and as a mail or forum quote
+    /// re-wraps them (a space between).
+    joined: Joined,
+}
+
+/// A report's lines joined both ways: a terminal breaks a line anywhere, a word or a number included,
+/// and the two halves join with nothing between; text re-wrapped at 72 columns (a quoted e-mail, a
+/// forum post) was broken at a space, which the break took.
+#[derive(Debug, Clone)]
+struct Joined {
+    tight: String,
+    spaced: String,
+}
+
+impl Joined {
+    fn new(line: &str) -> Joined {
+        let line: String = line.chars().take(KEEP_TEXT).collect();
+        Joined {
+            tight: line.clone(),
+            spaced: line,
+        }
+    }
+
+    fn push(&mut self, body: &str) {
+        let space = needs_space(&self.spaced, body);
+        for (s, sep) in [(&mut self.tight, false), (&mut self.spaced, space)] {
+            let room = KEEP_TEXT.saturating_sub(s.chars().count() + sep as usize);
+            if sep && room > 0 {
+                s.push(' ');
+            }
+            s.extend(body.chars().take(room));
+        }
+    }
+
+    /// `t` read from each join; the reading with more fields, the terminal's on a tie.
+    fn read(&self, t: &OomText) -> (OomText, &str, bool) {
+        let mut tight = t.clone();
+        let tight_done = parse::refine(&mut tight, &self.tight);
+        let mut spaced = t.clone();
+        let spaced_done = parse::refine(&mut spaced, &self.spaced);
+        if parse::fields_read(&spaced) > parse::fields_read(&tight) {
+            (spaced, &self.spaced, spaced_done)
+        } else {
+            (tight, &self.tight, tight_done)
+        }
+    }
+}
+
+/// Whether a re-wrapped line's break took a space: two words met. Never inside a number (a break there
+/// is a terminal's), nor where either side already has one.
+fn needs_space(before: &str, after: &str) -> bool {
+    let (Some(a), Some(b)) = (before.chars().last(), after.chars().next()) else {
+        return false;
+    };
+    let numeric = |c: char| c.is_ascii_digit() || c == '.' || c == ',';
+    !(a.is_whitespace() || b.is_whitespace() || (numeric(a) && numeric(b)))
 }
 
 #[derive(Debug, Default)]
@@ -342,17 +407,23 @@ impl Scanner {
         if line.trim().is_empty() {
             return;
         }
-        if let Some(first) = self.streams[i].tentative.take() {
-            let joined = first.clone() + &line[shared_prefix(&first, &line)..];
-            if let Some(opened) = parse::open(&joined) {
-                self.streams[i].pending = None;
-                self.open(stream, &joined, opened, at);
-                return;
+        let alone = parse::open(&line).map(|o| (line.clone(), o));
+        let joined = self.streams[i]
+            .tentative
+            .take()
+            .and_then(|first| finish_phrase(&first, &line));
+        // The line with the one before it when that reads more (the line alone may already open a
+        // report: `device: CUDA_ERROR_OUT_OF_MEMORY` without the size the line before gave).
+        let best = match (alone, joined) {
+            (Some(a), Some(j)) if parse::fields_read(&j.1.text) > parse::fields_read(&a.1.text) => {
+                Some(j)
             }
-        }
-        if let Some(opened) = parse::open(&line) {
+            (Some(a), _) => Some(a),
+            (None, j) => j,
+        };
+        if let Some((text, opened)) = best {
             self.streams[i].pending = None;
-            self.open(stream, &line, opened, at);
+            self.open(stream, &text, opened, at);
             return;
         }
         if self.streams[i].pending.is_some() {
@@ -374,9 +445,12 @@ impl Scanner {
         });
         let open_ended = parse::open_ended(&opened.text);
         let mut text = opened.text;
+        if self.absorb_tensorrt_request(stream, &mut text, line, at) {
+            return;
+        }
         self.absorb_allocator_warning(stream, &mut text, at);
         self.events.push(OomEvent {
-            text,
+            text: text.clone(),
             stream: stream.name().into(),
             at_s: at as f64 / 1e6,
             rank,
@@ -388,8 +462,46 @@ impl Scanner {
                 index: self.events.len() - 1,
                 left: CONTINUATION_LINES,
                 prefix: (!prefix.is_empty()).then(|| shape_of(prefix)).flatten(),
+                opened: text,
+                joined: Joined::new(line),
             });
         }
+    }
+
+    /// TensorRT says the size of an allocation it could not make in a warning of its own (`Requested
+    /// amount of GPU memory (N bytes) could not be allocated`), just before or just after the error that
+    /// gives none (`Error Code 2: OutOfMemory (no further information)`): the two are one report. Returns
+    /// whether `t` went into the report before it.
+    fn absorb_tensorrt_request(
+        &mut self,
+        stream: Stream,
+        t: &mut OomText,
+        line: &str,
+        at: Micros,
+    ) -> bool {
+        if t.kind != parse::Kind::Tensorrt {
+            return false;
+        }
+        let Some(last) = self.events.last_mut() else {
+            return false;
+        };
+        let near = last.text.kind == parse::Kind::Tensorrt
+            && last.stream == stream.name()
+            && (at as f64 / 1e6 - last.at_s) <= 5.0;
+        if !near {
+            return false;
+        }
+        let request = engines::is_tensorrt_request(line);
+        let last_request = engines::is_tensorrt_request(&last.line);
+        if request && !last_request && last.text.requested_bytes.is_none() {
+            last.text.requested_bytes = t.requested_bytes;
+            return true;
+        }
+        if !request && last_request {
+            let warning = self.events.pop().unwrap().text;
+            t.requested_bytes = t.requested_bytes.or(warning.requested_bytes);
+        }
+        false
     }
 
     /// A BFC allocator's "ran out of memory" warning is followed by the error that reports the same
@@ -410,8 +522,8 @@ impl Scanner {
         }
     }
 
-    /// Joins `line` onto the open report (its repeated prefix removed) and reads it again. A line broken
-    /// by a terminal's wrap continues mid-word, so nothing goes between the two.
+    /// Joins `line` onto the open report (its repeated prefix removed) and reads it again, the lines
+    /// joined as a terminal wraps them and as a quote re-wraps them ([`Joined`]).
     fn continue_pending(&mut self, i: usize, line: &str) {
         let Some(p) = self.streams[i].pending.as_mut() else {
             return;
@@ -420,10 +532,11 @@ impl Scanner {
             Some(m) if m.start() == 0 => line[m.end()..].trim_start(),
             _ => line,
         };
+        p.joined.push(body);
+        let (text, line, done) = p.joined.read(&p.opened);
         let e = &mut self.events[p.index];
-        let room = KEEP_TEXT.saturating_sub(e.line.chars().count());
-        e.line.extend(body.chars().take(room));
-        let done = parse::refine(&mut e.text, &e.line);
+        e.text = text;
+        e.line = line.to_string();
         p.left -= 1;
         if done || p.left == 0 {
             self.streams[i].pending = None;
@@ -449,13 +562,27 @@ impl Scanner {
         self.streams.iter().map(|s| s.partial.capacity()).sum()
     }
 
-    /// The report that names the failure: the first one with a size asked for, else the first.
+    /// The report that names the failure: the first one with a size asked for, else the first that
+    /// names its GPU (TensorFlow 1 logs the failure as a warning, then raises it with the op's device),
+    /// else the first.
     pub fn first(&self) -> Option<&OomEvent> {
         self.events
             .iter()
             .find(|e| e.text.requested_bytes.is_some())
+            .or_else(|| self.events.iter().find(|e| e.text.gpu.is_some()))
             .or(self.events.first())
     }
+}
+
+/// `first`, a line with an OOM word that opened nothing, finished by `line`: a terminal wrapped it
+/// ("Resource exhausted: Out " / "of memory while trying to allocate N bytes", "cudaMalloc fail" /
+/// "ed: out of memory"), or a quote re-wrapped it at a space.
+fn finish_phrase(first: &str, line: &str) -> Option<(String, parse::Opened)> {
+    let mut joined = Joined::new(first);
+    joined.push(&line[shared_prefix(first, line)..]);
+    [joined.tight, joined.spaced]
+        .into_iter()
+        .find_map(|text| parse::open(&text).map(|o| (text, o)))
 }
 
 /// How much of `next` repeats the start of `first` as a log prefix would (the same characters, any
@@ -549,6 +676,54 @@ Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-29_16:00:00\n 
                 pid: Some(4242)
             })
         );
+    }
+
+    /// Synthetic: real texts (pytorch#16417, afm_cvpr2019#8) re-wrapped at 72 columns as a mail client
+    /// or a forum quote does; no such real paste was found.
+    #[test]
+    fn lines_re_wrapped_at_72_columns_are_joined_with_the_space_the_wrap_took() {
+        let new = "> torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate
+> 22.00 MiB. GPU 0 has a total capacity of 23.65 GiB of which 11.06 MiB
+> is free. Including non-PyTorch memory, this process has 23.60 GiB
+> memory in use. Of the allocated memory 22.90 GiB is allocated by
+> PyTorch, and 194.87 MiB is reserved by PyTorch but unallocated. If
+";
+        let old = "RuntimeError: CUDA out of memory. Tried to allocate 25.00 MiB (GPU 0;
+3.94 GiB total capacity; 3.14 GiB already allocated; 21.56 MiB free;
+634.00 KiB cached)
+";
+        for text in [new, old] {
+            let mut s = Scanner::new();
+            s.feed(Stream::Stderr, text.as_bytes(), 0);
+            s.finish(0);
+            let t = &s.events[0].text;
+            assert!(t.complete, "{text}: {t:?}");
+            assert!(
+                t.total_bytes.is_some() && t.allocated_bytes.is_some(),
+                "{t:?}"
+            );
+            assert!(
+                s.events[0].line.contains(" total capacity"),
+                "{}",
+                s.events[0].line
+            );
+        }
+    }
+
+    #[test]
+    fn a_tensorrt_error_and_the_warning_with_its_size_are_one_report() {
+        let mut s = Scanner::new();
+        s.feed(Stream::Stderr, b"[E] 2: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: OutOfMemory (no further information)\n[W] Requested amount of GPU memory (17179869184 bytes) could not be allocated. There may not be enough free memory for allocation to succeed.\n", 0);
+        s.finish(0);
+        assert_eq!(s.events.len(), 1);
+        assert_eq!(s.events[0].text.requested_bytes, Some(16 << 30));
+        // The warning first, then the error: the same.
+        let mut s = Scanner::new();
+        s.feed(Stream::Stderr, b"[W] Requested amount of GPU memory (17179869184 bytes) could not be allocated.\n[E] 2: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: OutOfMemory (no further information)\n", 0);
+        s.finish(0);
+        assert_eq!(s.events.len(), 1);
+        assert!(s.events[0].line.contains("Error Code 2"));
+        assert_eq!(s.events[0].text.requested_bytes, Some(16 << 30));
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub struct OomFacts {
     pub present: bool,
     pub cause: String,
     pub source: String,
+    pub vendor: String,
     pub exception: String,
     pub complete: bool,
     pub gpu: i64,
@@ -261,7 +262,12 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.source",
         "string",
-        "torch_allocator, cuda_runtime, cuda_library, nccl, xla, tensorflow, cupy, paddle",
+        "torch_allocator, cuda_runtime, cuda_library, nccl, xla, tensorflow, cupy, paddle, llama_cpp, vllm, onnxruntime, tensorrt, mxnet, exla",
+    ),
+    (
+        "oom.vendor",
+        "string",
+        "the GPU's vendor as the text shows it: nvidia, or amd (ROCm, which NVML cannot see); empty without an OOM",
     ),
     ("oom.exception", "string", "the exception class, if printed"),
     ("oom.complete", "bool", "every field of the text was found"),
@@ -703,6 +709,7 @@ impl Facts {
             oom: OomFacts {
                 cause: "unknown".into(),
                 source: "torch_allocator".into(),
+                vendor: "nvidia".into(),
                 gpu: -1,
                 rank: -1,
                 requested_bytes: -1,
@@ -1166,11 +1173,12 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
     let g = |v: Option<u64>| v.map_or(-1, |x| x as i64);
     let host = host_of(&o.host);
     OomFacts {
-        label: gpu_label(&host, o.gpu.map_or(-1, |x| x as i64)),
+        label: oom_label(o, &host),
         host: host.clone(),
         present: true,
         cause: name_of(o.cause),
         source: name_of(o.source),
+        vendor: name_of(t.vendor),
         exception: t.exception.clone().unwrap_or_default(),
         complete: t.complete,
         gpu: o.gpu.map_or(-1, |x| x as i64),
@@ -1192,6 +1200,23 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
         explanation: o.explanation.clone(),
         filled_by: filled_by(r),
         at_s: o.event.at_s,
+    }
+}
+
+/// The OOM's GPU as messages name it; an AMD GPU, which NVML cannot see, by the text's device number.
+fn oom_label(o: &crate::oom::OomReport, host: &str) -> String {
+    let t = &o.event.text;
+    if t.vendor != crate::oom::parse::Vendor::Amd {
+        return gpu_label(host, o.gpu.map_or(-1, |x| x as i64));
+    }
+    let on = if host.is_empty() {
+        String::new()
+    } else {
+        format!(" on {host}")
+    };
+    match t.gpu {
+        Some(d) => format!("AMD GPU {d}{on} (ROCm)"),
+        None => format!("an AMD GPU{on} (ROCm)"),
     }
 }
 

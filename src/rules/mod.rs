@@ -67,7 +67,7 @@ struct RuleFile {
     #[serde(default)]
     details: Vec<String>,
     #[serde(default)]
-    advice: Vec<String>,
+    advice: Vec<AdviceFile>,
     #[serde(default)]
     docs: Option<String>,
     /// The moment a diagnosis is about: an expression giving seconds into the run (or null).
@@ -77,6 +77,29 @@ struct RuleFile {
     /// (or null). A rule of GPUs, processes or PyTorch processes is about the item's GPU without one.
     #[serde(default)]
     gpu: Option<toml::Spanned<String>>,
+}
+
+/// A line of advice as written: given always, or only where its condition holds (`{ when = "...", text =
+/// "..." }`: advice fitted to what ran, a vLLM server or a training loop).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum AdviceFile {
+    Always(String),
+    When(AdviceWhen),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdviceWhen {
+    when: String,
+    text: String,
+}
+
+/// A line of advice and, if it has one, the condition under which it is given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Advice {
+    pub when: Option<String>,
+    pub text: String,
 }
 
 /// A loaded rule.
@@ -89,7 +112,7 @@ pub struct Rule {
     pub message: String,
     /// The detail templates, as written.
     pub details_src: Vec<String>,
-    pub advice: Vec<String>,
+    pub advice: Vec<Advice>,
     pub docs: Option<String>,
     /// Where it came from: `bundled:NAME.toml` or a path.
     pub source: String,
@@ -106,10 +129,14 @@ pub struct Rule {
     saying: OnceLock<Result<Saying, RuleError>>,
 }
 
-/// A rule's message, details and mark, compiled, and the facts they read.
+/// A rule's message, details, advice conditions and mark, compiled, and the facts they read.
 struct Saying {
     pieces: Vec<Piece>,
     details: Vec<Vec<Piece>>,
+    /// Each line of advice's condition (`None`: always given).
+    advice: Vec<Option<Program>>,
+    /// The facts the advice conditions read.
+    advice_reads: Vec<String>,
     mark: Mark,
     reads: Vec<String>,
 }
@@ -479,17 +506,7 @@ fn check_rule(
     }
     let ctx = context(env, &example);
     check_operands(condition.expression(), &ctx).map_err(|e| (when_line, format!("when: {e}")))?;
-    match condition.execute(&ctx) {
-        Ok(Value::Bool(_)) => {}
-        Ok(other) => {
-            return Err((
-                when_line,
-                format!("when: must be true or false, not {other:?}"),
-            ));
-        }
-        Err(e) if depends_on_values(&e) => {}
-        Err(e) => return Err((when_line, format!("when: {e}"))),
-    }
+    gives_bool(condition, &ctx).map_err(|e| (when_line, format!("when: {e}")))?;
     for p in pieces.iter().flat_map(|p| p.iter()) {
         if let Piece::Expr(e) = p
             && let Err(x) = e.execute(&ctx)
@@ -499,6 +516,35 @@ fn check_rule(
         }
     }
     Ok(())
+}
+
+/// Each advice condition reads known facts and gives true or false on the example facts.
+fn check_advice(
+    env: &Arc<Env>,
+    scope: Scope,
+    saying: &Saying,
+    line: usize,
+) -> Result<(), (usize, String)> {
+    let example = example_variables(scope);
+    if let Some(bad) = saying.advice_reads.iter().find(|p| !resolves(&example, p)) {
+        return Err((line, format!("advice: unknown fact `{bad}`")));
+    }
+    let ctx = context(env, &example);
+    for p in saying.advice.iter().flatten() {
+        gives_bool(p, &ctx).map_err(|e| (line, format!("advice: {e}")))?;
+    }
+    Ok(())
+}
+
+/// A condition gives true or false on the example facts (an error that only real values could avoid,
+/// a division by zero, is no fault of the rule's).
+fn gives_bool(p: &Program, ctx: &Context) -> Result<(), String> {
+    match p.execute(ctx) {
+        Ok(Value::Bool(_)) => Ok(()),
+        Ok(other) => Err(format!("must be true or false, not {other:?}")),
+        Err(e) if depends_on_values(&e) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A template filled in.
@@ -607,7 +653,17 @@ impl Rule {
             when: f.when.into_inner().trim().to_string(),
             message: f.message.into_inner(),
             details_src: f.details,
-            advice: f.advice,
+            advice: f
+                .advice
+                .into_iter()
+                .map(|a| match a {
+                    AdviceFile::Always(text) => Advice { when: None, text },
+                    AdviceFile::When(w) => Advice {
+                        when: Some(w.when),
+                        text: w.text,
+                    },
+                })
+                .collect(),
             docs: f.docs,
             source: source.into(),
             condition,
@@ -631,6 +687,9 @@ impl Rule {
                 lines,
             )
             .map_err(|(line, what)| err(line, what))?;
+            let advice_line = text.find("advice").map_or(msg_line, |o| line_of(text, o));
+            check_advice(&env, rule.scope, &saying, advice_line)
+                .map_err(|(line, what)| err(line, what))?;
             check_mark(&env, rule.scope, &saying.mark, &rule.mark_src)
                 .map_err(|(line, what)| err(line, what))?;
             let _ = rule.saying.set(Ok(saying));
@@ -648,6 +707,21 @@ impl Rule {
             .map(|d| template(env, d, file, line))
             .collect::<Result<Vec<_>, _>>()?;
         let mark = Mark::compile(env, &self.mark_src, file)?;
+        let mut advice_reads = Vec::new();
+        let advice = self
+            .advice
+            .iter()
+            .map(|a| {
+                a.when
+                    .as_deref()
+                    .map(|w| {
+                        let p = compile(env, w, file, line)?;
+                        reads(p.expression(), &HashMap::new(), &mut advice_reads);
+                        Ok(p)
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut read = Vec::new();
         for e in mark.at.iter().chain(mark.gpu.iter()) {
             reads(e.expression(), &HashMap::new(), &mut read);
@@ -660,6 +734,8 @@ impl Rule {
         Ok(Saying {
             pieces,
             details,
+            advice,
+            advice_reads,
             mark,
             reads: read,
         })
@@ -712,9 +788,24 @@ impl Rule {
                     Some(Value::String(s)) if !s.is_empty() => Some(s.to_string()),
                     _ => None,
                 };
+                let mut advice = Vec::new();
+                for (a, when) in self.advice.iter().zip(&said.advice) {
+                    let given = match when {
+                        None => true,
+                        Some(p) => match p.execute(ctx) {
+                            Ok(Value::Bool(b)) => b,
+                            Ok(other) => return Err(format!("advice: gave {other:?}")),
+                            Err(e) => return Err(format!("advice: {e}")),
+                        },
+                    };
+                    if given {
+                        advice.push(a.text.clone());
+                    }
+                }
                 Ok(Some(Fired {
                     message,
                     details,
+                    advice,
                     at_s,
                     gpu,
                 }))
@@ -729,6 +820,7 @@ impl Rule {
 struct Fired {
     message: String,
     details: Vec<String>,
+    advice: Vec<String>,
     at_s: Option<f64>,
     gpu: Option<String>,
 }
@@ -862,7 +954,7 @@ impl RuleSet {
                             subject: subject(facts, rule.scope, i),
                             message: f.message,
                             details: f.details,
-                            advice: rule.advice.clone(),
+                            advice: f.advice,
                             docs: rule.docs.clone(),
                             gpu: f.gpu.or(gpu),
                             pid,

@@ -1,0 +1,256 @@
+//! What inference engines and other runtimes print when the GPU has no room: llama.cpp (ggml), vLLM,
+//! ONNX Runtime's CUDA provider, TensorRT, MXNet. Each opener reads one wording into an
+//! [`OomText`](super::parse::OomText) of its engine's [`Kind`]; [`parse::open`](super::parse::open)
+//! tries them among the others.
+
+use super::parse::{
+    Kind, OomText, Opened, cap_size, cap_u32, cap_u64, empty, re, size_bytes, with_exception,
+};
+use regex::Regex;
+use std::sync::LazyLock;
+
+// ggml's CUDA backend (llama.cpp, ollama, whisper.cpp), also built for ROCm with the same words. The
+// exact size follows on the next line: `failed to allocate CUDA0 buffer of size 151851674624`.
+static LLAMA_CPP: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"allocating (\d+(?:\.\d+)?) MiB on device (\d+): cudaMalloc failed: out of memory")
+});
+static LLAMA_CPP_SIZE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"failed to allocate (?:CUDA|ROCm)(\d+) buffer of size (\d+)"));
+// vLLM: the memory its share of the GPU (gpu_memory_utilization) left for the KV cache holds no block,
+// or fewer tokens than one request of max_model_len. The traceback's source line
+// `raise ValueError("No available memory ...` quotes the same words: not a report.
+static VLLM_BLOCKS: LazyLock<Regex> =
+    LazyLock::new(|| re(r#"(?:^|[^"(])No available memory for the cache blocks"#));
+static VLLM_MAX_LEN: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)",
+    )
+});
+// vLLM's V1 engine: `To serve at least one request with the models's max seq len (131072), (16.00 GiB KV
+// cache is needed, which is larger than the available KV cache memory (0.71 GiB).`
+static VLLM_KV_NEEDED: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"max seq len \((\d+)\), \(SIZE KV cache is needed, which is larger than the available KV cache memory \(SIZE\)",
+    )
+});
+// TensorRT: `Error Code 1: Cuda Runtime (out of memory)` (8.4 and later), `Cuda Error in allocate: 2 (out
+// of memory)` and `OutOfMemory Error in ...: 0` (7), `Error Code 2: OutOfMemory (Requested size was N
+// bytes.)` (10) or `(no further information)`, whose size the warning beside it gives.
+static TENSORRT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"Cuda Runtime \(out of memory\)|Cuda Error in [\w:]+: 2 \(out of memory\)|OutOfMemory Error in \S+: \d+|Error Code 2: OutOfMemory \((?:Requested size was (\d+) bytes|no further information)",
+    )
+});
+static TENSORRT_REQUEST: LazyLock<Regex> =
+    LazyLock::new(|| re(r"Requested amount of GPU memory \((\d+) bytes\) could not be allocated"));
+// The CUDA call check ONNX Runtime took from CNTK: `CUDA failure 2: out of memory ; GPU=0 ; hostname=...`.
+static CUDA_FAILURE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"CUDA failure 2: out of memory(?: ; GPU=(\d+))?"));
+// ONNX Runtime's arena. The CPU provider's arena prints the same words: only a line that names the CUDA
+// provider or its arena is a GPU's.
+static ORT_ARENA: LazyLock<Regex> =
+    LazyLock::new(|| re(r"Failed to allocate memory for requested buffer of size (\d+)"));
+static ORT_CUDA: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"CUDAExecutionProvider|\bCudaCall\b|\bCUDA_CALL\b|CudaCaching|BFCArena for Cuda(?:[^\w]|$)")
+});
+static CUDA_MALLOC: LazyLock<Regex> =
+    LazyLock::new(|| re(r"cudaMalloc(?: \w+)? failed: out of memory"));
+
+/// The vLLM text that says its KV cache had no room.
+pub fn open_vllm(line: &str) -> Option<Opened> {
+    let mut t = empty(Kind::Vllm, "vllm");
+    // Where the message starts: `ValueError: To serve at least one request with the model's max seq len
+    // (N), ...`, `ValueError: The model's max seq len (N) is ...`, `ValueError: No available memory ...`.
+    let from = |at: usize, word: &str| line[..at].rfind(word).unwrap_or(at);
+    let start = if let Some(c) = VLLM_KV_NEEDED.captures(line) {
+        t.format = "vllm-max-model-len".into();
+        t.max_model_len = cap_u64(&c, 1);
+        t.requested_bytes = cap_size(&c, 2);
+        t.free_bytes = cap_size(&c, 4);
+        from(c.get(0).unwrap().start(), "To serve")
+    } else if let Some(c) = VLLM_MAX_LEN.captures(line) {
+        t.format = "vllm-max-model-len".into();
+        t.max_model_len = cap_u64(&c, 1);
+        t.kv_cache_tokens = cap_u64(&c, 2);
+        from(c.get(0).unwrap().start(), "The model")
+    } else {
+        let m = VLLM_BLOCKS.find(line)?;
+        // The match may start with the character before "No".
+        m.start() + line[m.start()..].find("No available").unwrap_or(0)
+    };
+    t.complete = true;
+    Some(with_exception(t, line, start))
+}
+
+pub fn open_llama_cpp(line: &str) -> Option<Opened> {
+    let c = LLAMA_CPP.captures(line)?;
+    let mut t = empty(Kind::LlamaCpp, "ggml");
+    t.requested_bytes = size_bytes(&c[1], "MiB");
+    t.gpu = cap_u32(&c, 2);
+    refine_llama_cpp(&mut t, line);
+    let start = line[..c.get(0).unwrap().start()]
+        .rfind("ggml_")
+        .unwrap_or(c.get(0).unwrap().start());
+    Some(Opened { text: t, start })
+}
+
+/// Reads the exact size of the buffer from the line that follows (the first line gives MiB with two
+/// decimals). Returns whether it was found.
+pub fn refine_llama_cpp(t: &mut OomText, text: &str) -> bool {
+    if let Some(c) = LLAMA_CPP_SIZE.captures(text)
+        && (t.gpu.is_none() || t.gpu == cap_u32(&c, 1))
+    {
+        t.gpu = cap_u32(&c, 1);
+        t.requested_bytes = cap_u64(&c, 2);
+        t.complete = true;
+    }
+    t.complete
+}
+
+pub fn open_tensorrt(line: &str) -> Option<Opened> {
+    let mut t = empty(Kind::Tensorrt, "tensorrt");
+    let c = TENSORRT
+        .captures(line)
+        .or_else(|| TENSORRT_REQUEST.captures(line))?;
+    t.requested_bytes = cap_u64(&c, 1);
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+/// TensorRT's warning that gives the size of an allocation it could not make; its error, before or
+/// after, gives none (`Error Code 2: OutOfMemory (no further information)`).
+pub fn is_tensorrt_request(line: &str) -> bool {
+    TENSORRT_REQUEST.is_match(line)
+}
+
+pub fn open_cuda_failure(line: &str) -> Option<Opened> {
+    let c = CUDA_FAILURE.captures(line)?;
+    let ort = line.contains("onnxruntime") || line.contains("ONNXRuntime");
+    let mut t = if ort {
+        empty(Kind::Onnxruntime, "onnxruntime")
+    } else {
+        empty(Kind::CudaRuntime, "cuda-failure")
+    };
+    t.gpu = cap_u32(&c, 1);
+    t.complete = t.gpu.is_some();
+    let at = c.get(0).unwrap().start();
+    // ONNX Runtime's status: `[ONNXRuntimeError] : 1 : FAIL : ...cuda_call.cc:121 onnxruntime::CudaCall
+    // CUDA failure 2`: the message starts at its error's name.
+    let start = line[..at].find("[ONNXRuntimeError]").unwrap_or(at);
+    Some(Opened { text: t, start })
+}
+
+pub fn open_onnxruntime_arena(line: &str) -> Option<Opened> {
+    let c = ORT_ARENA.captures(line)?;
+    if !ORT_CUDA.is_match(line) {
+        return None;
+    }
+    let mut t = empty(Kind::Onnxruntime, "onnxruntime-arena");
+    t.requested_bytes = cap_u64(&c, 1);
+    t.complete = true;
+    let at = c.get(0).unwrap().start();
+    let start = line[..at]
+        .find("[ONNXRuntimeError]")
+        .or_else(|| line[..at].find("Non-zero status"))
+        .unwrap_or(at);
+    Some(Opened { text: t, start })
+}
+
+/// MXNet's pooled storage manager (`src/storage/./pooled_storage_manager.h:157: cudaMalloc failed: out
+/// of memory`), and any other program's bare `cudaMalloc failed: out of memory`.
+pub fn open_mxnet(line: &str) -> Option<Opened> {
+    let m = CUDA_MALLOC.find(line)?;
+    let mxnet = line.contains("storage_manager") || line.contains("MXNetError");
+    let t = if mxnet {
+        empty(Kind::Mxnet, "mxnet")
+    } else {
+        empty(Kind::CudaRuntime, "cuda")
+    };
+    let mut opened = with_exception(t, line, m.start());
+    opened.text.complete = true;
+    if let Some(s) = line[..m.start()].find("mxnet.base.MXNetError") {
+        opened.text.exception = Some("mxnet.base.MXNetError".into());
+        opened.start = s;
+    }
+    Some(opened)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse::{Vendor, parse_line};
+    use super::*;
+
+    #[test]
+    fn tensorrt_wordings_are_tensorrt_reports() {
+        for line in [
+            "[E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime (out of memory)",
+            "[E] [TRT] ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)",
+            "[E] [TRT] C:\\source\\rtSafe\\safeRuntime.cpp (25) - Cuda Error in nvinfer1::internal::DefaultAllocator::allocate: 2 (out of memory)",
+            "[E] 2: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: OutOfMemory (no further information)",
+        ] {
+            let t = parse_line(line).unwrap();
+            assert_eq!(
+                (t.kind, t.format.as_str(), t.requested_bytes),
+                (Kind::Tensorrt, "tensorrt", None),
+                "{line}"
+            );
+        }
+        let t = parse_line("[E] [virtualMemoryBuffer.cpp::resizePhysical::154] Error Code 2: OutOfMemory (Requested size was 16581132288 bytes.)").unwrap();
+        assert_eq!(t.requested_bytes, Some(16581132288));
+        assert!(parse_line("[E] [defaultAllocator.cpp::deallocate::42] Error Code 1: Cuda Runtime (invalid argument)").is_none());
+    }
+
+    #[test]
+    fn vllm_kv_cache_texts_are_no_allocation_of_a_size() {
+        let t = parse_line("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.").unwrap();
+        assert_eq!((t.kind, t.requested_bytes), (Kind::Vllm, None));
+        assert_eq!(t.exception.as_deref(), Some("ValueError"));
+        // The traceback quotes the words in vLLM's source: no second report.
+        assert!(
+            parse_line(r#"    raise ValueError("No available memory for the cache blocks. ""#)
+                .is_none()
+        );
+        // vLLM V1's wording, as a TPU run printed it (tpu-inference#223): the KV cache one request of
+        // max_model_len needs, and what vLLM's share of the device had left for it.
+        let t = parse_line("ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (0.71 GiB). Based on the available memory, the estimated maximum model length is 5632. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.").unwrap();
+        assert_eq!(
+            (t.format.as_str(), t.max_model_len, t.requested_bytes),
+            ("vllm-max-model-len", Some(131072), Some(16 << 30))
+        );
+        assert_eq!(t.free_bytes, size_bytes("0.71", "GiB"));
+        assert_eq!(t.exception.as_deref(), Some("ValueError"));
+    }
+
+    #[test]
+    fn an_onnxruntime_arena_failure_is_a_gpu_oom_only_where_the_cuda_provider_is_named() {
+        // Synthetic: no real text found names the provider on the arena's line (ONNX Runtime prints it
+        // so under a progress bar that lists its providers, as Deep-Live-Cam#584 shows for CUDA calls).
+        let cuda = "Processing: 4%| 12/300 [00:04, execution_providers=['CUDAExecutionProvider']] Non-zero status code returned while running Conv node. Name:'Conv_0' Status Message: bfc_arena.cc:376 onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 643840";
+        let t = parse_line(cuda).unwrap();
+        assert_eq!(
+            (t.kind, t.requested_bytes),
+            (Kind::Onnxruntime, Some(643840))
+        );
+        let cpu = &cuda[cuda.find("Non-zero").unwrap()..];
+        assert!(parse_line(cpu).is_none(), "the CPU arena's same words");
+        let pinned = "Extending BFCArena for CudaPinned. Failed to allocate memory for requested buffer of size 643840";
+        assert!(parse_line(pinned).is_none(), "pinned host memory");
+    }
+
+    #[test]
+    fn llama_cpp_on_rocm_is_amd() {
+        let mut t = parse_line("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 14136.04 MiB on device 0: cudaMalloc failed: out of memory").unwrap();
+        assert_eq!(
+            (t.kind, t.gpu, t.vendor, t.complete),
+            (Kind::LlamaCpp, Some(0), Vendor::Nvidia, false)
+        );
+        super::super::parse::refine(
+            &mut t,
+            "ggml_gallocr_reserve_n: failed to allocate ROCm0 buffer of size 14822711296",
+        );
+        assert_eq!(
+            (t.requested_bytes, t.vendor, t.complete),
+            (Some(14822711296), Vendor::Amd, true)
+        );
+    }
+}
