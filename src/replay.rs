@@ -345,12 +345,14 @@ fn apply_process(
             visible: true,
             cmdline: String::new(),
             uid: None,
+            ppid: None,
             used: Series::default(),
         });
     if let Some(f) = first {
         entry.cmdline = f.cmdline;
         entry.visible = f.visible;
         entry.uid = f.uid;
+        entry.ppid = f.ppid;
     }
     entry.used.push(t, used);
     sums.add(gpu, t, pid, used, in_job);

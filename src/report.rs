@@ -164,6 +164,9 @@ pub struct ProcessReport {
     pub pid: u32,
     pub cmdline: String,
     pub uid: Option<u32>,
+    /// Its parent when first seen; absent where unknown (older reports, another PID namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
     pub gpu: u32,
     pub peak_bytes: u64,
     pub peak_at_s: f64,
@@ -352,6 +355,7 @@ fn process_report(p: &ProcTimeline) -> ProcessReport {
         pid: p.pid,
         cmdline: p.cmdline.clone(),
         uid: p.uid,
+        ppid: p.ppid,
         gpu: p.gpu,
         peak_bytes: p.used.peak(),
         peak_at_s: secs(p.used.peak_at()),
@@ -425,6 +429,7 @@ mod tests {
             visible: true,
             cmdline: format!("python {pid}.py"),
             uid: Some(1000),
+            ppid: None,
             used,
         };
         t.procs.insert((0, 10), proc(10, true, job));

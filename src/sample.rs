@@ -313,6 +313,7 @@ impl<'n> Core<'n> {
                         .map(|i| i.cmdline.clone())
                         .unwrap_or_default(),
                     uid: known.info.as_ref().and_then(|i| i.uid),
+                    ppid: known.info.as_ref().map(|i| i.ppid),
                     used: Series::default(),
                 });
             let first = entry.used.is_empty();

@@ -190,6 +190,8 @@ pub struct ProcTimeline {
     pub visible: bool,
     pub cmdline: String,
     pub uid: Option<u32>,
+    /// Its parent when first seen (`None` where /proc did not show it, or in older traces).
+    pub ppid: Option<u32>,
     pub used: Series,
 }
 

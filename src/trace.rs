@@ -76,6 +76,9 @@ pub struct FirstSeen {
     /// Absent in traces from before it was recorded (`gpudoc.trace/1`): visible.
     #[serde(default = "visible")]
     pub visible: bool,
+    /// Its parent (absent in traces from before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
 }
 
 fn visible() -> bool {
@@ -275,6 +278,7 @@ impl TraceWriter {
                     cmdline: p.cmdline.clone(),
                     uid: p.uid,
                     visible: p.visible,
+                    ppid: p.ppid,
                 });
                 let t = secs(at);
                 return self.row(row_line(Row::Process {

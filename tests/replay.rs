@@ -61,6 +61,32 @@ fn a_replayed_trace_gives_the_runs_own_report() {
 }
 
 #[test]
+fn a_processs_parent_is_recorded_and_replayed() {
+    let m = Machine::h200s(1);
+    let (json, trace, pid) = (m.path("r.json"), m.path("r.jsonl"), m.path("pid"));
+    let script = format!(
+        r#"echo $$ > {}; "$FAKEGPU" alloc --gpu 0 --steps 1GiB --hold-ms 300; true"#,
+        pid.display()
+    );
+    common::succeed(
+        m.gpudoc()
+            .args(["run", "--json"])
+            .arg(&json)
+            .arg("--trace")
+            .arg(&trace)
+            .args(["--", "sh", "-c", &script]),
+    );
+    let parent: u64 = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for r in [read_json(&json), report(&trace, &[])] {
+        assert_eq!(r["processes"][0]["ppid"], parent, "{}", r["processes"]);
+    }
+}
+
+#[test]
 fn a_trace_without_its_end_row_says_what_it_does_not_know() {
     let m = Machine::h200s(1);
     let trace = m.path("t.jsonl");

@@ -56,6 +56,13 @@ fn per_step_numbers_equal_torchs_own() {
         500 * MIB,
         "NVML − reserved: the fake context"
     );
+    // The exit record is the allocator's last reading: after the last step, before the run's end.
+    let last = p["last_reading_s"].as_f64().unwrap();
+    let last_step = steps[5]["at_s"].as_f64().unwrap();
+    assert!(
+        last > last_step && last <= r["duration_s"].as_f64().unwrap(),
+        "{p}"
+    );
     assert!(err.contains("PyTorch, per process"), "{err}");
     assert!(err.contains("500.00 MiB"), "{err}");
 }

@@ -433,6 +433,7 @@ mod tests {
                     visible: true,
                     cmdline: format!("python train.py --rank {pid}"),
                     uid: Some(0),
+                    ppid: None,
                     used,
                 },
             );

@@ -60,6 +60,10 @@ pub struct TorchProcReport {
     /// Leak hunts in this process on this device, and what filled it at an OOM.
     #[serde(default)]
     pub hunts: Vec<Hunt>,
+    /// When the allocator was last read, seconds into the run: the shim's exit record when the program
+    /// ended normally (or by an exception), after which only the process's teardown remains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reading_s: Option<f64>,
 }
 
 /// Window, in µs, over which the two views are matched.
@@ -122,6 +126,8 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                 record_every: p.record_every.max(1),
                 shim_cost_pct: (p.covered_us > 0)
                     .then(|| p.shim_cost_us as f64 * 100.0 / p.covered_us as f64),
+                last_reading_s: (!p.allocated.is_empty())
+                    .then(|| p.allocated.last_at() as f64 / 1e6),
                 hunts: t
                     .hunts
                     .iter()
