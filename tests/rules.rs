@@ -3,8 +3,7 @@
 
 mod common;
 
-use common::{Machine, gpudoc_bin, report};
-use serde_json::Value;
+use common::{Machine, fired, gpudoc_bin, report};
 use std::path::Path;
 use std::process::Command;
 
@@ -14,18 +13,6 @@ fn fixture(p: &str) -> String {
         .join(p)
         .to_string_lossy()
         .into_owned()
-}
-
-fn fired(r: &Value) -> Vec<String> {
-    let mut ids: Vec<String> = r["diagnoses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["rule"].as_str().unwrap().to_string())
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
 }
 
 /// Every bundled rule, the real runs where it must fire, and the runs where it must not: near misses
@@ -89,13 +76,31 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         &["oom/h200/grow_oom", "oom/h200/child_hog"],
     ),
     (
-        "oom-near-capacity",
+        "oom-after-training",
+        &[],
         &[
             "oom/h200/grow_oom",
-            "oom/h200/torch_cublas",
             "oom/h200/child_hog",
+            "oom/h200/torch_cublas",
         ],
-        &["oom/h200/fraction_cap", "oom/h200/torch_other_process"],
+    ),
+    (
+        "oom-before-training",
+        &["oom/h200/torch_cublas"],
+        &[
+            "oom/h200/grow_oom",
+            "oom/h200/child_hog",
+            "oom/h200/torch_too_big",
+        ],
+    ),
+    (
+        "oom-near-capacity",
+        &["oom/h200/grow_oom", "oom/h200/child_hog"],
+        &[
+            "oom/h200/fraction_cap",
+            "oom/h200/torch_other_process",
+            "oom/h200/torch_cublas",
+        ],
     ),
     (
         "oom-others",
@@ -118,6 +123,19 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
             "runs/eval_small",
             "runs/spike_small",
             "leaks/graph",
+            "oom/h200/grow_oom",
+        ],
+    ),
+    (
+        "steady-growth",
+        &[],
+        &[
+            "leaks/plateau",
+            "runs/healthy",
+            "runs/jax_prealloc",
+            "runs/cache_bloat",
+            "runs/spike_noshim",
+            "runs/near_capacity",
             "oom/h200/grow_oom",
         ],
     ),
@@ -145,13 +163,22 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
     ),
 ];
 
+/// Rules whose H200 recordings are still to be made (tests/gpu/record_phases.sh): until they are, they
+/// fire on the fake NVML and torch in tests/phases.rs, and their near misses above are real runs.
+const AWAITING_RECORDING: &[&str] = &["oom-after-training", "steady-growth"];
+
 #[test]
 fn each_rule_fires_on_its_runs_and_not_on_its_near_misses() {
     let set = gpudoc::rules::RuleSet::load(None, &[]).unwrap();
     for rule in &set.rules {
         let case = RULE_CASES.iter().find(|c| c.0 == rule.id);
         let (_, fires, misses) = case.unwrap_or_else(|| panic!("{}: no fixtures", rule.id));
-        assert!(!fires.is_empty() && !misses.is_empty(), "{}", rule.id);
+        let awaited = AWAITING_RECORDING.contains(&rule.id.as_str());
+        assert!(
+            fires.is_empty() == awaited && !misses.is_empty(),
+            "{}",
+            rule.id
+        );
     }
     for (rule, fires, misses) in RULE_CASES {
         for (runs, want) in [(fires, true), (misses, false)] {

@@ -38,6 +38,14 @@ pub const RULES: &[(&str, &str)] = &[
         "near-capacity.toml",
         include_str!("../../rules/near-capacity.toml"),
     ),
+    (
+        "oom-after-training.toml",
+        include_str!("../../rules/oom-after-training.toml"),
+    ),
+    (
+        "oom-before-training.toml",
+        include_str!("../../rules/oom-before-training.toml"),
+    ),
     ("oom-cap.toml", include_str!("../../rules/oom-cap.toml")),
     (
         "oom-fragmentation.toml",
@@ -58,6 +66,10 @@ pub const RULES: &[(&str, &str)] = &[
     (
         "phase-peak.toml",
         include_str!("../../rules/phase-peak.toml"),
+    ),
+    (
+        "steady-growth.toml",
+        include_str!("../../rules/steady-growth.toml"),
     ),
     ("step-leak.toml", include_str!("../../rules/step-leak.toml")),
     (

@@ -69,6 +69,12 @@ pub struct OomFacts {
     pub host: String,
     pub label: String,
     pub at_s: f64,
+    pub phase: String,
+    pub steps: i64,
+    pub since_last_step_s: f64,
+    pub growth_bytes: i64,
+    pub growth_rate_bytes_per_s: f64,
+    pub growth_s: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -98,6 +104,16 @@ pub struct GpuFacts {
     pub lost: bool,
     pub torch: bool,
     pub torch_phases: i64,
+    pub peak_phase: String,
+    pub peak_since_last_step_s: f64,
+    pub growth_bytes: i64,
+    pub growth_rate_bytes_per_s: f64,
+    pub growth_r2: f64,
+    pub growth_s: f64,
+    pub growth_from_s: f64,
+    pub growth_after_step: i64,
+    pub growth_live_bytes: i64,
+    pub time_to_full_s: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -350,6 +366,32 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "what held the GPU's memory then, from the shim's search at the OOM: holders, sites (empty when unknown)",
     ),
     (
+        "oom.phase",
+        "string",
+        "where it fell among the program's phases, from the shim's step records: before_steps (before the first optimizer step ended: loading, warm-up, the first step, or a program without an optimizer), steps (training), after_steps (evaluation, saving, inference after training); empty without the framework view",
+    ),
+    (
+        "oom.steps",
+        "int",
+        "optimizer steps ended by then, -1 if unknown",
+    ),
+    (
+        "oom.since_last_step_s",
+        "double",
+        "seconds since the last of them, -1 before the first or if unknown",
+    ),
+    (
+        "oom.growth_bytes",
+        "int",
+        "steady growth of the job's memory on its GPU up to the OOM, with no optimizer step to explain it (see gpu.growth_bytes), 0 if none",
+    ),
+    (
+        "oom.growth_rate_bytes_per_s",
+        "double",
+        "its rate, bytes per second",
+    ),
+    ("oom.growth_s", "double", "how long it lasted"),
+    (
         "gpu.host",
         "string",
         "its host, in a report merged from several (empty otherwise)",
@@ -433,6 +475,52 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "gpu.torch",
         "bool",
         "a PyTorch process reported from this GPU",
+    ),
+    (
+        "gpu.peak_phase",
+        "string",
+        "where the job's peak on it fell: before_steps, steps, after_steps (see oom.phase); empty without the framework view",
+    ),
+    (
+        "gpu.peak_since_last_step_s",
+        "double",
+        "seconds after the last optimizer step it came, -1 before the first or if unknown",
+    ),
+    (
+        "gpu.growth_bytes",
+        "int",
+        "steady growth of the job's memory with no optimizer step to explain it (a run without steps, or after the last one), 0 if none: a straight rise to the program's end that never came back (docs/rules.md, Beyond the training step)",
+    ),
+    (
+        "gpu.growth_rate_bytes_per_s",
+        "double",
+        "its rate (least squares), bytes per second",
+    ),
+    (
+        "gpu.growth_r2",
+        "double",
+        "how well a straight line fits it (R², 0..1)",
+    ),
+    (
+        "gpu.growth_s",
+        "double",
+        "how long it lasted, to the last moment the job held memory",
+    ),
+    ("gpu.growth_from_s", "double", "when it started, -1 if none"),
+    (
+        "gpu.growth_after_step",
+        "int",
+        "the last optimizer step before it, -1 in a run without steps",
+    ),
+    (
+        "gpu.growth_live_bytes",
+        "int",
+        "PyTorch's live tensors on this GPU at its last reading (the exit record), summed over processes; -1 without one",
+    ),
+    (
+        "gpu.time_to_full_s",
+        "double",
+        "at that rate, seconds until the GPU is full (its capacity less the driver's reserve, other processes' peaks and the level reached), -1 if not growing",
     ),
     (
         "process.host",
@@ -673,7 +761,8 @@ impl Facts {
     /// Computes the facts of a report, in time linear in its size.
     pub fn of(r: &Report) -> Facts {
         let ranks = Ranks::of(r);
-        let gpus = gpu_facts(r);
+        let steps = super::when::Steps::of(r);
+        let gpus = gpu_facts(r, &steps);
         let processes = process_facts(r, &ranks);
         let mut gpus = gpus;
         let torch_processes: Vec<TorchFacts> = r
@@ -691,7 +780,7 @@ impl Facts {
         }
         Facts {
             run: run_facts(r, &gpus),
-            oom: oom_facts(r, &gpus),
+            oom: oom_facts(r, &gpus, &steps),
             gpus,
             processes,
             torch_processes,
@@ -789,7 +878,7 @@ impl<'a> Ranks<'a> {
     }
 }
 
-fn gpu_facts(r: &Report) -> Vec<GpuFacts> {
+fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
     let mut others: HashMap<(String, u32), i64> = HashMap::new();
     for p in r.processes.iter().filter(|p| !p.in_job) {
         *others.entry((host_of(&p.host), p.gpu)).or_default() += p.peak_bytes as i64;
@@ -799,7 +888,9 @@ fn gpu_facts(r: &Report) -> Vec<GpuFacts> {
         .iter()
         .map(|g| {
             let held = others.get(&(host_of(&g.host), g.index)).copied();
-            one_gpu(r, g, held.unwrap_or(0))
+            let mut f = one_gpu(r, g, held.unwrap_or(0));
+            when_facts(r, g, steps, &mut f);
+            f
         })
         .collect();
     let max_job = gpus.iter().map(|g| g.job_peak_bytes).max().unwrap_or(0);
@@ -885,7 +976,41 @@ fn one_gpu(r: &Report, g: &crate::report::GpuReport, others_peak: i64) -> GpuFac
             .iter()
             .any(|t| t.gpu == Some(g.index) && t.host == g.host),
         torch_phases: 0,
+        ..Default::default()
     }
+}
+
+/// Where the GPU's peak fell among the phases, and growth no step explains, with the time it leaves.
+fn when_facts(
+    r: &Report,
+    g: &crate::report::GpuReport,
+    steps: &super::when::Steps,
+    f: &mut GpuFacts,
+) {
+    let w = super::when::gpu(steps, g, r.oom.as_ref());
+    (f.peak_phase, _, f.peak_since_last_step_s) = w.peak;
+    let torch: Vec<_> = r
+        .torch
+        .processes
+        .iter()
+        .filter(|t| t.gpu == Some(g.index) && t.host == g.host)
+        .collect();
+    f.growth_live_bytes = match torch.is_empty() {
+        true => -1,
+        false => torch.iter().map(|t| t.final_allocated_bytes as i64).sum(),
+    };
+    f.growth_from_s = -1.0;
+    f.time_to_full_s = -1.0;
+    f.growth_after_step = w.growth_after_step;
+    let Some(gr) = w.growth else { return };
+    let room =
+        f.total_bytes - g.driver_reserved_bytes as i64 - f.others_peak_bytes - gr.to_bytes as i64;
+    f.growth_bytes = gr.bytes() as i64;
+    f.growth_rate_bytes_per_s = gr.rate;
+    f.growth_r2 = gr.r2;
+    f.growth_s = gr.secs();
+    f.growth_from_s = gr.from_s;
+    f.time_to_full_s = room.max(0) as f64 / gr.rate;
 }
 
 /// Processes, merged over GPUs: one entry per PID.
@@ -1159,20 +1284,33 @@ fn name_of<T: serde::Serialize>(v: T) -> String {
         .unwrap_or_default()
 }
 
-fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
+fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFacts {
+    let (phase, steps, since_last_step_s) = super::when::oom(steps, r);
     let Some(o) = &r.oom else {
         return OomFacts {
             gpu: -1,
             rank: -1,
             label: gpu_label("", -1),
             at_s: -1.0,
+            phase,
+            steps,
+            since_last_step_s,
             ..Default::default()
         };
     };
     let t = &o.event.text;
     let g = |v: Option<u64>| v.map_or(-1, |x| x as i64);
     let host = host_of(&o.host);
+    let on = o
+        .gpu
+        .and_then(|i| gpus.iter().find(|x| x.index == i as i64 && x.host == host));
     OomFacts {
+        phase,
+        steps,
+        since_last_step_s,
+        growth_bytes: on.map_or(0, |x| x.growth_bytes),
+        growth_rate_bytes_per_s: on.map_or(0.0, |x| x.growth_rate_bytes_per_s),
+        growth_s: on.map_or(0.0, |x| x.growth_s),
         label: oom_label(o, &host),
         host: host.clone(),
         present: true,
@@ -1193,10 +1331,7 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts]) -> OomFacts {
         others_bytes: o.others_bytes as i64,
         job_others_bytes: o.job_others_bytes as i64,
         others: oom_others(o),
-        job_peak_pct: o
-            .gpu
-            .and_then(|i| gpus.iter().find(|x| x.index == i as i64 && x.host == host))
-            .map_or(0.0, |x| x.job_peak_pct),
+        job_peak_pct: on.map_or(0.0, |x| x.job_peak_pct),
         explanation: o.explanation.clone(),
         filled_by: filled_by(r),
         at_s: o.event.at_s,

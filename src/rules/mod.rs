@@ -6,6 +6,9 @@
 pub mod bundled;
 mod deferred;
 pub mod facts;
+pub mod growth;
+pub mod phase;
+mod when;
 
 pub use deferred::RunRules;
 

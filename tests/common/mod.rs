@@ -326,6 +326,19 @@ pub fn succeed(c: &mut Command) -> std::process::Output {
 
 /// `gpudoc report FILE [extra] --json -`: the report, re-diagnosed (the summary goes to stderr).
 /// The diagnosis a report's rule `rule` made, if it fired (the first, for a rule of many items).
+/// The rules that fired on a report, sorted, each once.
+pub fn fired(report: &serde_json::Value) -> Vec<String> {
+    let mut ids: Vec<String> = report["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["rule"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 pub fn diagnosis<'a>(report: &'a serde_json::Value, rule: &str) -> Option<&'a serde_json::Value> {
     report["diagnoses"]
         .as_array()?

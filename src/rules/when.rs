@@ -1,0 +1,150 @@
+//! The facts of when: where an OOM and each GPU's peak fell among the program's phases, and growth found
+//! in the stretches no optimizer step explains (a run without steps, or after the last one). Before the
+//! first step, a ramp that ends when training starts is what loading looks like: growth is not looked
+//! for there.
+
+use super::growth::{self, Growth};
+use super::phase::{self, Clock, Placed};
+use crate::oom::OomReport;
+use crate::report::{GpuReport, Report};
+use crate::torch::view::TorchProcReport;
+
+/// The framework view's processes of each host, for their steps.
+pub struct Steps<'a> {
+    procs: Vec<&'a TorchProcReport>,
+}
+
+/// The steps that place a moment on one GPU: `None` when the framework view saw no process on its host
+/// (no shim: the phases are unknown).
+struct Known<'a> {
+    clock: Option<Clock>,
+    procs: Vec<&'a TorchProcReport>,
+}
+
+impl<'a> Steps<'a> {
+    pub fn of(r: &'a Report) -> Steps<'a> {
+        Steps {
+            procs: r.torch.processes.iter().collect(),
+        }
+    }
+
+    /// The steps of `gpu`'s own PyTorch processes (or of `pid`'s, when it is one), else of its host's.
+    fn on(&self, host: &Option<String>, gpu: Option<u32>, pid: Option<u32>) -> Option<Known<'a>> {
+        let host_procs: Vec<_> = self
+            .procs
+            .iter()
+            .copied()
+            .filter(|p| &p.host == host)
+            .collect();
+        if host_procs.is_empty() {
+            return None;
+        }
+        let pick = |f: &dyn Fn(&TorchProcReport) -> bool| -> Vec<&'a TorchProcReport> {
+            host_procs
+                .iter()
+                .copied()
+                .filter(|p| f(p) && !p.steps.is_empty())
+                .collect()
+        };
+        let procs = [
+            pick(&|p| pid.is_some_and(|x| x == p.pid)),
+            pick(&|p| gpu.is_some() && p.gpu == gpu),
+            pick(&|_| true),
+        ]
+        .into_iter()
+        .find(|v| !v.is_empty())
+        .unwrap_or_default();
+        Some(Known {
+            clock: Clock::of_all(procs.iter().copied()),
+            procs,
+        })
+    }
+}
+
+impl Known<'_> {
+    fn place(&self, at: f64) -> Placed {
+        phase::place(self.clock.as_ref(), &self.procs, at)
+    }
+}
+
+/// A moment's phase as facts: (`phase`, steps before it, seconds since the last), `("", -1, -1)` where the
+/// phases are unknown.
+pub type PhaseFacts = (String, i64, f64);
+
+fn phase_facts(known: Option<&Known>, at: f64) -> PhaseFacts {
+    match known.map(|k| k.place(at)) {
+        None => (String::new(), -1, -1.0),
+        Some(p) => (
+            p.phase.name().into(),
+            p.steps as i64,
+            p.since_last_s.unwrap_or(-1.0),
+        ),
+    }
+}
+
+/// One GPU's when.
+pub struct GpuWhen {
+    /// Where the job's peak on it fell.
+    pub peak: PhaseFacts,
+    /// Growth without steps, and the step it came after (-1: a run without steps).
+    pub growth: Option<Growth>,
+    pub growth_after_step: i64,
+}
+
+pub fn gpu(steps: &Steps, g: &GpuReport, oom: Option<&OomReport>) -> GpuWhen {
+    let known = steps.on(&g.host, Some(g.index), None);
+    let clock = known.as_ref().and_then(|k| k.clock);
+    // A slice counts from the last step on when it ends after it: its highest point may be after.
+    let width = match g.job_timeline.as_slice() {
+        [a, b, ..] => b.0 - a.0,
+        _ => 0.0,
+    };
+    // The program's own time ends at the shim's last reading (its exit record: after it, only teardown),
+    // or at an OOM on this GPU (after it, the exception's unwinding).
+    let exit = steps
+        .procs
+        .iter()
+        .filter(|p| p.host == g.host && p.gpu == Some(g.index))
+        .filter_map(|p| p.last_reading_s)
+        .reduce(f64::max);
+    let failed = oom
+        .filter(|o| o.host == g.host && o.gpu == Some(g.index))
+        .map(oom_at);
+    let exit = match (exit, failed) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let stretch: Vec<(f64, u64)> = g
+        .job_timeline
+        .iter()
+        .copied()
+        .filter(|&(t, _)| clock.is_none_or(|c| t + width > c.last_s))
+        .filter(|&(t, _)| exit.is_none_or(|e| t <= e))
+        .collect();
+    GpuWhen {
+        peak: phase_facts(known.as_ref(), g.job_peak_at_s),
+        growth: growth::find(
+            &stretch,
+            match clock {
+                Some(_) => growth::MIN_SECS_AFTER_STEPS,
+                None => growth::MIN_SECS,
+            },
+        ),
+        growth_after_step: clock.map_or(-1, |c| c.steps as i64),
+    }
+}
+
+/// Where the report's OOM fell: in the process that failed (when known), else on its GPU.
+pub fn oom(steps: &Steps, r: &Report) -> PhaseFacts {
+    let Some(o) = &r.oom else {
+        return (String::new(), -1, -1.0);
+    };
+    let pid = o.allocator.as_ref().map(|a| a.pid).or(o.this_pid);
+    phase_facts(steps.on(&o.host, o.gpu, pid).as_ref(), oom_at(o))
+}
+
+/// When the OOM happened: the shim's observer saw it as it did; the text is printed after the exception
+/// has unwound.
+fn oom_at(o: &OomReport) -> f64 {
+    o.allocator.as_ref().map_or(o.event.at_s, |a| a.at_s)
+}
