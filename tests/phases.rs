@@ -1,5 +1,6 @@
-//! Beyond the training step, under the fake NVML and the fake torch: growth with no optimizer step, and an
-//! OOM placed among the program's phases (issue 28). Real H200 recordings: tests/gpu/record_phases.sh.
+//! Beyond the training step, under the fake NVML and the fake torch: growth with no optimizer step, an OOM
+//! placed among the program's phases, worker processes with CUDA contexts of their own, and inference
+//! servers that preallocate on purpose (issue 28). Real H200 recordings: tests/gpu/record_phases.sh.
 
 mod common;
 
@@ -128,5 +129,98 @@ fn an_oom_while_loading_gets_loading_advice() {
             .unwrap()
             .contains("map_location='cpu'"),
         "{d}"
+    );
+}
+
+#[test]
+fn workers_that_touch_cuda_are_named_with_their_contexts() {
+    let m = Machine::h200s(1);
+    let (code, r, _, err) = m.python(&[], &[], &[&program("workers.py"), "cuda", "4"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fired(&r), ["worker-contexts"], "{err}");
+    let msg = message(&r, "worker-contexts");
+    assert!(
+        msg.starts_with("4 process(es) started by the job's own GPU process held a CUDA context of their own, 2.04 GiB in all: pid "),
+        "{msg}"
+    );
+    assert_eq!(msg.matches("522.00 MiB on GPU 0").count(), 4, "{msg}");
+    let main = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["peak_bytes"].as_u64().unwrap() > 10 << 30)
+        .unwrap();
+    for p in r["processes"].as_array().unwrap() {
+        if p["pid"] != main["pid"] {
+            assert_eq!(p["ppid"], main["pid"], "{p}");
+        }
+    }
+}
+
+#[test]
+fn workers_without_cuda_ranks_and_a_childs_own_work_are_no_helpers() {
+    let m = Machine::h200s(1);
+    let (code, r, _, err) = m.python(&[], &[], &[&program("workers.py"), "cpu", "4"]);
+    assert_eq!((code, fired(&r)), (0, vec![]), "{err}");
+    // torchrun: the launcher holds nothing; its ranks hold little (a small model).
+    let (_, r, err) = m.run_sh(
+        &[],
+        r#"for i in 0 1; do "$FAKEGPU" alloc --gpu $i --steps 600MiB --hold-ms 500 & done; wait"#,
+    );
+    assert_eq!(fired(&r), Vec::<String>::new(), "{err}");
+    // A child that is a rank of its own (RANK=1 under a process that holds the model).
+    let script = r#"python3 -c 'import torch, subprocess, sys, os
+torch.cuda.init(); torch.cuda._alloc(10 << 30)
+child = "import torch, time; torch.cuda.init(); torch.cuda._alloc(1 << 20); time.sleep(0.5)"
+subprocess.run([sys.executable, "-c", child], env=dict(os.environ, RANK="1"))'"#;
+    let json = m.path("rank.json");
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .args([
+            "run",
+            "--json",
+            json.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .unwrap();
+    let r = common::read_json(&json);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(r["processes"].as_array().unwrap().len() >= 2, "{err}");
+    assert_eq!(fired(&r), Vec::<String>::new(), "{err}");
+}
+
+#[test]
+fn an_inference_server_that_preallocates_is_recognised_and_not_a_problem() {
+    let m = Machine::h200s(1);
+    let server = ["-m", "vllm.entrypoints.openai.api_server", "--model", "m"];
+    let (code, r, _, err) = m.python(
+        &[],
+        &[],
+        &[&server[..], &["--gpu-memory-utilization", "0.97"]].concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    // 97% of the GPU: near-capacity would fire for any other job.
+    assert!(r["gpus"][0]["peak_used_bytes"].as_u64().unwrap() > 135 << 30);
+    assert_eq!(fired(&r), ["server-preallocation"], "{err}");
+    let msg = message(&r, "server-preallocation");
+    assert!(
+        msg.starts_with("The job runs vLLM, which takes a fixed share of the GPU at start on purpose (--gpu-memory-utilization 0.97)"),
+        "{msg}"
+    );
+    assert_eq!(
+        diagnosis(&r, "server-preallocation").unwrap()["severity"],
+        "info"
+    );
+    // Without the flag: its default, said as the default.
+    let (_, r, _, _) = m.python(&[], &[], &server);
+    let msg = message(&r, "server-preallocation");
+    assert!(
+        msg.contains("(its default: --gpu-memory-utilization 0.9)"),
+        "{msg}"
     );
 }

@@ -127,6 +127,11 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         ],
     ),
     (
+        "server-preallocation",
+        &[],
+        &["runs/jax_prealloc", "runs/near_capacity", "runs/healthy"],
+    ),
+    (
         "steady-growth",
         &[],
         &[
@@ -161,11 +166,21 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         &["runs/spike_noshim"],
         &["runs/spike_small", "runs/spike"],
     ),
+    (
+        "worker-contexts",
+        &[],
+        &["oom/h200/child_hog", "multi/correct", "runs/leftover"],
+    ),
 ];
 
 /// Rules whose H200 recordings are still to be made (tests/gpu/record_phases.sh): until they are, they
 /// fire on the fake NVML and torch in tests/phases.rs, and their near misses above are real runs.
-const AWAITING_RECORDING: &[&str] = &["oom-after-training", "steady-growth"];
+const AWAITING_RECORDING: &[&str] = &[
+    "oom-after-training",
+    "server-preallocation",
+    "steady-growth",
+    "worker-contexts",
+];
 
 #[test]
 fn each_rule_fires_on_its_runs_and_not_on_its_near_misses() {

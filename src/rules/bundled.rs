@@ -68,6 +68,10 @@ pub const RULES: &[(&str, &str)] = &[
         include_str!("../../rules/phase-peak.toml"),
     ),
     (
+        "server-preallocation.toml",
+        include_str!("../../rules/server-preallocation.toml"),
+    ),
+    (
         "steady-growth.toml",
         include_str!("../../rules/steady-growth.toml"),
     ),
@@ -79,5 +83,9 @@ pub const RULES: &[(&str, &str)] = &[
     (
         "transient-spike.toml",
         include_str!("../../rules/transient-spike.toml"),
+    ),
+    (
+        "worker-contexts.toml",
+        include_str!("../../rules/worker-contexts.toml"),
     ),
 ];

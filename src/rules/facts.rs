@@ -4,7 +4,7 @@
 
 use crate::report::{ProcessReport, Report};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Facts of one run, as the rules see them. Integers are bytes or counts, `_s` seconds, `_pct` percent.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -41,6 +41,14 @@ pub struct RunFacts {
     pub orphan_list: String,
     pub host_oom: bool,
     pub has_torch: bool,
+    pub server: String,
+    pub server_label: String,
+    pub server_flag: String,
+    pub server_setting: String,
+    pub server_fraction: f64,
+    pub helpers: i64,
+    pub helpers_bytes: i64,
+    pub helper_list: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -130,6 +138,8 @@ pub struct ProcFacts {
     pub peak_bytes: i64,
     pub stray_gpus: Vec<i64>,
     pub stray_bytes: i64,
+    pub parent_pid: i64,
+    pub helper: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -264,6 +274,46 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "run.has_torch",
         "bool",
         "the PyTorch shim reported from at least one process",
+    ),
+    (
+        "run.server",
+        "string",
+        "an inference server that preallocates its share of the GPU on purpose, recognised from the command lines of the job and its processes: vllm, sglang, tensorrt_llm, tgi; empty if none",
+    ),
+    (
+        "run.server_label",
+        "string",
+        "that server as messages name it (`vLLM`)",
+    ),
+    (
+        "run.server_flag",
+        "string",
+        "the flag that sets its share (`--gpu-memory-utilization`)",
+    ),
+    (
+        "run.server_setting",
+        "string",
+        "that flag and its value as a command line gives it (`--gpu-memory-utilization 0.8`); empty when none does",
+    ),
+    (
+        "run.server_fraction",
+        "double",
+        "the share it takes: the value given, else its default; -1 where the default depends on the GPU (SGLang)",
+    ),
+    (
+        "run.helpers",
+        "int",
+        "processes of the job holding a CUDA context they should not (see process.helper)",
+    ),
+    (
+        "run.helpers_bytes",
+        "int",
+        "what they held, their peaks summed",
+    ),
+    (
+        "run.helper_list",
+        "string",
+        "them, in words (pid, command, memory, GPU)",
     ),
     (
         "oom.present",
@@ -546,6 +596,12 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "other GPUs it held memory on (for a process without a rank: only where it held no more than a CUDA context's worth, 2 GiB or a tenth of its main GPU's)",
     ),
     ("process.stray_bytes", "int", "what it held on them"),
+    ("process.parent_pid", "int", "its parent, -1 if unknown"),
+    (
+        "process.helper",
+        "bool",
+        "a process that holds a CUDA context it should not: in the job, a child of a process of the job that itself holds GPU memory, not a rank of its own (no RANK from the shim, or its parent's) and holding no more than 1 GiB on any GPU (a context is ~500 MiB on an H200): a DataLoader worker or another helper that touched CUDA",
+    ),
     (
         "torch.host",
         "string",
@@ -779,7 +835,7 @@ impl Facts {
                 .sum();
         }
         Facts {
-            run: run_facts(r, &gpus),
+            run: run_facts(r, &gpus, &processes),
             oom: oom_facts(r, &gpus, &steps),
             gpus,
             processes,
@@ -1019,10 +1075,39 @@ fn process_facts(r: &Report, ranks: &Ranks) -> Vec<ProcFacts> {
     for p in &r.processes {
         by_pid.entry((host_of(&p.host), p.pid)).or_default().push(p);
     }
+    let holders: HashSet<Who> = by_pid
+        .iter()
+        .filter(|(_, rows)| rows.iter().any(|p| p.in_job && p.peak_bytes > 0))
+        .map(|(who, _)| who.clone())
+        .collect();
     by_pid
-        .into_iter()
-        .map(|(who, rows)| one_process(who, &rows, ranks))
+        .iter()
+        .map(|(who, rows)| {
+            let mut f = one_process(who.clone(), rows, ranks);
+            f.helper = helper(who, rows, ranks, &holders);
+            f
+        })
         .collect()
+}
+
+/// Most a helper holds on a GPU: a CUDA context (~500 MiB on an H200) and a little.
+const HELPER_MAX: u64 = 1 << 30;
+
+/// Whether `who` is a helper holding a CUDA context it should not: a child of a process of the job that
+/// holds GPU memory itself (a torchrun rank's parent, the launcher, holds none), not a rank of its own
+/// (DataLoader workers inherit their rank's RANK), holding no more than a context's worth on any GPU.
+fn helper(who: &Who, rows: &[&ProcessReport], ranks: &Ranks, holders: &HashSet<Who>) -> bool {
+    let Some(parent) = rows
+        .iter()
+        .find_map(|p| p.ppid)
+        .map(|pp| (who.0.clone(), pp))
+    else {
+        return false;
+    };
+    let rank = ranks.of_pid(who).0;
+    holders.contains(&parent)
+        && (rank < 0 || rank == ranks.of_pid(&parent).0)
+        && rows.iter().all(|p| p.in_job && p.peak_bytes <= HELPER_MAX)
 }
 
 /// A rank's own GPU is its LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by UUID);
@@ -1061,6 +1146,8 @@ fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
         peak_bytes: rows.iter().map(|p| p.peak_bytes as i64).sum(),
         stray_gpus: stray.iter().map(|p| p.gpu as i64).collect(),
         stray_bytes: stray.iter().map(|p| p.peak_bytes as i64).sum(),
+        parent_pid: rows.iter().find_map(|p| p.ppid).map_or(-1, i64::from),
+        helper: false,
     }
 }
 
@@ -1389,7 +1476,60 @@ fn filled_by(r: &Report) -> Vec<String> {
     out
 }
 
-fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
+/// The inference server the job runs, if a command line shows one (`serving`).
+fn server_facts(r: &Report, f: &mut RunFacts) {
+    let command = r.command.join(" ");
+    let lines = std::iter::once(command.as_str()).chain(
+        r.processes
+            .iter()
+            .filter(|p| p.in_job)
+            .map(|p| p.cmdline.as_str()),
+    );
+    f.server_fraction = -1.0;
+    let Some(s) = super::serving::recognise(lines) else {
+        return;
+    };
+    f.server = s.id.into();
+    f.server_label = s.label.into();
+    f.server_flag = s.flag.into();
+    f.server_setting = s.setting.unwrap_or_default();
+    f.server_fraction = s.fraction.unwrap_or(-1.0);
+}
+
+/// The helpers holding contexts (see `helper`), in words: a multiprocessing child is named as one, other
+/// command lines are cut at 60 characters.
+fn helper_facts(ps: &[ProcFacts], f: &mut RunFacts) {
+    let helpers: Vec<&ProcFacts> = ps.iter().filter(|p| p.helper).collect();
+    let cmd = |c: &str| {
+        if c.contains("multiprocessing.spawn") || c.contains("multiprocessing.forkserver") {
+            "a multiprocessing child".to_string()
+        } else if c.chars().count() > 60 {
+            format!("{}...", c.chars().take(60).collect::<String>())
+        } else {
+            c.to_string()
+        }
+    };
+    f.helpers = helpers.len() as i64;
+    f.helpers_bytes = helpers.iter().map(|p| p.peak_bytes).sum();
+    f.helper_list = helpers
+        .iter()
+        .map(|p| {
+            let on = gpu_label(&p.host, p.main_gpu);
+            let b = crate::units::fmt_bytes(p.peak_bytes as u64);
+            format!("pid {} ({}) {b} on {on}", p.pid, cmd(&p.cmdline))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+}
+
+fn run_facts(r: &Report, gpus: &[GpuFacts], ps: &[ProcFacts]) -> RunFacts {
+    let mut f = run_basics(r, gpus);
+    server_facts(r, &mut f);
+    helper_facts(ps, &mut f);
+    f
+}
+
+fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
     let used: Vec<&GpuFacts> = gpus.iter().filter(|g| g.job_peak_bytes > 0).collect();
     let max_g = used.iter().max_by_key(|g| g.job_peak_bytes);
     let min_g = used.iter().min_by_key(|g| g.job_peak_bytes);
@@ -1449,6 +1589,7 @@ fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
             .join("; "),
         host_oom: r.exit.classification == crate::oom::Ending::HostOomKill,
         has_torch: !r.torch.processes.is_empty(),
+        ..Default::default()
     }
 }
 

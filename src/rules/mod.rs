@@ -8,6 +8,7 @@ mod deferred;
 pub mod facts;
 pub mod growth;
 pub mod phase;
+pub mod serving;
 mod when;
 
 pub use deferred::RunRules;
