@@ -50,9 +50,13 @@ def start(loader, code, site):
                     ext = sys.modules["_frozen_importlib_external"]
                     path_ = os.path.join(here, "_gpudoc_torch.py")
                     code = ext.SourceFileLoader("gpudoc._shim.torch", path_).get_code("gpudoc._shim.torch")
-                    hooks = {"__name__": "gpudoc._shim.torch", "__file__": "<gpudoc> " + path_}
-                    exec(code, hooks)
-                    return hooks["find_spec"](self, name, path, target, here, setting)
+                    # A module in sys.modules, not a bare dict: Dynamo, tracing a compiled step into
+                    # the step hook, finds the hook's globals by importing their __name__.
+                    hooks = type(sys)("gpudoc._shim.torch")
+                    hooks.__file__ = "<gpudoc> " + path_
+                    sys.modules[hooks.__name__] = hooks
+                    exec(code, hooks.__dict__)
+                    return hooks.find_spec(self, name, path, target, here, setting)
                 except Exception:
                     return None
 

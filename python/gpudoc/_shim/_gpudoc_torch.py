@@ -18,7 +18,8 @@ for that). It costs the program nothing it could measure:
   milliseconds a step. At an out-of-memory failure the same search names what filled the GPU. A program
   that records memory history itself is left alone.
 
-Loaded by GpudocFinder (sitecustomize.py) as the module `gpudoc._shim.torch`, never put in sys.modules.
+Loaded by GpudocFinder (sitecustomize.py) as the module `gpudoc._shim.torch`, in sys.modules so that Dynamo
+finds the globals of the step hook when it compiles a step (docs/framework.md).
 """
 import functools
 import gc
@@ -425,7 +426,7 @@ def _search(budget):
 
 
 def _hunt_module():
-    """_gpudoc_hunt.py, beside this file, loaded as this one is (by path, kept out of sys.modules)."""
+    """_gpudoc_hunt.py, beside this file, loaded as this one is (by path, under its own name)."""
     if S.hunt_module is None:
         S.hunt_module = _load(S.here, "_gpudoc_hunt.py", "gpudoc._shim.hunt")
     return S.hunt_module
@@ -439,6 +440,7 @@ def _load(here, filename, name):
     code = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, path).get_code(name)
     module = type(sys)(name)
     module.__file__ = "<gpudoc> " + path
+    sys.modules[name] = module  # where Dynamo finds the globals of a function it traces
     exec(code, module.__dict__)
     return module
 
