@@ -25,7 +25,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::unistd::AccessFlags;
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -321,6 +321,8 @@ pub struct Sink {
     behind: Vec<u8>,
     /// Lines dropped because the destination was [`BEHIND_MAX`] behind.
     dropped: u64,
+    /// Lines end with `\r\n`: the destination is a terminal in raw mode.
+    crlf: bool,
 }
 
 enum To {
@@ -375,6 +377,7 @@ impl Sink {
             to,
             behind: Vec::new(),
             dropped: 0,
+            crlf: false,
         })
     }
 
@@ -387,7 +390,8 @@ impl Sink {
             return Ok(());
         }
         self.behind.extend_from_slice(line.as_bytes());
-        self.behind.push(b'\n');
+        self.behind
+            .extend_from_slice(if self.crlf { b"\r\n" } else { b"\n" });
         if self.behind.len() >= BATCH && !matches!(self.to, To::Unread(_)) {
             self.push()?;
         }
@@ -398,6 +402,9 @@ impl Sink {
     pub fn push(&mut self) -> io::Result<()> {
         if let To::Unread(p) = &self.to {
             self.to = open_through(p)?;
+        }
+        if let To::Stream(f) = &self.to {
+            self.follow_raw_mode(f.fd().as_raw_fd());
         }
         let n = match &self.to {
             To::File(f) => write_all(f.fd(), &self.behind).map(|()| self.behind.len())?,
@@ -438,6 +445,25 @@ impl Sink {
         }
     }
 
+    /// A terminal in raw mode (gpudoc's own, while the command has a terminal of its own: `--trace
+    /// /dev/stderr`) gets `\r\n`, as its output processing would have made it, from the first byte that
+    /// reaches it raw (lines wait here from before it went raw).
+    fn follow_raw_mode(&mut self, fd: RawFd) {
+        // SAFETY: the Sink's descriptor is open while the Sink lives.
+        let raw = raw_terminal(unsafe { BorrowedFd::borrow_raw(fd) });
+        if raw && !self.crlf {
+            let mut crlf = Vec::with_capacity(self.behind.len() + self.behind.len() / 32);
+            for &b in &self.behind {
+                if b == b'\n' {
+                    crlf.push(b'\r');
+                }
+                crlf.push(b);
+            }
+            self.behind = crlf;
+        }
+        self.crlf = raw;
+    }
+
     /// Lines dropped because the destination fell [`BEHIND_MAX`] behind.
     pub fn dropped(&self) -> u64 {
         self.dropped
@@ -449,6 +475,14 @@ impl Drop for Sink {
     fn drop(&mut self) {
         let _ = self.push();
     }
+}
+
+/// A terminal whose output processing is off: its `\n` would not return to the left margin.
+fn raw_terminal(fd: BorrowedFd<'_>) -> bool {
+    nix::sys::termios::tcgetattr(fd).is_ok_and(|t| {
+        !t.output_flags
+            .contains(nix::sys::termios::OutputFlags::OPOST)
+    })
 }
 
 /// Opens a FIFO or device for writing without blocking; a FIFO nobody reads yet waits for its reader.

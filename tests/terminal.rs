@@ -250,3 +250,22 @@ fn gpudocs_words_start_on_a_line_of_their_own() {
     let at = out.find("gpudoc:").expect("the summary");
     assert!(out[..at].ends_with("partial\r\n"), "{:?}", &out[..at]);
 }
+
+#[test]
+fn a_trace_written_to_the_terminal_keeps_its_lines_apart() {
+    // `--trace /dev/stderr` on a terminal gpudoc has put in raw mode: each row starts at the left
+    // margin, as the terminal's own output processing would have put it, not a staircase.
+    let m = Machine::h200s(1);
+    let script = "echo ready; sleep 1.5; echo done";
+    let (code, out) = Term::start(gpudoc_sh(&m, &["--trace", "/dev/stderr"], script)).finish();
+    assert_eq!(code, 0, "{out}");
+    // nvidia-smi's CSV: `2026/12/01 15:12:54.626, 0, 0, 143771, , , `
+    let rows: Vec<&str> = out
+        .split_inclusive('\n')
+        .filter(|l| l.contains(", 0, "))
+        .collect();
+    assert!(!rows.is_empty(), "{out:?}");
+    for row in rows {
+        assert!(row.ends_with("\r\n"), "{row:?} in {out:?}");
+    }
+}
