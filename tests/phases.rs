@@ -224,3 +224,35 @@ fn an_inference_server_that_preallocates_is_recognised_and_not_a_problem() {
         "{msg}"
     );
 }
+
+#[test]
+fn an_inference_server_running_out_is_told_the_servers_settings_not_training_advice() {
+    // PyTorch's own OOM text, raised in vLLM while it serves: batch size, gradient checkpointing and
+    // optimizer state mean nothing to a server; its concurrency, context and share do.
+    let m = Machine::h200s(1);
+    let server = ["-m", "vllm.entrypoints.openai.api_server", "--model", "m"];
+    let (code, r, _, err) = m.python(&[], &[], &[&server[..], &["--fake-overload"]].concat());
+    assert_ne!(code, 0, "{err}");
+    assert_eq!(r["exit"]["classification"], "gpu_oom", "{err}");
+    let rule = r["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["rule"].as_str().unwrap().starts_with("oom-"))
+        .unwrap_or_else(|| panic!("no OOM diagnosis: {err}"));
+    let advice = rule["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        advice.contains("--max-num-seqs") && advice.contains("--max-model-len"),
+        "{}: {advice}",
+        rule["rule"]
+    );
+    for training in ["gradient", "optimizer", "Train in mixed precision"] {
+        assert!(!advice.contains(training), "{}: {advice}", rule["rule"]);
+    }
+}

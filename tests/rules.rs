@@ -162,6 +162,11 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         &["multi/correct", "multi/rank0_extra"],
     ),
     (
+        "oom-serving",
+        &[],
+        &["oom/h200/child_hog", "oom/h200/grow_oom"],
+    ),
+    (
         "transient-spike",
         &["runs/spike_noshim"],
         &["runs/spike_small", "runs/spike"],
@@ -177,6 +182,7 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
 /// fire on the fake NVML and torch in tests/phases.rs, and their near misses above are real runs.
 const AWAITING_RECORDING: &[&str] = &[
     "oom-after-training",
+    "oom-serving",
     "server-preallocation",
     "steady-growth",
     "worker-contexts",

@@ -60,6 +60,10 @@ pub const RULES: &[(&str, &str)] = &[
         include_str!("../../rules/oom-others.toml"),
     ),
     (
+        "oom-serving.toml",
+        include_str!("../../rules/oom-serving.toml"),
+    ),
+    (
         "oom-too-big.toml",
         include_str!("../../rules/oom-too-big.toml"),
     ),
