@@ -604,6 +604,8 @@ pub struct WatchSettings {
     pub nvml_lib: String,
     pub dev_prefix: String,
     pub host: String,
+    /// What `gpudoc run` recorded it left running.
+    pub leftovers: Option<crate::orphans::record::Record>,
 }
 
 impl WatchSettings {
@@ -639,6 +641,10 @@ impl WatchSettings {
             nvml_lib: env.nvml_lib.clone(),
             dev_prefix: env.dev_prefix.clone(),
             host: env.host.clone(),
+            leftovers: env
+                .leftovers
+                .clone()
+                .map(crate::orphans::record::Record::at),
         })
     }
 }

@@ -545,29 +545,10 @@ fn under_nohup_gpudoc_run_kill_orphans_ends_every_leftover() {
     assert_eq!(ended_of(&r, "20002")["outcome"], "ended", "{r:#}");
 }
 
-/// A CI step or an sbatch script: `gpudoc run` leaves a process holding 2 GiB, then the script goes on
-/// (its shell leads the process group of what it started, the leftover included). The script's stdout
-/// says `ran` once gpudoc has exited.
-fn script_with_a_leftover(m: &Machine, run_flags: &str) -> (std::process::Child, Value) {
-    use std::os::unix::process::CommandExt;
-    let json = m.path("report.json");
-    let mut script = m.shell(&format!(
-        r#""$GPUDOC" run -q {run_flags} --json {} -- sh -c '"$FAKEGPU" alloc --steps 2GiB --hold-ms 30000 >/dev/null & sleep 0.3'; echo ran; sleep 30"#,
-        json.display()
-    ));
-    let mut script = script
-        .process_group(0)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert_eq!(common::line_of(&mut script), "ran\n");
-    (script, common::read_json(&json))
-}
-
 #[test]
 fn what_a_run_in_a_script_left_is_known_and_ended_by_orphans_kill() {
     let (m, dev) = machine();
-    let (mut script, r) = script_with_a_leftover(&m, "");
+    let (mut script, r) = m.script_with_a_leftover("");
     let pid = r["orphans"][0]["pid"].as_u64().unwrap() as u32;
     assert!(alive(pid));
     // What the run's advice says to do.
@@ -590,7 +571,7 @@ fn what_a_run_in_a_script_left_is_known_and_ended_by_orphans_kill() {
 #[test]
 fn run_kill_orphans_in_a_script_ends_the_leftovers() {
     let m = Machine::h200s(1);
-    let (mut script, r) = script_with_a_leftover(&m, "--kill-orphans");
+    let (mut script, r) = m.script_with_a_leftover("--kill-orphans");
     let o = &r["orphans"][0];
     assert_eq!(o["ended"]["outcome"], "ended", "{r:#}");
     assert!(!alive(o["pid"].as_u64().unwrap() as u32));

@@ -112,3 +112,44 @@ fn e_ends_a_leftover_after_asking() {
     assert_eq!(code, 0);
     assert!(!fake_nvml::state::alive(pid), "pid {pid} ended");
 }
+
+#[test]
+fn what_a_run_in_a_script_left_shows_as_a_leftover() {
+    // The script's shell still leads the leftover's process group, so only the run's record tells
+    // that nothing will come back for it, as `gpudoc orphans` says.
+    let m = Machine::h200s(1);
+    let (mut script, r) = m.script_with_a_leftover("");
+    let pid = r["orphans"][0]["pid"].as_u64().unwrap();
+    let mut child = m
+        .gpudoc()
+        .args(["watch", "--interval", "100ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let line = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    script.kill().unwrap();
+    script.wait().unwrap();
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let first: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let p = first["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("pid {pid}: {line}"));
+    assert_eq!(p["verdict"], "orphan", "{line}");
+    assert!(
+        p["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("left running by `gpudoc run sh -c "),
+        "{line}"
+    );
+}

@@ -77,10 +77,7 @@ pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
 /// The processes `gpudoc run` recorded it left that still run; none, said once, where the record can't be
 /// read.
 fn recorded(s: &OrphansSettings) -> Vec<orphans::record::Entry> {
-    let (Some(record), Some(here)) = (&s.leftovers, orphans::record::Here::read()) else {
-        return Vec::new();
-    };
-    record.living(&here).unwrap_or_else(|e| {
+    orphans::record::Record::living_here(s.leftovers.as_ref()).unwrap_or_else(|e| {
         crate::sayln!("gpudoc: what `gpudoc run` left running is not known: {e}");
         Vec::new()
     })

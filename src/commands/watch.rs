@@ -30,7 +30,10 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
                 .clone()
                 .unwrap_or_else(|| "NVML unavailable".into())),
         };
-        Frame::of(orphans::listing(memory, &s.dev_prefix, &[]), &gpus, me)
+        // What runs recorded they left, judged as `gpudoc orphans` judges it; where the record can't
+        // be read, without it (`gpudoc orphans` says why).
+        let left = orphans::record::Record::living_here(s.leftovers.as_ref()).unwrap_or_default();
+        Frame::of(orphans::listing(memory, &s.dev_prefix, &left), &gpus, me)
     };
     let latest = Arc::new(Mutex::new(look()));
     let server = match s.metrics {

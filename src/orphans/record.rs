@@ -104,6 +104,15 @@ impl Record {
         Record { path }
     }
 
+    /// The entries of this machine whose process still runs, seen from here; none where there is no record
+    /// (`None`: no state folder) or this machine can't be told apart (see [`Here::read`]).
+    pub fn living_here(record: Option<&Record>) -> Result<Vec<Entry>, RecordError> {
+        match (record, Here::read()) {
+            (Some(record), Some(here)) => record.living(&here),
+            _ => Ok(Vec::new()),
+        }
+    }
+
     /// The entries of this machine whose process still runs; none where there is no record yet.
     pub fn living(&self, here: &Here) -> Result<Vec<Entry>, RecordError> {
         if !self.path.exists() {

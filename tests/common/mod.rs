@@ -85,6 +85,27 @@ impl Machine {
         c
     }
 
+    /// A CI step or an sbatch script: `gpudoc run` leaves a process holding 2 GiB, then the script goes on
+    /// (its shell leads the process group of what it started, the leftover included). The script's stdout
+    /// says `ran` once gpudoc has exited; the run's report comes back with it.
+    pub fn script_with_a_leftover(
+        &self,
+        run_flags: &str,
+    ) -> (std::process::Child, serde_json::Value) {
+        let json = self.path("report.json");
+        let mut script = self.shell(&format!(
+            r#""$GPUDOC" run -q {run_flags} --json {} -- sh -c '"$FAKEGPU" alloc --steps 2GiB --hold-ms 30000 >/dev/null & sleep 0.3'; echo ran; sleep 30"#,
+            json.display()
+        ));
+        let mut script = script
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert_eq!(line_of(&mut script), "ran\n");
+        (script, read_json(&json))
+    }
+
     /// The fake GPU tool (alloc, set, ...) on this machine.
     pub fn fakegpu(&self) -> Command {
         let mut c = Command::new(fakegpu());
