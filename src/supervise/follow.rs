@@ -485,10 +485,11 @@ mod tests {
             written
         });
         let at = fed.lock().unwrap().oom_at.expect("the report was fed");
-        // Dated within a few polls of its writing, though read only once the writing slowed down.
+        // Dated within a few polls of its writing, though read only once the writing slowed down (half
+        // a second later); the bound leaves room for a loaded 2-core machine's late polls.
         let late = at.saturating_duration_since(written);
         assert!(
-            late < Duration::from_millis(100),
+            late < Duration::from_millis(250),
             "dated {late:?} after it was written"
         );
     }
