@@ -70,6 +70,15 @@ else
   PATH=/tmp/standin:$PATH rec vllm_standin -- vllm serve tiny --gpu-memory-utilization 0.5
   PATH=/tmp/standin:$PATH rec vllm_standin_default -- vllm serve tiny
 fi
+# PyTorch's own OOM inside a server (the stand-in, named vllm, whatever is installed): oom-serving.
+mkdir -p /tmp/standin
+printf '#!/bin/sh\nexec python3 %s "$@"\n' $PWD/tests/gpu/serve_standin.py > /tmp/standin/vllm
+chmod +x /tmp/standin/vllm
+PATH=/tmp/standin:$PATH rec vllm_standin_oom -- vllm serve tiny --gpu-memory-utilization 0.9 --overload
+# The compiled optimizer step that Dynamo once traced into the shim's hook and died (issue 27).
+timeout 150 $G run -q --json $R/phases/compiled_step.report.json -- python3 tests/gpu/big_heap.py compiled 100000 60 \
+  > $R/phases/compiled_step.stdout 2> $R/phases/compiled_step.stderr
+echo "compiled_step exit $?" | tee -a $R/phases/exits.txt
 tar czf $OUT/phases.tar.gz -C /tmp rec28
 # What each must give: the rules that must fire (empty: none at warn or error).
 python3 - <<'PY'
@@ -80,7 +89,8 @@ want = {
     "eval_keep": {"steady-growth"}, "eval_healthy": set(), "load_oom": {"oom-before-training"},
     "workers_cuda": {"worker-contexts"}, "workers_cpu": set(), "vllm": {"server-preallocation"},
     "vllm_default": {"server-preallocation"}, "vllm_standin": {"server-preallocation"},
-    "vllm_standin_default": {"server-preallocation"},
+    "vllm_standin_default": {"server-preallocation"}, "vllm_standin_oom": {"oom-serving"},
+    "compiled_step": set(),
 }
 for f in sorted(glob.glob("/tmp/rec28/phases/*.report.json")):
     n = os.path.basename(f).replace(".report.json", "")

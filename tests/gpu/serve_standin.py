@@ -2,7 +2,8 @@
 runs it as `vllm serve MODEL --gpu-memory-utilization F`, through a link named vllm): the memory vLLM's
 startup shows, on a real GPU through PyTorch's allocator. Weights (4 GiB, in shards), a profiling pass
 (8 GiB of activations, freed), then one KV cache filling the share F of the GPU (0.9 by default), held flat
-while it "serves" for 6 s."""
+while it "serves" for 6 s. With --overload, a batch of requests then asks for activations larger than what the
+share leaves: PyTorch's own out-of-memory error, inside the server.
 import sys
 import time
 
@@ -24,4 +25,8 @@ free, total = torch.cuda.mem_get_info(dev)
 kv = torch.empty(int(total * share) - (total - free), dtype=torch.uint8, device=dev)
 torch.cuda.synchronize()
 print(f"serving with {kv.numel() / GiB:.1f} GiB of KV cache", flush=True)
+if "--overload" in args:
+    time.sleep(2)
+    free, total = torch.cuda.mem_get_info(dev)
+    activations = torch.empty(free + 2 * GiB, dtype=torch.uint8, device=dev)
 time.sleep(6)
