@@ -68,6 +68,25 @@ pub fn headline(r: &Report) -> String {
     o
 }
 
+/// The notebook extension's report of one cell (no process ended: the kernel runs on): the cell that ran.
+fn notebook_cell(r: &Report) -> Option<&crate::torch::cells::Cell> {
+    if r.exit.code.is_some() || r.exit.signal.is_some() {
+        return None;
+    }
+    r.torch.cell_at(None, None, r.duration_s)
+}
+
+/// ` in cell 12 (`y = model(x)`)` for an OOM in a notebook cell (a kernel under gpudoc run, or the notebook
+/// extension's report of a cell).
+fn in_cell(r: &Report, oom: &OomReport) -> String {
+    let at = oom.allocator.as_ref().map_or(oom.event.at_s, |a| a.at_s);
+    let pid = oom.allocator.as_ref().map(|a| a.pid).or(oom.this_pid);
+    r.torch
+        .cell_at(pid, oom.gpu, at)
+        .map(|c| format!(" in {}", printable(&c.label())))
+        .unwrap_or_default()
+}
+
 /// The first line: the command, how it ended and after how long; for an OOM or a host OOM kill, why.
 fn render_headline(o: &mut String, r: &Report, p: Paint) {
     let cmd = shorten(&r.command.join(" "), 60);
@@ -100,10 +119,17 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
                 (None, None) => host,
             };
             let what = p.bad(&format!("ran out of GPU memory{on}"));
+            // A notebook's cell (the kernel runs on after it), or a trace that ends without its end row.
+            let end = if r.exit.code.is_none() && r.exit.signal.is_none() {
+                String::new()
+            } else {
+                format!(": {end}")
+            };
             let _ = writeln!(
                 o,
-                "{head} {cmd} {what} after {}: {end}",
-                fmt_secs(oom.event.at_s)
+                "{head} {cmd} {what} after {}{}{end}",
+                fmt_secs(oom.event.at_s),
+                in_cell(r, oom)
             );
             render_oom(o, oom, p);
         }
@@ -127,9 +153,15 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
                 }
             }
         }
-        _ => {
-            let _ = writeln!(o, "{head} {cmd} {end} after {}", fmt_secs(r.duration_s));
-        }
+        _ => match notebook_cell(r) {
+            Some(c) => {
+                let took = fmt_secs((c.end_s - c.start_s).max(0.0));
+                let _ = writeln!(o, "{head} {cmd} ran {} in {took}", printable(&c.label()));
+            }
+            None => {
+                let _ = writeln!(o, "{head} {cmd} {end} after {}", fmt_secs(r.duration_s));
+            }
+        },
     }
 }
 
@@ -195,9 +227,15 @@ fn render_gpu(o: &mut String, r: &Report, g: &GpuReport, p: Paint) {
         .as_deref()
         .map(|h| format!(" on {h}"))
         .unwrap_or_default();
+    let cell = r
+        .torch
+        .cell_at(None, Some(g.index), g.job_peak_at_s)
+        .filter(|_| g.job_peak_bytes > 0 && g.host.is_none())
+        .map(|c| format!(" (cell {})", c.n))
+        .unwrap_or_default();
     let _ = writeln!(
         o,
-        "  GPU {}{on} {}: job peak {} ({} of {}) at {} · device peak {} · in use at start {}",
+        "  GPU {}{on} {}: job peak {} ({} of {}) at {}{cell} · device peak {} · in use at start {}",
         g.index,
         printable(&g.name),
         p.bold(&fmt_bytes(g.job_peak_bytes)),
@@ -316,6 +354,9 @@ fn render_torch(o: &mut String, r: &Report, p: Paint) {
         let more = t.processes.len() - MAX_TORCH;
         let _ = writeln!(o, "    … and {more} more (see --json)");
     }
+    for q in t.processes.iter().filter(|q| !q.cells.is_empty()) {
+        let _ = writeln!(o, "    {}", printable(&cells_line(q, &t.ooms)));
+    }
     if let Some(every) = t
         .processes
         .iter()
@@ -328,6 +369,35 @@ fn render_torch(o: &mut String, r: &Report, p: Paint) {
         );
         let _ = writeln!(o, "    {}", p.dim(&text));
     }
+}
+
+/// A kernel's notebook cells: how many ran, the one that peaked, those that ran out of memory.
+fn cells_line(q: &crate::torch::view::TorchProcReport, ooms: &[crate::torch::TorchOom]) -> String {
+    let peak = q
+        .cells
+        .iter()
+        .max_by_key(|c| c.peak_allocated_bytes.unwrap_or(c.allocated_bytes));
+    let mut text = format!("pid {}: {} notebook cells", q.pid, q.cells.len());
+    if let Some(c) = peak {
+        let bytes = c.peak_allocated_bytes.unwrap_or(c.allocated_bytes);
+        let _ = write!(
+            text,
+            "; allocated peaked at {} in {}",
+            fmt_bytes(bytes),
+            c.label()
+        );
+    }
+    let mut failed: Vec<String> = ooms
+        .iter()
+        .filter(|m| m.pid == q.pid && m.device == q.device)
+        .filter_map(|m| crate::torch::cells::at(&q.cells, m.at_s))
+        .map(|c| format!("cell {}", c.n))
+        .collect();
+    failed.dedup();
+    if !failed.is_empty() {
+        let _ = write!(text, "; ran out of memory in {}", failed.join(", "));
+    }
+    text
 }
 
 /// Descendants still running after the command exited, and what `--kill-orphans` did to them.
@@ -360,14 +430,22 @@ fn render_sampling(o: &mut String, r: &Report, p: Paint) {
     }
     let driver = r.nvml.driver.as_deref().unwrap_or("?");
     let cuda = r.nvml.cuda_driver.as_deref().unwrap_or("?");
+    // A report of a moment (the notebook extension's) read NVML once, at no rate.
+    let every = |s: f64| {
+        if s > 0.0 {
+            format!(" every {}", fmt_interval(s))
+        } else {
+            String::new()
+        }
+    };
     let text = format!(
-        "NVML: driver {}, CUDA {} · {} device samples every {}, {} process samples every {}",
+        "NVML: driver {}, CUDA {} · {} device samples{}, {} process samples{}",
         printable(driver),
         printable(cuda),
         r.sampling.device_samples,
-        fmt_interval(r.sampling.device_interval_s),
+        every(r.sampling.device_interval_s),
         r.sampling.process_samples,
-        fmt_interval(r.sampling.process_interval_s),
+        every(r.sampling.process_interval_s),
     );
     let _ = writeln!(o, "  {}", p.dim(&text));
 }

@@ -31,6 +31,11 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         &["runs/cache_small", "runs/periodic_eval"],
     ),
     (
+        "cell-leak",
+        &["notebooks/fake_cell_leak"],
+        &["notebooks/fake_cell_rerun", "runs/healthy"],
+    ),
+    (
         "driver-too-old",
         &["rules/driver_too_old"],
         &["runs/healthy"],

@@ -10,6 +10,7 @@ pub const RULES: &[(&str, &str)] = &[
         "cache-bloat.toml",
         include_str!("../../rules/cache-bloat.toml"),
     ),
+    ("cell-leak.toml", include_str!("../../rules/cell-leak.toml")),
     (
         "driver-too-old.toml",
         include_str!("../../rules/driver-too-old.toml"),

@@ -180,6 +180,12 @@ pub struct TorchFacts {
     pub hunted: bool,
     pub leak_sites: Vec<String>,
     pub leak_holders: Vec<String>,
+    pub cells: i64,
+    pub cell: String,
+    pub cell_runs: i64,
+    pub cell_numbers: String,
+    pub cell_growth_bytes_per_run: f64,
+    pub cell_growth_bytes: i64,
 }
 
 /// Every fact, its type and what it means: the reference for rule authors (`gpudoc rules explain`, README).
@@ -746,6 +752,36 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "list(string)",
         "what keeps it alive, in words",
     ),
+    (
+        "torch.cells",
+        "int",
+        "notebook cells run in this process (a Jupyter kernel), 0 elsewhere",
+    ),
+    (
+        "torch.cell",
+        "string",
+        "the cell whose last runs each left more allocated, the most in all: `its first line` (cell 12 when it has none)",
+    ),
+    (
+        "torch.cell_runs",
+        "int",
+        "its last runs that each left at least 1 MiB more allocated than they found, in a row",
+    ),
+    (
+        "torch.cell_numbers",
+        "string",
+        "their execution counts, in words: In [3], [5] and [7]",
+    ),
+    (
+        "torch.cell_growth_bytes_per_run",
+        "double",
+        "allocated memory those runs left behind, on average",
+    ),
+    (
+        "torch.cell_growth_bytes",
+        "int",
+        "allocated memory those runs left behind, in all",
+    ),
 ];
 
 const GIB: i64 = 1 << 30;
@@ -1232,6 +1268,29 @@ fn torch_facts(
         hunted: hunt.is_some(),
         leak_sites: hunt.map(leak_sites).unwrap_or_default(),
         leak_holders: hunt.map(leak_holders).unwrap_or_default(),
+        cells: t.cells.len() as i64,
+        ..cell_facts(&t.cells)
+    }
+}
+
+/// The notebook cell that leaks most (`torch.cell*`).
+fn cell_facts(cells: &[crate::torch::cells::Cell]) -> TorchFacts {
+    let Some(l) = crate::torch::cells::leak(cells) else {
+        return TorchFacts::default();
+    };
+    let mut numbers: Vec<String> = l.numbers.iter().map(|n| format!("[{n}]")).collect();
+    let last = numbers.pop().unwrap_or_default();
+    TorchFacts {
+        cell: l.label,
+        cell_runs: l.runs as i64,
+        cell_numbers: if numbers.is_empty() {
+            format!("In {last}")
+        } else {
+            format!("In {} and {last}", numbers.join(", "))
+        },
+        cell_growth_bytes_per_run: l.bytes_per_run,
+        cell_growth_bytes: l.total_bytes as i64,
+        ..TorchFacts::default()
     }
 }
 

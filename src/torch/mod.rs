@@ -6,6 +6,7 @@
 //! [`TorchTimeline`]. The pipe is opened by path, not inherited: `subprocess` and torchrun close inherited
 //! descriptors, and every rank must still reach gpudoc.
 
+pub mod cells;
 pub mod home;
 pub mod hunt;
 mod stale;
@@ -166,6 +167,8 @@ pub struct TorchProc {
     /// (each message carries the previous record's cost).
     pub shim_cost_us: u64,
     pub covered_us: u64,
+    /// Notebook cells run in this process (a kernel), in order.
+    pub cells: Vec<cells::Cell>,
 }
 
 /// The allocator's state at an OOM, from PyTorch's OOM observer (before the exception unwinds).
@@ -242,6 +245,16 @@ impl TorchTimeline {
                 }
             }
             "s" | "step" | "oom" => self.sample(kind, pid, &v, t, at),
+            "cell" => {
+                self.sample(kind, pid, &v, t, at);
+                let p = self.procs.get_mut(&(pid, u(&v, "dev") as u32));
+                if let Some(p) = p {
+                    if p.cells.len() >= cells::MAX_CELLS {
+                        p.cells.remove(0);
+                    }
+                    p.cells.push(cells::Cell::from_message(&v, start_unix));
+                }
+            }
             _ => {
                 self.bad_lines += 1;
                 return false;
@@ -250,7 +263,8 @@ impl TorchTimeline {
         true
     }
 
-    /// A record of the allocator (`s`: at CUDA's start, `step`: at an optimizer step, `oom`: at an OOM).
+    /// A record of the allocator (`s`: at CUDA's start, `step`: at an optimizer step, `oom`: at an OOM,
+    /// `cell`: at a notebook cell's end).
     fn sample(&mut self, kind: &str, pid: u32, v: &serde_json::Value, t: Option<f64>, at: Micros) {
         let dev = u(v, "dev") as u32;
         let p = self.procs.entry((pid, dev)).or_insert_with(|| TorchProc {

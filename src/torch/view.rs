@@ -64,6 +64,25 @@ pub struct TorchProcReport {
     /// ended normally (or by an exception), after which only the process's teardown remains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reading_s: Option<f64>,
+    /// Notebook cells run in this process (a Jupyter kernel), in order; absent elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cells: Vec<super::cells::Cell>,
+}
+
+impl TorchReport {
+    /// The notebook cell running at `at_s` in process `pid` (any process, when not known) on NVML's GPU
+    /// `gpu` (any, when not known).
+    pub fn cell_at(
+        &self,
+        pid: Option<u32>,
+        gpu: Option<u32>,
+        at_s: f64,
+    ) -> Option<&super::cells::Cell> {
+        self.processes
+            .iter()
+            .filter(|p| pid.is_none_or(|x| x == p.pid) && gpu.is_none_or(|g| p.gpu == Some(g)))
+            .find_map(|p| super::cells::at(&p.cells, at_s))
+    }
 }
 
 /// Window, in µs, over which the two views are matched.
@@ -134,6 +153,7 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                     .filter(|h| h.pid == p.pid && h.device == p.device)
                     .cloned()
                     .collect(),
+                cells: p.cells.clone(),
             }
         })
         .collect();
