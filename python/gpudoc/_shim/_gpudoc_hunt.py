@@ -56,8 +56,12 @@ def _not_user_prefixes(torch):
     f = getattr(torch, "__file__", None)
     if f:
         paths.add(os.path.dirname(os.path.realpath(f)))
-    # gpudoc's own folder (this module's __file__ is no real file's name: its code's is).
-    paths.add(os.path.dirname(os.path.realpath(_not_user_prefixes.__code__.co_filename)))
+    # gpudoc's own folder (this module's __file__ is no real file's name: its code's is), and its package's
+    # (the notebook extension's frames are gpudoc's too).
+    here = os.path.dirname(os.path.realpath(_not_user_prefixes.__code__.co_filename))
+    paths.add(here)
+    if os.path.basename(here) == "_shim":
+        paths.add(os.path.dirname(here))
     return tuple(p.rstrip(os.sep) + os.sep for p in paths)
 
 
@@ -65,7 +69,9 @@ def is_user(filename):
     """The file is the program's own code: not torch, not the standard library, not an installed package."""
     hit = _user_cache.get(filename)
     if hit is None:
-        if not filename or filename.startswith("<"):
+        if filename.startswith("<ipython-input-"):
+            hit = True  # a cell of IPython's terminal
+        elif not filename or filename.startswith("<"):
             hit = False
         else:
             real = os.path.realpath(filename)
@@ -174,10 +180,14 @@ class Search(object):
     on the program's objects: none of its code runs. The garbage collector is off during a slice, so the
     program's gc.callbacks see no collection of gpudoc's."""
 
-    def __init__(self, torch, device, ranges, skip, steps=0):
+    def __init__(self, torch, device, ranges, skip, steps=0, roots=None):
+        _prepare(torch)
         self.torch, self.device, self.ranges, self.steps = torch, device, ranges, steps
         self.kinds = _plain_tensors(torch)
-        self.skip = set(skip) | {id(self)}
+        # IPython's shell is no holder of the program's (its namespace, a root, is): not gone into.
+        self.skip = set(skip) | {id(self)} | set(id(o) for o in _notebook()[:1] if o is not None)
+        # Where the search starts, made anew at each slice (`roots(skip)`: a list of _Root).
+        self.roots = roots or _roots
         # Roots searched whole (by key: the program's frames come and go between slices), where in the
         # current one the last slice stopped, and the large containers left for the end (a leak's list
         # is found before a data set's million items are walked).
@@ -185,6 +195,8 @@ class Search(object):
         self.later, self.floor = [], 0
         self.seen, self.storages, self.covered = set(), set(), set()
         self.bytes, self.groups, self.graph = {}, {}, None
+        # Per name a root holds (a global, a local, an output): the storages reached from it.
+        self.named, self.storage_bytes = {}, {}
         self.done, self.visited, self.spent = False, 0, 0.0
 
     def run(self, budget):
@@ -203,7 +215,7 @@ class Search(object):
         return self.done
 
     def _slice(self, deadline):
-        roots = _roots(self.skip)
+        roots = self.roots(self.skip)
         stop = _Stops(self.skip)
         while not (self.ranges is not None and len(self.covered) == len(self.ranges)):
             stack = self._resume(roots)
@@ -318,6 +330,8 @@ class Search(object):
             self.bytes[i] = 0 if ptr in self.storages else nbytes
             self.storages.add(ptr)
             self.covered.add(block)
+            self.storage_bytes[ptr] = nbytes
+        self._name(stack[0][0], stack[0][2] - 1, ptr)
         key, kind, text, items = _holder(stack, t)
         g = self.groups.setdefault(key, {"kind": kind, "text": text, "tensors": 0, "bytes": 0,
                                          "items": items, "ids": set()})
@@ -325,6 +339,36 @@ class Search(object):
             g["ids"].add(i)
             g["tensors"] += 1
             g["bytes"] += self.bytes[i]
+
+    def _name(self, root, pos, ptr):
+        """Counts the storage `ptr` for the name at `pos` of `root` (the first step of the path to it)."""
+        name = _name_at(root, pos)
+        entry = self.named.get((root.key, name))
+        if entry is None:
+            entry = self.named[(root.key, name)] = {"kind": _kind_of(root, name), "where": root.where,
+                                                    "name": name, "function": root.function, "ptrs": set()}
+        entry["ptrs"].add(ptr)
+
+    def total(self, kind):
+        """The bytes the names of `kind` hold together (each storage once), and the functions whose
+        frames hold them."""
+        ptrs, functions = set(), []
+        for e in self.named.values():
+            if e["kind"] == kind:
+                ptrs |= e["ptrs"]
+                if e["function"] is not None and e["function"] not in functions:
+                    functions.append(e["function"])
+        return sum(self.storage_bytes.get(p, 0) for p in ptrs), functions
+
+    def names(self):
+        """What each name holds on the device, most first: kind (global, local, traceback, output), where,
+        name, bytes (its storages, each once) and tensors' storages."""
+        out = []
+        for e in self.named.values():
+            out.append({"kind": e["kind"], "where": e["where"], "name": e["name"], "storages": len(e["ptrs"]),
+                        "bytes": sum(self.storage_bytes.get(p, 0) for p in e["ptrs"])})
+        out.sort(key=lambda e: -e["bytes"])
+        return out
 
     def _graph(self, t, root, pos):
         """A tensor named by a global or a local whose autograd graph spans the window's steps keeps every
@@ -358,21 +402,28 @@ class _Root(object):
     """Where a search starts: a running function's locals (`kind` "f": `names`, `values`) or a module's
     globals (`kind` "m": `obj`, the module's dict)."""
 
-    def __init__(self, kind, key, where, obj=None, names=None, values=None):
+    def __init__(self, kind, key, where, obj=None, names=None, values=None, shell=False):
         self.kind, self.key, self.where = kind, key, where
         self.obj, self.names, self.values = obj, names, values
+        # IPython's namespace: its output cache (Out, _, _7) is searched after the user's own names, so
+        # that what both refer to is named by the user's name.
+        self.shell = shell
+        # A frame's: its function's name.
+        self.function = None
 
     def labels(self):
         """The names of its children, in order: the locals' names, or the globals' (as they are now)."""
         if self.kind == "m" and self.names is None:
             items = list(dict.items(self.obj))
+            if self.shell:
+                items.sort(key=lambda kv: output_name(kv[0]) is not None)
             self.names, self.values = [k for k, _ in items], [v for _, v in items]
         return self.names
 
 
 def _roots(skip):
     """The program's names, now: its running functions' locals, innermost first, then its modules'
-    globals, __main__ first."""
+    globals, __main__ first, then the frames the last exception's traceback keeps."""
     roots, frames = [], []
     f = sys._getframe(1)
     while f is not None:
@@ -381,18 +432,116 @@ def _roots(skip):
     # A frame's key: its code and its depth from the outermost frame, which stay while it runs.
     for depth, f in reversed(list(enumerate(reversed(frames)))):
         code = f.f_code
-        if code.co_flags & 0x2 and is_user(code.co_filename):  # CO_NEWLOCALS: a function, not a module
-            pairs = LOCALS.read(f) if LOCALS.read is not None else []
-            if pairs:
-                roots.append(_Root("f", ("f", id(code), depth),
-                                   "%s, in %s" % (os.path.basename(code.co_filename), code.co_name),
-                                   names=[k for k, _ in pairs], values=[v for _, v in pairs]))
+        # CO_NEWLOCALS: a function, not a module; gpudoc's own (the notebook extension's) are not roots.
+        if code.co_flags & 0x2 and is_user(code.co_filename) and not _gpudocs(f):
+            root = _frame_root(f, ("f", id(code), depth), "")
+            if root is not None:
+                roots.append(root)
     del frames, f
+    shell, ns = _notebook()[:2]
     mods = sorted(_user_modules().values(), key=lambda m: m[2] != "__main__")
     for d, label, _ in mods:
         if id(d) not in skip:
-            roots.append(_Root("m", ("m", id(d)), "%s, module globals" % label, obj=d))
+            if d is ns:
+                roots.append(_Root("m", ("m", id(d)), "%s's variables" % _shell_name(), obj=d, shell=True))
+            else:
+                roots.append(_Root("m", ("m", id(d)), "%s, module globals" % label, obj=d))
+    return roots + traceback_roots()
+
+
+def _gpudocs(f):
+    name = f.f_globals.get("__name__")
+    return type(name) is str and (name == "gpudoc" or name.startswith("gpudoc."))
+
+
+def _frame_root(f, key, suffix):
+    """A root for the locals of frame `f` (None when there are none, or they cannot be read)."""
+    code = f.f_code
+    pairs = LOCALS.read(f) if LOCALS.read is not None else []
+    if not pairs:
+        return None
+    where = "%s, in %s%s" % (file_label(code.co_filename), code.co_name, suffix)
+    root = _Root(key[0], key, where, names=[k for k, _ in pairs], values=[v for _, v in pairs])
+    root.function = code.co_name if is_user(code.co_filename) else None
+    return root
+
+
+# Frames of a traceback searched at most.
+MAX_TB_FRAMES = 64
+
+
+def traceback_frames():
+    """The frames of the last exception's traceback, outermost first: an interactive session (IPython,
+    python -i, pdb) keeps it in sys.last_traceback, and with it every local of the functions it went
+    through, until the next exception."""
+    tb = getattr(sys, "last_traceback", None)
+    out = []
+    while tb is not None and len(out) < MAX_TB_FRAMES:
+        out.append(tb.tb_frame)
+        tb = tb.tb_next
+    return out
+
+
+def traceback_roots():
+    """Roots for the locals of the last traceback's functions, from the program's own first frame inward
+    (the frames before it are the interpreter's or IPython's, which ran the program's code)."""
+    roots, inside = [], False
+    for f in traceback_frames():
+        inside = inside or is_user(f.f_code.co_filename)
+        if inside and f.f_code.co_flags & 0x2:
+            root = _frame_root(f, ("t", id(f)), ", the last exception's traceback")
+            if root is not None:
+                roots.append(root)
     return roots
+
+
+def _notebook():
+    """(IPython's shell, its namespace, its cells' file names -> cell numbers) in this process, or Nones
+    (read from IPython's class: nothing is imported, none of the program's code runs)."""
+    mod = sys.modules.get("IPython.core.interactiveshell")
+    cls = getattr(mod, "InteractiveShell", None)
+    try:
+        shell = cls._instance if cls is not None else None
+        if shell is None:
+            return None, None, None
+        d = object.__getattribute__(shell, "__dict__")
+        ns = d.get("_user_ns", d.get("user_ns"))  # IPython 9 keeps it as _user_ns
+        files = getattr(d.get("compile"), "_filename_map", None)
+        return shell, ns if type(ns) is dict else None, files if type(files) is dict else None
+    except Exception:
+        return None, None, None
+
+
+def _shell_name():
+    return "the notebook" if "ipykernel" in sys.modules else "IPython"
+
+
+def file_label(filename):
+    """A file as a user knows it: `cell 12` for a notebook cell's code, else its name."""
+    files = _notebook()[2]
+    n = files.get(filename) if files else None
+    return "cell %d" % n if type(n) is int and n > 0 else os.path.basename(filename)
+
+
+def output_name(name):
+    """IPython's name for an entry of its output cache (`Out[7]` for _7, `_` for _, __ and ___, `Out` for
+    Out and _oh), or None for any other name."""
+    if type(name) is not str or not name.startswith("_") and name != "Out":
+        return None
+    if name in ("_", "__", "___"):
+        return name
+    if name in ("Out", "_oh"):
+        return "Out"
+    digits = name[1:]
+    return "Out[%s]" % digits if digits.isdigit() else None
+
+
+def _kind_of(root, name):
+    if root.kind == "t":
+        return "traceback"
+    if root.kind == "f":
+        return "local"
+    return "output" if root.shell and output_name(name) is not None else "global"
 
 
 class _Stops(object):
@@ -509,8 +658,12 @@ def _holder(stack, t):
     tt = type(top)
     if tt is _Root:
         k = _name_at(top, stack[-1][2] - 1)
-        kind = "global" if top.kind == "m" else "local"
-        return (kind, top.key, k), kind, "%s `%s` (%s)" % (kind, k, top.where), None
+        kind = _kind_of(top, k)
+        if kind == "output":
+            text = "%s (%s's output cache)" % (output_name(k), _shell_name())
+            return (kind, top.key, k), kind, text, None
+        word = "global" if kind == "global" else "local"
+        return (kind, top.key, k), kind, "%s `%s` (%s)" % (word, k, top.where), None
     lru = _lru_name(stack, len(stack) - 1)
     if lru:
         return ("obj", id(top)), "cache", lru, len(top) if tt in _CONTAINERS else None

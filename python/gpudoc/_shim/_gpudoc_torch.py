@@ -170,6 +170,8 @@ def _still_ours():
 
 def _send(body):
     """Writes one message (under PIPE_BUF, so processes writing at once never interleave)."""
+    if CELL.copies is not None:
+        _copy(body + S.tail)
     if S.dead:
         return
     data = (body + S.tail).encode()
@@ -238,15 +240,19 @@ def _peak(stats, key):
     return stats.get(key, {}).get("all", {}).get("peak", 0)
 
 
-def _numbers(stats, device):
-    fold = S.folded.pop(device, (0, 0))
-    return '"dev":%d,"t":%.6f,"a":%d,"r":%d,"pa":%d,"pr":%d,"i":%d,"nr":%d,"no":%d,"nda":%d,"ndf":%d' % (
+def _numbers(stats, device, peaks=None):
+    """The allocator's numbers, with the peaks over those a reset erased since the last record; `peaks`:
+    another view's (a notebook cell's), None where not known."""
+    if peaks is None:
+        fold = S.folded.pop(device, (0, 0))
+        peaks = (max(_peak(stats, "allocated_bytes"), fold[0]), max(_peak(stats, "reserved_bytes"), fold[1]))
+    known = "".join(',"%s":%d' % (k, v) for k, v in zip(("pa", "pr"), peaks) if v is not None)
+    return '"dev":%d,"t":%.6f,"a":%d,"r":%d%s,"i":%d,"nr":%d,"no":%d,"nda":%d,"ndf":%d' % (
         device,
         time.time(),
         _cur(stats, "allocated_bytes"),
         _cur(stats, "reserved_bytes"),
-        max(_peak(stats, "allocated_bytes"), fold[0]),
-        max(_peak(stats, "reserved_bytes"), fold[1]),
+        known,
         _cur(stats, "inactive_split_bytes"),
         stats.get("num_alloc_retries", 0),
         stats.get("num_ooms", 0),
@@ -285,6 +291,8 @@ def _record(step, covered, kind="step"):
             kind, step, covered, _numbers(stats, d), _uuid(d), S.last_cost * 1e6, S.period * 1e6)
         if S.reset_peaks and kind == "step":
             _keep(d, stats)
+            if CELL.open:
+                _fold(CELL.erased, d, stats)
             S.orig_reset(d)
         _send(body)
         if kind == "step":
@@ -477,6 +485,10 @@ def _send_big(obj):
     if len(body) + len(S.tail) < 4000:
         _send(body)
         return
+    if CELL.copies is not None:
+        _copy(body + S.tail)
+    if S.dead or not S.pipe:
+        return
     S.files += 1
     name = "hunt-%d-%d.json" % (os.getpid(), S.files)
     path = os.path.join(os.path.dirname(S.pipe), name)
@@ -594,15 +606,22 @@ def _user_reset(device):
         return S.orig_reset(device)
     try:
         stats = S.orig_stats(device)
-        before = S.folded.get(device, (0, 0))
-        S.folded[device] = (
-            max(before[0], _peak(stats, "allocated_bytes")),
-            max(before[1], _peak(stats, "reserved_bytes")),
-        )
+        _fold(S.folded, device, stats)
+        if CELL.open:
+            _fold(CELL.erased, device, stats)
         S.held.pop(device, None)
     except Exception:
         pass
     return S.orig_reset(device)
+
+
+def _fold(erased, device, stats):
+    """Keeps in `erased` (a view's peaks that resets by others erased) the peaks a reset is about to erase."""
+    before = erased.get(device, (0, 0))
+    erased[device] = (
+        max(before[0], _peak(stats, "allocated_bytes")),
+        max(before[1], _peak(stats, "reserved_bytes")),
+    )
 
 
 def _on_oom(device, alloc, device_allocated, device_free):
@@ -681,8 +700,8 @@ def _on_fork():
     _identify()
 
 
-def _install(torch):
-    """Puts the hooks in place once torch is imported."""
+def _install_peaks(torch):
+    """torch and its statistics' functions; the program's view of the peaks kept over gpudoc's resets."""
     global _compiling
     S.torch = torch
     _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
@@ -693,6 +712,12 @@ def _install(torch):
     if S.reset_peaks:
         C._cuda_memoryStats = _like(S.orig_stats, _user_stats)
         C._cuda_resetPeakMemoryStats = _like(S.orig_reset, _user_reset)
+
+
+def _install(torch):
+    """Puts the hooks in place once torch is imported."""
+    _install_peaks(torch)
+    C = torch._C
     if HUNT != "off":
         for name in ("_cuda_record_memory_history", "_cuda_record_memory_history_legacy",
                      "_cuda_recordMemoryHistory"):
@@ -711,6 +736,10 @@ def _install(torch):
     atexit.register(_on_exit)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_on_fork)
+    # A notebook kernel: each cell's numbers, so the report can say which cell ran out or peaked.
+    shell = _ipython()
+    if shell is not None:
+        watch_cells(shell)
 
 
 def _like(real, fn):
@@ -805,3 +834,175 @@ def find_spec(finder, name, path, target, here, setting):
         return None
     finally:
         finder.busy = False
+
+
+# -- notebook cells (IPython's callbacks; docs/notebook.md) ----------------------------------------
+class _Cell(object):
+    """Notebook cells (IPython's pre_run_cell and post_run_cell): the allocator at each cell's start and
+    end, and its peaks inside the cell, kept over the resets of the program and of the step records as
+    theirs are kept over the cells'."""
+
+    # IPython's callbacks are registered (by the shim under gpudoc run, or by the notebook extension).
+    hooked = False
+    # A cell is running: a reset by others keeps the peaks it erases in `erased`.
+    open = False
+    # Which cell is running (id of IPython's ExecutionInfo), since when, and the allocator at its start:
+    # device -> (allocated, reserved, allocated peak, reserved peak).
+    key = None
+    t0 = 0.0
+    start = {}
+    erased = {}
+    # The last cell that ended (its key) and its records, for whoever asks again (both callbacks may).
+    ended = None
+    last = []
+    # The notebook extension's copy of every message (a list; None: no copy kept).
+    copies = None
+
+
+CELL = _Cell()
+# Messages kept for the notebook extension between two of its reads, at most.
+MAX_COPIES = 256
+
+
+def _copy(line):
+    """Keeps a message for the notebook extension (not the pointer to a file: the message itself)."""
+    if not line.startswith('{"k":"file"'):
+        CELL.copies.append(line)
+        if len(CELL.copies) > 2 * MAX_COPIES:
+            del CELL.copies[:-MAX_COPIES]
+
+
+def cell_start(info=None, fresh=False, t0=None):
+    """IPython's pre_run_cell: the allocator now, and its peaks start again for the cell (the program's
+    view and the step record in progress keep what the reset erases). Twice for one cell is once.
+    `fresh`: the cell started before torch was imported (all torch holds is the cell's; its counters
+    count from then), at `t0`."""
+    __tracebackhide__ = True
+    try:
+        key = info if info is _ANY else id(info)
+        if CELL.open and CELL.key == key:
+            return
+        CELL.open, CELL.key, CELL.t0 = True, key, time.time() if t0 is None else t0
+        CELL.start, CELL.erased = {}, {}
+        if fresh or not S.cuda or S.torch is None:
+            return
+        # The devices in use as the last cell's end found them: one that gets its first allocation in
+        # this cell had nothing before it, which its end record says.
+        for d in S.devices if S.devices is not None else _devices():
+            stats = S.orig_stats(d)
+            a, r = _cur(stats, "allocated_bytes"), _cur(stats, "reserved_bytes")
+            CELL.start[d] = (a, r, _peak(stats, "allocated_bytes"), _peak(stats, "reserved_bytes"))
+            if S.reset_peaks:
+                _keep(d, stats)
+                _fold(S.folded, d, stats)
+                S.orig_reset(d)
+    except Exception as e:
+        _fail("cell start", e)
+
+
+def cell_end(result=None):
+    """IPython's post_run_cell: one record per device in use, the allocator now, at the cell's start and
+    its peaks inside the cell; returned too (a list of dicts), for the notebook extension. Twice for one
+    cell gives the same records; a cell whose start was not seen (the hooks came during it) gives none."""
+    __tracebackhide__ = True
+    try:
+        info = getattr(result, "info", None)
+        key = id(info)
+        if CELL.ended == key and not CELL.open:
+            return CELL.last
+        if not CELL.open or CELL.key not in (key, _ANY):
+            CELL.open = False
+            return []
+        CELL.open, CELL.ended, CELL.last = False, key, []
+        n = getattr(result, "execution_count", None)
+        if n is None or not S.cuda or S.torch is None or S.dead and CELL.copies is None:
+            return CELL.last
+        ok = 1 if getattr(result, "success", True) else 0
+        cell = getattr(info, "cell_id", None) or getattr(info, "raw_cell", None) or ""
+        src = _first_line(getattr(info, "raw_cell", None) or "")
+        for d, stats in _in_use():
+            CELL.last.append(_cell_record(d, stats, n, ok, cell, src))
+        return CELL.last
+    except Exception as e:
+        _fail("cell end", e)
+        return []
+
+
+def _in_use():
+    """(device, its statistics) for each device this process has allocated on, read once; the devices'
+    list is renewed."""
+    found = []
+    for d in range(S.torch.cuda.device_count()):
+        stats = S.orig_stats(d)
+        if stats.get("num_device_alloc", 0):
+            found.append((d, stats))
+    S.devices = [d for d, _ in found]
+    return found
+
+
+def _cell_record(d, stats, n, ok, cell, src):
+    # A device not in use at the start had nothing allocated, and its counters count from then.
+    a0, r0, pa0, pr0 = CELL.start.get(d, (0, 0, 0, 0))
+    fold = CELL.erased.pop(d, (0, 0))
+    peaks = max(_peak(stats, "allocated_bytes"), fold[0]), max(_peak(stats, "reserved_bytes"), fold[1])
+    if not S.reset_peaks and d in CELL.start:
+        # Counters never reset (--keep-torch-peaks): a peak that rose in the cell is the cell's; one that
+        # did not says nothing of it.
+        peaks = peaks[0] if peaks[0] > pa0 else None, peaks[1] if peaks[1] > pr0 else None
+    ident = "%08x" % (hash(cell) & 0xFFFFFFFF)
+    # Every cell record names its device's UUID: a report of a few cells must find the GPU without the
+    # process's first message.
+    _uuid(d)
+    uuid = ',"uuid":"%s"' % S.uuids[d] if S.uuids.get(d) else ""
+    _send('{"k":"cell","n":%d,"ok":%d,"id":"%s","src":%s,"t0":%.6f,"a0":%d,"r0":%d,%s%s' % (
+        n, ok, ident, json.dumps(src), CELL.t0, a0, r0, _numbers(stats, d, peaks), uuid))
+    return {"n": n, "ok": ok, "id": ident, "src": src, "dev": d, "t0": CELL.t0, "t": time.time(),
+            "a0": a0, "r0": r0, "a": _cur(stats, "allocated_bytes"), "r": _cur(stats, "reserved_bytes"),
+            "pa": peaks[0], "pr": peaks[1], "uuid": S.uuids.get(d)}
+
+
+def _first_line(text):
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "%")):
+            return line[:60]
+    return ""
+
+
+def watch_cells(shell):
+    """Registers cell_start and cell_end with IPython's `shell` (once, whoever asks). The cell running
+    now, if one is (torch imported in it), is recorded from now: torch's memory all came in it."""
+    events = getattr(shell, "events", None)
+    if events is None or CELL.hooked:
+        return
+    events.register("pre_run_cell", cell_start)
+    events.register("post_run_cell", cell_end)
+    CELL.hooked = True
+    if not CELL.open:
+        cell_start(_ANY, fresh=True)
+
+
+# The key of a cell whose start was not seen: its end, whichever it is, closes it.
+_ANY = object()
+
+
+def _ipython():
+    """IPython's shell in this process, if one runs (read from its class: nothing is imported)."""
+    mod = sys.modules.get("IPython.core.interactiveshell")
+    cls = getattr(mod, "InteractiveShell", None)
+    try:
+        return cls.initialized() and cls.instance() or None
+    except Exception:
+        return None
+
+
+def attach(torch, here):
+    """For the notebook extension in a kernel gpudoc run did not start (no pipe): the peaks' wrappers
+    and the OOM observer, no step hook, no exit or fork callback; the messages go to the extension's
+    copy only."""
+    S.pipe, S.here = "", here
+    _install_peaks(torch)
+    if torch.cuda.is_initialized():
+        _on_cuda_init()
+    else:
+        torch.cuda._lazy_call(_on_cuda_init)

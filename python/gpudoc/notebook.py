@@ -1,0 +1,599 @@
+"""gpudoc in a notebook: `%load_ext gpudoc` in any IPython or Jupyter kernel (docs/notebook.md).
+
+After each cell, one quiet line when its memory changed (PyTorch's allocated and reserved memory, the peak
+inside the cell, the process's memory as NVML sees it, the time); what holds what the cell left (the
+notebook's names, its output cache, the last exception's traceback); an OOM explained by gpudoc's engine
+(`gpudoc report` on a trace of the moment: see _report.py); a cell whose every run grows memory, named by
+the engine's rules. `%gpudoc` shows the state, `%gpudoc free` drops what holds memory for nobody, `%%gpudoc`
+diagnoses one cell in full with the HTML report inline.
+
+A cell costs this extension a few reads when nothing changed: torch's statistics through gpudoc's shim
+(the one `gpudoc run` put in the kernel, or a copy loaded here that keeps the program's own peaks as
+they would be) and NVML's process list once the kernel has a CUDA context. It never imports torch, never
+initialises CUDA and starts no thread.
+"""
+import os
+import sys
+import time
+import traceback
+
+from . import _nvml, _report
+
+# What holds memory is searched for after a cell that left at least this much more allocated, for at most
+# SEARCH_S (the search walks the notebook's names, never the whole heap).
+GREW = 1 << 20
+SEARCH_S = 0.1
+# Runs of one cell, each growing, before the engine is asked whether the cell leaks.
+LEAK_RUNS = 3
+# Runs of each cell remembered, and messages of the shim's kept for the engine.
+MAX_RUNS = 32
+MAX_MESSAGES = 512
+# The shim's notebook interface this extension speaks (the shim of another gpudoc version may not).
+SHIM_CALLS = ("cell_start", "cell_end", "watch_cells", "attach", "CELL", "S", "_hunt_module", "_in_use", "_cur")
+
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def fmt_bytes(n):
+    """Bytes as gpudoc prints them (units::fmt_bytes)."""
+    if abs(n) < 1024:
+        return "%d B" % n
+    value, unit = float(abs(n)), 0
+    while value >= 1024 and unit < len(UNITS) - 1:
+        value /= 1024
+        unit += 1
+    return "%s%.2f %s" % ("-" if n < 0 else "", value, UNITS[unit])
+
+
+def fmt_delta(n):
+    return "+" + fmt_bytes(n) if n >= 0 else fmt_bytes(n)
+
+
+class Shim(object):
+    """gpudoc's shim in this kernel: `gpudoc run`'s (found through the functions it put in torch) or a copy
+    loaded here (in a kernel gpudoc run did not start). Its module is kept out of sys.modules: this holds
+    its globals."""
+
+    def __init__(self, g, own):
+        self.g, self.own = g, own
+
+    def __getattr__(self, name):
+        try:
+            return self.g[name]
+        except KeyError:
+            raise AttributeError(name)
+
+    def hunt(self):
+        return self.g["_hunt_module"]()
+
+
+_OWN = {}
+
+
+def find_shim(torch):
+    """The shim gpudoc run loaded (its globals, from a hook it registered), else one loaded here."""
+    hooks = [getattr(torch._C, "_cuda_memoryStats", None)]
+    opt = sys.modules.get("torch.optim.optimizer")
+    for name in ("_global_optimizer_post_hooks", "_post_hooks"):
+        found = getattr(opt, name, None)
+        hooks.extend(found.values() if isinstance(found, dict) else found or ())
+    for fn in hooks:
+        g = getattr(fn, "__globals__", None)
+        if g is not None and g.get("__name__") == "gpudoc._shim.torch":
+            if not all(k in g for k in SHIM_CALLS):
+                raise RuntimeError("the shim gpudoc run loaded is another version's: run the kernel under "
+                                   "the gpudoc this package came with")
+            return Shim(g, False)
+    if "shim" not in _OWN:
+        import importlib.machinery
+
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
+        path = os.path.join(here, "_gpudoc_torch.py")
+        code = importlib.machinery.SourceFileLoader("gpudoc._shim.torch", path).get_code("gpudoc._shim.torch")
+        g = {"__name__": "gpudoc._shim.torch", "__file__": "<gpudoc> " + path}
+        exec(code, g)
+        g["attach"](torch, here)
+        _OWN["shim"] = Shim(g, True)
+    return _OWN["shim"]
+
+
+class Start(object):
+    """What a cell's start saw: the time, this process's bytes per GPU (NVML), whether torch was there."""
+
+    def __init__(self, mine, torch):
+        self.t0, self.perf = time.time(), time.perf_counter()
+        self.mine, self.torch = mine, torch
+
+
+class Doctor(object):
+    """The extension's state in one kernel, and its IPython callbacks."""
+
+    def __init__(self, shell):
+        self.shell = shell
+        self.shim = None
+        self.nvml = None
+        self.start = None
+        # %%gpudoc: this cell gets the full diagnosis; %gpudoc free or %gpudoc ran in it, and said it all.
+        self.full = False
+        self.quiet = False
+        # The shim's messages kept for the engine (dicts), the last `hello` among them.
+        self.messages, self.hello = [], None
+        # (cell id, device) -> [(execution count, allocated at start, allocated at end)].
+        self.runs = {}
+        # device -> {holder: bytes} at the last search: a cell's line names what grew.
+        self.held = {}
+        # The last cell that raised: (its number, what it raised).
+        self.error = None
+        self.said = set()
+
+    # -- the callbacks -------------------------------------------------------------------------------
+
+    def pre(self, info=None):
+        __tracebackhide__ = True
+        try:
+            torch = self._torch()
+            if torch is not None and self._shim(torch) is not None:
+                self.shim.cell_start(info)
+            self.start = Start(self._mine(torch), torch is not None)
+        except Exception as e:
+            self._broken("pre_run_cell", e)
+
+    def post(self, result=None):
+        __tracebackhide__ = True
+        try:
+            start, self.start = self.start, None
+            if start is not None:
+                self._post(result, start)
+        except Exception as e:
+            self._broken("post_run_cell", e)
+        finally:
+            self.full = self.quiet = False
+
+    def _post(self, result, start):
+        torch = self._torch()
+        recs = []
+        if torch is not None and self._shim(torch) is not None:
+            if not start.torch:
+                # torch came in this cell: all it allocated is the cell's, its counters count from then.
+                self.shim.cell_start(getattr(result, "info", None), fresh=True, t0=start.t0)
+            recs = self.shim.cell_end(result)
+        mine = self._mine(torch)
+        self._drain()
+        n = getattr(result, "execution_count", None)
+        error = getattr(result, "error_in_exec", None)
+        for rec in recs:
+            runs = self.runs.setdefault((rec["id"], rec["dev"]), [])
+            runs.append((rec["n"], rec["a0"], rec["a"]))
+            del runs[:-MAX_RUNS]
+        line = None if self.quiet else cell_line(n, recs, start, mine)
+        if line is None and error is None and not self.full:
+            return
+        if line is not None:
+            print(line)
+        if error is not None:
+            self.error = (n, type(error).__name__)
+        if n is not None and (is_oom(error) or self.full):
+            self._diagnose(n, start, error)
+        if not self.quiet:
+            for text in self._holders(recs, torch, everything=self.full):
+                print("  " + text)
+        for rec in recs:
+            self._leak(rec, start)
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def _torch(self):
+        return sys.modules.get("torch")
+
+    def _shim(self, torch):
+        if self.shim is None:
+            try:
+                self.shim = find_shim(torch)
+            except Exception as e:
+                self._say_once("shim", "gpudoc: PyTorch's numbers are off in this kernel: %s" % e)
+                return None
+            if self.shim.CELL.copies is None:
+                self.shim.CELL.copies = []
+        return self.shim
+
+    def _mine(self, torch):
+        """This process's bytes per GPU as NVML sees them, once the kernel has a CUDA context."""
+        if self.nvml is None:
+            try:
+                if torch is None or not torch.cuda.is_initialized():
+                    return {}
+            except Exception:
+                return {}
+            try:
+                self.nvml = _nvml.Nvml()
+            except Exception as e:
+                self.nvml = False
+                self._say_once("nvml", "gpudoc: the process's GPU memory is not read: %s" % e)
+        return self.nvml.mine() if self.nvml else {}
+
+    def _drain(self):
+        """Takes the shim's messages since the last call."""
+        if self.shim is None:
+            return
+        import json
+
+        copies = self.shim.CELL.copies
+        taken, copies[:] = list(copies), []
+        for line in taken:
+            try:
+                m = json.loads(line)
+            except ValueError:
+                continue
+            if m.get("k") == "hello":
+                self.hello = m
+            else:
+                self.messages.append(m)
+        del self.messages[:-MAX_MESSAGES]
+
+    # -- what the engine says --------------------------------------------------------------------------
+
+    def _diagnose(self, n, start, error):
+        """The engine's report of this cell: for an OOM the run's own explanation, for %%gpudoc the full
+        report and its HTML page inline."""
+        msgs = [self.hello] if self.hello else []
+        msgs += [m for m in self.messages if m.get("t", start.t0) >= start.t0 - 1e-3]
+        output = None
+        if error is not None:
+            output = "".join(traceback.format_exception_only(type(error), error))
+        rows = _report.rows(start.t0, time.time(), [front_door()], self.nvml or None, msgs)
+        try:
+            verdict = _report.report(rows, output=output, html=self.full, name="cell-%d" % n)
+        except Exception as e:
+            print("gpudoc: the engine could not be asked: %s" % e)
+            return
+        print(verdict.text.rstrip("\n"))
+        if verdict.html is not None:
+            show_html(verdict.html)
+
+    def _leak(self, rec, start):
+        """A cell whose last runs each left more allocated than they found: the engine's rules say
+        whether it leaks."""
+        runs = self.runs.get((rec["id"], rec["dev"]), [])
+        last = runs[-LEAK_RUNS:]
+        if len(last) < LEAK_RUNS or any(a - a0 < GREW for _, a0, a in last):
+            return
+        ns = set(n for n, _, _ in runs)
+        msgs = [self.hello] if self.hello else []
+        msgs += [m for m in self.messages if m.get("k") == "cell" and m.get("n") in ns]
+        t0 = min(m.get("t0", start.t0) for m in msgs if m.get("k") == "cell")
+        rows = _report.rows(t0, time.time(), [front_door()], self.nvml or None, msgs)
+        try:
+            verdict = _report.report(rows, name="cells")
+        except Exception as e:
+            self._say_once("engine", "gpudoc: the engine could not be asked: %s" % e)
+            return
+        for d in verdict.report.get("diagnoses", []):
+            if d.get("rule") == "cell-leak":
+                print(diagnosis_text(d))
+
+    # -- holders ------------------------------------------------------------------------------------
+
+    def search(self, torch, device, budget=SEARCH_S):
+        """What holds tensors on `device`: each name (the notebook's variables, its output cache, the last
+        traceback's frames) with its bytes, most first; and the Search (its totals)."""
+        hunt = self.shim.hunt()
+        s = hunt.Search(torch, device, None, skip=(id(self), id(self.shim.S)))
+        s.run(budget)
+        return s
+
+    def _holders(self, recs, torch, everything=False):
+        """Lines for what holds the memory each device's cell left: what grew since the last search
+        (`everything`: all that holds memory)."""
+        lines = []
+        for rec in recs:
+            if rec["a"] - rec["a0"] < GREW and not everything:
+                continue
+            found = self.holdings(self.search(torch, rec["dev"]))
+            before = self.held.get(rec["dev"], {})
+            self.held[rec["dev"]] = dict((key, b) for key, b, _ in found)
+            lines += [text for key, b, text in found if everything or b - before.get(key, 0) >= GREW][:5]
+        return lines
+
+    def holdings(self, s):
+        """What a search found, most first: (key, bytes, the line that says it): each of the notebook's
+        names, the output cache as one, the last traceback as one."""
+        out = []
+        for e in s.names():
+            if e["kind"] in ("global", "local") and e["bytes"] > 0:
+                label = "`%s`" % e["name"] if e["kind"] == "global" else "`%s` (%s)" % (e["name"], e["where"])
+                fix = " (del %s when done with it)" % e["name"] if e["kind"] == "global" else ""
+                out.append((label, e["bytes"], "%s holds %s%s" % (label, fmt_bytes(e["bytes"]), fix)))
+        cache, _ = s.total("output")
+        if cache > 0:
+            names = [output_label(e["name"]) for e in s.names() if e["kind"] == "output" and e["bytes"] > 0]
+            # Out[7] says where; Out alone only when no entry's own name is left.
+            numbered = sorted((x for x in names if x.startswith("Out[")), key=lambda x: int(x[4:-1]))
+            names = numbered + [x for x in names if x.startswith("_")] + (["Out"] if not numbered else [])
+            out.append(("output", cache, "the output cache holds %s (%s): %%gpudoc free drops it" % (
+                fmt_bytes(cache), ", ".join(names))))
+        tb, functions = s.total("traceback")
+        if tb > 0:
+            out.append(("traceback", tb, self._traceback_line(tb, functions)))
+        out.sort(key=lambda x: -x[1])
+        return out
+
+    def _traceback_line(self, nbytes, functions):
+        n, what = self.error or (None, "exception")
+        what = "the OOM" if what.endswith("OutOfMemoryError") else "the %s" % what
+        where = " in cell %d" % n if n is not None else ""
+        frames = ", ".join("%s()" % f for f in functions[:4] if f) or "its functions"
+        return "the traceback of %s%s still holds %s: the frames of %s; run %%gpudoc free to drop it" % (
+            what, where, fmt_bytes(nbytes), frames)
+
+    # -- the magics' work ------------------------------------------------------------------------------
+
+    def status(self):
+        """%gpudoc: the memory now and everything that holds it."""
+        self.quiet = True
+        torch = self._torch()
+        if torch is None or self._shim(torch) is None or not self.shim.S.cuda:
+            print("gpudoc: torch has no CUDA memory in this kernel yet")
+            return
+        mine = self._mine(torch)
+        for dev, a, r in self.allocator(torch):
+            print("gpudoc: cuda:%d allocated %s, reserved %s" % (dev, fmt_bytes(a), fmt_bytes(r)))
+            for _, _, text in self.holdings(self.search(torch, dev))[:10]:
+                print("  " + text)
+        if mine:
+            print("gpudoc: the process holds %s (NVML)" % fmt_bytes(sum(mine.values())))
+
+    def allocator(self, torch):
+        """(device, allocated, reserved) per device in use."""
+        shim = self.shim
+        return [(d, shim._cur(st, "allocated_bytes"), shim._cur(st, "reserved_bytes")) for d, st in shim._in_use()]
+
+    def free(self):
+        """%gpudoc free: drops the last traceback's frames and the output cache's entries that hold GPU
+        memory, never the user's variables; then PyTorch's cache; says what came back."""
+        import gc
+
+        self.quiet = True
+        torch = self._torch()
+        ready = torch is not None and self._shim(torch) is not None and self.shim.S.cuda
+        if not ready:
+            print("gpudoc: torch has no CUDA memory in this kernel: nothing to free")
+            return
+        before, mine0 = self.allocator(torch), self._mine(torch)
+        dropped = []
+        frames = drop_traceback(self.shim.hunt())
+        gc.collect()
+        after_tb = self.allocator(torch)
+        if frames:
+            dropped.append(("the last traceback's frames", _total(before) - _total(after_tb)))
+        outputs = self._drop_outputs(torch)
+        gc.collect()
+        after_out = self.allocator(torch)
+        if outputs:
+            dropped.append((", ".join(outputs), _total(after_tb) - _total(after_out)))
+        reserved = sum(r for _, _, r in after_out)
+        torch.cuda.empty_cache()
+        after = self.allocator(torch)
+        print(free_text(dropped, reserved - sum(r for _, _, r in after), after, mine0, self._mine(torch)))
+        for held in self.held.values():
+            held.pop("traceback", None)
+            held.pop("output", None)
+
+    def _drop_outputs(self, torch):
+        """Removes the output cache's entries that hold tensors on a device in use, as IPython's own flush
+        does but entry by entry (Out[N] and _N, the displayhook's _, __ and ___ where they are its own, not
+        the user's); their names."""
+        ns, hidden = self.shell.user_ns, getattr(self.shell, "user_ns_hidden", {})
+        out = ns.get("_oh") if isinstance(ns.get("_oh"), dict) else {}
+        hook = getattr(self.shell, "displayhook", None)
+        names = []
+        for k in sorted(out):
+            value = out[k]
+            if self._holds(torch, value):
+                for d in (ns, hidden):
+                    if d.get("_%s" % k) is value:
+                        del d["_%s" % k]
+                del out[k]
+                names.append("Out[%s]" % k)
+        for name in ("_", "__", "___"):
+            value = getattr(hook, name, None)
+            if value is None or isinstance(value, str) or not self._holds(torch, value):
+                continue
+            for d in (ns, hidden):
+                if d.get(name) is value:
+                    d[name] = ""
+            setattr(hook, name, "")
+            names.append(name)
+        # The last cell's result, kept by IPython until the next one ends, is the value it displayed.
+        last = getattr(self.shell, "last_execution_result", None)
+        if getattr(last, "result", None) is not None and self._holds(torch, last.result):
+            last.result = None
+        return names
+
+    def _holds(self, torch, value):
+        """Whether `value` holds a tensor on a device in use (searched from a root of its own)."""
+        hunt = self.shim.hunt()
+        for dev, _, _ in self.allocator(torch):
+            box = {"value": value}
+            s = hunt.Search(torch, dev, None, skip=(id(self), id(self.shim.S)),
+                            roots=lambda skip: [hunt._Root("m", ("m", id(box)), "value", obj=box)])
+            s.run(1.0)
+            if s.storages:
+                return True
+        return False
+
+    # -- saying ----------------------------------------------------------------------------------------
+
+    def _say_once(self, key, text):
+        if key not in self.said:
+            self.said.add(key)
+            print(text)
+
+    def _broken(self, where, e):
+        """A failure of gpudoc's own never reaches the notebook as an error: said once, then quiet."""
+        self._say_once("broken:" + where, "gpudoc: %s failed (%s: %s); the cell itself is unaffected" % (
+            where, type(e).__name__, e))
+
+
+def _total(rows):
+    return sum(a for _, a, _ in rows)
+
+
+def front_door():
+    """The command a report of this kernel's cells names."""
+    return "notebook" if "ipykernel" in sys.modules else "ipython"
+
+
+def cell_line(n, recs, start, mine):
+    """The line after a cell, or None when nothing changed: per device its allocated and reserved memory
+    (change, now), the peak inside the cell, the process's memory as NVML sees it, the time."""
+    parts = []
+    for rec in recs:
+        da, dr = rec["a"] - rec["a0"], rec["r"] - rec["r0"]
+        transient = rec["pa"] is not None and rec["pa"] > max(rec["a0"], rec["a"])
+        if not (da or dr or transient):
+            continue
+        dev = "cuda:%d " % rec["dev"] if len(recs) > 1 else ""
+        text = "%sallocated %s (%s) · reserved %s (%s)" % (
+            dev, fmt_delta(da), fmt_bytes(rec["a"]), fmt_delta(dr), fmt_bytes(rec["r"]))
+        if rec["pa"] is not None:
+            text += " · peak %s" % fmt_bytes(rec["pa"])
+        parts.append(text)
+    now, was = sum(mine.values()), sum(start.mine.values())
+    if mine and now != was:
+        parts.append("process %s (%s, NVML)" % (fmt_delta(now - was), fmt_bytes(now)))
+    if not parts:
+        return None
+    cell = "cell %d" % n if n is not None else "this cell"
+    return "gpudoc: %s: %s · %.2f s" % (cell, " · ".join(parts), time.perf_counter() - start.perf)
+
+
+def output_label(name):
+    """An entry of IPython's output cache as the notebook shows it."""
+    if name in ("Out", "_oh"):
+        return "Out"
+    return name if name in ("_", "__", "___") else "Out[%s]" % name[1:]
+
+
+def is_oom(error):
+    """An out-of-memory error of PyTorch's (torch.OutOfMemoryError; RuntimeError on old releases)."""
+    if error is None:
+        return False
+    if type(error).__name__.endswith("OutOfMemoryError"):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error)
+
+
+def drop_traceback(hunt):
+    """Clears the frames of the last exception's traceback (their locals: the functions have returned)
+    and forgets the exception; the number of frames cleared."""
+    cleared = 0
+    for f in hunt.traceback_frames():
+        if not f.f_code.co_flags & 0x2:
+            continue  # a module's or a cell's own frame: its names are the notebook's
+        # Before Python 3.13 a frame whose f_locals was read (IPython's traceback does) keeps a copy of its
+        # locals in a dict that frame.clear() leaves alone: emptied too.
+        copy = f.f_locals if sys.version_info < (3, 13) else None
+        try:
+            f.clear()
+        except RuntimeError:
+            continue  # still running
+        if type(copy) is dict:
+            copy.clear()
+        cleared += 1
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    return cleared
+
+
+def free_text(dropped, cache, after, mine0, mine):
+    parts = ["%s (%s)" % (what, fmt_bytes(b)) for what, b in dropped]
+    text = "gpudoc: dropped " + ", ".join(parts) if parts else "gpudoc: nothing held memory for nobody"
+    text += "; PyTorch's cache gave back %s" % fmt_bytes(cache)
+    now = ", ".join("cuda:%d allocated %s, reserved %s" % (d, fmt_bytes(a), fmt_bytes(r)) for d, a, r in after)
+    text += "; now " + now
+    if mine:
+        text += "; the process holds %s (NVML), was %s" % (
+            fmt_bytes(sum(mine.values())), fmt_bytes(sum(mine0.values())))
+    return text
+
+
+def diagnosis_text(d):
+    lines = ["gpudoc: %s %s [%s]" % (d.get("severity", ""), d.get("title", ""), d.get("rule", "")),
+             "  " + d.get("message", "")]
+    lines += ["    " + x for x in d.get("details", [])]
+    lines += ["  → " + a for a in d.get("advice", [])]
+    return "\n".join(lines)
+
+
+def show_html(page):
+    """The report's page inline, in a frame of its own (its styles stay its own)."""
+    import html
+
+    from IPython.display import HTML, display
+
+    frame = '<iframe srcdoc="%s" style="width:100%%;height:720px;border:0"></iframe>' % html.escape(page)
+    display(HTML("<div>%s</div>" % frame))
+
+
+_DOCTORS = {}
+
+
+def load(shell):
+    """%load_ext gpudoc: registers the magics and the callbacks (again: nothing more)."""
+    from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+    if id(shell) in _DOCTORS:
+        return
+    doctor = _DOCTORS[id(shell)] = Doctor(shell)
+
+    @magics_class
+    class GpudocMagics(Magics):
+        @line_cell_magic
+        def gpudoc(self, line, cell=None):
+            """%gpudoc: GPU memory now and what holds it. %gpudoc free: drops what holds GPU memory for
+            nobody (the last traceback, the output cache). %%gpudoc: runs the cell, then gpudoc's full
+            diagnosis of it, its HTML report inline."""
+            __tracebackhide__ = True
+            if cell is not None:
+                doctor.full = True
+                run_cell_code(self.shell, cell)
+            elif line.strip() == "free":
+                doctor.free()
+            elif line.strip() == "":
+                doctor.status()
+            else:
+                print("gpudoc: %gpudoc takes nothing or `free`; %%gpudoc diagnoses the cell below it")
+
+    shell.register_magics(GpudocMagics)
+    shell.events.register("pre_run_cell", doctor.pre)
+    shell.events.register("post_run_cell", doctor.post)
+
+
+def unload(shell):
+    doctor = _DOCTORS.pop(id(shell), None)
+    if doctor is not None:
+        shell.events.unregister("pre_run_cell", doctor.pre)
+        shell.events.unregister("post_run_cell", doctor.post)
+
+
+def run_cell_code(shell, cell):
+    """The body of a %%gpudoc cell, run in the notebook's namespace as the cell's own code (its file is the
+    cell's, so tracebacks and gpudoc's holders name the cell)."""
+    __tracebackhide__ = True
+    code = shell.transform_cell(cell)
+    n = _running_cell(shell)
+    name = shell.compile.cache(code, n) if hasattr(shell.compile, "cache") else "<gpudoc cell>"
+    exec(shell.compile(code, name, "exec"), shell.user_ns)
+
+
+def _running_cell(shell):
+    """The number of the cell running now (the one its code's file is cached under)."""
+    files = getattr(shell.compile, "_filename_map", {})
+    f = sys._getframe(1)
+    while f is not None:
+        n = files.get(f.f_code.co_filename)
+        if n is not None:
+            return n
+        f = f.f_back
+    return 0

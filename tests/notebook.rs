@@ -1,0 +1,298 @@
+//! `%load_ext gpudoc` in a real Jupyter kernel: notebooks executed by nbclient and ipykernel (.ci/deps puts
+//! them in target/test-venv), with the fake torch and the fake NVML, the package from the source tree and
+//! this build's binary on PATH; each test asserts on the cells' outputs as a user reads them.
+
+mod common;
+
+use common::{Machine, fake_torch, python_with_packages};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One executed cell: what it printed, the error it raised ("Name: value"), the HTML it displayed.
+#[derive(Debug)]
+struct Cell {
+    text: String,
+    error: Option<String>,
+    html: Option<String>,
+}
+
+fn python_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
+}
+
+/// The command that runs `cells` as a notebook in a fresh kernel on machine `m`.
+fn notebook(m: &Machine, cells: &[&str]) -> Command {
+    let cells_file = m.path("cells.json");
+    std::fs::write(&cells_file, serde_json::to_vec(cells).unwrap()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/notebook.py");
+    let bin = common::gpudoc_bin();
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut c = m.shell(r#"exec "$0" "$1" < "$2""#);
+    c.arg(python_with_packages())
+        .arg(script)
+        .arg(&cells_file)
+        .env("PATH", path)
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", fake_torch().display(), python_dir().display()),
+        )
+        // The kernel's files and IPython's profile are the test's: no user's startup file runs.
+        .env("JUPYTER_RUNTIME_DIR", m.path("jupyter"))
+        .env("IPYTHONDIR", m.path("ipython"))
+        .env("JUPYTER_PLATFORM_DIRS", "1")
+        .current_dir(m.dir.path());
+    c
+}
+
+/// The cells' outputs, from the runner's JSON lines.
+fn cells_of(stdout: &[u8]) -> Vec<Cell> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| Cell {
+            text: v["text"].as_str().unwrap_or("").to_string(),
+            error: v["error"].as_str().map(String::from),
+            html: v["html"].as_str().map(String::from),
+        })
+        .collect()
+}
+
+fn run(m: &Machine, cells: &[&str]) -> Vec<Cell> {
+    let out = notebook(m, cells).output().unwrap();
+    let got = cells_of(&out.stdout);
+    assert_eq!(
+        got.len(),
+        cells.len(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    got
+}
+
+#[test]
+fn after_each_cell_the_notebook_says_what_changed_and_what_holds_it() {
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &[
+            "%load_ext gpudoc\nimport torch\ntorch.cuda.init()\nouts = []",
+            "kept = torch.empty(2 << 30)",
+            "n = 1 + 1",
+            "big = torch.empty(5 << 30)\ndel big",
+            "torch.empty(1 << 30)",
+            "outs.append(torch.empty(256 << 20))",
+            "outs.append(torch.empty(256 << 20))",
+            "outs.append(torch.empty(256 << 20))",
+            "print(torch.cuda.max_memory_allocated() >> 20)",
+            "%%gpudoc\ny = torch.empty(3 << 30)\ndel y",
+        ],
+    );
+    for c in &cells {
+        assert_eq!(c.error, None, "{c:?}");
+    }
+    // One line for a cell whose memory changed: PyTorch's view, the peak inside it, NVML's, the time.
+    let line = cells[1].text.lines().next().unwrap();
+    assert!(
+        line.starts_with("gpudoc: cell 2: allocated +2.00 GiB (2.00 GiB) · reserved +2.00 GiB"),
+        "{line}"
+    );
+    assert!(
+        line.contains("peak 2.00 GiB") && line.contains("process +2.00 GiB (2.49 GiB, NVML)"),
+        "{line}"
+    );
+    // What holds it, with the fix.
+    assert!(
+        cells[1]
+            .text
+            .contains("`kept` holds 2.00 GiB (del kept when done with it)"),
+        "{}",
+        cells[1].text
+    );
+    // Nothing at all when nothing changed.
+    assert_eq!(cells[2].text, "");
+    // A peak inside the cell that left nothing behind.
+    assert!(cells[3].text.contains("peak 7.00 GiB"), "{}", cells[3].text);
+    assert!(!cells[3].text.contains("holds"), "{}", cells[3].text);
+    // The output cache keeps what a cell displayed.
+    assert!(
+        cells[4]
+            .text
+            .contains("the output cache holds 1.00 GiB (Out[5], _): %gpudoc free drops it"),
+        "{}",
+        cells[4].text
+    );
+    // The same cell, growing at each run: named by the engine's rule.
+    assert!(!cells[6].text.contains("[cell-leak]"), "{}", cells[6].text);
+    let leak = &cells[7].text;
+    assert!(leak.contains("[cell-leak]"), "{leak}");
+    assert!(
+        leak.contains(
+            "the cell `outs.append(torch.empty(256 << 20))` left 256.00 MiB more allocated at each of its last 3 runs (In [6], [7] and [8]"
+        ),
+        "{leak}"
+    );
+    // The program's own peak is its own: gpudoc's resets at each cell never show.
+    assert_eq!(
+        cells[8].text.lines().next(),
+        Some("7168"),
+        "kept and big: 7 GiB"
+    );
+    // %%gpudoc: the engine's report of the cell, and its page inline.
+    let full = &cells[9];
+    assert!(
+        full.text
+            .contains("gpudoc: notebook ran cell 10 (`y = torch.empty(3 << 30)`)"),
+        "{}",
+        full.text
+    );
+    assert!(
+        full.text.contains("GPU 0 NVIDIA H200: job peak"),
+        "{}",
+        full.text
+    );
+    let html = full.html.as_deref().unwrap_or("");
+    assert!(
+        html.starts_with("<div><iframe srcdoc=\"&lt;!DOCTYPE html&gt;"),
+        "{html:.200}"
+    );
+}
+
+#[test]
+fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &[
+            "%load_ext gpudoc\nimport torch\ntorch.cuda.init()\nkept = torch.empty(2 << 30)",
+            "def forward(n):\n    h = torch.empty(100 << 30)\n    torch.cuda._oom(n, free=None)\nforward(64 << 30)",
+            "%gpudoc",
+            "torch.empty(1 << 30)",
+            "%gpudoc free",
+            "print(torch.cuda.memory_allocated() >> 30, kept.nbytes() >> 30)",
+        ],
+    );
+    let oom = &cells[1];
+    assert!(
+        oom.error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("OutOfMemoryError: CUDA out of memory")),
+        "{oom:?}"
+    );
+    // The engine's explanation, as gpudoc run gives it: the cell, the cause, the rule, what held it.
+    let text = &oom.text;
+    assert!(
+        text.contains("gpudoc: notebook ran out of GPU memory on GPU 0 after")
+            && text.contains("in cell 2 (`def forward(n):`)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cause: the job's own growth") && text.contains("[oom-near-capacity]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("held by local `h` (cell 2, in forward) (100.00 GiB)"),
+        "{text}"
+    );
+    // What still holds its memory after it: the traceback's frames.
+    assert!(
+        text.contains(
+            "the traceback of the OOM in cell 2 still holds 100.00 GiB: the frames of forward(); run %gpudoc free to drop it"
+        ),
+        "{text}"
+    );
+    // %gpudoc: the state, everything that holds memory.
+    let status = &cells[2].text;
+    assert!(
+        status.starts_with("gpudoc: cuda:0 allocated 102.00 GiB, reserved 102.00 GiB"),
+        "{status}"
+    );
+    assert!(
+        status.contains("`kept` holds 2.00 GiB") && status.contains("the traceback of the OOM"),
+        "{status}"
+    );
+    // %gpudoc free: the traceback and the output cache go, the user's variable stays.
+    let free = &cells[4].text;
+    assert!(
+        free.starts_with(
+            "gpudoc: dropped the last traceback's frames (100.00 GiB), Out[4], _ (1.00 GiB); PyTorch's cache gave back 101.00 GiB; now cuda:0 allocated 2.00 GiB, reserved 2.00 GiB"
+        ),
+        "{free}"
+    );
+    assert!(
+        free.contains("the process holds 2.49 GiB (NVML), was 103.49 GiB"),
+        "{free}"
+    );
+    assert_eq!(
+        cells[5].text, "2 2\n",
+        "kept is still there, and all that is"
+    );
+}
+
+#[test]
+fn a_kernel_under_gpudoc_run_reports_its_cells() {
+    let m = Machine::h200s(1);
+    let json = m.path("report.json");
+    let c = notebook(
+        &m,
+        &[
+            "import torch\ntorch.cuda.init()\nkept = torch.empty(2 << 30)",
+            "x = torch.empty(30 << 30)\ndel x",
+            "def forward(size, n):\n    h = torch.empty(size)\n    torch.cuda._oom(n, free=None)\nforward(100 << 30, 64 << 30)",
+            "%load_ext gpudoc",
+            "forward(1 << 30, 64 << 30)",
+        ],
+    );
+    // The same notebook, its kernel a process of a job of gpudoc run's.
+    let args: Vec<_> = c.get_args().map(|a| a.to_os_string()).collect();
+    let envs: Vec<_> = c
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
+        .collect();
+    let out = m
+        .gpudoc()
+        .envs(envs)
+        .current_dir(m.dir.path())
+        .args(["run", "--json"])
+        .arg(&json)
+        .args(["--", "bash"])
+        .args(args)
+        .output()
+        .unwrap();
+    let cells = cells_of(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(cells.len(), 5, "{err}");
+    // The extension, loaded late, reads the cells through gpudoc run's shim, and its explanation of the
+    // second OOM names the first one's traceback as what filled the GPU.
+    let second = &cells[4].text;
+    assert!(
+        second.contains(
+            "held by local `h` (cell 3, in forward, the last exception's traceback) (100.00 GiB)"
+        ),
+        "{second}"
+    );
+    let r = common::read_json(&json);
+    let p = &r["torch"]["processes"][0];
+    let numbers: Vec<u64> = p["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![1, 2, 3, 4, 5], "{}", p["cells"]);
+    assert_eq!(p["cells"][1]["peak_allocated_bytes"], 32u64 << 30);
+    assert_eq!(p["cells"][2]["ok"], false);
+    // gpudoc run's own summary places the peak and the OOMs in their cells: the last one's peak is the
+    // highest, the first OOM's traceback still held then.
+    assert!(
+        err.contains(
+            "allocated peaked at 103.00 GiB in cell 5 (`forward(1 << 30, 64 << 30)`); ran out of memory in cell 3, cell 5"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("(cell 5) · device peak"), "{err}");
+}
