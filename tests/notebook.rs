@@ -191,7 +191,7 @@ fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
         "{text}"
     );
     assert!(
-        text.contains("cause: the job's own growth") && text.contains("[oom-near-capacity]"),
+        text.contains("cause: the job's own growth") && text.contains("[oom-before-training]"),
         "{text}"
     );
     assert!(
@@ -231,6 +231,24 @@ fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
         cells[5].text, "2 2\n",
         "kept is still there, and all that is"
     );
+}
+
+#[test]
+fn an_oom_in_a_cell_after_training_cells_is_placed_after_their_steps() {
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &[
+            "%load_ext gpudoc\nimport torch\nfrom torch.optim.optimizer import Optimizer\ntorch.cuda.init()\nopt = Optimizer()",
+            "w = torch.empty(4 << 30)\nfor _ in range(30):\n    opt.step()",
+            "import time\ntime.sleep(1)\nouts = [torch.empty(8 << 30) for _ in range(12)]\ntorch.cuda._oom(64 << 30, free=None)",
+        ],
+    );
+    let text = &cells[2].text;
+    // The steps ran a cell before, a second earlier: the engine still sees them, and the OOM came after
+    // them (an evaluation keeping its outputs).
+    assert!(text.contains("[oom-after-training]"), "{text}");
+    assert!(!text.contains("[oom-before-training]"), "{text}");
 }
 
 #[test]

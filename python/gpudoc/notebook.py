@@ -92,9 +92,16 @@ def find_shim(torch):
         code = importlib.machinery.SourceFileLoader("gpudoc._shim.torch", path).get_code("gpudoc._shim.torch")
         g = {"__name__": "gpudoc._shim.torch", "__file__": "<gpudoc> " + path}
         exec(code, g)
+        # No leak hunt at the steps in a kernel gpudoc run did not start: it would record the allocator's
+        # history in the user's kernel, unasked (the holders at an OOM are still searched).
+        g["_hunt_step"] = _no_hunt
         g["attach"](torch, here)
         _OWN["shim"] = Shim(g, True)
     return _OWN["shim"]
+
+
+def _no_hunt(step, ending=False):
+    return None
 
 
 class Start(object):
@@ -118,6 +125,9 @@ class Doctor(object):
         self.quiet = False
         # The shim's messages kept for the engine (dicts), the last `hello` among them.
         self.messages, self.hello = [], None
+        # (pid, device) -> [first, last] step record: the engine places an OOM among the optimizer's steps
+        # from them (the steps of earlier cells included), however many steps ran.
+        self.steps = {}
         # (cell id, device) -> [(execution count, allocated at start, allocated at end)].
         self.runs = {}
         # device -> {holder: bytes} at the last search: a cell's line names what grew.
@@ -226,6 +236,9 @@ class Doctor(object):
                 continue
             if m.get("k") == "hello":
                 self.hello = m
+            elif m.get("k") == "step":
+                seen = self.steps.setdefault((m.get("pid"), m.get("dev")), [m, m])
+                seen[1] = m
             else:
                 self.messages.append(m)
         del self.messages[:-MAX_MESSAGES]
@@ -236,11 +249,14 @@ class Doctor(object):
         """The engine's report of this cell: for an OOM the run's own explanation, for %%gpudoc the full
         report and its HTML page inline."""
         msgs = [self.hello] if self.hello else []
+        steps = [m for pair in self.steps.values() for m in _unique(pair)]
+        msgs += sorted(steps, key=lambda m: m.get("t", 0))
         msgs += [m for m in self.messages if m.get("t", start.t0) >= start.t0 - 1e-3]
         output = None
         if error is not None:
             output = "".join(traceback.format_exception_only(type(error), error))
-        rows = _report.rows(start.t0, time.time(), [front_door()], self.nvml or None, msgs)
+        t0 = min([start.t0] + [m["t"] for m in steps if "t" in m])
+        rows = _report.rows(t0, time.time(), [front_door()], self.nvml or None, msgs)
         try:
             verdict = _report.report(rows, output=output, html=self.full, name="cell-%d" % n)
         except Exception as e:
@@ -432,6 +448,10 @@ class Doctor(object):
         """A failure of gpudoc's own never reaches the notebook as an error: said once, then quiet."""
         self._say_once("broken:" + where, "gpudoc: %s failed (%s: %s); the cell itself is unaffected" % (
             where, type(e).__name__, e))
+
+
+def _unique(pair):
+    return pair[:1] if pair[0] is pair[1] else pair
 
 
 def _total(rows):

@@ -996,12 +996,31 @@ def _ipython():
         return None
 
 
+def _attached_step(optimizer, args, kwargs):
+    """The step hook without gpudoc run: _on_step stops recording once the pipe is gone (S.dead), and
+    here there is none; its records go to the extension's copy (_send marks it gone again, cheaply)."""
+    __tracebackhide__ = True
+    dead, S.dead = S.dead, False
+    try:
+        _on_step(optimizer, args, kwargs)
+    finally:
+        S.dead = dead
+
+
 def attach(torch, here):
-    """For the notebook extension in a kernel gpudoc run did not start (no pipe): the peaks' wrappers
-    and the OOM observer, no step hook, no exit or fork callback; the messages go to the extension's
+    """For the notebook extension in a kernel gpudoc run did not start (no pipe): the peaks' wrappers,
+    the OOM observer and the step hook, no exit or fork callback; the messages go to the extension's
     copy only."""
     S.pipe, S.here = "", here
     _install_peaks(torch)
+    # The optimizer's steps: where an OOM falls among them (training, or an evaluation after it) is read
+    # from their records, as in a run.
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(_attached_step)
+    except Exception:
+        pass
     if torch.cuda.is_initialized():
         _on_cuda_init()
     else:
