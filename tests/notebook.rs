@@ -234,6 +234,29 @@ fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
 }
 
 #[test]
+fn the_extension_starts_no_thread_and_never_initialises_cuda() {
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &[
+            "import threading\nbefore = set(threading.enumerate())",
+            "%load_ext gpudoc\nimport torch",
+            "x = [1] * 1000",
+            "%gpudoc",
+            "print(set(threading.enumerate()) - before, torch.cuda.is_initialized())",
+        ],
+    );
+    // A kernel that never used the GPU keeps it untouched: no CUDA context (hundreds of MiB on every GPU
+    // it would make) and no thread of gpudoc's, which a fork after CUDA would not survive.
+    assert_eq!(cells[4].text, "set() False\n", "{cells:?}");
+    assert_eq!(
+        cells[3].text, "gpudoc: torch has no CUDA memory in this kernel yet\n",
+        "{cells:?}"
+    );
+    assert!(cells[1..3].iter().all(|c| c.text.is_empty()), "{cells:?}");
+}
+
+#[test]
 fn an_oom_in_a_cell_after_training_cells_is_placed_after_their_steps() {
     let m = Machine::h200s(1);
     let cells = run(
