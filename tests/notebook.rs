@@ -186,8 +186,9 @@ fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
     // The engine's explanation, as gpudoc run gives it: the cell, the cause, the rule, what held it.
     let text = &oom.text;
     assert!(
-        text.contains("gpudoc: notebook ran out of GPU memory on GPU 0 after")
-            && text.contains("in cell 2 (`def forward(n):`)"),
+        text.lines().any(|l| l
+            .starts_with("gpudoc: notebook ran out of GPU memory on GPU 0 after")
+            && l.ends_with(" in cell 2 (`def forward(n):`)")),
         "{text}"
     );
     assert!(
@@ -254,6 +255,49 @@ fn the_extension_starts_no_thread_and_never_initialises_cuda() {
         "{cells:?}"
     );
     assert!(cells[1..3].iter().all(|c| c.text.is_empty()), "{cells:?}");
+}
+
+#[test]
+fn without_nvml_an_oom_in_an_ipython_cell_is_still_explained_in_its_cell() {
+    // IPython in a terminal (no kernel) in a container without the driver's NVML: PyTorch's view alone.
+    let m = Machine::h200s(1);
+    let script = r#"
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+for cell in ("%load_ext gpudoc\nimport torch\ntorch.cuda.init()",
+             "def forward(n):\n    h = torch.empty(100 << 30)\n    torch.cuda._oom(n, free=None)\nforward(64 << 30)"):
+    shell.run_cell(cell, store_history=True)
+"#;
+    let bin = common::gpudoc_bin();
+    let out = Command::new(python_with_packages())
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", bin.parent().unwrap().display()),
+        )
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", fake_torch().display(), python_dir().display()),
+        )
+        .env("GPUDOC_NVML_LIB", "/nonexistent")
+        .env("IPYTHONDIR", m.path("ipython"))
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .current_dir(m.dir.path())
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let headline = text
+        .lines()
+        .find(|l| l.starts_with("gpudoc: ipython ran out of GPU memory on GPU 0 after"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        headline.ends_with(" in cell 2 (`def forward(n):`)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("held by local `h` (cell 2, in forward)"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -71,7 +71,7 @@ pub struct TorchProcReport {
 
 impl TorchReport {
     /// The notebook cell running at `at_s` in process `pid` (any process, when not known) on NVML's GPU
-    /// `gpu` (any, when not known).
+    /// `gpu` (any, when not known; a process whose GPU NVML did not give may be on any).
     pub fn cell_at(
         &self,
         pid: Option<u32>,
@@ -80,7 +80,8 @@ impl TorchReport {
     ) -> Option<&super::cells::Cell> {
         self.processes
             .iter()
-            .filter(|p| pid.is_none_or(|x| x == p.pid) && gpu.is_none_or(|g| p.gpu == Some(g)))
+            .filter(|p| pid.is_none_or(|x| x == p.pid))
+            .filter(|p| gpu.is_none_or(|g| p.gpu.is_none_or(|pg| pg == g)))
             .find_map(|p| super::cells::at(&p.cells, at_s))
     }
 }
