@@ -301,6 +301,21 @@ for cell in ("%load_ext gpudoc\nimport torch\ntorch.cuda.init()",
 }
 
 #[test]
+fn a_compiled_optimizer_step_runs_in_a_notebook_with_the_extension() {
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &[
+            "%load_ext gpudoc\nimport torch\nfrom torch.optim.optimizer import Optimizer\ntorch.cuda.init()\nopt = Optimizer()",
+            "step = torch.compile(opt.step, backend=\"eager\")\nfor _ in range(3):\n    step()\nprint(\"stepped\", torch.compiler.graph_breaks())",
+        ],
+    );
+    // Dynamo, tracing into the extension's step hook, finds its globals by importing their module's name.
+    assert_eq!(cells[1].error, None, "{cells:?}");
+    assert_eq!(cells[1].text, "stepped 0\n", "{cells:?}");
+}
+
+#[test]
 fn an_oom_in_a_cell_after_training_cells_is_placed_after_their_steps() {
     let m = Machine::h200s(1);
     let cells = run(

@@ -28,6 +28,8 @@ LEAK_RUNS = 3
 # Runs of each cell remembered, and messages of the shim's kept for the engine.
 MAX_RUNS = 32
 MAX_MESSAGES = 512
+# The shim's module name (gpudoc run's, and the copy loaded here).
+SHIM = "gpudoc._shim.torch"
 # The shim's notebook interface this extension speaks (the shim of another gpudoc version may not).
 SHIM_CALLS = ("cell_start", "cell_end", "watch_cells", "attach", "CELL", "S", "_hunt_module", "_in_use", "_cur")
 
@@ -79,7 +81,7 @@ def find_shim(torch):
         hooks.extend(found.values() if isinstance(found, dict) else found or ())
     for fn in hooks:
         g = getattr(fn, "__globals__", None)
-        if g is not None and g.get("__name__") == "gpudoc._shim.torch":
+        if g is not None and g.get("__name__") == SHIM:
             if not all(k in g for k in SHIM_CALLS):
                 raise RuntimeError("the shim gpudoc run loaded is another version's: run the kernel under "
                                    "the gpudoc this package came with")
@@ -89,8 +91,13 @@ def find_shim(torch):
 
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
         path = os.path.join(here, "_gpudoc_torch.py")
-        code = importlib.machinery.SourceFileLoader("gpudoc._shim.torch", path).get_code("gpudoc._shim.torch")
-        g = {"__name__": "gpudoc._shim.torch", "__file__": "<gpudoc> " + path}
+        code = importlib.machinery.SourceFileLoader(SHIM, path).get_code(SHIM)
+        # A module in sys.modules, as gpudoc run's shim is: Dynamo, tracing a compiled optimizer step into
+        # the step hook, finds the hook's globals by importing their __name__.
+        module = type(sys)(SHIM)
+        module.__file__ = "<gpudoc> " + path
+        sys.modules[SHIM] = module
+        g = module.__dict__
         exec(code, g)
         # No leak hunt at the steps in a kernel gpudoc run did not start: it would record the allocator's
         # history in the user's kernel, unasked (the holders at an OOM are still searched).
