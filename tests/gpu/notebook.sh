@@ -4,25 +4,27 @@
 # holds its memory after it, `%gpudoc free`, the same cell with a smaller batch succeeding, a cell that
 # leaks at each run, `%%gpudoc` with its HTML page. Then the same notebook with its kernel under
 # `gpudoc run` (the report names the cells). Expects .device/gpudoc (a release build) and, where the
-# device's python3 lacks them, ipykernel, nbclient and nbformat as wheels in .whl/ (made here with
-#   pip download -d .whl --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
-#     ipykernel nbclient nbformat
-# and carried). Leaves $OUT/notebook.tar.gz (fixtures/notebooks/ is made from it: h200.ipynb,
-# h200_run.ipynb, h200_run.report.json, .trace.jsonl) and prints each check, ok or BAD.
+# device's python3 lacks them, ipykernel, nbclient and nbformat as wheels in .whl/ (made here for the
+# device's Python, and carried):
+#   pip download -d .whl --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 ipykernel nbclient nbformat
+# Leaves $OUT/notebook.tar.gz (fixtures/notebooks/ is made from it: h200.ipynb, h200_run.ipynb,
+# h200_run.report.json, .trace.jsonl) and prints each check, ok or BAD.
 set -u
 export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
 G=$PWD/.device/gpudoc; chmod +x $G
 R=/tmp/rec30; rm -rf $R; mkdir -p $R
 nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total --format=csv > $R/nvidia-smi.csv
+NBPKGS=
 if ! python3 -c 'import ipykernel, nbclient, nbformat' 2>/dev/null; then
-  python3 -m venv --system-site-packages /tmp/nbvenv
-  /tmp/nbvenv/bin/pip install -q --no-index --find-links .whl ipykernel nbclient nbformat
-  export PATH=/tmp/nbvenv/bin:$PATH
+  # Beside the device's own packages (torch), on PYTHONPATH: the kernel nbclient starts inherits it.
+  python3 -m pip install -q --no-index --find-links .whl --target /tmp/nbpkgs ipykernel nbclient nbformat
+  NBPKGS=:/tmp/nbpkgs
 fi
-python3 -c 'import sys, torch, ipykernel, nbclient; print(sys.version.split()[0], torch.__version__, torch.version.cuda, "ipykernel", ipykernel.__version__, "nbclient", nbclient.__version__)' > $R/versions.txt 2>&1
+PYTHONPATH=${NBPKGS#:} python3 -c 'import sys, torch, ipykernel, nbclient; print(sys.version.split()[0], torch.__version__, torch.version.cuda, "ipykernel", ipykernel.__version__, "nbclient", nbclient.__version__)' > $R/versions.txt 2>&1
 # The package from this tree, the binary from .device (first on PATH: the extension runs `gpudoc report`).
 mkdir -p /tmp/gbin && cp $G /tmp/gbin/gpudoc
-export PATH=/tmp/gbin:$PATH PYTHONPATH=$PWD/python JUPYTER_PLATFORM_DIRS=1 IPYTHONDIR=$R/ipython
+export PATH=/tmp/gbin:$PATH PYTHONPATH=$PWD/python$NBPKGS JUPYTER_PLATFORM_DIRS=1 IPYTHONDIR=$R/ipython
 # The cells: a 2 GiB model of 8 layers; a batch whose activations (18.3 GiB each, kept for backward) fill
 # the 140 GiB; then the same with a tenth of the batch.
 python3 - > $R/cells.json <<'PY'
