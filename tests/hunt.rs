@@ -351,3 +351,34 @@ fn holders_behind_attributes_closures_and_caches_are_named() {
         assert!(text.starts_with(holder), "{mode}: {h:#?}");
     }
 }
+
+#[test]
+fn a_package_installed_into_a_folder_of_its_own_is_not_the_programs_code() {
+    // `pip install --target DIR` (or a folder on PYTHONPATH that pip installed into): the leak's site is
+    // the program's line that called the package, not the package's line, as for site-packages.
+    let m = Machine::h200s(1);
+    let (prog, lib) = (m.path("prog"), m.path("lib"));
+    std::fs::create_dir_all(&prog).unwrap();
+    std::fs::create_dir_all(lib.join("leak_helper-1.0.dist-info")).unwrap();
+    std::fs::copy(fake_torch().join("leaks.py"), prog.join("leaks.py")).unwrap();
+    std::fs::copy(
+        fake_torch().join("leak_helper.py"),
+        lib.join("leak_helper.py"),
+    )
+    .unwrap();
+    let path = format!("{}:{}", lib.display(), fake_torch().display());
+    let script = prog.join("leaks.py");
+    let (code, r, _, err) = m.python(
+        &[("PYTHONPATH", &path)],
+        &[],
+        &[script.to_str().unwrap(), "helper", "120"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let h = hunts(&r);
+    let site = &h[0]["sites"][0];
+    assert!(
+        site["file"].as_str().unwrap().ends_with("prog/leaks.py"),
+        "{site:#}"
+    );
+    assert_eq!(site["code"], "leak_helper.remember(y)", "{site:#}");
+}

@@ -76,9 +76,32 @@ def is_user(filename):
         else:
             real = os.path.realpath(filename)
             hit = not real.startswith(_prefixes) and os.sep + "site-packages" + os.sep not in real \
-                and os.sep + "dist-packages" + os.sep not in real
+                and os.sep + "dist-packages" + os.sep not in real and not _installed(real)
         _user_cache[filename] = hit
     return hit
+
+
+_installs = {}
+
+
+def _installed(real):
+    """The file is in a folder of sys.path that pip installed into (`pip install --target DIR`, a
+    PYTHONPATH of installed packages): one that holds a `*.dist-info`. A source tree has none (an editable
+    install puts its own in site-packages)."""
+    for entry in sys.path:
+        if type(entry) is not str or not entry:
+            continue
+        folder = _installs.get(entry)
+        if folder is None:
+            d = os.path.realpath(entry)
+            try:
+                pip = any(n.endswith(".dist-info") for n in os.listdir(d))
+            except OSError:
+                pip = False
+            folder = _installs[entry] = (d.rstrip(os.sep) + os.sep, pip)
+        if folder[1] and real.startswith(folder[0]):
+            return True
+    return False
 
 
 def _frame_text(f):
