@@ -30,7 +30,8 @@ pub struct Comparison {
     pub old: String,
     pub new: String,
     pub changes: Vec<Change>,
-    /// `rule (severity, subject)` found only in the new run, only in the old, in both.
+    /// `rule (severity, place)` found only in the new run, only in the old, in both (matched by rule,
+    /// severity and place, never by pid).
     pub rules_added: Vec<String>,
     pub rules_removed: Vec<String>,
     pub rules_kept: Vec<String>,
@@ -42,32 +43,74 @@ pub struct Comparison {
     pub new_duration_s: f64,
 }
 
-/// A diagnosis as `compare` matches it: a rule about a subject.
+/// A diagnosis as `compare` matches it: a rule about a place.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Found {
     pub rule: String,
     pub severity: crate::verdict::Severity,
     pub subject: String,
+    /// What it is matched by across runs: the GPU, the rank and the allocation site it names (`GPU 0,
+    /// rank 1, train.py:26`), never the pid, which differs in every run.
+    pub place: String,
     pub gpu: Option<String>,
     pub pid: Option<u32>,
 }
 
-/// Each diagnosis under its `rule (severity, subject)` key.
-fn keyed(r: &Report) -> std::collections::BTreeMap<String, Found> {
-    r.diagnoses
+/// Where a diagnosis is, in words that stay the same from run to run: its GPU, its process's rank and
+/// the allocation site its details name; the subject when it is no process (`run`, `GPU 0`).
+fn place(r: &Report, d: &crate::verdict::Diagnosis) -> String {
+    let Some(pid) = d.pid else {
+        return d.gpu.clone().unwrap_or_else(|| d.subject.clone());
+    };
+    let rank = r
+        .torch
+        .processes
         .iter()
-        .map(|d| {
-            let key = format!("{} ({}, {})", d.rule, d.severity.name(), d.subject);
-            let found = Found {
-                rule: d.rule.clone(),
-                severity: d.severity,
-                subject: d.subject.clone(),
-                gpu: d.gpu.clone(),
-                pid: d.pid,
-            };
-            (key, found)
-        })
-        .collect()
+        .find(|t| t.pid == pid)
+        .and_then(|t| t.rank.as_ref())
+        .map(|v| format!("rank {}", v.as_str().map_or(v.to_string(), str::to_string)));
+    // The site as `Hunt::site_lines` writes it: `allocated at dir/file.py:26 in fn ...`.
+    let site = d.details.iter().find_map(|l| {
+        let rest = l.strip_prefix("allocated at ")?;
+        rest.split(' ').next().map(str::to_string)
+    });
+    let parts: Vec<String> = [d.gpu.clone(), rank, site].into_iter().flatten().collect();
+    if parts.is_empty() {
+        // A process on no one GPU: the same words without the pid (`pid 12 on node-a` → `a process on
+        // node-a`).
+        let host = d.subject.split_once(" on ").map(|(_, h)| h);
+        return host.map_or("a process".into(), |h| format!("a process on {h}"));
+    }
+    parts.join(", ")
+}
+
+/// Each diagnosis under its `rule (severity, place)` key; a key several diagnoses share (four workers
+/// on one GPU) holds them all, so that their number is compared.
+fn keyed(r: &Report) -> std::collections::BTreeMap<String, Vec<Found>> {
+    let mut out: std::collections::BTreeMap<String, Vec<Found>> = Default::default();
+    for d in &r.diagnoses {
+        let place = place(r, d);
+        let key = format!("{} ({}, {place})", d.rule, d.severity.name());
+        out.entry(key).or_default().push(Found {
+            rule: d.rule.clone(),
+            severity: d.severity,
+            subject: d.subject.clone(),
+            place,
+            gpu: d.gpu.clone(),
+            pid: d.pid,
+        });
+    }
+    out
+}
+
+/// The diagnoses of `from` beyond the first `skip(key)` under each key, and their keys.
+fn beyond(
+    from: &std::collections::BTreeMap<String, Vec<Found>>,
+    skip: impl Fn(&str) -> usize,
+) -> (Vec<String>, Vec<Found>) {
+    from.iter()
+        .flat_map(|(k, v)| v.iter().skip(skip(k)).map(move |f| (k.clone(), f.clone())))
+        .unzip()
 }
 
 /// A measure's value per GPU index.
@@ -114,15 +157,12 @@ pub fn compare(old: &Report, new: &Report, old_name: &str, new_name: &str) -> Co
     }
     changes.sort_by_key(|c| c.gpu);
     let (ko, kn) = (keyed(old), keyed(new));
-    let pick = |from: &std::collections::BTreeMap<String, Found>,
-                keep: &dyn Fn(&String) -> bool| {
-        let keys: Vec<String> = from.keys().filter(|k| keep(k)).cloned().collect();
-        let found: Vec<Found> = keys.iter().map(|k| from[k].clone()).collect();
-        (keys, found)
-    };
-    let (rules_added, diagnoses_added) = pick(&kn, &|k| !ko.contains_key(k));
-    let (rules_removed, diagnoses_removed) = pick(&ko, &|k| !kn.contains_key(k));
-    let (rules_kept, diagnoses_kept) = pick(&kn, &|k| ko.contains_key(k));
+    let count =
+        |m: &std::collections::BTreeMap<String, Vec<Found>>, k: &str| m.get(k).map_or(0, Vec::len);
+    let (rules_added, diagnoses_added) = beyond(&kn, |k| count(&ko, k));
+    let (rules_removed, diagnoses_removed) = beyond(&ko, |k| count(&kn, k));
+    let (rules_kept, diagnoses_kept) =
+        beyond(&kn, |k| count(&kn, k) - count(&ko, k).min(count(&kn, k)));
     Comparison {
         schema: "gpudoc.compare/1",
         old: old_name.into(),
@@ -189,4 +229,71 @@ pub fn render(c: &Comparison, p: Paint) -> String {
         let _ = writeln!(o, "  no diagnosis in either run");
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leak_run(pid: u32) -> Report {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/runs/leak.report.json"
+        );
+        let mut r: Report = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for d in &mut r.diagnoses {
+            d.pid = Some(pid);
+            d.subject = format!("pid {pid}");
+        }
+        for t in &mut r.torch.processes {
+            t.pid = pid;
+        }
+        r
+    }
+
+    #[test]
+    fn the_same_leak_under_another_pid_is_kept_not_added_and_removed() {
+        let c = compare(&leak_run(3134), &leak_run(3469), "old", "new");
+        assert_eq!(c.rules_added, Vec::<String>::new());
+        assert_eq!(c.rules_removed, Vec::<String>::new());
+        assert_eq!(
+            c.rules_kept,
+            ["step-leak (warn, GPU 0, gpu/torch_steps.py:26)"]
+        );
+    }
+
+    #[test]
+    fn a_leak_at_another_site_or_on_another_rank_is_another_diagnosis() {
+        let mut moved = leak_run(3469);
+        moved.diagnoses[0].details[0] = moved.diagnoses[0].details[0].replace(":26 ", ":31 ");
+        let c = compare(&leak_run(3134), &moved, "old", "new");
+        assert_eq!(
+            c.rules_added,
+            ["step-leak (warn, GPU 0, gpu/torch_steps.py:31)"]
+        );
+        assert_eq!(
+            c.rules_removed,
+            ["step-leak (warn, GPU 0, gpu/torch_steps.py:26)"]
+        );
+        let mut ranked = leak_run(3469);
+        ranked.torch.processes[0].rank = Some(serde_json::json!(1));
+        let c = compare(&leak_run(3134), &ranked, "old", "new");
+        assert_eq!(
+            c.rules_added,
+            ["step-leak (warn, GPU 0, rank 1, gpu/torch_steps.py:26)"]
+        );
+    }
+
+    #[test]
+    fn diagnoses_sharing_a_place_are_counted() {
+        let old = leak_run(1);
+        let mut new = leak_run(2);
+        let mut second = new.diagnoses[0].clone();
+        second.pid = Some(3);
+        new.diagnoses.push(second);
+        let c = compare(&old, &new, "old", "new");
+        assert_eq!(c.rules_kept.len(), 1);
+        assert_eq!(c.diagnoses_added.len(), 1);
+        assert_eq!(c.diagnoses_removed.len(), 0);
+    }
 }
