@@ -45,9 +45,10 @@ pub fn render(r: &Report, p: Paint) -> String {
         let _ = writeln!(o, "  {}", p.warn(&format!("GPU sampling was off: {why}")));
     }
     render_hosts(&mut o, r);
-    for g in &r.gpus {
+    for g in r.gpus.iter().filter(|g| !unused(g)) {
         render_gpu(&mut o, r, g, p);
     }
+    render_unused(&mut o, r, p);
     render_torch(&mut o, r, p);
     render_leftovers(&mut o, r, p);
     for n in &r.notes {
@@ -218,6 +219,64 @@ fn render_hosts(o: &mut String, r: &Report) {
             },
         );
     }
+}
+
+/// A GPU the job held nothing on and that was sampled to the end: one line for all of them.
+fn unused(g: &GpuReport) -> bool {
+    g.job_peak_bytes == 0 && g.lost.is_none()
+}
+
+/// The GPUs the job did not use, per host, in one line each: `GPUs 1-7: not used by the job (device
+/// peak at most 4.00 GiB)`; their processes, which are others', are in `--json`.
+fn render_unused(o: &mut String, r: &Report, p: Paint) {
+    let mut hosts: Vec<Option<&str>> = r.gpus.iter().map(|g| g.host.as_deref()).collect();
+    hosts.dedup();
+    for host in hosts {
+        let idle: Vec<&GpuReport> = r
+            .gpus
+            .iter()
+            .filter(|g| unused(g) && g.host.as_deref() == host)
+            .collect();
+        let Some(first) = idle.first() else {
+            continue;
+        };
+        let on = host.map(|h| format!(" on {h}")).unwrap_or_default();
+        let names = if idle.iter().all(|g| g.name == first.name) {
+            format!(" {}", printable(&first.name))
+        } else {
+            String::new()
+        };
+        let indices: Vec<u32> = idle.iter().map(|g| g.index).collect();
+        let which = if idle.len() == 1 { "GPU" } else { "GPUs" };
+        let most = idle.iter().map(|g| g.peak_used_bytes).max().unwrap_or(0);
+        let text = format!(
+            "{which} {}{on}{names}: not used by the job (device peak {}{})",
+            ranges(&indices),
+            if idle.len() == 1 { "" } else { "at most " },
+            fmt_bytes(most)
+        );
+        let _ = writeln!(o, "  {}", p.dim(&text));
+    }
+}
+
+/// Indices in short: `0, 2-5, 7`.
+fn ranges(indices: &[u32]) -> String {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &i in indices {
+        match runs.last_mut() {
+            Some((_, hi)) if *hi + 1 == i => *hi = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let words: Vec<String> = runs
+        .iter()
+        .map(|&(lo, hi)| match hi - lo {
+            0 => lo.to_string(),
+            1 => format!("{lo}, {hi}"),
+            _ => format!("{lo}-{hi}"),
+        })
+        .collect();
+    words.join(", ")
 }
 
 /// One GPU: its peaks, the job's memory over the run, whether it was lost, and its processes.
@@ -610,6 +669,30 @@ mod tests {
         );
         // The headline alone (for the HTML page) is the same first lines.
         assert!(text.starts_with(&headline(&squeezed())));
+    }
+
+    #[test]
+    fn unused_gpus_are_one_line() {
+        let mut r = squeezed();
+        let gpu = r.gpus[0].clone();
+        r.gpus.truncate(1);
+        for i in 1..8 {
+            let mut g = gpu.clone();
+            g.index = i;
+            g.job_peak_bytes = 0;
+            g.peak_used_bytes = if i == 3 { 4 << 30 } else { 0 };
+            r.gpus.push(g);
+        }
+        let text = render(&r, Paint(false));
+        assert!(!text.contains("job peak 0 B"), "{text}");
+        assert_eq!(text.matches("not used by the job").count(), 1, "{text}");
+        assert!(
+            text.contains(
+                "GPUs 1-7 NVIDIA H200: not used by the job (device peak at most 4.00 GiB)"
+            ),
+            "{text}"
+        );
+        assert_eq!(ranges(&[0, 2, 3, 4, 5, 7, 8]), "0, 2-5, 7, 8");
     }
 
     #[test]
