@@ -535,9 +535,15 @@ fn render_oom(o: &mut String, oom: &OomReport, p: Paint) {
         let _ = writeln!(o, "  in the {WINDOW_S} s before (NVML):");
         for b in oom.before.iter().take(6) {
             let who = if b.in_job { "job  " } else { "other" };
+            // Taken before the job began, not in the window: said, never `0 B →`.
+            let held = if b.held_from_start {
+                " (held from the start)"
+            } else {
+                ""
+            };
             let _ = writeln!(
                 o,
-                "    {who} pid {:<7} {} → {} (peak {})  {}",
+                "    {who} pid {:<7} {}{held} → {} (peak {})  {}",
                 b.pid,
                 fmt_bytes(b.bytes_before),
                 fmt_bytes(b.bytes_at),

@@ -150,6 +150,11 @@ fn real_h200_runs_replayed_from_their_traces() {
             // The holder ran outside the job: NVML saw it, with its command line from the trace.
             let other = r.before.iter().find(|b| !b.in_job).unwrap();
             assert!(other.bytes_at > 100 << 30, "{name}: {other:?}");
+            // It held that from before the job, not `0 B →` in the window (issue 35).
+            assert!(
+                other.held_from_start && other.bytes_before == other.bytes_at,
+                "{name}: {other:?}"
+            );
         }
     }
 }

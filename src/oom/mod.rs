@@ -51,10 +51,35 @@ pub struct Before {
     pub visible: bool,
     pub cmdline: String,
     pub uid: Option<u32>,
-    /// Its memory 5 s before, at the OOM, and its highest in between.
+    /// Its memory 5 s before, at the OOM, and its highest in between. When the window starts before
+    /// gpudoc's first look (an OOM in the run's first 5 s) and the process was there at that look,
+    /// `bytes_before` is what it held then, and `held_from_start` is true.
     pub bytes_before: u64,
     pub bytes_at: u64,
     pub peak_bytes: u64,
+    /// It already held `bytes_before` at gpudoc's first look, when the job had just started: memory
+    /// taken before the window (and the job) began, not in it.
+    #[serde(default)]
+    pub held_from_start: bool,
+}
+
+/// How late after gpudoc's first look at the GPUs a process may be first seen and still count as
+/// there from the start: processes are read at 100 Hz, and no job allocates GPU memory this soon.
+const FIRST_LOOK_US: Micros = 100_000;
+
+/// The memory a process held at the window's start `lo`, and whether it is its first reading at gpudoc's
+/// first look (the window starts before any reading of it, but it was there from the start).
+fn held_at(t: &Timeline, p: &crate::timeline::ProcTimeline, lo: Micros) -> (u64, bool) {
+    if let Some(v) = p.used.value_at(lo) {
+        return (v, false);
+    }
+    let first_look = t.gpus.iter().filter_map(|g| g.used.first_at()).min();
+    match (p.used.first_at(), first_look) {
+        (Some(seen), Some(look)) if seen <= look + FIRST_LOOK_US => {
+            (p.used.first().unwrap_or(0), true)
+        }
+        _ => (0, false),
+    }
 }
 
 /// The report's `oom` object.
@@ -323,6 +348,7 @@ fn before(t: &Timeline, gpu: Option<u32>, at: Micros) -> Vec<Before> {
         .filter(|p| gpu.is_none_or(|g| p.gpu == g))
         .filter_map(|p| {
             let peak = p.used.max_in(lo, at)?;
+            let (bytes_before, held_from_start) = held_at(t, p, lo);
             (peak > 0).then(|| Before {
                 pid: p.pid,
                 gpu: p.gpu,
@@ -330,9 +356,10 @@ fn before(t: &Timeline, gpu: Option<u32>, at: Micros) -> Vec<Before> {
                 visible: p.visible,
                 cmdline: p.cmdline.clone(),
                 uid: p.uid,
-                bytes_before: p.used.value_at(lo).unwrap_or(0),
+                bytes_before,
                 bytes_at: p.used.value_at(at).unwrap_or(0),
                 peak_bytes: peak,
+                held_from_start,
             })
         })
         .collect();
@@ -396,6 +423,44 @@ mod tests {
             }));
         }
         t
+    }
+
+    /// A process on GPU 0 from `first` µs on, holding `bytes`.
+    fn holding(t: &mut Timeline, pid: u32, in_job: bool, first: Micros, bytes: u64) {
+        let mut used = crate::timeline::Series::default();
+        used.push(first, bytes);
+        used.push(first + 10_000, bytes);
+        t.procs.insert(
+            (pid, 0),
+            crate::timeline::ProcTimeline {
+                pid,
+                gpu: 0,
+                in_job,
+                visible: true,
+                cmdline: format!("p{pid}"),
+                uid: None,
+                ppid: None,
+                used,
+            },
+        );
+    }
+
+    #[test]
+    fn memory_held_from_before_the_job_is_not_shown_as_taken_in_the_window() {
+        // As fixtures/oom/h200/torch_other_process: another user's 100 GiB seen at gpudoc's first look
+        // (26 ms in), the job's process from 2.8 s, the OOM at 2.9 s: a window that starts at 0.
+        let mut t = four_gpus();
+        t.gpus[0].used.push(25_878, 100 << 30);
+        holding(&mut t, 2501, false, 26_889, 100 << 30);
+        holding(&mut t, 2608, true, 2_798_235, 10 << 30);
+        let b = before(&t, Some(0), 2_900_000);
+        let other = b.iter().find(|b| b.pid == 2501).unwrap();
+        assert_eq!(
+            (other.bytes_before, other.held_from_start),
+            (100 << 30, true)
+        );
+        let job = b.iter().find(|b| b.pid == 2608).unwrap();
+        assert_eq!((job.bytes_before, job.held_from_start), (0, false));
     }
 
     #[test]
