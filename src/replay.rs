@@ -43,7 +43,7 @@ pub fn load_with_timeline(
         &mut first,
     )
     .map_err(io)?;
-    if first.contains("\"kind\"") {
+    if is_trace_row(&first) {
         return from_trace(file, output, rules, samples);
     }
     let text = std::fs::read_to_string(file).map_err(io)?;
@@ -70,8 +70,7 @@ pub fn load_with_timeline(
             ));
         }
     };
-    let mut report: Report =
-        serde_json::from_value(value).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut report: Report = typed(&value).map_err(|e| format!("{}: {e}", file.display()))?;
     if output.is_some() {
         return Err(format!(
             "{}: --output goes with a trace; a report already holds what the output said",
@@ -88,6 +87,83 @@ pub fn load_with_timeline(
     }
     crate::rules::diagnose(&mut report, rules);
     Ok((report, None))
+}
+
+/// A trace's first line is a row: one JSON object with its `kind`. A report on one line (`--json -`)
+/// has `kind`s inside it, never at its top; a row too garbled to read is still a trace's when it starts
+/// as rows are written.
+fn is_trace_row(first: &str) -> bool {
+    match serde_json::from_str::<serde_json::Value>(first) {
+        Ok(v) => v.get("kind").is_some(),
+        Err(_) => first.contains("\"kind\"") && !first.trim_start().starts_with("{\"schema\""),
+    }
+}
+
+/// The report in `value`; an error names the field it is about (`gpus[0].total_bytes: invalid type:
+/// string "lots", expected u64`, `exit: missing field `code``). serde_json says only where in a text
+/// it failed: the value is written out one field a line, and the line it failed on gives the field.
+fn typed(value: &serde_json::Value) -> Result<Report, String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| {
+        let words = e.to_string();
+        // serde_json appends ` at line L column C`: the field replaces it.
+        let words = words.split(" at line ").next().unwrap_or(&words);
+        match field_at(&text, e.line()) {
+            f if f.is_empty() => format!("the report: {words}"),
+            f => format!("`{f}`: {words}"),
+        }
+    })
+}
+
+/// The field that line `line` (1-based) of serde_json's pretty text is in: `gpus[0].total_bytes`;
+/// on an object's closing line, the object.
+fn field_at(pretty: &str, line: usize) -> String {
+    // One segment per open object or array: its name (`.gpus`, `[0]`), and for an array the next index.
+    let mut stack: Vec<(String, Option<usize>)> = Vec::new();
+    let path = |stack: &[(String, Option<usize>)]| {
+        let joined: String = stack.iter().map(|(s, _)| s.as_str()).collect();
+        joined.trim_start_matches('.').to_string()
+    };
+    for (i, raw) in pretty.lines().enumerate().take(line) {
+        let l = raw.trim();
+        let last = i + 1 == line;
+        if l.starts_with('}') || l.starts_with(']') {
+            if last {
+                return path(&stack);
+            }
+            stack.pop();
+            continue;
+        }
+        let (segment, rest) = match stack.last_mut() {
+            None => (String::new(), l),
+            Some((_, Some(next))) => {
+                *next += 1;
+                (format!("[{}]", *next - 1), l)
+            }
+            Some((_, None)) => match key_of(l) {
+                Some((k, rest)) => (format!(".{k}"), rest),
+                None => (String::new(), l),
+            },
+        };
+        if last {
+            stack.push((segment, None));
+            return path(&stack);
+        }
+        match rest {
+            "{" => stack.push((segment, None)),
+            "[" => stack.push((segment, Some(0))),
+            _ => {}
+        }
+    }
+    path(&stack)
+}
+
+/// The key of a pretty-printed `"key": value` line, and the value's text.
+fn key_of(line: &str) -> Option<(String, &str)> {
+    let mut de = serde_json::Deserializer::from_str(line).into_iter::<String>();
+    let key = de.next()?.ok()?;
+    let rest = line[de.byte_offset()..].strip_prefix(": ")?;
+    Some((key, rest))
 }
 
 fn from_trace(
@@ -357,4 +433,62 @@ fn apply_process(
     entry.used.push(t, used);
     sums.add(gpu, t, pid, used, in_job);
     timeline.process_samples += 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leak() -> serde_json::Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/runs/leak.report.json"
+        );
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named() {
+        let mut r = leak();
+        r["gpus"][0]["total_bytes"] = "lots".into();
+        let e = typed(&r).unwrap_err();
+        assert_eq!(
+            e,
+            "`gpus[0].total_bytes`: invalid type: string \"lots\", expected u64"
+        );
+    }
+
+    #[test]
+    fn a_missing_field_is_named_with_the_object_it_is_missing_from() {
+        let mut r = leak();
+        r["exit"].as_object_mut().unwrap().remove("core_dumped");
+        assert_eq!(
+            typed(&r).unwrap_err(),
+            "`exit`: missing field `core_dumped`"
+        );
+        let mut r = leak();
+        r.as_object_mut().unwrap().remove("duration_s");
+        assert_eq!(
+            typed(&r).unwrap_err(),
+            "the report: missing field `duration_s`"
+        );
+        let mut r = leak();
+        r["diagnoses"][0]["details"][1] = serde_json::json!(7);
+        assert!(
+            typed(&r)
+                .unwrap_err()
+                .starts_with("`diagnoses[0].details[1]`: invalid type"),
+            "{}",
+            typed(&r).unwrap_err()
+        );
+    }
+
+    #[test]
+    fn a_report_on_one_line_is_read_as_a_report_not_a_trace() {
+        let one_line = serde_json::to_string(&leak()).unwrap();
+        assert!(one_line.contains("\"kind\""));
+        assert!(!is_trace_row(&one_line));
+        assert!(is_trace_row(r#"{"command":["x"],"kind":"start"}"#));
+        assert!(is_trace_row(r#"{"gpu":0,"kind":"device","t":0.02"#));
+    }
 }

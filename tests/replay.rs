@@ -208,3 +208,27 @@ fn a_trace_of_the_first_schema_is_still_read() {
     assert_eq!(p["visible"], true);
     assert_eq!(p["peak_bytes"], 3u64 << 30);
 }
+
+#[test]
+fn a_report_missing_a_field_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = read_json(&PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/runs/leak.report.json"
+    )));
+    r["gpus"][0].as_object_mut().unwrap().remove("total_bytes");
+    // On one line, as `--json -` writes it: it has `kind`s inside, and was read as a broken trace.
+    let file = dir.path().join("one-line.json");
+    std::fs::write(&file, serde_json::to_string(&r).unwrap()).unwrap();
+    let out = std::process::Command::new(common::gpudoc_bin())
+        .arg("report")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("one-line.json: `gpus[0]`: missing field `total_bytes`"),
+        "{err}"
+    );
+}
