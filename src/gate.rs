@@ -119,7 +119,7 @@ impl Gate {
                 continue;
             };
             if r.nvml.available && !r.gpus.iter().any(|x| x.index == g) {
-                let have: Vec<String> = r.gpus.iter().map(|x| x.index.to_string()).collect();
+                let have: Vec<u32> = r.gpus.iter().map(|x| x.index).collect();
                 checks.push(Check {
                     kind: "max-peak".into(),
                     gpu: Some(g),
@@ -127,14 +127,7 @@ impl Gate {
                     limit_bytes: Some(limit),
                     baseline_bytes: None,
                     passed: false,
-                    message: format!(
-                        "--max-peak names GPU {g}, which this machine does not have (GPUs: {})",
-                        if have.is_empty() {
-                            "none".into()
-                        } else {
-                            have.join(", ")
-                        }
-                    ),
+                    message: no_such_gpu(g, &have),
                 });
             } else {
                 notes.push(format!(
@@ -142,6 +135,15 @@ impl Gate {
                 ));
             }
         }
+    }
+
+    /// The first GPU a `--max-peak` names that is not among `present` (NVML's GPUs for the job): known
+    /// before the command runs, so said then.
+    pub fn absent_gpu(&self, present: &[u32]) -> Option<u32> {
+        self.budgets
+            .iter()
+            .filter_map(|&(gpu, _)| gpu)
+            .find(|g| !present.contains(g))
     }
 
     fn check_baseline(
@@ -392,6 +394,17 @@ pub fn exit_code(child: i32, gate: Option<&GateReport>) -> i32 {
         Some(g) if child == 0 && !g.passed => crate::exit::GATE_FAILED as i32,
         _ => child,
     }
+}
+
+/// A `--max-peak` for a GPU that is not there, in words.
+pub fn no_such_gpu(g: u32, present: &[u32]) -> String {
+    let have: Vec<String> = present.iter().map(u32::to_string).collect();
+    let have = if have.is_empty() {
+        "none".into()
+    } else {
+        have.join(", ")
+    };
+    format!("--max-peak names GPU {g}, which this machine does not have (GPUs: {have})")
 }
 
 #[cfg(test)]

@@ -477,6 +477,25 @@ impl Sampler {
         }
     }
 
+    /// The indices of the GPUs sampled, once NVML has answered; `None` when it is not available or has
+    /// not answered within `wait`.
+    pub fn gpus(&self, wait: Duration) -> Option<Vec<u32>> {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            // `sampling` is set once the GPUs are in the timeline.
+            if self.sampling.load(Ordering::SeqCst) {
+                let s = self.shared.lock().unwrap();
+                return Some(s.timeline.gpus.iter().map(|g| g.info.index).collect());
+            }
+            let nvml = self.shared.lock().unwrap().nvml.clone();
+            if nvml.is_some_and(|n| !n.available) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        None
+    }
+
     /// A function that gives the timeline so far and NVML's status (a copy, taken under the lock the
     /// sampler takes between NVML calls).
     pub fn reader(&self) -> impl Fn() -> (Timeline, Option<NvmlStatus>) + Send + Sync + use<> {

@@ -76,6 +76,26 @@ fn a_budget_passes_or_fails_and_a_failing_command_wins() {
 }
 
 #[test]
+fn a_budget_for_a_gpu_that_is_not_there_stops_gpudoc_before_the_command_runs() {
+    let m = Machine::h200s(2);
+    let marker = m.path("ran");
+    let script = format!("touch {}; {JOB_3G}", marker.display());
+    let (code, _, _, err) = gated(&m, &["--quiet", "--max-peak", "7=20GiB"], &script);
+    assert_eq!(code, 125, "{err}");
+    assert!(!marker.exists(), "the command must not have run");
+    assert!(
+        err.contains(
+            "--max-peak names GPU 7, which this machine does not have (GPUs: 0, 1): the command was not started"
+        ),
+        "{err}"
+    );
+    // A GPU that is there: the command runs as before.
+    let (code, _, _, err) = gated(&m, &["--quiet", "--max-peak", "1=20GiB"], &script);
+    assert_eq!(code, 0, "{err}");
+    assert!(marker.exists());
+}
+
+#[test]
 fn baseline_round_trip_and_tolerance() {
     let m = Machine::h200s(1);
     let base = m.path("gpu-mem.json");

@@ -238,7 +238,8 @@ fn absurd_values_are_refused_with_a_hint() {
         assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
     }
-    // A GPU the machine does not have fails the gate rather than passing with no check.
+    // A GPU the machine does not have is refused before the job rather than passing with no check
+    // (issue 35: it was a failed gate, 122, after the whole job).
     let out = m
         .gpudoc()
         .args(["run", "-q", "--max-peak", "99=5GiB", "--", "sh", "-c"])
@@ -246,9 +247,11 @@ fn absurd_values_are_refused_with_a_hint() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(122), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(
-        err.contains("GPU 99, which this machine does not have"),
+        err.contains(
+            "GPU 99, which this machine does not have (GPUs: 0): the command was not started"
+        ),
         "{err}"
     );
 }

@@ -32,6 +32,10 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     let _ = unsafe { supervise::guard::split() };
     s.rules.start();
     let mut session = Session::start(&s)?;
+    if let Err(e) = check_budget_gpus(&s, &session) {
+        session.abandon();
+        return Err(e);
+    }
     let mut child = match session.spawn(&s) {
         Ok(c) => c,
         Err(e) => {
@@ -62,6 +66,35 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
         supervise::guard::exit_by_signal(sig);
     }
     Ok(ExitCode::from(code))
+}
+
+/// How long `gpudoc run` waits for NVML before the command starts, when a `--max-peak` names a GPU.
+const GPU_CHECK_WAIT: Duration = Duration::from_secs(2);
+
+/// A `--max-peak` for a GPU this machine does not have fails before the command runs (exit 125), not
+/// after the whole job (exit 122). Only then does the command wait for NVML, at most [`GPU_CHECK_WAIT`]
+/// (NVML opens in milliseconds with the driver loaded); without an answer the gate checks at the end.
+fn check_budget_gpus(s: &RunSettings, session: &Session) -> Result<(), Failure> {
+    let Some(gate) = s
+        .gate
+        .as_ref()
+        .filter(|g| g.budgets.iter().any(|b| b.0.is_some()))
+    else {
+        return Ok(());
+    };
+    let Some(present) = session.sampler.gpus(GPU_CHECK_WAIT) else {
+        return Ok(());
+    };
+    match gate.absent_gpu(&present) {
+        Some(g) => Err(Failure::new(
+            crate::exit::GPUDOC_FAILED,
+            format!(
+                "{}: the command was not started",
+                gate::no_such_gpu(g, &present)
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Everything running beside the command.
