@@ -174,7 +174,8 @@ fn an_oom_names_what_filled_the_gpu() {
     let d = &r["diagnoses"][0];
     assert!(d["rule"].as_str().unwrap().starts_with("oom-"), "{d:#}");
     assert_eq!(
-        d["details"][2], "held by list `kept` (leaks.py, module globals), 12 items (192.00 MiB)",
+        d["details"][2],
+        "held by list `kept` (leaks.py, module globals), 12 items — at the OOM: 12 of its tensors hold 192.00 MiB",
         "{d:#}"
     );
 }

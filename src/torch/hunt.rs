@@ -107,16 +107,44 @@ impl Hunt {
             .collect()
     }
 
-    /// Lines for a diagnosis: what keeps it alive.
+    /// Lines for a diagnosis: what keeps it alive, and what of it was counted when. A container's items
+    /// are counted when the hunt looked (step `to_step`, or the OOM), and its bytes are those of its
+    /// tensors allocated in the window (all of them at an OOM), never items × size: "list `kept`, 300
+    /// items — at step 40: 20 of its tensors, allocated in steps 20-40, hold 640.00 MiB".
     pub fn holder_lines(&self, verb: &str) -> Vec<String> {
+        let (when, from) = if self.why == "oom" {
+            ("at the OOM".to_string(), String::new())
+        } else if self.to_step > 0 {
+            (
+                format!("at step {}", self.to_step),
+                format!(", allocated in steps {}-{},", self.from_step, self.to_step),
+            )
+        } else {
+            (format!("{:.1} s in", self.at_s), String::new())
+        };
         self.holders
             .iter()
             .map(|h| {
-                if h.bytes > 0 {
-                    format!("{verb} {} ({})", h.text, fmt_bytes(h.bytes))
-                } else {
-                    format!("{verb} {}", h.text)
+                if h.tensors == 0 {
+                    return format!("{verb} {}", h.text);
                 }
+                let n = h.tensors;
+                let counted = match (h.items.is_some(), n) {
+                    (true, _) => format!("{n} of its tensors{from} hold"),
+                    (false, 1) => format!("its tensor{from} holds"),
+                    (false, _) => format!("its {n} tensors{from} hold"),
+                };
+                // A scalar that holds an autograd graph: the graph's memory is not in its bytes.
+                let own = if h.bytes < 1 << 20 {
+                    " (storage alone: what an autograd graph keeps alive is not counted)"
+                } else {
+                    ""
+                };
+                format!(
+                    "{verb} {} — {when}: {counted} {}{own}",
+                    h.text,
+                    fmt_bytes(h.bytes)
+                )
             })
             .collect()
     }
@@ -153,7 +181,45 @@ mod tests {
         );
         assert_eq!(
             h.holder_lines("kept alive by"),
-            vec!["kept alive by list `kept` (train.py, module globals), 300 items (640.00 MiB)"]
+            vec![
+                "kept alive by list `kept` (train.py, module globals), 300 items — at step 32: 20 of its tensors, allocated in steps 12-32, hold 640.00 MiB"
+            ]
         );
+    }
+
+    #[test]
+    fn holder_numbers_say_what_was_counted_and_when() {
+        let holder = |text: &str, tensors, bytes, items| Holder {
+            kind: "container".into(),
+            text: text.into(),
+            tensors,
+            bytes,
+            items,
+        };
+        let mut h = Hunt {
+            why: "oom".into(),
+            holders: vec![
+                // 47 items of which 20 tensors of 2 GiB: not "47 items (40.00 GiB)".
+                holder(
+                    "list `outs` (eval.py, module globals), 47 items",
+                    20,
+                    40 << 30,
+                    Some(47),
+                ),
+                holder("global `total` (train.py, module globals)", 1, 4, None),
+            ],
+            ..Hunt::default()
+        };
+        assert_eq!(
+            h.holder_lines("held by"),
+            [
+                "held by list `outs` (eval.py, module globals), 47 items — at the OOM: 20 of its tensors hold 40.00 GiB",
+                "held by global `total` (train.py, module globals) — at the OOM: its tensor holds 4 B (storage alone: what an autograd graph keeps alive is not counted)",
+            ]
+        );
+        (h.why, h.from_step, h.to_step) = ("auto".into(), 10, 40);
+        assert!(h.holder_lines("kept alive by")[0].contains(
+            "47 items — at step 40: 20 of its tensors, allocated in steps 10-40, hold 40.00 GiB"
+        ));
     }
 }
