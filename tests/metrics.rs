@@ -295,6 +295,19 @@ fn watch_with_metrics_and_no_terminal_is_a_node_exporter() {
         !body.contains("gpudoc_job_memory_bytes"),
         "no job in watch: {body}"
     );
+    // Each look reads the GPU: the counter docs/metrics.md promises counts them (it stayed 0).
+    let samples = |body: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with("gpudoc_samples_total{") && l.contains("kind=\"device\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let first = samples(&body);
+    assert!(first >= 1.0, "{body}");
+    wait_for("more looks counted", 10, || {
+        let (_, body) = get(port, "/metrics", "text/plain")?;
+        (samples(&body) > first).then_some(())
+    });
     unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
     let mut out = String::new();
     let mut stdout = child.0.stdout.take().unwrap();

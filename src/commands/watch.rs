@@ -12,7 +12,7 @@ use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyModifiers};
 use crossterm::{cursor, execute, queue, terminal};
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,9 +22,15 @@ const END_GRACE: Duration = Duration::from_secs(5);
 pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
     let (nvml, status, gpus) = gpu::open(&s.nvml_lib);
     let me = nix::unistd::geteuid().as_raw();
+    // Looks taken through NVML: each reads every GPU's memory and process list once, the samples
+    // `gpudoc_samples_total` counts.
+    let looks = Arc::new(AtomicU64::new(0));
     let look = || {
         let memory = match &nvml {
-            Some(n) => Ok(orphans::read_memory(n, &gpus)),
+            Some(n) => {
+                looks.fetch_add(1, Ordering::Relaxed);
+                Ok(orphans::read_memory(n, &gpus))
+            }
             None => Err(status
                 .error
                 .clone()
@@ -38,8 +44,14 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
     let latest = Arc::new(Mutex::new(look()));
     let server = match s.metrics {
         Some(addr) => {
-            let (frame, host) = (latest.clone(), s.host.clone());
-            let source = Arc::new(move || frame.lock().unwrap().view(&host));
+            let (frame, host, looks) = (latest.clone(), s.host.clone(), looks.clone());
+            let per_look = gpus.len() as u64;
+            let source = Arc::new(move || {
+                let mut v = frame.lock().unwrap().view(&host);
+                v.device_samples = looks.load(Ordering::Relaxed) * per_look;
+                v.process_samples = v.device_samples;
+                v
+            });
             Some(
                 Server::start(addr, source)
                     .map_err(|e| Failure::new(exit::USAGE, format!("--metrics {e}")))?,
