@@ -95,6 +95,12 @@ fn the_man_page_has_every_subcommand_and_option() {
     assert!(out.status.success());
     let page = String::from_utf8(out.stdout).unwrap();
     assert!(page.contains(".TH gpudoc 1"));
+    // One page is installed: no pointer to a gpudoc-run(1) that does not exist.
+    assert!(!page.contains("(1)"), "a reference to another page");
+    assert!(
+        page.contains("\\fBgpudoc run\\fR\n"),
+        "the subcommands listed as sections"
+    );
     let cmd = gpudoc::cli::Cli::command();
     for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
         let head = format!(".SH \"GPUDOC {}\"", sub.get_name().to_uppercase());

@@ -162,3 +162,97 @@ fn flags_tables() {
     section("docs/orphans.md", "orphans-flags", &flags("orphans"));
     section("docs/watch.md", "watch-flags", &flags("watch"));
 }
+
+/// The text of the first fenced block after `marker` in `file`.
+fn block_after(file: &str, marker: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    let at = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{file}: no {marker}"));
+    let open = at + text[at..].find("```").unwrap();
+    let body = open + text[open..].find('\n').unwrap() + 1;
+    let close = body + text[body..].find("```").unwrap();
+    text[body..close].to_string()
+}
+
+#[test]
+fn the_readmes_example_is_the_fixtures_output_with_every_cut_marked() {
+    let shown = block_after("README.md", "A run whose loop kept a tensor every step");
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/runs/leak.report.json"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpudoc"))
+        .args(["report", fixture, "--color", "never"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8(out.stdout).unwrap();
+    let mut real = real.lines().peekable();
+    let mut cut = false;
+    for line in shown.lines() {
+        if line.trim() == "…" {
+            cut = true;
+            continue;
+        }
+        // Lines the README leaves out are only where a `…` says so.
+        while cut && real.peek().is_some_and(|r| *r != line) {
+            real.next();
+        }
+        assert_eq!(
+            real.next(),
+            Some(line),
+            "README.md's example differs, or a cut is not marked"
+        );
+        cut = false;
+    }
+    assert!(
+        cut || real.next().is_none(),
+        "README.md's example ends early without a `…`"
+    );
+}
+
+#[test]
+fn trying_gpudoc_without_a_gpu_works_as_development_md_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("gpus.json");
+    let script = block_after("docs/development.md", "## Trying gpudoc without a GPU")
+        .lines()
+        .filter(|l| !l.starts_with("cargo build"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("/tmp/gpus.json", &state.display().to_string());
+    let out = std::process::Command::new("bash")
+        .args(["-c", &format!("exec 2>&1\n{script}")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "fakegpu alloc --steps 1GiB,3GiB,2GiB --hold-ms 300 exited with code 0",
+        "job peak 3.00 GiB",
+        "gpudoc gate: FAILED: GPU 0: peak 3.00 GiB over budget 2.00 GiB\n122",
+        "[step-leak]",
+        "ghost",
+    ] {
+        assert!(all.contains(want), "{want}: {all}");
+    }
+}
+
+#[test]
+fn the_readme_gives_the_sampling_rates_gpudoc_uses() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let r = gpudoc::sample::Rates::default();
+    let hz = |d: std::time::Duration| (1.0 / d.as_secs_f64()).round() as u64;
+    let want = format!(
+        "each GPU's memory at {} kHz, its processes at {} Hz",
+        hz(r.device) / 1000,
+        hz(r.process)
+    );
+    assert!(text.contains(&want), "README.md should say: {want}");
+}

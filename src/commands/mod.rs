@@ -63,7 +63,25 @@ pub fn main(args: Vec<OsString>, env: Env) -> Result<ExitCode, Failure> {
 /// The man page: gpudoc(1) with every subcommand's options, from the same definitions as `--help`.
 fn man_page(out: &mut Vec<u8>) -> std::io::Result<()> {
     let cmd = Cli::command();
-    clap_mangen::Man::new(cmd.clone()).render(out)?;
+    let top = clap_mangen::Man::new(cmd.clone());
+    top.render_title(out)?;
+    top.render_name_section(out)?;
+    top.render_synopsis_section(out)?;
+    top.render_description_section(out)?;
+    top.render_options_section(out)?;
+    // clap_mangen points each subcommand to a page of its own (gpudoc-run(1)); gpudoc installs one page,
+    // where each is a section below.
+    out.extend_from_slice(b".SH SUBCOMMANDS\n");
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+        let line = format!(
+            ".TP\n\\fBgpudoc {}\\fR\n{about} (section GPUDOC {} below)\n",
+            sub.get_name(),
+            sub.get_name().to_uppercase()
+        );
+        out.extend_from_slice(line.replace('-', "\\-").as_bytes());
+    }
+    top.render_version_section(out)?;
     for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
         let name = format!("gpudoc {}", sub.get_name());
         out.extend_from_slice(format!(".SH \"{}\"\n", name.to_uppercase()).as_bytes());
