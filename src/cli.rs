@@ -110,7 +110,7 @@ pub struct RunArgs {
     pub metrics: Option<String>,
     /// With --metrics: keep serving this long after the job ends (at most 1h; less if gpudoc is asked to
     /// end), so a scraper sees its end.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DUR")]
     pub metrics_linger: Duration,
     /// The job's name: its entry in a --baseline file, a label on every metric (`job_name`), and in the
     /// report.
@@ -145,9 +145,34 @@ pub const MIN_INTERVAL: Duration = Duration::from_micros(100);
 /// The longest: a sampler that looks once a minute sees nothing worth the name.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(60);
 
+/// A duration as people write it (`500ms`, `10s`, `2m`); an error says so in words, where humantime
+/// says "expected number at 0" of `forever`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| match e {
+        humantime::DurationError::UnknownUnit { unit, .. } => {
+            format!("`{s}`: unknown unit `{unit}` (ns, us, ms, s, m, h, d; like 500ms, 10s or 2m)")
+        }
+        _ => format!("`{s}` is not a duration: write a number and a unit, like 500ms, 10s or 2m"),
+    })
+}
+
+#[cfg(test)]
+#[test]
+fn a_duration_that_is_not_one_is_said_in_words() {
+    assert_eq!(
+        parse_duration("forever").unwrap_err(),
+        "`forever` is not a duration: write a number and a unit, like 500ms, 10s or 2m"
+    );
+    assert!(
+        parse_duration("10x")
+            .unwrap_err()
+            .contains("unknown unit `x`")
+    );
+    assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+}
+
 fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{e} (write it like 1ms, 500us or 0.5s)"))?;
+    let d = parse_duration(s)?;
     if d < MIN_INTERVAL {
         return Err(format!("{s} is too short: the shortest interval is 100us"));
     }
@@ -192,8 +217,8 @@ pub struct GateArgs {
     /// Which measure is gated.
     #[arg(long, value_enum, default_value_t = GateMeasure::Nvml, value_name = "MEASURE")]
     pub gate: GateMeasure,
-    /// Also fail on diagnoses of this severity or worse.
-    #[arg(long, value_name = "warn|error", value_enum)]
+    /// Also fail on diagnoses of this severity or worse (`info`: any diagnosis).
+    #[arg(long, value_name = "info|warn|error", value_enum)]
     pub fail_on: Option<FailOn>,
     /// Write the gate's checks as a JUnit XML file, for CI systems other than GitHub Actions.
     #[arg(long, value_name = "FILE")]
@@ -243,7 +268,7 @@ pub enum WatchFormat {
 }
 
 fn parse_watch_interval(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write it like 500ms or 2s)"))?;
+    let d = parse_duration(s)?;
     if d < Duration::from_millis(100) || d > Duration::from_secs(3600) {
         return Err(format!("{s}: from 100ms to 1h"));
     }
@@ -336,7 +361,7 @@ pub struct OrphansArgs {
     #[arg(short, long)]
     pub yes: bool,
     /// How long to wait after SIGTERM before SIGKILL.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub grace: Duration,
     /// As root, also end other users' processes.
     #[arg(long)]

@@ -78,10 +78,15 @@ pub fn open(library: &str) -> (Option<Nvml>, NvmlStatus, Vec<GpuInfo>) {
 
 fn describe_init_error(library: &str, e: &NvmlError) -> String {
     match e {
-        NvmlError::LibloadingError(inner) => {
+        // The default name not found: no driver, or one installed where the loader does not look.
+        NvmlError::LibloadingError(inner) if library == DEFAULT_LIB => {
             format!(
                 "cannot load {library}: {inner} (no NVIDIA driver here? set {LIB_ENV} to its path)"
             )
+        }
+        // The user's own path: telling them to set the variable they set would send them in a circle.
+        NvmlError::LibloadingError(inner) => {
+            format!("cannot load {library}, which {LIB_ENV} names: {inner}")
         }
         NvmlError::DriverNotLoaded => format!("{library}: the NVIDIA driver is not loaded"),
         NvmlError::NoPermission => format!("{library}: no permission to talk to the driver"),
@@ -124,12 +129,7 @@ pub fn visible(gpus: Vec<GpuInfo>, spec: Option<&str>) -> Vec<GpuInfo> {
     };
     let mut keep: Vec<GpuInfo> = Vec::new();
     for entry in spec.split(',').map(str::trim) {
-        let found = match entry.parse::<u32>() {
-            Ok(i) => gpus.iter().find(|g| g.index == i),
-            Err(_) if entry.starts_with("GPU-") => gpus.iter().find(|g| g.uuid.starts_with(entry)),
-            Err(_) => None,
-        };
-        match found {
+        match named(&gpus, entry) {
             Some(g) if !keep.iter().any(|k| k.index == g.index) => keep.push(g.clone()),
             Some(_) => {}
             None => break,
@@ -142,20 +142,67 @@ pub fn visible(gpus: Vec<GpuInfo>, spec: Option<&str>) -> Vec<GpuInfo> {
     keep
 }
 
+/// The GPU an entry of `CUDA_VISIBLE_DEVICES` names: an index or a UUID (or its start).
+fn named<'g>(gpus: &'g [GpuInfo], entry: &str) -> Option<&'g GpuInfo> {
+    match entry.parse::<u32>() {
+        Ok(i) => gpus.iter().find(|g| g.index == i),
+        Err(_) if entry.starts_with("GPU-") => gpus.iter().find(|g| g.uuid.starts_with(entry)),
+        Err(_) => None,
+    }
+}
+
+/// In words, when `CUDA_VISIBLE_DEVICES` names something that is no GPU here: CUDA then gives the job
+/// the GPUs before it, or none. `None` when every entry is a GPU of this machine, or a MIG instance
+/// (`MIG-...`, which gpudoc does not resolve).
+pub fn visible_note(gpus: &[GpuInfo], spec: Option<&str>) -> Option<String> {
+    let spec = spec.map(str::trim).filter(|s| !s.is_empty())?;
+    let entries: Vec<&str> = spec.split(',').map(str::trim).collect();
+    let bad = entries
+        .iter()
+        .position(|e| !e.starts_with("MIG-") && named(gpus, e).is_none())?;
+    let list = |v: &[&GpuInfo]| {
+        let i: Vec<String> = v.iter().map(|g| g.index.to_string()).collect();
+        if i.is_empty() {
+            "none".into()
+        } else {
+            i.join(", ")
+        }
+    };
+    let here = list(&gpus.iter().collect::<Vec<_>>());
+    let given: Vec<&GpuInfo> = entries[..bad]
+        .iter()
+        .filter_map(|e| named(gpus, e))
+        .collect();
+    let then = if given.is_empty() {
+        "CUDA gives the job no GPU, and gpudoc samples all of them".to_string()
+    } else {
+        format!("CUDA stops there: the job has GPU {} only", list(&given))
+    };
+    Some(format!(
+        "CUDA_VISIBLE_DEVICES={spec}: `{}` is no GPU of this machine (GPUs {here}): {then}",
+        entries[bad]
+    ))
+}
+
 #[cfg(test)]
 mod visible_tests {
     use super::*;
 
-    #[test]
-    fn cuda_visible_devices_picks_the_gpus() {
-        let gpus: Vec<GpuInfo> = (0..4)
+    /// GPUs 0..n, GPU i with the UUID `GPU-iaaa`.
+    fn gpus(n: u32) -> Vec<GpuInfo> {
+        (0..n)
             .map(|i| GpuInfo {
                 index: i,
                 name: "H200".into(),
                 uuid: format!("GPU-{i}aaa"),
                 total_bytes: 1,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn cuda_visible_devices_picks_the_gpus() {
+        let gpus = gpus(4);
         let idx = |v: Vec<GpuInfo>| v.iter().map(|g| g.index).collect::<Vec<_>>();
         assert_eq!(idx(visible(gpus.clone(), Some("2,1"))), vec![1, 2]);
         assert_eq!(idx(visible(gpus.clone(), Some("GPU-3"))), vec![3]);
@@ -166,5 +213,33 @@ mod visible_tests {
         );
         assert_eq!(idx(visible(gpus.clone(), Some("MIG-x"))), vec![0, 1, 2, 3]);
         assert_eq!(idx(visible(gpus.clone(), None)), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_library_path_the_user_set_is_not_answered_with_set_the_variable() {
+        let (_, status, _) = open("/nonexistent/libnvidia-ml.so");
+        let e = status.error.unwrap();
+        assert!(
+            e.starts_with(
+                "cannot load /nonexistent/libnvidia-ml.so, which GPUDOC_NVML_LIB names: "
+            ),
+            "{e}"
+        );
+        assert!(!e.contains("set GPUDOC_NVML_LIB"), "{e}");
+    }
+
+    #[test]
+    fn a_cuda_visible_devices_naming_no_gpu_here_is_said() {
+        let gpus = gpus(2);
+        assert_eq!(
+            visible_note(&gpus, Some("7")).unwrap(),
+            "CUDA_VISIBLE_DEVICES=7: `7` is no GPU of this machine (GPUs 0, 1): CUDA gives the job no GPU, and gpudoc samples all of them"
+        );
+        assert!(visible_note(&gpus, Some("1,abc,0")).unwrap().ends_with(
+            "`abc` is no GPU of this machine (GPUs 0, 1): CUDA stops there: the job has GPU 1 only"
+        ));
+        for fine in [None, Some(""), Some("1,0"), Some("GPU-1"), Some("MIG-x")] {
+            assert_eq!(visible_note(&gpus, fine), None, "{fine:?}");
+        }
     }
 }

@@ -77,6 +77,8 @@ pub struct Shared {
     pub trace: Option<SharedTrace>,
     /// NVML's status, once the thread has opened it.
     pub nvml: Option<NvmlStatus>,
+    /// What the sampler found worth saying (a `CUDA_VISIBLE_DEVICES` naming no GPU here).
+    pub notes: Vec<String>,
 }
 
 struct Probe<'n> {
@@ -393,6 +395,8 @@ pub struct Sampled {
     pub nvml: Option<NvmlStatus>,
     /// Said when the sampler did not finish in time (NVML stopped answering).
     pub stalled: Option<String>,
+    /// What the sampler found worth saying, for the report.
+    pub notes: Vec<String>,
 }
 
 /// The flags the sampling loop reads.
@@ -527,6 +531,7 @@ impl Sampler {
             timeline,
             nvml: s.nvml.clone(),
             stalled,
+            notes: std::mem::take(&mut s.notes),
         }
     }
 }
@@ -550,9 +555,11 @@ fn sample_thread(
     flags: &Flags,
 ) {
     let (nvml, status, gpus) = gpu::open(library);
+    let note = gpu::visible_note(&gpus, visible);
     let gpus = gpu::visible(gpus, visible);
     {
         let mut s = shared.lock().unwrap();
+        s.notes.extend(note);
         if let Some(t) = &s.trace {
             t.lock().unwrap().start(&gpus, &status);
         }

@@ -98,8 +98,15 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "GB" => 1e9,
         "TB" => 1e12,
         u => {
+            // Units are case-sensitive (MB is 10^6, MiB 2^20): a unit in the wrong case is named.
+            const UNITS: [&str; 9] = ["B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"];
+            let hint = UNITS
+                .iter()
+                .find(|k| k.eq_ignore_ascii_case(u))
+                .map(|k| format!(": did you mean {num}{k}?"))
+                .unwrap_or_default();
             return Err(format!(
-                "`{s}`: unknown unit `{u}` (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+                "`{s}`: unknown unit `{u}` (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB){hint}"
             ));
         }
     };
@@ -148,6 +155,20 @@ pub fn shorten(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unit_in_the_wrong_case_is_named() {
+        assert_eq!(
+            parse_bytes("2gib"),
+            Err("`2gib`: unknown unit `gib` (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB): did you mean 2GiB?".into())
+        );
+        assert!(
+            parse_bytes("2mb")
+                .unwrap_err()
+                .ends_with("did you mean 2MB?")
+        );
+        assert!(!parse_bytes("2xb").unwrap_err().contains("did you mean"));
+    }
 
     #[test]
     fn sizes_parse() {

@@ -259,6 +259,7 @@ impl Session {
                 .notes
                 .into_iter()
                 .chain(sampled.stalled.clone())
+                .chain(sampled.notes)
                 .collect(),
             self_usage: crate::report::self_usage(),
         };
