@@ -184,6 +184,15 @@ pub fn verdict_name(v: Verdict) -> &'static str {
     }
 }
 
+/// The verdict in a sentence: `pid 12 is an orphan`, `is a ghost`, `is live`.
+pub fn verdict_words(v: Verdict) -> String {
+    match v {
+        Verdict::Orphan => "an orphan".into(),
+        Verdict::Detached | Verdict::Live => verdict_name(v).into(),
+        _ => format!("a {}", verdict_name(v)),
+    }
+}
+
 fn diagnosis(
     rule: &str,
     severity: Severity,
@@ -272,7 +281,7 @@ fn holder_checks(holders: &[Holder], out: &mut Vec<Diagnosis>) {
                 "pid {} ({}) is {}: {}; it holds {}",
                 h.pid,
                 shorten(&printable(&h.cmdline), 60),
-                verdict_name(h.verdict),
+                verdict_words(h.verdict),
                 h.reason,
                 fmt_bytes(h.total_bytes())
             ),
@@ -455,6 +464,13 @@ mod tests {
             d[1].message,
             "GPU 1: other users hold 8.00 GiB: pid 11 (u2000)"
         );
+        assert!(
+            d[2].message.starts_with("pid 12 (python3 job12.py) is an orphan: "),
+            "{}",
+            d[2].message
+        );
+        assert_eq!(verdict_words(Verdict::Ghost), "a ghost");
+        assert_eq!(verdict_words(Verdict::Live), "live");
     }
 
     #[test]

@@ -42,14 +42,25 @@ pub fn facts() -> String {
 }
 
 fn list(set: &RuleSet) -> String {
+    // Columns as wide as their longest entry: a user's rule may have a longer id or title than ours.
+    let width = |head: &str, f: &dyn Fn(&crate::rules::Rule) -> usize| {
+        set.rules
+            .iter()
+            .map(f)
+            .chain([head.len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let id = width("ID", &|r| r.id.chars().count());
+    let title = width("TITLE", &|r| r.title.chars().count());
     let mut o = format!(
-        "{:<20} {:<6} {:<8} {:<60} SOURCE\n",
+        "{:<id$} {:<6} {:<8} {:<title$} SOURCE\n",
         "ID", "LEVEL", "EACH", "TITLE"
     );
     for r in &set.rules {
         let _ = writeln!(
             o,
-            "{:<20} {:<6} {:<8} {:<60} {}",
+            "{:<id$} {:<6} {:<8} {:<title$} {}",
             r.id,
             r.severity.name(),
             r.scope.name(),
@@ -104,4 +115,22 @@ fn explain(set: &RuleSet, id: &str) -> Option<String> {
         let _ = writeln!(o, "\ndocs: {d}");
     }
     Some(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rules_source_starts_in_its_own_column() {
+        let set = RuleSet::load(None, &[]).unwrap();
+        let text = list(&set);
+        let at = text.lines().next().unwrap().find("SOURCE").unwrap();
+        for (line, r) in text.lines().skip(1).zip(&set.rules) {
+            let chars: Vec<char> = line.chars().collect();
+            let source: String = chars[at..].iter().collect();
+            assert_eq!(source, r.source, "{line}");
+            assert_eq!(chars[at - 1], ' ', "{line}");
+        }
+    }
 }

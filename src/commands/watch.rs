@@ -286,7 +286,7 @@ fn key(
                 ui.status = format!(
                     "pid {} is {}, not a leftover: gpudoc ends only leftovers",
                     h.pid,
-                    crate::watch::verdict_name(h.verdict)
+                    crate::watch::verdict_words(h.verdict)
                 )
             }
             None => {}
