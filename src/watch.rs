@@ -465,7 +465,8 @@ mod tests {
             "GPU 1: other users hold 8.00 GiB: pid 11 (u2000)"
         );
         assert!(
-            d[2].message.starts_with("pid 12 (python3 job12.py) is an orphan: "),
+            d[2].message
+                .starts_with("pid 12 (python3 job12.py) is an orphan: "),
             "{}",
             d[2].message
         );

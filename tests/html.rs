@@ -132,6 +132,19 @@ fn an_h200_oom_is_drawn_with_its_moment_and_diagnoses() {
     let dom = check("oom", &html, &r, 2);
     assert!(dom.contains("id=\"oom\""), "the OOM explained");
     assert!(dom.contains("not used by the job"));
+    // The OOM's label, at the chart's right edge where the run ended, clear of the capacity line along
+    // the top and of its label (issue 35).
+    let nums = |a: &str| -> Vec<i64> { a.split(' ').map(|n| n.parse().unwrap()).collect() };
+    let (label, cap) = (
+        nums(attrs(&dom, "data-labeloom")[0]),
+        nums(attrs(&dom, "data-capacity")[0])[0],
+    );
+    let (top, bottom) = (label[1], label[1] + label[3]);
+    // Clear of the line by more than the text's descent, or below the capacity label.
+    assert!(
+        bottom + 6 <= cap || top >= cap + 18,
+        "label {label:?}, capacity at {cap}"
+    );
     // The first diagnosis, opened by its link, highlights GPU 0's chart.
     let first = &r["diagnoses"][0];
     assert_eq!(first["gpu"], "GPU 0");
@@ -141,6 +154,37 @@ fn an_h200_oom_is_drawn_with_its_moment_and_diagnoses() {
         dom.contains("class=\"diag sev-error linked active\""),
         "the card is marked"
     );
+}
+
+#[test]
+fn a_long_command_does_not_squeeze_the_processes_table_and_steps_are_whole() {
+    let mut r = common::read_json(&fixture("runs/leak.report.json"));
+    let long = format!(
+        "python3 /data/{}/train.py --config={}",
+        "x".repeat(300),
+        "y".repeat(300)
+    );
+    r["processes"][0]["cmdline"] = long.into();
+    // Few steps: uPlot's own ticks would fall at 1.5, 2.5, ...
+    r["torch"]["processes"][0]["steps"]
+        .as_array_mut()
+        .unwrap()
+        .truncate(6);
+    let file = shots().join("long_command.report.json");
+    std::fs::write(&file, r.to_string()).unwrap();
+    let (html, r) = page("long_command", &[file]);
+    let dom = check("long_command", &html, &r, 2);
+    assert_eq!(attrs(&dom, "data-squeezed"), Vec::<&str>::new());
+    // Steps are whole: the step chart's ticks too.
+    let ticks = attrs(&dom, "data-ticks");
+    assert!(!ticks.is_empty());
+    for t in ticks.iter().flat_map(|t| t.split(' ')) {
+        assert_eq!(
+            t.parse::<f64>().unwrap().fract(),
+            0.0,
+            "a tick at step {t}: {ticks:?}"
+        );
+    }
 }
 
 #[test]

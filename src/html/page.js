@@ -131,8 +131,9 @@
         c.stroke();
       }
       // The GPU's capacity, when the view reaches it.
+      var cy = null;
       if (g.total_mib <= u.scales.y.max) {
-        var cy = Math.round(u.valToPos(g.total_mib, "y", true)) + 0.5;
+        cy = Math.round(u.valToPos(g.total_mib, "y", true)) + 0.5;
         c.strokeStyle = theme.capacity;
         c.lineWidth = dpr;
         c.setLineDash([8 * dpr, 4 * dpr]);
@@ -146,6 +147,7 @@
         c.textAlign = "right";
         c.fillText("capacity " + fmtMiB(g.total_mib), u.bbox.left + u.bbox.width - 4 * dpr, cy + 14 * dpr);
         c.textAlign = "left";
+        u.root.dataset.capacity = String(Math.round(cy));
       }
       var colors = { oom: theme.bad, lost: theme.warn, end: theme.dim };
       g.marks.forEach(function (m) {
@@ -163,7 +165,13 @@
           c.font = (12 * dpr) + "px system-ui, sans-serif";
           var text = m.text.length > 60 ? m.text.slice(0, 59) + "…" : m.text;
           var tw = c.measureText(text).width;
-          c.fillText(text, Math.min(x + 4 * dpr, u.bbox.left + u.bbox.width - tw), top + 14 * dpr);
+          // Right of its line, or left of it at the chart's right edge (an OOM ends the run there), and
+          // below the capacity line and its label when they run along the top.
+          var lx = x + 4 * dpr + tw <= u.bbox.left + u.bbox.width ? x + 4 * dpr : x - 4 * dpr - tw;
+          var ly = top + 14 * dpr;
+          if (cy != null && cy < ly + 4 * dpr + 17 * dpr) ly = cy + 32 * dpr;
+          c.fillText(text, Math.max(u.bbox.left, lx), ly);
+          u.root.dataset["label" + m.kind] = [lx, ly - 12 * dpr, tw, 15 * dpr].map(Math.round).join(" ");
         }
       });
       if (highlight && highlight.gpu === g.label && highlight.at != null &&
@@ -250,11 +258,13 @@
                line("step peak allocated", theme.allocated, [5, 3]),
                line("step peak reserved", theme.reserved, [5, 3])],
       scales: { x: { time: false } },
-      axes: [{ stroke: theme.fg, grid: { stroke: theme.grid }, ticks: { stroke: theme.grid }, label: "optimizer step" },
+      // Steps are whole: ticks only at whole steps (uPlot's own increments include 2.5).
+      axes: [{ stroke: theme.fg, grid: { stroke: theme.grid }, ticks: { stroke: theme.grid }, label: "optimizer step",
+               incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 1e7] },
              byteAxis(theme)],
       cursor: { drag: { x: true, y: false } },
       plugins: [zoomPan([s.step[0], s.step[s.step.length - 1]])],
-      hooks: { draw: [function (u) { inked(u, el); }] }
+      hooks: { draw: [function (u) { inked(u, el); el.dataset.ticks = (u.axes[0]._splits || []).join(" "); }] }
     };
     var u = new uPlot(opts, [s.step, s.allocated, s.reserved, s.peak_allocated, s.peak_reserved], el);
     u.gpudoc = { gpu: s.gpu, pid: s.pid, kind: "steps" };
@@ -360,5 +370,18 @@
     document.documentElement.classList.remove("printing");
     build();
   });
+  // A table cell other than a command's that wraps: a long command squeezed the table (said for tests).
+  var squeezed = [];
+  document.querySelectorAll("#processes table").forEach(function (t) {
+    t.querySelectorAll("td:not(:last-child)").forEach(function (td) {
+      // A cell stretches to its row's height: its text's lines are what tell.
+      var range = document.createRange();
+      range.selectNodeContents(td);
+      var tops = {};
+      Array.prototype.forEach.call(range.getClientRects(), function (r) { tops[Math.round(r.top)] = 1; });
+      if (Object.keys(tops).length > 1) squeezed.push(td.textContent);
+    });
+  });
+  if (squeezed.length) document.body.dataset.squeezed = squeezed.slice(0, 5).join(" | ");
   document.body.dataset.ready = "1";
 })();
