@@ -196,7 +196,9 @@ fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
         "{text}"
     );
     assert!(
-        text.contains("held by local `h` (cell 2, in forward) (100.00 GiB)"),
+        text.contains(
+            "held by local `h` (cell 2, in forward) — at the OOM: its tensor holds 100.00 GiB"
+        ),
         "{text}"
     );
     // What still holds its memory after it: the traceback's frames.
@@ -371,7 +373,7 @@ fn a_kernel_under_gpudoc_run_reports_its_cells() {
     let second = &cells[4].text;
     assert!(
         second.contains(
-            "held by local `h` (cell 3, in forward, the last exception's traceback) (100.00 GiB)"
+            "held by local `h` (cell 3, in forward, the last exception's traceback) — at the OOM: its tensor holds 100.00 GiB"
         ),
         "{second}"
     );
