@@ -149,18 +149,20 @@ def sites(snapshot, device, steps, leaks_only=True):
             entry[0] += b.get("size", 0)
             entry[1] += 1
             entry[3].append((b.get("address", 0), b.get("size", 0)))
-    allocs = {}
+    allocs, last = {}, {}
     traces = snapshot.get("device_traces", [])
     trace = traces[device] if device < len(traces) else []
-    for e in trace:
+    for i, e in enumerate(trace):
         if e.get("action") == "alloc" and e.get("frames"):
             f = _site_of(e["frames"])
             key = (f.get("filename", "?"), f.get("line", 0), f.get("name", "?"))
             allocs[key] = allocs.get(key, 0) + 1
+            last[e.get("addr")] = i
     out, ranges = [], []
     for key, (nbytes, blocks, frames, addrs) in live.items():
         made = max(allocs.get(key, 0), blocks)
-        if leaks_only and (blocks < max(2, steps // 2) or blocks < LIVE_SHARE * made):
+        if leaks_only and (blocks < max(2, steps // 2)
+                           or (blocks < LIVE_SHARE * made and not _spread(addrs, last, len(trace), steps))):
             continue
         out.append({
             "file": key[0], "line": key[1], "function": key[2], "code": _code(key[0], key[1]),
@@ -170,6 +172,19 @@ def sites(snapshot, device, steps, leaks_only=True):
         ranges.extend(addrs)
     out.sort(key=lambda s: -s["bytes"])
     return out[:TOP], sorted(ranges), len(trace) >= MAX_ENTRIES
+
+
+def _spread(addrs, last, events, steps):
+    """The live blocks `addrs` were allocated all through the window, not only in its last steps: a quarter
+    of the window's steps' worth of them in the first half of its events (a block allocated before the
+    event log's first entry, when it overflowed, counts as early). A site that allocates many blocks a
+    step (the model's call: every layer's activation) and keeps one of them (a forward hook's) keeps a
+    small share of what it allocates, but keeps it step after step; the activations of the step the window
+    ended in are all late."""
+    if not events:
+        return False
+    early = sum(1 for a, _ in addrs if last.get(a, -1) < events // 2)
+    return early >= max(2, steps // 4)
 
 
 def _storage(t):
