@@ -256,3 +256,53 @@ fn an_inference_server_running_out_is_told_the_servers_settings_not_training_adv
         assert!(!advice.contains(training), "{}: {advice}", rule["rule"]);
     }
 }
+
+/// A diagnosis's detail lines.
+fn details(r: &Value, rule: &str) -> Vec<String> {
+    let d = diagnosis(r, rule).unwrap_or_else(|| panic!("no {rule}: {:?}", fired(r)));
+    d["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The line of `code` in the fake torch's phases.py.
+fn line_of(code: &str) -> usize {
+    let script = std::fs::read_to_string(fake_torch().join("phases.py")).unwrap();
+    1 + script.lines().position(|l| l.trim() == code).unwrap()
+}
+
+#[test]
+fn a_model_run_without_steps_that_keeps_its_outputs_gets_its_line_and_holder() {
+    let (code, r, err) = phases("model_leak");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fired(&r), ["steady-growth"], "{err}");
+    // The leak hunt ran at the model's forward calls: no optimizer step in the program.
+    let hunts = r["torch"]["processes"][0]["hunts"].as_array().unwrap();
+    assert_eq!(hunts.len(), 1, "{hunts:#?}");
+    assert_eq!(hunts[0]["clock"], "forwards", "{hunts:#?}");
+    let lines = details(&r, "steady-growth");
+    let site = format!(
+        "allocated at fake_torch/phases.py:{} in model_loop `y = net(x)`: +768.00 MiB a forward call, ",
+        line_of("y = net(x)")
+    );
+    assert!(lines[0].starts_with(&site), "{lines:#?}");
+    assert!(
+        lines[1].starts_with("kept alive by list `outs` (phases.py, in model_loop)"),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn a_model_run_under_inference_mode_is_healthy_and_never_hunted() {
+    let (code, r, err) = phases("model_healthy");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fired(&r), Vec::<String>::new(), "{err}");
+    assert_eq!(
+        r["torch"]["processes"][0]["hunts"],
+        serde_json::json!([]),
+        "{err}"
+    );
+}

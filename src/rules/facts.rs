@@ -122,6 +122,8 @@ pub struct GpuFacts {
     pub growth_after_step: i64,
     pub growth_live_bytes: i64,
     pub time_to_full_s: f64,
+    pub growth_sites: Vec<String>,
+    pub growth_holders: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -577,6 +579,16 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "gpu.time_to_full_s",
         "double",
         "at that rate, seconds until the GPU is full (its capacity less the driver's reserve, other processes' peaks and the level reached), -1 if not growing",
+    ),
+    (
+        "gpu.growth_sites",
+        "list(string)",
+        "where the memory that stayed alive was allocated, from the last leak hunt of a PyTorch process on this GPU (counted in forward calls of the outermost module in a program without steps), in words",
+    ),
+    (
+        "gpu.growth_holders",
+        "list(string)",
+        "what kept it alive, in words, from the same hunt",
     ),
     (
         "process.host",
@@ -1094,6 +1106,15 @@ fn when_facts(
     f.growth_from_s = -1.0;
     f.time_to_full_s = -1.0;
     f.growth_after_step = w.growth_after_step;
+    if let Some(h) = torch
+        .iter()
+        .flat_map(|t| &t.hunts)
+        .filter(|h| h.why != "oom" && (h.error.is_some() || h.steps > 0))
+        .max_by(|a, b| a.at_s.total_cmp(&b.at_s))
+    {
+        f.growth_sites = leak_sites(h);
+        f.growth_holders = leak_holders(h);
+    }
     let Some(gr) = w.growth else { return };
     let room =
         f.total_bytes - g.driver_reserved_bytes as i64 - f.others_peak_bytes - gr.to_bytes as i64;
@@ -1302,8 +1323,8 @@ fn leak_sites(h: &crate::torch::hunt::Hunt) -> Vec<String> {
     let mut out = h.site_lines();
     if out.is_empty() {
         out.push(format!(
-            "the leak hunt (steps {}-{}) found no allocation site that kept its memory alive",
-            h.from_step, h.to_step
+            "the leak hunt ({}) found no allocation site that kept its memory alive",
+            h.span()
         ));
     }
     out

@@ -21,6 +21,10 @@ pub struct Hunt {
     pub from_step: u64,
     pub to_step: u64,
     pub steps: u64,
+    /// What the window counted: `steps` (optimizer steps), or `forwards` (forward calls of the outermost
+    /// module, in a program without steps); empty from older shims (steps).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub clock: String,
     /// Allocated memory's growth over the window.
     pub growth_bytes: i64,
     /// Where the memory that stayed alive was allocated, most first.
@@ -86,7 +90,7 @@ impl Hunt {
             .iter()
             .map(|s| {
                 let per = if self.steps > 0 {
-                    format!("+{} a step, ", fmt_bytes(s.bytes_per_step))
+                    format!("+{} {}, ", fmt_bytes(s.bytes_per_step), self.per())
                 } else {
                     String::new()
                 };
@@ -105,6 +109,25 @@ impl Hunt {
                 )
             })
             .collect()
+    }
+
+    /// What the window's unit is, per one of it.
+    pub fn per(&self) -> &'static str {
+        if self.clock == "forwards" {
+            "a forward call"
+        } else {
+            "a step"
+        }
+    }
+
+    /// The window's span in words: `steps 12-32`, `forward calls 12-32`.
+    pub fn span(&self) -> String {
+        let unit = if self.clock == "forwards" {
+            "forward calls"
+        } else {
+            "steps"
+        };
+        format!("{unit} {}-{}", self.from_step, self.to_step)
     }
 
     /// Lines for a diagnosis: what keeps it alive.

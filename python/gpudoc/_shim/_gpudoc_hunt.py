@@ -999,9 +999,13 @@ def _ranked(groups):
 class Hunt(object):
     """One window of recording on the devices in use."""
 
-    def __init__(self, torch, why, step, devices, allocated):
+    def __init__(self, torch, why, step, devices, allocated, unit="steps"):
         self.torch = torch
         self.why = why
+        # What the window counts: optimizer steps, or forward calls of the outermost module (the shim's
+        # clock where there are no steps, which the shim keeps in `clock`).
+        self.unit = unit
+        self.clock = None
         self.from_step = step
         self.devices = list(devices)
         self.allocated = dict(allocated)
@@ -1028,7 +1032,7 @@ class Hunt(object):
             found_sites, ranges, truncated = sites(snap, d, steps)
             result = {
                 "k": "hunt", "why": self.why, "dev": d, "t": time.time(), "from_step": self.from_step,
-                "to_step": step, "steps": steps,
+                "to_step": step, "steps": steps, "clock": self.unit,
                 "growth_bytes": allocated.get(d, 0) - self.allocated.get(d, 0),
                 "sites": found_sites, "holders": [], "truncated": truncated,
                 "record_s": round(t1 - self.t0, 3), "analysis_s": round(time.time() - t1, 3),
