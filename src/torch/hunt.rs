@@ -66,13 +66,24 @@ pub struct Site {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Holder {
-    /// `container`, `global`, `attr`, `graph`.
+    /// `container`, `global`, `attr`, `graph`, `graphs` (the autograd graphs behind the tensors of the
+    /// holder named in `of`).
     pub kind: String,
     /// In words: "list `kept` (train.py, module globals), 300 items".
     pub text: String,
     pub tensors: u64,
     pub bytes: u64,
     pub items: Option<u64>,
+    /// Of its tensors, those that carry an autograd graph (grad_fn).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub graphs: u64,
+    /// Kind `graphs`: the holder whose tensors' graphs these are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Hunt {
@@ -118,6 +129,15 @@ impl Hunt {
         } else {
             "a step"
         }
+    }
+
+    /// The bytes the autograd graphs behind held tensors keep (the holder of kind `graphs`, see the shim's
+    /// `_behind`), and the holder of those tensors; 0 and "" when none was told.
+    pub fn graphs(&self) -> (u64, &str) {
+        self.holders
+            .iter()
+            .find(|h| h.kind == "graphs")
+            .map_or((0, ""), |h| (h.bytes, h.of.as_deref().unwrap_or("")))
     }
 
     /// The window's span in words: `steps 12-32`, `forward calls 12-32`.

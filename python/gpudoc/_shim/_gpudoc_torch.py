@@ -844,7 +844,8 @@ def _on_oom(device, alloc, device_allocated, device_free):
     S.oom_hunts += 1
     try:
         with OURS:
-            result, search = _hunt_module().at_oom(S.torch, device, S.hunt, skip=(id(S),))
+            result, search = _hunt_module().at_oom(S.torch, device, S.hunt, skip=(id(S),),
+                                                   allocated=_cur(stats, "allocated_bytes"))
         S.searches.insert(0, (result, search, None))
         _search(OOM_S)
     except Exception as e:
