@@ -383,3 +383,36 @@ fn a_package_installed_into_a_folder_of_its_own_is_not_the_programs_code() {
     );
     assert_eq!(site["code"], "leak_helper.remember(y)", "{site:#}");
 }
+
+#[test]
+fn leaks_through_a_forward_hook_and_a_models_attribute_name_the_model_call_and_the_holder() {
+    // The model's call allocates eight activations a step and the leak keeps one of them: a site that
+    // keeps a small share of what it allocates, but keeps it step after step.
+    let cases = [
+        (
+            "hook",
+            "net(x).backward()",
+            "list attribute `acts` of a `Probe`",
+        ),
+        (
+            "module_attr",
+            "out = self.body(x)",
+            "list attribute `outputs` of a `Net`",
+        ),
+    ];
+    for (mode, code, holder) in cases {
+        let (r, err) = leak_run(mode, 120, &[]);
+        let d = common::diagnosis(&r, "step-leak").unwrap_or_else(|| panic!("{mode}: {err}"));
+        let details = d["details"].as_array().unwrap();
+        let site = details[0].as_str().unwrap();
+        assert!(
+            site.contains(&format!("`{code}`: +16.00 MiB a step, ")),
+            "{mode}: {details:#?}"
+        );
+        let held = details[1].as_str().unwrap();
+        assert!(
+            held.starts_with(&format!("kept alive by {holder}")),
+            "{mode}: {details:#?}"
+        );
+    }
+}

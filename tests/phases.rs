@@ -256,3 +256,105 @@ fn an_inference_server_running_out_is_told_the_servers_settings_not_training_adv
         assert!(!advice.contains(training), "{}: {advice}", rule["rule"]);
     }
 }
+
+/// A diagnosis's detail lines.
+fn details(r: &Value, rule: &str) -> Vec<String> {
+    let d = diagnosis(r, rule).unwrap_or_else(|| panic!("no {rule}: {:?}", fired(r)));
+    d["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The line of `code` in the fake torch's phases.py.
+fn line_of(code: &str) -> usize {
+    let script = std::fs::read_to_string(fake_torch().join("phases.py")).unwrap();
+    1 + script.lines().position(|l| l.trim() == code).unwrap()
+}
+
+#[test]
+fn a_model_run_without_steps_that_keeps_its_outputs_gets_its_line_and_holder() {
+    let (code, r, err) = phases("model_leak");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fired(&r), ["steady-growth"], "{err}");
+    // The leak hunt ran at the model's forward calls: no optimizer step in the program.
+    let hunts = r["torch"]["processes"][0]["hunts"].as_array().unwrap();
+    assert_eq!(hunts.len(), 1, "{hunts:#?}");
+    assert_eq!(hunts[0]["clock"], "forwards", "{hunts:#?}");
+    let lines = details(&r, "steady-growth");
+    let site = format!(
+        "allocated at fake_torch/phases.py:{} in model_loop `y = net(x)`: +768.00 MiB a forward call, ",
+        line_of("y = net(x)")
+    );
+    assert!(lines[0].starts_with(&site), "{lines:#?}");
+    assert!(
+        lines[1].starts_with("kept alive by list `outs` (phases.py, in model_loop)"),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[2].starts_with("kept alive by the autograd graphs behind the ")
+            && lines[2].contains(" tensors with grad_fn in list `outs` (phases.py, in model_loop)"),
+        "{lines:#?}"
+    );
+    // Each output keeps 256 MiB itself and 512 MiB in its graph.
+    let held = hunts[0]["holders"][0]["bytes"].as_f64().unwrap();
+    let graphs = fact(&r, "steady-growth", "gpu.growth_graph_bytes");
+    assert!(graphs > 1.5 * held, "{graphs} behind {held}");
+    let msg = message(&r, "steady-growth");
+    assert!(
+        msg.contains(" were the autograd graphs behind the tensors held by list `outs` (phases.py, in model_loop), ")
+            && msg.ends_with(": no backward ran to free them."),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_model_run_under_inference_mode_is_healthy_and_never_hunted() {
+    let (code, r, err) = phases("model_healthy");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fired(&r), Vec::<String>::new(), "{err}");
+    assert_eq!(
+        r["torch"]["processes"][0]["hunts"],
+        serde_json::json!([]),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_oom_splits_what_the_list_holds_from_the_graphs_behind_it() {
+    for (what, rule) in [
+        ("model_oom", "oom-before-training"),
+        ("model_eval_oom", "oom-after-training"),
+    ] {
+        let (code, r, err) = phases(what);
+        assert_eq!(code, 1, "{what}: {err}");
+        assert_eq!(fired(&r), [rule], "{what}: {err}");
+        let lines = details(&r, rule);
+        // 150 outputs of 256 MiB, each with 512 MiB in its graph (and, in the fake, the 1 GiB of
+        // weights it allocates outside any tensor).
+        assert_eq!(
+            lines[0], "held by list `outs` (phases.py, module globals), 150 items (37.50 GiB)",
+            "{what}: {lines:#?}"
+        );
+        assert!(
+            lines[1].starts_with(
+                "held by the autograd graphs behind the 150 tensors with grad_fn in list `outs` (phases.py, module globals), 150 items: "
+            ) && lines[1].ends_with("(76.06 GiB)"),
+            "{what}: {lines:#?}"
+        );
+        let graphs = fact(&r, rule, "oom.graph_bytes");
+        assert!(
+            (75.0 * GIB..77.0 * GIB).contains(&graphs),
+            "{what}: {graphs}"
+        );
+        let msg = message(&r, rule);
+        assert!(
+            msg.contains(
+                "Of its live tensors, 76.06 GiB were the autograd graphs behind the tensors held by list `outs` (phases.py, module globals), 150 items, kept because no backward ran to free them: run the model under torch.inference_mode() (or torch.no_grad()), or keep out.detach()."
+            ),
+            "{what}: {msg}"
+        );
+    }
+}

@@ -783,3 +783,112 @@ print(torch.compiler.graph_breaks())
     // The eager step before is counted; the compiled ones are not seen (docs/framework.md).
     assert_eq!(steps_total(&m), 1);
 }
+
+/// A program that runs a fake model forward without an optimizer, after `prelude`, then `body`.
+fn forwards(prelude: &str, body: &str) -> String {
+    format!(
+        "{prelude}\nimport copy, gc, pickle, torch\ntorch.cuda.init()\nnet = torch.nn.Sequential(torch.nn.Linear(1 << 20), torch.nn.GELU())\nx = torch.empty(1 << 20)\n{body}\n"
+    )
+}
+
+#[test]
+fn the_forward_clock_leaves_the_model_as_the_program_made_it() {
+    let m = Machine::h200s(1);
+    // While the clock runs on `net` (no optimizer step yet): what copies and pickles of it carry, the
+    // global hooks once its first call returned, an error raised in its forward, a compiled model's
+    // graph breaks, and `net` dropped: its weight is freed at once (the clock never keeps it alive).
+    let script = write(
+        &m,
+        "forwards.py",
+        &forwards(
+            "",
+            r#"
+class Net(torch.nn.Module):
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+        self.w = torch.empty(1 << 20)
+        self.body = torch.nn.Linear(1 << 20)
+    def forward(self, x):
+        if x is None:
+            raise ValueError("boom")
+        return self.body(x)
+net = Net()
+with torch.no_grad():
+    for _ in range(3):
+        net(x)
+print(len(torch.nn.modules.module._global_forward_hooks))
+print(copy.deepcopy(net)._compiled_call_impl, pickle.loads(pickle.dumps(net))._compiled_call_impl)
+print(sorted(copy.deepcopy(net).__dict__))
+try:
+    net(None)
+except ValueError as e:
+    print(repr(e))
+compiled = torch.compile(torch.nn.Sequential(torch.nn.Linear(1 << 20)))
+for _ in range(3):
+    compiled(x)
+print(torch.compiler.graph_breaks())
+gc.disable()
+before = torch.cuda.memory_allocated()
+del net
+print(before - torch.cuda.memory_allocated())
+"#,
+        ),
+    );
+    let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));
+    assert!(b.status.success(), "{}", text(&b));
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(text(&g), text(&b));
+    assert!(text(&b).ends_with("0\n1048576\n"), "{}", text(&b));
+}
+
+#[test]
+fn the_forward_clock_stops_where_it_would_cost_at_the_first_step_and_without_hunts() {
+    let m = Machine::h200s(1);
+    // Forward calls microseconds apart (a model that allocates nothing): the wrapper's own call would be
+    // over budget, so the clock gives the model back (its `_compiled_call_impl` is None again) without
+    // any optimizer step.
+    let script = write(
+        &m,
+        "fast.py",
+        &forwards(
+            "",
+            r#"
+class Same(torch.nn.Module):
+    def forward(self, x):
+        return x
+net = Same()
+for _ in range(2000):
+    net(x)
+print(net._compiled_call_impl)
+"#,
+        ),
+    );
+    let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(text(&g), text(&b));
+    assert_eq!(String::from_utf8_lossy(&b.stdout), "None\n");
+    // --hunt-leaks=off: the clock never takes the model (seen while it would be running).
+    let script = write(
+        &m,
+        "off.py",
+        &forwards(
+            "",
+            r#"
+import time
+for _ in range(3):
+    net(x)
+    time.sleep(0.01)
+print(net._compiled_call_impl is None)
+torch.optim.SGD().step()
+print(net._compiled_call_impl, "_compiled_call_impl" in net.__dict__)
+"#,
+        ),
+    );
+    let g = under(&m, &["--hunt-leaks=off"], &script, &[]);
+    assert!(g.status.success(), "{}", text(&g));
+    assert_eq!(String::from_utf8_lossy(&g.stdout), "True\nNone True\n");
+    // By default the clock runs (else the line above checks nothing), and the first optimizer step
+    // gives the model back as it was.
+    let g = under(&m, &[], &script, &[]);
+    assert_eq!(String::from_utf8_lossy(&g.stdout), "False\nNone True\n");
+}

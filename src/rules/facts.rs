@@ -83,6 +83,8 @@ pub struct OomFacts {
     pub growth_bytes: i64,
     pub growth_rate_bytes_per_s: f64,
     pub growth_s: f64,
+    pub graph_bytes: i64,
+    pub graph_holder: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -122,6 +124,10 @@ pub struct GpuFacts {
     pub growth_after_step: i64,
     pub growth_live_bytes: i64,
     pub time_to_full_s: f64,
+    pub growth_sites: Vec<String>,
+    pub growth_holders: Vec<String>,
+    pub growth_graph_bytes: i64,
+    pub growth_graph_holder: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -448,6 +454,16 @@ pub const DOC: &[(&str, &str, &str)] = &[
     ),
     ("oom.growth_s", "double", "how long it lasted"),
     (
+        "oom.graph_bytes",
+        "int",
+        "of the live tensors at the OOM, the bytes no Python object refers to, behind held tensors that carry an autograd graph (grad_fn): what their forward passes saved, kept because no backward ran; 0 if none or unknown (the shim's search at the OOM)",
+    ),
+    (
+        "oom.graph_holder",
+        "string",
+        "what holds those tensors (`list `outs` (eval.py, in evaluate), 150 items`), empty if none",
+    ),
+    (
         "gpu.host",
         "string",
         "its host, in a report merged from several (empty otherwise)",
@@ -577,6 +593,26 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "gpu.time_to_full_s",
         "double",
         "at that rate, seconds until the GPU is full (its capacity less the driver's reserve, other processes' peaks and the level reached), -1 if not growing",
+    ),
+    (
+        "gpu.growth_sites",
+        "list(string)",
+        "where the memory that stayed alive was allocated, from the last leak hunt of a PyTorch process on this GPU (counted in forward calls of the outermost module in a program without steps), in words",
+    ),
+    (
+        "gpu.growth_holders",
+        "list(string)",
+        "what kept it alive, in words, from the same hunt",
+    ),
+    (
+        "gpu.growth_graph_bytes",
+        "int",
+        "of what that hunt found kept, the bytes behind held tensors' autograd graphs (see oom.graph_bytes), 0 if none",
+    ),
+    (
+        "gpu.growth_graph_holder",
+        "string",
+        "what holds those tensors, empty if none",
     ),
     (
         "process.host",
@@ -1094,6 +1130,17 @@ fn when_facts(
     f.growth_from_s = -1.0;
     f.time_to_full_s = -1.0;
     f.growth_after_step = w.growth_after_step;
+    if let Some(h) = torch
+        .iter()
+        .flat_map(|t| &t.hunts)
+        .filter(|h| h.why != "oom" && (h.error.is_some() || h.steps > 0))
+        .max_by(|a, b| a.at_s.total_cmp(&b.at_s))
+    {
+        f.growth_sites = leak_sites(h);
+        f.growth_holders = leak_holders(h);
+        f.growth_graph_bytes = h.graphs().0 as i64;
+        f.growth_graph_holder = h.graphs().1.to_string();
+    }
     let Some(gr) = w.growth else { return };
     let room =
         f.total_bytes - g.driver_reserved_bytes as i64 - f.others_peak_bytes - gr.to_bytes as i64;
@@ -1302,8 +1349,8 @@ fn leak_sites(h: &crate::torch::hunt::Hunt) -> Vec<String> {
     let mut out = h.site_lines();
     if out.is_empty() {
         out.push(format!(
-            "the leak hunt (steps {}-{}) found no allocation site that kept its memory alive",
-            h.from_step, h.to_step
+            "the leak hunt ({}) found no allocation site that kept its memory alive",
+            h.span()
         ));
     }
     out
@@ -1457,6 +1504,8 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
         growth_bytes: on.map_or(0, |x| x.growth_bytes),
         growth_rate_bytes_per_s: on.map_or(0.0, |x| x.growth_rate_bytes_per_s),
         growth_s: on.map_or(0.0, |x| x.growth_s),
+        graph_bytes: oom_hunt(r).map_or(0, |h| h.graphs().0 as i64),
+        graph_holder: oom_hunt(r).map_or(String::new(), |h| h.graphs().1.to_string()),
         label: oom_label(o, &host),
         host: host.clone(),
         present: true,
@@ -1501,9 +1550,9 @@ fn oom_label(o: &crate::oom::OomReport, host: &str) -> String {
     }
 }
 
-/// What held the GPU at the OOM: the shim's search in the process that failed (or any, if it is not
+/// The shim's search at the OOM the report is about, in the process that failed (or any, if it is not
 /// known which).
-fn filled_by(r: &Report) -> Vec<String> {
+fn oom_hunt(r: &Report) -> Option<&crate::torch::hunt::Hunt> {
     let o = r.oom.as_ref();
     let pid = o.and_then(|o| o.allocator.as_ref().map(|a| a.pid).or(o.this_pid));
     // The search at the OOM the report is about: the one nearest to it in time (a program may have
@@ -1511,15 +1560,18 @@ fn filled_by(r: &Report) -> Vec<String> {
     let at = o.map_or(f64::MAX, |o| {
         o.allocator.as_ref().map_or(o.event.at_s, |a| a.at_s)
     });
-    let hunt = r
-        .torch
+    r.torch
         .processes
         .iter()
         .filter(|p| pid.is_none_or(|x| x == p.pid))
         .flat_map(|p| &p.hunts)
         .filter(|h| h.why == "oom" && h.error.is_none())
-        .min_by(|a, b| (a.at_s - at).abs().total_cmp(&(b.at_s - at).abs()));
-    let Some(h) = hunt else {
+        .min_by(|a, b| (a.at_s - at).abs().total_cmp(&(b.at_s - at).abs()))
+}
+
+/// What held the GPU at the OOM, from the shim's search then.
+fn filled_by(r: &Report) -> Vec<String> {
+    let Some(h) = oom_hunt(r) else {
         return Vec::new();
     };
     let mut out = h.holder_lines("held by");

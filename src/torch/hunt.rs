@@ -21,6 +21,10 @@ pub struct Hunt {
     pub from_step: u64,
     pub to_step: u64,
     pub steps: u64,
+    /// What the window counted: `steps` (optimizer steps), or `forwards` (forward calls of the outermost
+    /// module, in a program without steps); empty from older shims (steps).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub clock: String,
     /// Allocated memory's growth over the window.
     pub growth_bytes: i64,
     /// Where the memory that stayed alive was allocated, most first.
@@ -62,13 +66,24 @@ pub struct Site {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Holder {
-    /// `container`, `global`, `attr`, `graph`.
+    /// `container`, `global`, `attr`, `graph`, `graphs` (the autograd graphs behind the tensors of the
+    /// holder named in `of`).
     pub kind: String,
     /// In words: "list `kept` (train.py, module globals), 300 items".
     pub text: String,
     pub tensors: u64,
     pub bytes: u64,
     pub items: Option<u64>,
+    /// Of its tensors, those that carry an autograd graph (grad_fn).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub graphs: u64,
+    /// Kind `graphs`: the holder whose tensors' graphs these are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Hunt {
@@ -86,7 +101,7 @@ impl Hunt {
             .iter()
             .map(|s| {
                 let per = if self.steps > 0 {
-                    format!("+{} a step, ", fmt_bytes(s.bytes_per_step))
+                    format!("+{} {}, ", fmt_bytes(s.bytes_per_step), self.per())
                 } else {
                     String::new()
                 };
@@ -107,6 +122,38 @@ impl Hunt {
             .collect()
     }
 
+    /// What the window's unit is, per one of it.
+    pub fn per(&self) -> &'static str {
+        if self.clock == "forwards" {
+            "a forward call"
+        } else {
+            "a step"
+        }
+    }
+
+    /// The bytes the autograd graphs behind held tensors keep (the holder of kind `graphs`, see the shim's
+    /// `_behind`), and the holder of those tensors; 0 and "" when none was told.
+    pub fn graphs(&self) -> (u64, &str) {
+        self.holders
+            .iter()
+            .find(|h| h.kind == "graphs")
+            .map_or((0, ""), |h| (h.bytes, h.of.as_deref().unwrap_or("")))
+    }
+
+    /// The window's span in words: `steps 12-32`, `forward calls 12-32`.
+    pub fn span(&self) -> String {
+        format!("{} {}-{}", self.units().1, self.from_step, self.to_step)
+    }
+
+    /// The window's unit, one and many: the optimizer's steps, or the model's forward calls.
+    fn units(&self) -> (&'static str, &'static str) {
+        if self.clock == "forwards" {
+            ("forward call", "forward calls")
+        } else {
+            ("step", "steps")
+        }
+    }
+
     /// Lines for a diagnosis: what keeps it alive, and what of it was counted when. A container's items
     /// are counted when the hunt looked (step `to_step`, or the OOM), and its bytes are those of its
     /// tensors allocated in the window (all of them at an OOM), never items × size: "list `kept`, 300
@@ -115,9 +162,10 @@ impl Hunt {
         let (when, from) = if self.why == "oom" {
             ("at the OOM".to_string(), String::new())
         } else if self.to_step > 0 {
+            let (one, many) = self.units();
             (
-                format!("at step {}", self.to_step),
-                format!(", allocated in steps {}-{},", self.from_step, self.to_step),
+                format!("at {one} {}", self.to_step),
+                format!(", allocated in {many} {}-{},", self.from_step, self.to_step),
             )
         } else {
             (format!("{:.1} s in", self.at_s), String::new())
@@ -195,6 +243,8 @@ mod tests {
             tensors,
             bytes,
             items,
+            graphs: 0,
+            of: None,
         };
         let mut h = Hunt {
             why: "oom".into(),

@@ -14,6 +14,12 @@ eval_healthy   50 training steps, then an evaluation under no_grad that keeps nu
 load_oom       weights loaded in 4 GiB shards onto the GPU until it is full, before any step
 workers_cuda   training fed by a DataLoader with 4 spawned workers whose Dataset makes a CUDA tensor
 workers_cpu    the same with a Dataset on the CPU and pin_memory=True
+model_leak     an MLP run on 100 batches without no_grad and no optimizer, keeping its outputs in a list:
+               each keeps its graph (the leak hunt runs at the model's forward calls)
+hook_leak      100 training steps with a debugging probe as forward hook of the third layer, keeping every
+               activation it sees (32 MiB a step)
+local_leak     100 training steps in a function that adds a validation loss made with its graph to a local
+               `total` each step (the validation forward's activations, 64 MiB a step)
 Prints one JSON line at the end (what it did), so the recording can be checked against it."""
 import json
 import sys
@@ -116,6 +122,32 @@ def fed(dataset, pin):
     return steps
 
 
+class Probe(object):
+    """A debugging probe: keeps what it sees."""
+
+    def __init__(self):
+        self.acts = []
+
+    def __call__(self, module, inputs, output):
+        self.acts.append(output.detach())
+
+
+def train_total(model, steps=100):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(2048, 4096, device=dev)
+    xv = torch.randn(512, 4096, device=dev)
+    total = 0
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        model(x).pow(2).mean().backward()
+        opt.step()
+        val = model(xv).pow(2).mean()
+        total = total + val
+        torch.cuda.synchronize()
+        time.sleep(0.02)
+    return float(total)
+
+
 def main(what):
     if what == "infer_leak":
         return {"mean": stream(grad=True)}
@@ -143,6 +175,23 @@ def main(what):
             shards.append(torch.empty(4 * GiB, dtype=torch.uint8, device=dev))
             torch.cuda.synchronize()
             time.sleep(0.05)
+    if what == "model_leak":
+        return {"batches": evaluation(mlp(), 100, "graph", grad=True, batch=2048)}
+    if what == "hook_leak":
+        model = mlp()
+        probe = Probe()
+        model[2].register_forward_hook(probe)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randn(2048, 4096, device=dev)
+        for _ in range(100):
+            opt.zero_grad(set_to_none=True)
+            model(x).pow(2).mean().backward()
+            opt.step()
+            torch.cuda.synchronize()
+            time.sleep(0.02)
+        return {"kept": len(probe.acts)}
+    if what == "local_leak":
+        return {"total": train_total(mlp())}
     model = mlp(8192)
     if what in ("eval_oom", "eval_keep", "eval_healthy"):
         train(model)

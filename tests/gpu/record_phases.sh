@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 28 on a real GPU, in one device call: growth with no optimizer step, an OOM placed among a program's
-# phases, DataLoader workers with CUDA contexts of their own, an inference server that preallocates, and
-# the healthy controls that must stay quiet. Each program (tests/gpu/phases.py) runs under gpudoc run
+# phases, DataLoader workers with CUDA contexts of their own, an inference server that preallocates, leaks
+# the hunt must name through a model's forward calls, a forward hook and a function's local (with the
+# line and holder in each diagnosis's details), and the healthy controls that must stay quiet. Each program (tests/gpu/phases.py) runs under gpudoc run
 # with a report, a trace, its stdout and stderr. Expects .device/gpudoc (a release build). Leaves
 # $OUT/phases.tar.gz (fixtures/phases/ is made from it) and prints, per run, the classification, the OOM's
 # phase and the rules that fired, against what each must give.
@@ -23,7 +24,7 @@ rec() {
 }
 P="python3 tests/gpu/phases.py"
 for p in infer_leak infer_healthy load_serve up_and_back eval_oom eval_keep eval_healthy load_oom \
-         workers_cuda workers_cpu; do
+         workers_cuda workers_cpu model_leak hook_leak local_leak; do
   rec $p -- $P $p
 done
 # The same leaking loop without the shim: NVML alone must still see the growth.
@@ -91,6 +92,7 @@ want = {
     "vllm_default": {"server-preallocation"}, "vllm_standin": {"server-preallocation"},
     "vllm_standin_default": {"server-preallocation"}, "vllm_standin_oom": {"oom-serving"},
     "compiled_step": set(),
+    "model_leak": {"steady-growth"}, "hook_leak": {"step-leak"}, "local_leak": {"step-leak"},
 }
 for f in sorted(glob.glob("/tmp/rec28/phases/*.report.json")):
     n = os.path.basename(f).replace(".report.json", "")
@@ -104,4 +106,6 @@ for f in sorted(glob.glob("/tmp/rec28/phases/*.report.json")):
           f"{','.join(sorted(fired)) or '-'}")
     for d in r["diagnoses"]:
         print(f"      {d['severity']:5} {d['rule']}: {d['message'][:400]}")
+        for line in (d.get("details") or [])[:4]:
+            print(f"        {line[:300]}")
 PY

@@ -149,18 +149,20 @@ def sites(snapshot, device, steps, leaks_only=True):
             entry[0] += b.get("size", 0)
             entry[1] += 1
             entry[3].append((b.get("address", 0), b.get("size", 0)))
-    allocs = {}
+    allocs, last = {}, {}
     traces = snapshot.get("device_traces", [])
     trace = traces[device] if device < len(traces) else []
-    for e in trace:
+    for i, e in enumerate(trace):
         if e.get("action") == "alloc" and e.get("frames"):
             f = _site_of(e["frames"])
             key = (f.get("filename", "?"), f.get("line", 0), f.get("name", "?"))
             allocs[key] = allocs.get(key, 0) + 1
+            last[e.get("addr")] = i
     out, ranges = [], []
     for key, (nbytes, blocks, frames, addrs) in live.items():
         made = max(allocs.get(key, 0), blocks)
-        if leaks_only and (blocks < max(2, steps // 2) or blocks < LIVE_SHARE * made):
+        if leaks_only and (blocks < max(2, steps // 2)
+                           or (blocks < LIVE_SHARE * made and not _spread(addrs, last, len(trace), steps))):
             continue
         out.append({
             "file": key[0], "line": key[1], "function": key[2], "code": _code(key[0], key[1]),
@@ -170,6 +172,19 @@ def sites(snapshot, device, steps, leaks_only=True):
         ranges.extend(addrs)
     out.sort(key=lambda s: -s["bytes"])
     return out[:TOP], sorted(ranges), len(trace) >= MAX_ENTRIES
+
+
+def _spread(addrs, last, events, steps):
+    """The live blocks `addrs` were allocated all through the window, not only in its last steps: a quarter
+    of the window's steps' worth of them in the first half of its events (a block allocated before the
+    event log's first entry, when it overflowed, counts as early). A site that allocates many blocks a
+    step (the model's call: every layer's activation) and keeps one of them (a forward hook's) keeps a
+    small share of what it allocates, but keeps it step after step; the activations of the step the window
+    ended in are all late."""
+    if not events:
+        return False
+    early = sum(1 for a, _ in addrs if last.get(a, -1) < events // 2)
+    return early >= max(2, steps // 4)
 
 
 def _storage(t):
@@ -221,6 +236,8 @@ class Search(object):
         # Per name a root holds (a global, a local, an output): the storages reached from it.
         self.named, self.storage_bytes = {}, {}
         self.done, self.visited, self.spent = False, 0, 0.0
+        # The device's live tensors at an OOM (see at_oom).
+        self.allocated = None
 
     def run(self, budget):
         """One slice of at most `budget` seconds; whether the search is over."""
@@ -357,11 +374,15 @@ class Search(object):
         self._name(stack[0][0], stack[0][2] - 1, ptr)
         key, kind, text, items = _holder(stack, t)
         g = self.groups.setdefault(key, {"kind": kind, "text": text, "tensors": 0, "bytes": 0,
-                                         "items": items, "ids": set()})
+                                         "items": items, "graphs": 0, "ids": set()})
         if i not in g["ids"]:
             g["ids"].add(i)
             g["tensors"] += 1
             g["bytes"] += self.bytes[i]
+            try:
+                g["graphs"] += t.grad_fn is not None
+            except Exception:
+                pass
 
     def _name(self, root, pos, ptr):
         """Counts the storage `ptr` for the name at `pos` of `root` (the first step of the path to it)."""
@@ -403,15 +424,37 @@ class Search(object):
 
     def holders(self, leaked=None):
         """What was found, grouped and ranked; the autograd graph first when Python's objects hold too
-        little of `leaked` bytes to say."""
+        little of `leaked` bytes to say; the graphs behind held tensors after their holder (see
+        _behind)."""
         groups = [dict(g) for g in self.groups.values()]
         for g in groups:
             del g["ids"]
         held = _ranked(groups)
         if leaked is not None and self.graph and sum(g["bytes"] for g in held) < leaked // 10:
             g = {"kind": "graph", "text": self.graph[1], "tensors": 0, "bytes": 0, "items": None}
-            held = [g] + [h for h in held if h["bytes"] * 10 >= leaked]
+            return [g] + [h for h in held if h["bytes"] * 10 >= leaked]
+        return _behind(held, leaked if leaked is not None else self.allocated, sum(self.bytes.values()),
+                       self.done)
+
+
+def _behind(held, base, found, done):
+    """`held` with, after the first holder whose tensors carry autograd graphs (grad_fn), what those graphs
+    keep: of `base` bytes (what leaked, or all the device's live tensors at an OOM), those no Python
+    tensor refers to (`found` is what the search reached), when the search covered the whole heap and
+    that is a tenth of `base` or more. The saved tensors themselves are never read: unpacking one runs
+    the program's saved-tensor hooks (a checkpoint's recomputation)."""
+    owner = [h for h in held if h.get("graphs")]
+    hidden = (base or 0) - found
+    if not owner or not done or hidden * 10 < (base or 0) or hidden <= 0:
         return held
+    o = owner[0]
+    g = {"kind": "graphs", "tensors": sum(h["graphs"] for h in owner), "bytes": hidden, "items": None,
+         "graphs": 0, "of": o["text"],
+         "text": "the autograd graphs behind the %d tensors with grad_fn in %s: what the forward passes "
+                 "that made them saved, which no Python object refers to and no backward freed"
+                 % (o["graphs"], o["text"])}
+    i = held.index(o)
+    return held[:i + 1] + [g] + held[i + 1:]
 
 
 # Deeper than this from a root is not followed.
@@ -968,6 +1011,7 @@ def _ranked(groups):
             m["count"] += 1
             m["bytes"] += g["bytes"]
             m["tensors"] += g["tensors"]
+            m["graphs"] += g.get("graphs", 0)
             if m["items"] is not None and g["items"] is not None:
                 m["items"] += g["items"]
     out = sorted(merged.values(), key=lambda g: (-g["bytes"], g["text"].startswith("a ")))
@@ -984,9 +1028,13 @@ def _ranked(groups):
 class Hunt(object):
     """One window of recording on the devices in use."""
 
-    def __init__(self, torch, why, step, devices, allocated):
+    def __init__(self, torch, why, step, devices, allocated, unit="steps"):
         self.torch = torch
         self.why = why
+        # What the window counts: optimizer steps, or forward calls of the outermost module (the shim's
+        # clock where there are no steps, which the shim keeps in `clock`).
+        self.unit = unit
+        self.clock = None
         self.from_step = step
         self.devices = list(devices)
         self.allocated = dict(allocated)
@@ -1013,7 +1061,7 @@ class Hunt(object):
             found_sites, ranges, truncated = sites(snap, d, steps)
             result = {
                 "k": "hunt", "why": self.why, "dev": d, "t": time.time(), "from_step": self.from_step,
-                "to_step": step, "steps": steps,
+                "to_step": step, "steps": steps, "clock": self.unit,
                 "growth_bytes": allocated.get(d, 0) - self.allocated.get(d, 0),
                 "sites": found_sites, "holders": [], "truncated": truncated,
                 "record_s": round(t1 - self.t0, 3), "analysis_s": round(time.time() - t1, 3),
@@ -1023,9 +1071,10 @@ class Hunt(object):
         return snap, out
 
 
-def at_oom(torch, device, hunt, skip):
+def at_oom(torch, device, hunt, skip, allocated=None):
     """What filled `device` at an out-of-memory failure: the sites of the blocks a hunt in progress
-    recorded, now, and the Search for the holders of all its Python tensors."""
+    recorded, now, and the Search for the holders of all its Python tensors (`allocated`: the device's
+    live tensors then, to tell what the graphs behind held tensors keep)."""
     _prepare(torch)
     t0 = time.time()
     found_sites = []
@@ -1037,7 +1086,9 @@ def at_oom(torch, device, hunt, skip):
     result = {"k": "hunt", "why": "oom", "dev": device, "t": t0, "from_step": 0, "to_step": 0,
               "steps": 0, "growth_bytes": 0, "sites": found_sites, "holders": [], "truncated": False,
               "record_s": 0.0, "analysis_s": round(time.time() - t0, 3)}
-    return result, Search(torch, device, None, skip)
+    search = Search(torch, device, None, skip)
+    search.allocated = allocated
+    return result, search
 
 
 def finish(result, search, leaked=None):

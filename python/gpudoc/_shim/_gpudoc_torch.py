@@ -36,6 +36,10 @@ BUDGET = 0.003
 MAX_STRIDE = 4096
 # Records measured before the stride adapts.
 ADAPT_AFTER = 5
+# Forward calls closer together than this go without the forward clock: its wrapper's own call, paid at
+# every forward call of the outermost module (O(1): a call, a weakref, a counter; 0.7-1.3 us measured on
+# the 2-core dev machine with Python 3.8-3.12), would be over BUDGET (1.3 us of 300 us is 0.43%).
+MIN_FORWARD_S = 0.0003
 # The devices in use are looked for again every this many records.
 RESCAN_EVERY = 64
 # Leak hunting: auto (when memory grows), on (from warm-up on), off. Set from GPUDOC_TORCH.
@@ -106,6 +110,29 @@ class _State(object):
 S = _State()
 
 
+class _Forwards(object):
+    """The forward clock, for a program without optimizer steps (see _on_forward)."""
+
+    on = False
+    # The global forward hook looking for the outermost module, while it looks.
+    discover = None
+    # The outermost module (weakly: the clock never keeps the program's model alive), and what its
+    # `_compiled_call_impl` was (None, or absent from its __dict__).
+    root = None
+    had = False
+    mine = None
+    # Its pace, as _State's for steps (see _covered, _paced): `last_step` is the call of the last record.
+    last_step = 0
+    last_t = 0.0
+    period = 0.0
+    records = 0
+    cost = 0.0
+    last_cost = 0.0
+
+
+F = _Forwards()
+
+
 class _Ours(object):
     """gpudoc's own calls into torch, on this thread (another thread's, meanwhile, are the program's)."""
 
@@ -119,6 +146,10 @@ class _Ours(object):
 OURS = _Ours()
 # [steps seen, step of the next record]: a list, so the hook's fast path is two index operations.
 STEP = [0, 1]
+# The same for forward calls of the outermost module (the clock where there are no optimizer steps), and
+# whether Dynamo traced the hook that looks for that module (see _outermost).
+FWD = [0, 1]
+TRACED = [False]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
 # traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
 # and is not run by the compiled code (a compiled optimizer step is not counted).
@@ -283,19 +314,26 @@ def _devices():
     return S.devices
 
 
-def _record(step, covered, kind="step"):
-    """One record per device in use: the numbers now and the peaks over the steps since the last one."""
+def _record(step, covered, kind="step", fwd=None):
+    """One record per device in use: the numbers now and the peaks over the steps since the last one. With
+    `fwd` (the forward clock's count, see _on_forward), a reading at a forward call: an `s` record with
+    its count, over the calls `covered` since the last."""
+    clocked = kind == "step" or fwd is not None
     for d in _devices():
         stats = S.orig_stats(d)
-        body = '{"k":"%s","step":%d,"n":%d,%s%s,"c":%d,"p":%d' % (
-            kind, step, covered, _numbers(stats, d), _uuid(d), S.last_cost * 1e6, S.period * 1e6)
-        if S.reset_peaks and kind == "step":
+        if fwd is None:
+            head, cost, period = '{"k":"%s","step":%d,"n":%d,' % (kind, step, covered), S.last_cost, S.period
+        else:
+            head, cost, period = '{"k":"s","step":%d,"fwd":%d,"n":%d,' % (step, fwd, covered), F.last_cost, \
+                F.period
+        body = head + '%s%s,"c":%d,"p":%d' % (_numbers(stats, d), _uuid(d), cost * 1e6, period * 1e6)
+        if S.reset_peaks and clocked:
             _keep(d, stats)
             if CELL.open:
                 _fold(CELL.erased, d, stats)
             S.orig_reset(d)
         _send(body)
-        if kind == "step":
+        if clocked:
             seen = S.growth.setdefault(d, [])
             seen.append(_cur(stats, "allocated_bytes"))
             del seen[:-GROWTH_RECORDS]
@@ -310,15 +348,22 @@ def _on_step(optimizer, args, kwargs):
     STEP[0] += 1
     if STEP[0] < STEP[1]:
         return
+    if F.on:
+        # Optimizer steps are the program's clock from its first on.
+        _forward_clock_off()
     if S.dead or not S.cuda:
         STEP[1] = STEP[0] + 1
         return
-    # What a record allocates never starts a collection the program's gc.callbacks would see in its
-    # step: the collector is off meanwhile, and what was allocated is freed before it is on again.
+    _uncollected(_step_record)
+
+
+def _uncollected(record):
+    """Runs `record`: what it allocates never starts a collection the program's gc.callbacks would see in
+    its step: the collector is off meanwhile, and what was allocated is freed before it is on again."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _step_record()
+        record()
     finally:
         if collecting:
             gc.enable()
@@ -327,35 +372,190 @@ def _on_step(optimizer, args, kwargs):
 def _step_record():
     t0 = time.perf_counter()
     try:
-        covered = STEP[0] - S.last_step
-        if S.last_step:
-            S.period = (t0 - S.last_t) / covered
+        covered = _covered(S, STEP, t0)
         _record(STEP[0], covered)
         S.records += 1
     except Exception as e:
         _fail("step hook", e)
         return
+    _paced(S, STEP, t0)
+
+
+def _covered(p, clock, t0):
+    """The calls of `clock` (STEP or FWD) since the last record, and the time each took (`p`: S or F, that
+    clock's pace)."""
+    covered = clock[0] - p.last_step
+    if p.last_step:
+        p.period = (t0 - p.last_t) / covered
+    return covered
+
+
+def _paced(p, clock, t0):
+    """After a record at `clock`'s count begun at `t0`: its cost, and the next record's count, every Nth
+    call so that records take under BUDGET of the program's time; then the hunt's part."""
     t1 = time.perf_counter()
     cost = t1 - t0
     # The first record pays once for what later ones don't (the device list, its UUID): not counted.
-    if S.records > 1:
-        S.cost = cost if S.cost == 0 else 0.8 * S.cost + 0.2 * cost
-        S.last_cost = cost
+    if p.records > 1:
+        p.cost = cost if p.cost == 0 else 0.8 * p.cost + 0.2 * cost
+        p.last_cost = cost
     stride = 1
-    if S.period > 0 and S.records > ADAPT_AFTER:
-        stride = min(MAX_STRIDE, max(1, int(S.cost / (BUDGET * S.period)) + 1))
-    S.last_step, S.last_t = STEP[0], t1
-    STEP[1] = STEP[0] + stride
-    if HUNT != "off":
-        try:
-            _hunt_step(STEP[0])
-            if S.searches:
-                STEP[1] = STEP[0] + 1
-                if t1 - S.last_slice >= SLICE_EVERY:
-                    _search(SLICE_S)
-                    S.last_slice = time.perf_counter()
-        except Exception as e:
-            _hunt_failed(e)
+    if p.period > 0 and p.records > ADAPT_AFTER:
+        stride = min(MAX_STRIDE, max(1, int(p.cost / (BUDGET * p.period)) + 1))
+    p.last_step, p.last_t = clock[0], t1
+    clock[1] = clock[0] + stride
+    _hunt_tick(clock, t1)
+
+
+def _hunt_tick(clock, t1):
+    """The hunt's part of a record at `clock`'s count (STEP or FWD): a window starts or ends, and a search
+    in progress gets its slice (then every call is a record, so that slices come at the calls)."""
+    if HUNT == "off":
+        return
+    try:
+        _hunt_step(clock[0], clock)
+        if S.searches:
+            clock[1] = clock[0] + 1
+            if t1 - S.last_slice >= SLICE_EVERY:
+                _search(SLICE_S)
+                S.last_slice = time.perf_counter()
+    except Exception as e:
+        _hunt_failed(e)
+
+
+def _on_forward():
+    """The outermost module's forward call has returned (its `_compiled_call_impl`, _forward_wrapper). The
+    forward clock of a program without optimizer steps (inference, generation, serving, evaluation):
+    most calls only count; every Nth is a reading of the allocator, N chosen as the step hook's is; a
+    leak hunt runs at the same place. Fast loops it cannot keep under budget, and every program once its
+    first optimizer step ends, go without it."""
+    __tracebackhide__ = True
+    FWD[0] += 1
+    if FWD[0] < FWD[1]:
+        return
+    if S.dead or not S.cuda:
+        FWD[1] = FWD[0] + 1
+        return
+    _uncollected(_forward_record)
+
+
+def _forward_record():
+    t0 = time.perf_counter()
+    try:
+        covered = _covered(F, FWD, t0)
+        if F.records > 2 and F.period < MIN_FORWARD_S:
+            # The wrapper's own call, paid at every forward, would be over budget (told from the third
+            # record on: past ADAPT_AFTER the next record may be MAX_STRIDE calls away).
+            _forward_clock_off()
+            return
+        _record(STEP[0], covered, fwd=FWD[0])
+        F.records += 1
+    except Exception as e:
+        _fail("forward clock", e)
+        _forward_clock_off()
+        return
+    _paced(F, FWD, t0)
+
+
+def _forward_wrapper(ref):
+    """What the outermost module's `_compiled_call_impl` becomes: torch's Module.__call__ calls it in place
+    of `_call_impl` (torch 2.2 and later), and it calls `_call_impl` itself, then the clock. Pickling and
+    copying a module leave it out (Module.__getstate__ drops that attribute). The module is referred to
+    weakly: its own __dict__ holds this, and a cycle would keep a dropped model's memory until the
+    collector runs. Its cost at a call that is no record: see MIN_FORWARD_S."""
+
+    def _call_impl(*args, **kwargs):
+        __tracebackhide__ = True
+        out = ref()._call_impl(*args, **kwargs)
+        if _compiling is None or not _compiling():
+            _on_forward()
+        return out
+
+    return _call_impl
+
+
+def _outermost(module, args, output):
+    """The global forward hook, from CUDA's start until the first outermost forward call has returned:
+    that module (no other module's call below it on the stack) becomes the clock's. Every module's call
+    runs torch's hook path meanwhile: the first forward pass only."""
+    __tracebackhide__ = True
+    if _compiling is not None and _compiling():
+        # Dynamo traces the hook (folded to this) and guards on the global hooks: taking it away would
+        # recompile the program's graphs, so it stays, doing nothing once done. A list's item, which
+        # Dynamo replays as a side effect, where an attribute of the shim's object might break the graph.
+        TRACED[0] = True
+        return
+    if F.discover is None:
+        return
+    try:
+        code = S.call_impl
+        f, calls = sys._getframe(1), 0
+        while f is not None and calls < 2:
+            calls += f.f_code is code
+            f = f.f_back
+        del f
+        if calls > 1:
+            return
+        _adopt(module)
+    except Exception as e:
+        _fail("forward clock", e)
+        _forward_clock_off()
+
+
+def _unhook():
+    """The discovery hook goes, unless a compiled graph was traced with it (see _outermost)."""
+    if F.discover is not None and not TRACED[0]:
+        F.discover.remove()
+    F.discover = None
+
+
+def _adopt(module):
+    _unhook()
+    d = object.__getattribute__(module, "__dict__")
+    if type(d) is not dict or d.get("_compiled_call_impl") is not None \
+            or type(module).__call__ is not S.module_call:
+        # Compiled with Module.compile, or called its own way: the clock leaves it alone.
+        F.on = False
+        return
+    import weakref
+
+    F.root, F.had = weakref.ref(module), "_compiled_call_impl" in d
+    F.mine = _forward_wrapper(F.root)
+    d["_compiled_call_impl"] = F.mine
+    _on_forward()
+
+
+def _forward_clock_off():
+    """The clock ends: the discovery hook goes, the outermost module's `_compiled_call_impl` is what it
+    was (when still the shim's)."""
+    F.on = False
+    _unhook()
+    module = F.root() if F.root is not None else None
+    F.root = None
+    if module is not None:
+        d = object.__getattribute__(module, "__dict__")
+        if d.get("_compiled_call_impl") is F.mine:
+            if F.had:
+                d["_compiled_call_impl"] = None
+            else:
+                del d["_compiled_call_impl"]
+    F.mine = None
+
+
+def _forward_clock_on(torch):
+    """Looks for the outermost module from now on (at CUDA's start), where torch calls modules the way
+    the clock needs (2.2 and later: Module.__call__ is `_wrapped_call_impl`)."""
+    try:
+        module = torch.nn.modules.module
+        Module = module.Module
+        if HUNT == "off" or STEP[0] or not hasattr(Module, "_compiled_call_impl"):
+            return
+        S.call_impl = Module._call_impl.__code__
+        S.module_call = Module.__call__
+        F.on = True
+        F.discover = module.register_module_forward_hook(_outermost)
+    except Exception:
+        F.on = False
 
 
 def _growing():
@@ -373,9 +573,13 @@ def _allocated():
     return dict((d, seen[-1]) for d, seen in S.growth.items() if seen)
 
 
-def _hunt_step(step, ending=False):
-    """Starts, or ends, a window of memory-history recording."""
+def _hunt_step(step, clock=STEP, ending=False):
+    """Starts, or ends, a window of memory-history recording, counted in `clock`'s units (optimizer steps,
+    or forward calls where there are none)."""
     if S.hunt is not None:
+        if S.hunt.clock is not clock:
+            # Steps began during a window of forward calls: it ends with the calls it recorded.
+            step, clock, ending = FWD[0], FWD, True
         if ending or S.hunt.due(step):
             hunt, S.hunt = S.hunt, None
             with OURS:
@@ -390,21 +594,21 @@ def _hunt_step(step, ending=False):
             # The search's first slice comes at a later step than the snapshot's reading.
             S.last_slice = time.perf_counter()
         else:
-            STEP[1] = min(STEP[1], S.hunt.from_step + _hunt_module().WINDOW_STEPS)
+            clock[1] = min(clock[1], S.hunt.from_step + _hunt_module().WINDOW_STEPS)
         return
     if S.hunts >= MAX_HUNTS or S.user_history:
         return
     if step <= WARMUP_STEPS:
         if HUNT == "on":
             # A hunt asked for starts when warm-up ends, whatever the records' stride.
-            STEP[1] = min(STEP[1], WARMUP_STEPS + 1)
+            clock[1] = min(clock[1], WARMUP_STEPS + 1)
         return
     if HUNT == "on" or _growing():
         if S.hunt_module is None:
             # Loading it (compiling it, without a cached .pyc) is a pause of its own: the hunt starts at
             # the next record.
             _hunt_module()
-            STEP[1] = min(STEP[1], step + 1)
+            clock[1] = min(clock[1], step + 1)
             return
         S.hunts += 1
         why = "on" if HUNT == "on" else "auto"
@@ -415,8 +619,10 @@ def _hunt_step(step, ending=False):
             return
         _hide_history()
         with OURS:
-            S.hunt = _hunt_module().Hunt(S.torch, why, step, _devices(), _allocated())
-        STEP[1] = min(STEP[1], step + 1)
+            S.hunt = _hunt_module().Hunt(S.torch, why, step, _devices(), _allocated(),
+                                         "forwards" if clock is FWD else "steps")
+        S.hunt.clock = clock
+        clock[1] = min(clock[1], step + 1)
 
 
 def _search(budget):
@@ -638,7 +844,8 @@ def _on_oom(device, alloc, device_allocated, device_free):
     S.oom_hunts += 1
     try:
         with OURS:
-            result, search = _hunt_module().at_oom(S.torch, device, S.hunt, skip=(id(S),))
+            result, search = _hunt_module().at_oom(S.torch, device, S.hunt, skip=(id(S),),
+                                                   allocated=_cur(stats, "allocated_bytes"))
         S.searches.insert(0, (result, search, None))
         _search(OOM_S)
     except Exception as e:
@@ -659,6 +866,8 @@ def _on_cuda_init():
             json.dumps(getattr(torch, "__version__", "?")), BUDGET))
     except Exception as e:
         _fail("cuda init", e)
+        return
+    _forward_clock_on(torch)
 
 
 def _on_exit():
@@ -671,8 +880,8 @@ def _on_exit():
         _fail("exit", e)
         return
     try:
-        if S.hunt is not None and STEP[0] > S.hunt.from_step:
-            _hunt_step(STEP[0], ending=True)
+        if S.hunt is not None and S.hunt.clock[0] > S.hunt.from_step:
+            _hunt_step(S.hunt.clock[0], S.hunt.clock, ending=True)
         _search(EXIT_S)
         # What the searches left found in the time they had.
         for result, search, leaked in S.searches:
@@ -691,6 +900,9 @@ def _on_fork():
         pass
     S.fd = S.fd_id = None
     STEP[0], STEP[1] = 0, 1
+    FWD[0], FWD[1] = 0, 1
+    F.last_step = F.records = 0
+    F.period = F.cost = F.last_cost = 0.0
     S.last_step = S.records = 0
     S.devices = None
     S.growth = {}
