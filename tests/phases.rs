@@ -335,13 +335,14 @@ fn an_oom_splits_what_the_list_holds_from_the_graphs_behind_it() {
         // 150 outputs of 256 MiB, each with 512 MiB in its graph (and, in the fake, the 1 GiB of
         // weights it allocates outside any tensor).
         assert_eq!(
-            lines[0], "held by list `outs` (phases.py, module globals), 150 items (37.50 GiB)",
+            lines[0],
+            "held by list `outs` (phases.py, module globals), 150 items — at the OOM: 150 of its tensors hold 37.50 GiB",
             "{what}: {lines:#?}"
         );
         assert!(
             lines[1].starts_with(
                 "held by the autograd graphs behind the 150 tensors with grad_fn in list `outs` (phases.py, module globals), 150 items: "
-            ) && lines[1].ends_with("(76.06 GiB)"),
+            ) && lines[1].ends_with("— at the OOM: they hold 76.06 GiB"),
             "{what}: {lines:#?}"
         );
         let graphs = fact(&r, rule, "oom.graph_bytes");

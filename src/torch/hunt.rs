@@ -177,6 +177,14 @@ impl Hunt {
                     return format!("{verb} {}", h.text);
                 }
                 let n = h.tensors;
+                if h.kind == "graphs" {
+                    // What the graphs saved: no tensor of the program's, so nothing to count.
+                    return format!(
+                        "{verb} {} — {when}: they hold {}",
+                        h.text,
+                        fmt_bytes(h.bytes)
+                    );
+                }
                 let counted = match (h.items.is_some(), n) {
                     (true, _) => format!("{n} of its tensors{from} hold"),
                     (false, 1) => format!("its tensor{from} holds"),

@@ -3,7 +3,7 @@ runs it as `vllm serve MODEL --gpu-memory-utilization F`, through a link named v
 startup shows, on a real GPU through PyTorch's allocator. Weights (4 GiB, in shards), a profiling pass
 (8 GiB of activations, freed), then one KV cache filling the share F of the GPU (0.9 by default), held flat
 while it "serves" for 6 s. With --overload, a batch of requests then asks for activations larger than what the
-share leaves: PyTorch's own out-of-memory error, inside the server.
+share leaves: PyTorch's own out-of-memory error, inside the server."""
 import sys
 import time
 
