@@ -184,7 +184,23 @@ pub struct RunSettings {
     pub tensorboard: Option<PathBuf>,
     /// `--html FILE`.
     pub html: Option<Target>,
+    /// `--stop-on`: rules judged live whose verdict ends the job.
+    pub stop_on: Vec<String>,
     pub env: Env,
+}
+
+/// Each `--stop-on` rule is one judged during the run: no other can stop it.
+fn check_stop_on(stop_on: &[String], live: &[String]) -> Result<(), Failure> {
+    match stop_on.iter().find(|id| !live.contains(id)) {
+        Some(id) => Err(run_failure(
+            "--stop-on",
+            format!(
+                "`{id}` is not a rule judged during the run (those with `live = true`: {})",
+                live.join(", ")
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn run_failure(flag: &str, what: impl std::fmt::Display) -> Failure {
@@ -219,6 +235,7 @@ impl RunSettings {
         }
         let rules = RunRules::load(a.rules.rules.as_deref(), &a.rules.disable_rule)
             .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e.to_string()))?;
+        check_stop_on(&a.stop_on, rules.live_ids())?;
         let gate = resolve_gate(&a.gate, a.name.as_deref())
             .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
         if let Some(g) = &gate {
@@ -276,6 +293,7 @@ impl RunSettings {
                 .as_deref()
                 .map(|p| run_output("--html", p))
                 .transpose()?,
+            stop_on: a.stop_on,
             env,
         })
     }

@@ -213,6 +213,7 @@ fn diagnosis(
         pid: None,
         at_s: None,
         facts: Default::default(),
+        known_at_s: None,
     }
 }
 
