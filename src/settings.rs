@@ -186,6 +186,8 @@ pub struct RunSettings {
     pub html: Option<Target>,
     /// `--stop-on`: rules judged live whose verdict ends the job.
     pub stop_on: Vec<String>,
+    /// Where runs in progress publish their forecasts for `gpudoc watch` ([`crate::runs`]).
+    pub runs: Option<PathBuf>,
     pub env: Env,
 }
 
@@ -294,6 +296,7 @@ impl RunSettings {
                 .map(|p| run_output("--html", p))
                 .transpose()?,
             stop_on: a.stop_on,
+            runs: runs_dir(&env),
             env,
         })
     }
@@ -596,6 +599,11 @@ impl OrphansSettings {
     }
 }
 
+/// Where runs in progress publish their forecasts: `live/` beside the leftovers' record.
+fn runs_dir(env: &Env) -> Option<PathBuf> {
+    Some(env.leftovers.as_ref()?.parent()?.join("live"))
+}
+
 /// The user's state folder: `$XDG_STATE_HOME` (absolute, as the XDG spec requires), else
 /// `$HOME/.local/state`.
 fn state_home() -> Option<PathBuf> {
@@ -624,6 +632,8 @@ pub struct WatchSettings {
     pub host: String,
     /// What `gpudoc run` recorded it left running.
     pub leftovers: Option<crate::orphans::record::Record>,
+    /// Where runs in progress publish their forecasts ([`crate::runs`]).
+    pub runs: Option<PathBuf>,
 }
 
 impl WatchSettings {
@@ -663,6 +673,7 @@ impl WatchSettings {
                 .leftovers
                 .clone()
                 .map(crate::orphans::record::Record::at),
+            runs: runs_dir(env),
         })
     }
 }

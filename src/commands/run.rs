@@ -162,6 +162,7 @@ impl Session {
                 stop_on: s.stop_on.clone(),
                 quiet: s.quiet,
                 start,
+                publish: published(s, unix_s(start_wall)),
             },
         );
         // Drawn only where gpudoc sees every byte that reaches the screen: on the command's own
@@ -299,6 +300,22 @@ impl Session {
         }
         (ev, stopped_on)
     }
+}
+
+/// Where and as what this run publishes its forecasts for `gpudoc watch`.
+fn published(
+    s: &RunSettings,
+    started_unix_s: f64,
+) -> Option<(std::path::PathBuf, crate::runs::Published)> {
+    let me = crate::procs::read(std::process::id())?;
+    let p = crate::runs::Published {
+        pid: me.pid,
+        start_ticks: me.start_ticks,
+        command: lossy(&s.command).join(" "),
+        started_unix_s,
+        forecasts: Vec::new(),
+    };
+    Some((s.runs.clone()?, p))
 }
 
 /// The trace file, when `--trace` asks for one.

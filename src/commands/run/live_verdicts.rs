@@ -9,6 +9,7 @@ use super::so_far::Sources;
 use crate::rules::live::{Told, Verdicts};
 use crate::verdict::Forecast;
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -44,6 +45,8 @@ pub struct Asked {
     /// `--quiet`: nothing said but why the job is ended.
     pub quiet: bool,
     pub start: Instant,
+    /// Where to publish the forecasts for `gpudoc watch`, and how the run is named there.
+    pub publish: Option<(PathBuf, crate::runs::Published)>,
 }
 
 struct Worker {
@@ -121,6 +124,9 @@ impl Worker {
             }
             std::thread::sleep(TICK);
         }
+        if let Some((dir, p)) = &self.asked.publish {
+            crate::runs::withdraw(dir, p.pid);
+        }
         self.pending.drain(..).collect()
     }
 
@@ -130,8 +136,15 @@ impl Worker {
         let now_s = self.asked.start.elapsed().as_secs_f64();
         let mut v = self.verdicts.lock().unwrap();
         let told = v.observe(&report, now_s);
-        *self.note.lock().unwrap() = note(v.told().filter_map(|t| t.forecast.as_ref()));
+        let forecasts: Vec<Forecast> = v.told().filter_map(|t| t.forecast.clone()).collect();
         drop(v);
+        *self.note.lock().unwrap() = note(forecasts.iter());
+        if let Some((dir, p)) = &mut self.asked.publish
+            && p.forecasts != forecasts
+        {
+            p.forecasts = forecasts;
+            let _ = crate::runs::publish(dir, p);
+        }
         for t in told {
             if !self.asked.quiet {
                 self.pending.push_back(words(&t));
