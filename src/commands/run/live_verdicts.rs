@@ -12,7 +12,6 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The shortest time between two evaluations of the run so far.
@@ -34,8 +33,10 @@ pub struct LiveVerdicts {
     /// The forecast, in a few words, for the live line.
     pub note: Arc<Mutex<String>>,
     stopped_on: Arc<Mutex<Option<String>>>,
+    /// Words waiting for the end of the command's line.
+    pending: Arc<Mutex<VecDeque<String>>>,
     end: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Vec<String>>>,
+    published: Option<(PathBuf, u32)>,
 }
 
 /// What the thread needs besides the sources.
@@ -56,8 +57,7 @@ struct Worker {
     stop: Arc<AtomicBool>,
     note: Arc<Mutex<String>>,
     stopped_on: Arc<Mutex<Option<String>>>,
-    /// Words waiting for the end of the command's line.
-    pending: VecDeque<String>,
+    pending: Arc<Mutex<VecDeque<String>>>,
 }
 
 impl LiveVerdicts {
@@ -67,6 +67,8 @@ impl LiveVerdicts {
         let note = Arc::new(Mutex::new(String::new()));
         let stopped_on = Arc::new(Mutex::new(None));
         let end = Arc::new(AtomicBool::new(false));
+        let pending = Arc::new(Mutex::new(VecDeque::new()));
+        let published = asked.publish.as_ref().map(|(dir, p)| (dir.clone(), p.pid));
         let mut w = Worker {
             sources,
             asked,
@@ -74,65 +76,66 @@ impl LiveVerdicts {
             stop: stop.clone(),
             note: note.clone(),
             stopped_on: stopped_on.clone(),
-            pending: VecDeque::new(),
+            pending: pending.clone(),
         };
         let e = end.clone();
         // Without a thread to be had, the run goes on without live verdicts.
-        let thread = std::thread::Builder::new()
+        let _ = std::thread::Builder::new()
             .name("gpudoc-verdicts".into())
-            .spawn(move || w.run(&e))
-            .ok();
+            .spawn(move || w.run(&e));
         LiveVerdicts {
             verdicts,
             stop,
             note,
             stopped_on,
+            pending,
             end,
-            thread,
+            published,
         }
     }
 
-    /// Stops the thread; words still waiting for the end of a line are said now (the command is over).
-    /// The rule that ended the job, if one did.
-    pub fn finish(mut self) -> Option<String> {
+    /// Stops the thread without waiting for it (a look in progress would hold the exit back: it ends
+    /// at its next tick, having said nothing more); words still waiting for the end of a line are said
+    /// now (the command is over). The rule that ended the job, if one did.
+    pub fn finish(self) -> Option<String> {
         self.end.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take()
-            && let Ok(left) = t.join()
-        {
-            for words in left {
-                crate::say::to_stderr(&words);
-            }
+        for words in self.pending.lock().unwrap().drain(..) {
+            crate::say::to_stderr(&words);
+        }
+        if let Some((dir, pid)) = &self.published {
+            crate::runs::withdraw(dir, *pid);
         }
         self.stopped_on.lock().unwrap().clone()
     }
 }
 
 impl Worker {
-    fn run(&mut self, end: &AtomicBool) -> Vec<String> {
+    fn run(&mut self, end: &AtomicBool) {
         let mut next = self.asked.start + EVERY;
         while !end.load(Ordering::SeqCst) {
             if Instant::now() >= next {
                 let took = Instant::now();
-                self.evaluate();
+                self.evaluate(end);
                 next = Instant::now() + EVERY.max(took.elapsed() * CPU_SHARE);
             }
-            while let Some(words) = self.pending.front() {
-                if !crate::say::between_lines(words, QUIET) {
+            let mut pending = self.pending.lock().unwrap();
+            while let Some(words) = pending.front() {
+                if end.load(Ordering::SeqCst) || !crate::say::between_lines(words, QUIET) {
                     break;
                 }
-                self.pending.pop_front();
+                pending.pop_front();
             }
+            drop(pending);
             std::thread::sleep(TICK);
         }
-        if let Some((dir, p)) = &self.asked.publish {
-            crate::runs::withdraw(dir, p.pid);
-        }
-        self.pending.drain(..).collect()
     }
 
-    /// One look at the run so far.
-    fn evaluate(&mut self) {
+    /// One look at the run so far; what it finds after the run ended is dropped.
+    fn evaluate(&mut self, end: &AtomicBool) {
         let report = self.sources.report();
+        if end.load(Ordering::SeqCst) {
+            return;
+        }
         let now_s = self.asked.start.elapsed().as_secs_f64();
         let mut v = self.verdicts.lock().unwrap();
         let told = v.observe(&report, now_s);
@@ -141,13 +144,14 @@ impl Worker {
         *self.note.lock().unwrap() = note(forecasts.iter());
         if let Some((dir, p)) = &mut self.asked.publish
             && p.forecasts != forecasts
+            && !end.load(Ordering::SeqCst)
         {
             p.forecasts = forecasts;
             let _ = crate::runs::publish(dir, p);
         }
         for t in told {
             if !self.asked.quiet {
-                self.pending.push_back(words(&t));
+                self.pending.lock().unwrap().push_back(words(&t));
             }
             self.stop_on(&t);
         }
@@ -160,7 +164,7 @@ impl Worker {
             return;
         }
         *self.stopped_on.lock().unwrap() = Some(rule.clone());
-        self.pending.push_back(format!(
+        self.pending.lock().unwrap().push_back(format!(
             "gpudoc: --stop-on {rule}: ending the job as Ctrl-C would (SIGINT; after {} s more, again; then SIGKILL)\n",
             crate::supervise::STOP_GRACE.as_secs()
         ));
