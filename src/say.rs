@@ -6,8 +6,8 @@
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, RawFd};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Formats and writes to stderr, like `eprint!`, never failing.
@@ -80,32 +80,26 @@ pub fn between_lines(text: &str, quiet: Duration) -> bool {
     true
 }
 
-/// Where stderr is a regular file: its last byte ends a line and it has not grown for `quiet`. True
-/// where it is no file, or one gpudoc cannot read.
+/// Where stderr is a regular file: its last byte ends a line and it was last written `quiet` ago or more
+/// (its modification time). True where it is no file, or one gpudoc cannot read.
 fn file_between_lines(quiet: Duration) -> bool {
     use std::os::unix::fs::FileExt;
-    static SIZE: Mutex<Option<(u64, Instant)>> = Mutex::new(None);
     let Ok(meta) = std::fs::metadata("/proc/self/fd/2") else {
         return true;
     };
-    if !meta.is_file() {
+    if !meta.is_file() || meta.len() == 0 {
         return true;
     }
-    let mut last = SIZE.lock().unwrap();
-    let now = Instant::now();
-    match *last {
-        Some((size, _)) if size == meta.len() => {}
-        _ => *last = Some((meta.len(), now)),
-    }
-    let grown_at = last.map_or(now, |(_, at)| at);
-    if meta.len() == 0 {
-        return true;
-    }
+    let written = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .unwrap_or(Duration::MAX);
     let mut byte = [0u8];
     let ends_line = std::fs::File::open("/proc/self/fd/2")
         .and_then(|f| f.read_exact_at(&mut byte, meta.len() - 1))
         .map_or(true, |_| byte[0] == b'\n');
-    ends_line && now.duration_since(grown_at) >= quiet
+    ends_line && written >= quiet
 }
 
 fn lines(text: &str) -> std::borrow::Cow<'_, str> {

@@ -11,10 +11,22 @@ use std::time::Instant;
 /// in one pipe, so their order is the order they were written in: (exit code, report, that output,
 /// seconds it took).
 fn job(extra: &str, mode: &str, steps: u32, sleep: f64) -> (i32, Value, String, f64) {
+    job_into("2>&1", extra, mode, steps, sleep)
+}
+
+/// [`job`] with the output redirected as `redirect` says (`2>&1`: the pipe read back; `> FILE 2>&1`: a
+/// file the job writes itself).
+fn job_into(
+    redirect: &str,
+    extra: &str,
+    mode: &str,
+    steps: u32,
+    sleep: f64,
+) -> (i32, Value, String, f64) {
     let m = Machine::h200s(1);
     let json = m.path("report.json");
     let script = format!(
-        r#""$GPUDOC" run --json '{}' {extra} -- python3 '{}' {mode} {steps} {sleep} 2>&1"#,
+        r#""$GPUDOC" run --json '{}' {extra} -- python3 '{}' {mode} {steps} {sleep} {redirect}"#,
         json.display(),
         fake_torch().join("forecast.py").display()
     );
@@ -90,6 +102,33 @@ fn a_leaking_job_is_told_while_it_runs_that_it_leaks_and_when_the_gpu_is_full() 
     let summary = &out[out.find("JOB-DONE").unwrap()..];
     assert!(summary.contains("known at "), "{summary}");
     assert!(summary.contains("forecast at "), "{summary}");
+}
+
+#[test]
+fn in_a_log_file_the_job_writes_itself_the_words_come_between_its_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let (code, _, _, _) = job_into(
+        &format!("> '{}' 2>&1", log.display()),
+        "",
+        "leak",
+        160,
+        0.05,
+    );
+    let out = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, 0, "{out}");
+    let mid = before_the_end(&out);
+    assert_eq!(
+        mid.matches("gpudoc: step-leak [warn] at ").count(),
+        1,
+        "{out}"
+    );
+    for l in mid.lines() {
+        assert!(
+            l.starts_with("gpudoc: ") || l.starts_with("step "),
+            "a line mixed: {l:?}\n{out}"
+        );
+    }
 }
 
 #[test]
