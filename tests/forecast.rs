@@ -94,10 +94,9 @@ fn a_leaking_job_is_told_while_it_runs_that_it_leaks_and_when_the_gpu_is_full() 
     // 64 MiB a step into ~137 GiB of room, at 20 steps a second at most: minutes away.
     let full_in = f["first"]["full_at_s"].as_f64().unwrap() - known;
     assert!(full_in > 60.0, "{f:#}");
-    assert_eq!(
-        f["first"]["bytes_per_step"].as_f64().unwrap(),
-        64.0 * 1048576.0
-    );
+    // The fit's slope: 64 MiB, to the float's last bits.
+    let per_step = f["first"]["bytes_per_step"].as_f64().unwrap();
+    assert!((per_step - 64.0 * 1048576.0).abs() < 1.0, "{f:#}");
     // And the summary says when it was known.
     let summary = &out[out.find("JOB-DONE").unwrap()..];
     assert!(summary.contains("known at "), "{summary}");
