@@ -39,6 +39,21 @@ pub struct Evidence {
 
 /// The report of a run, diagnosed by `rules`: a function of the evidence alone.
 pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
+    let mut report = build(ev);
+    crate::rules::diagnose(&mut report, rules);
+    report
+}
+
+/// The report of a run still going, on the evidence so far: the same stage, with the facts saying the
+/// run is live (`run.live`), so that a rule can ask more of a run that is not over.
+pub fn analyze_so_far(ev: Evidence, rules: &RuleSet) -> Report {
+    let mut report = build(ev);
+    report.live = true;
+    crate::rules::diagnose(&mut report, rules);
+    report
+}
+
+fn build(ev: Evidence) -> Report {
     let recorded_end = ev.outcome.as_ref().map(|o| o.end);
     let torch_enabled = ev.torch.is_some();
     let torch_timeline = ev.torch.unwrap_or_default();
@@ -70,7 +85,7 @@ pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
             torch_report.errors.join("; ")
         ));
     }
-    let mut report = Report::build(Inputs {
+    Report::build(Inputs {
         origin: ev.origin,
         command: ev.command,
         started_unix_s: ev.started_unix_s,
@@ -86,9 +101,7 @@ pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
         host_oom,
         self_usage: ev.self_usage,
         notes,
-    });
-    crate::rules::diagnose(&mut report, rules);
-    report
+    })
 }
 
 /// What the end of a run adds to its trace (the trace's `end` row).
@@ -214,6 +227,8 @@ impl EndRow {
             escalated: self.escalated,
             terminate: self.terminate,
             forwarded: self.forwarded.clone(),
+            // The trace does not record it: the report does (`exit.stopped_on`).
+            stopped: false,
         })
     }
 

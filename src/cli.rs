@@ -131,6 +131,11 @@ pub struct RunArgs {
     /// No live status line and no summary (errors still print).
     #[arg(short, long)]
     pub quiet: bool,
+    /// End the job early, as Ctrl-C would (SIGINT; SIGKILL to its tree if it goes on), once one of these
+    /// rules is told during the run (a rule judged live: step-leak, steady-growth, near-capacity,
+    /// stray-context); gpudoc then exits 123.
+    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    pub stop_on: Vec<String>,
     #[command(flatten)]
     pub rules: RulesArgs,
     #[command(flatten)]

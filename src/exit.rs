@@ -10,6 +10,8 @@ pub const LEFTOVERS: u8 = 1;
 pub const USAGE: u8 = 2;
 /// `gpudoc run`: the command succeeded but the memory gate failed.
 pub const GATE_FAILED: u8 = 122;
+/// `gpudoc run --stop-on`: gpudoc ended the job because a named rule was told during the run.
+pub const STOPPED: u8 = 123;
 /// `gpudoc run`: gpudoc itself failed (bad flag or value, an output it could not write, internal error).
 pub const GPUDOC_FAILED: u8 = 125;
 /// `gpudoc run`: the command was found but could not be executed.

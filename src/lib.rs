@@ -23,6 +23,7 @@ pub mod procs;
 pub mod replay;
 pub mod report;
 pub mod rules;
+pub mod runs;
 pub mod sample;
 pub mod say;
 pub mod serve;

@@ -30,8 +30,8 @@ impl Live {
         }
     }
 
-    /// Starts redrawing from `snapshot`.
-    pub fn start(snapshot: Arc<Mutex<Snapshot>>) -> Live {
+    /// Starts redrawing from `snapshot`, with `note` (the live verdicts' forecast) after it.
+    pub fn start(snapshot: Arc<Mutex<Snapshot>>, note: Arc<Mutex<String>>) -> Live {
         let terminal = Arc::new(Terminal::default());
         let stop = Arc::new(AtomicBool::new(false));
         let (t, s) = (terminal.clone(), stop.clone());
@@ -40,7 +40,11 @@ impl Live {
             .spawn(move || {
                 let mut tick = 0;
                 while !s.load(Ordering::Relaxed) {
-                    let text = line(&snapshot.lock().unwrap());
+                    let mut text = line(&snapshot.lock().unwrap());
+                    let note = note.lock().unwrap().clone();
+                    if !note.is_empty() {
+                        text = format!("{text}  ·  {note}");
+                    }
                     let spin = SPINNER[tick % SPINNER.len()];
                     t.draw(&format!("{spin} gpudoc {text}"), width());
                     tick += 1;

@@ -22,6 +22,10 @@ pub struct View {
     pub active: Vec<(String, String, String)>,
     /// Diagnoses seen since the start, per (rule, severity).
     pub seen: BTreeMap<(String, String), u64>,
+    /// Diagnoses told during the run: (rule, severity, subject) and when, seconds into the run.
+    pub known: Vec<(String, String, String, f64)>,
+    /// Per GPU, the soonest it will be full, seconds from now (run only).
+    pub full_in: BTreeMap<u32, f64>,
     pub device_samples: u64,
     pub process_samples: u64,
     pub gpus_lost: u64,
@@ -165,6 +169,20 @@ impl View {
                 .map(|d| (d.rule.clone(), d.severity.name().into(), d.subject.clone()))
                 .collect(),
             seen: BTreeMap::new(),
+            known: r
+                .diagnoses
+                .iter()
+                .filter_map(|d| {
+                    let at = d.known_at_s?;
+                    Some((
+                        d.rule.clone(),
+                        d.severity.name().into(),
+                        d.subject.clone(),
+                        at,
+                    ))
+                })
+                .collect(),
+            full_in: full_in(r),
             device_samples: r.sampling.device_samples,
             process_samples: r.sampling.process_samples,
             gpus_lost: r.gpus.iter().filter(|g| g.lost.is_some()).count() as u64,
@@ -185,6 +203,18 @@ impl View {
         }
         self.seen = seen;
     }
+}
+
+/// Per GPU, the soonest any forecast of `r` has it full, from the report's end (now, for a report of
+/// the run so far).
+fn full_in(r: &Report) -> BTreeMap<u32, f64> {
+    let mut out: BTreeMap<u32, f64> = BTreeMap::new();
+    for f in &r.forecasts {
+        let left = (f.last.full_at_s - r.duration_s).max(0.0);
+        let soonest = out.entry(f.gpu).or_insert(left);
+        *soonest = soonest.min(left);
+    }
+    out
 }
 
 /// One metric family being written.
@@ -409,6 +439,7 @@ fn render_health(f: &mut Family, v: &View) {
         ];
         f.sample("gpudoc_diagnosis_active", &l, 1.0);
     }
+    render_live(f, v);
     f.head(
         "gpudoc_samples_total",
         "counter",
@@ -430,6 +461,35 @@ fn render_health(f: &mut Family, v: &View) {
         "GPUs that stopped answering NVML.",
     );
     f.sample("gpudoc_gpus_lost", &[], v.gpus_lost as f64);
+}
+
+/// What the live verdicts told: each diagnosis' moment, each GPU's forecast.
+fn render_live(f: &mut Family, v: &View) {
+    f.head(
+        "gpudoc_diagnosis_known_seconds",
+        "gauge",
+        "When a diagnosis told during the run was first known, seconds into the run.",
+    );
+    for (rule, severity, subject, at) in &v.known {
+        let l = [
+            ("rule", rule.clone()),
+            ("severity", severity.clone()),
+            ("subject", subject.clone()),
+        ];
+        f.sample("gpudoc_diagnosis_known_seconds", &l, *at);
+    }
+    f.head(
+        "gpudoc_forecast_full_seconds",
+        "gauge",
+        "Seconds until the GPU is full at the rate a diagnosis told during the run gives (the soonest).",
+    );
+    for (gpu, left) in &v.full_in {
+        f.sample(
+            "gpudoc_forecast_full_seconds",
+            &[("gpu", gpu.to_string())],
+            left.round(),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,9 @@ pub struct Report {
     pub diagnoses: Vec<crate::verdict::Diagnosis>,
     #[serde(default)]
     pub gate: Option<crate::verdict::GateReport>,
+    /// When a GPU would be full, forecast during the run (`gpudoc run`, from diagnoses told live).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forecasts: Vec<crate::verdict::Forecast>,
     /// Rules that failed on this run's facts (a division by zero, say), with why: each is said, and
     /// fails a gate with `--fail-on`.
     #[serde(default)]
@@ -51,6 +54,9 @@ pub struct Report {
     /// A report merged from the reports of a job's nodes: each node's run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostRun>,
+    /// A report of the run so far, made while it runs (live verdicts, `--metrics`): never written.
+    #[serde(skip)]
+    pub live: bool,
 }
 
 /// One node's run in a merged report.
@@ -77,6 +83,9 @@ pub struct Exit {
     pub core_dumped: bool,
     /// gpudoc killed the job after a third Ctrl-C.
     pub killed_by_gpudoc: bool,
+    /// `--stop-on`: the rule whose live diagnosis made gpudoc end the job (SIGINT first, as Ctrl-C).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_on: Option<String>,
     /// `success`, `gpu_oom`, `host_oom_kill` (the kernel's OOM killer, for host RAM), `signal`, `failure`;
     /// `unknown` for a report rebuilt from a trace.
     #[serde(default)]
@@ -267,6 +276,8 @@ impl Report {
             torch: i.torch,
             orphans: orphans(i.leftovers, i.ended, t),
             diagnoses: Vec::new(),
+            forecasts: Vec::new(),
+            live: false,
             gate: None,
             rule_errors: Vec::new(),
             notes: i.notes,
@@ -300,6 +311,7 @@ fn exit_of(
         signal,
         core_dumped,
         killed_by_gpudoc: o.is_some_and(|o| o.escalated),
+        stopped_on: None,
         classification: ending,
         host_oom,
         forwarded_signals: o
@@ -444,6 +456,7 @@ mod tests {
             escalated: false,
             terminate: false,
             forwarded: vec![],
+            stopped: false,
         };
         Report::build(Inputs {
             origin: Default::default(),

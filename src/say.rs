@@ -6,7 +6,9 @@
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Formats and writes to stderr, like `eprint!`, never failing.
 #[macro_export]
@@ -36,6 +38,68 @@ pub fn set_raw_terminal(raw: bool) {
 /// Says whether the last byte the command put on the screen ended a line.
 pub fn set_mid_line(mid: bool) {
     MID_LINE.store(mid, Ordering::SeqCst);
+    passed(!mid);
+}
+
+/// Whether the command's last byte on gpudoc's stderr that gpudoc passed on (on its own terminal or
+/// through a pipe) left a line unfinished, and when it passed, in milliseconds since [`epoch`].
+static TAIL_MID: AtomicBool = AtomicBool::new(false);
+static TAIL_AT_MS: AtomicU64 = AtomicU64::new(0);
+
+fn epoch() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+/// The command's bytes bound for gpudoc's stderr passed on, the last of them ending a line or not.
+pub fn passed(line_ended: bool) {
+    TAIL_MID.store(!line_ended, Ordering::SeqCst);
+    TAIL_AT_MS.store(epoch().elapsed().as_millis() as u64, Ordering::SeqCst);
+}
+
+/// Writes `text` (whole lines) to stderr only between the command's lines: its last line is finished
+/// and it has written nothing for `quiet`, so the words never land inside a partial line or a progress
+/// bar. False, writing nothing, when that is not so now: the caller tries again later. Where the command
+/// writes its stderr to a file itself (`2> log`), gpudoc reads the file's end to know.
+pub fn between_lines(text: &str, quiet: Duration) -> bool {
+    let since = epoch()
+        .elapsed()
+        .saturating_sub(Duration::from_millis(TAIL_AT_MS.load(Ordering::SeqCst)));
+    let passing = TAIL_AT_MS.load(Ordering::SeqCst) > 0;
+    if (passing && (TAIL_MID.load(Ordering::SeqCst) || since < quiet)) || !file_between_lines(quiet)
+    {
+        return false;
+    }
+    if RAW.load(Ordering::SeqCst) {
+        // On the command's own terminal the live line may be drawn: cleared first (it is drawn again
+        // on its next tick). Never in a file or a pipe, where the escape would stay in the log.
+        to_stderr(&format!("\r\x1b[K{text}"));
+    } else {
+        to_stderr(text);
+    }
+    true
+}
+
+/// Where stderr is a regular file: its last byte ends a line and it was last written `quiet` ago or more
+/// (its modification time). True where it is no file, or one gpudoc cannot read.
+fn file_between_lines(quiet: Duration) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok(meta) = std::fs::metadata("/proc/self/fd/2") else {
+        return true;
+    };
+    if !meta.is_file() || meta.len() == 0 {
+        return true;
+    }
+    let written = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .unwrap_or(Duration::MAX);
+    let mut byte = [0u8];
+    let ends_line = std::fs::File::open("/proc/self/fd/2")
+        .and_then(|f| f.read_exact_at(&mut byte, meta.len() - 1))
+        .map_or(true, |_| byte[0] == b'\n');
+    ends_line && written >= quiet
 }
 
 fn lines(text: &str) -> std::borrow::Cow<'_, str> {

@@ -184,7 +184,25 @@ pub struct RunSettings {
     pub tensorboard: Option<PathBuf>,
     /// `--html FILE`.
     pub html: Option<Target>,
+    /// `--stop-on`: rules judged live whose verdict ends the job.
+    pub stop_on: Vec<String>,
+    /// Where runs in progress publish their forecasts for `gpudoc watch` ([`crate::runs`]).
+    pub runs: Option<PathBuf>,
     pub env: Env,
+}
+
+/// Each `--stop-on` rule is one judged during the run: no other can stop it.
+fn check_stop_on(stop_on: &[String], live: &[String]) -> Result<(), Failure> {
+    match stop_on.iter().find(|id| !live.contains(id)) {
+        Some(id) => Err(run_failure(
+            "--stop-on",
+            format!(
+                "`{id}` is not a rule judged during the run (those with `live = true`: {})",
+                live.join(", ")
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn run_failure(flag: &str, what: impl std::fmt::Display) -> Failure {
@@ -219,6 +237,7 @@ impl RunSettings {
         }
         let rules = RunRules::load(a.rules.rules.as_deref(), &a.rules.disable_rule)
             .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e.to_string()))?;
+        check_stop_on(&a.stop_on, rules.live_ids())?;
         let gate = resolve_gate(&a.gate, a.name.as_deref())
             .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e))?;
         if let Some(g) = &gate {
@@ -276,6 +295,8 @@ impl RunSettings {
                 .as_deref()
                 .map(|p| run_output("--html", p))
                 .transpose()?,
+            stop_on: a.stop_on,
+            runs: runs_dir(&env),
             env,
         })
     }
@@ -578,6 +599,11 @@ impl OrphansSettings {
     }
 }
 
+/// Where runs in progress publish their forecasts: `live/` beside the leftovers' record.
+fn runs_dir(env: &Env) -> Option<PathBuf> {
+    Some(env.leftovers.as_ref()?.parent()?.join("live"))
+}
+
 /// The user's state folder: `$XDG_STATE_HOME` (absolute, as the XDG spec requires), else
 /// `$HOME/.local/state`.
 fn state_home() -> Option<PathBuf> {
@@ -606,6 +632,8 @@ pub struct WatchSettings {
     pub host: String,
     /// What `gpudoc run` recorded it left running.
     pub leftovers: Option<crate::orphans::record::Record>,
+    /// Where runs in progress publish their forecasts ([`crate::runs`]).
+    pub runs: Option<PathBuf>,
 }
 
 impl WatchSettings {
@@ -645,6 +673,7 @@ impl WatchSettings {
                 .leftovers
                 .clone()
                 .map(crate::orphans::record::Record::at),
+            runs: runs_dir(env),
         })
     }
 }

@@ -13,6 +13,14 @@ use std::fmt::Write;
 
 /// How the command ended, in words.
 pub fn ending(r: &Report) -> String {
+    let how = end_of_command(r);
+    match &r.exit.stopped_on {
+        Some(rule) => format!("{how}, ended by gpudoc (--stop-on {rule})"),
+        None => how,
+    }
+}
+
+fn end_of_command(r: &Report) -> String {
     match r.exit.signal {
         Some(sig) => {
             let name = crate::report::signal_name(sig);
@@ -181,6 +189,7 @@ fn render_diagnoses(o: &mut String, r: &Report, p: Paint) {
             p.dim(&format!("[{}]", d.rule))
         );
         let _ = writeln!(o, "        {}", printable(&d.message));
+        render_known(o, r, d, p);
         for line in &d.details {
             let _ = writeln!(o, "          {}", printable(line));
         }
@@ -191,6 +200,45 @@ fn render_diagnoses(o: &mut String, r: &Report, p: Paint) {
             let _ = writeln!(o, "        {}", p.dim(&printable(url)));
         }
     }
+}
+
+/// When a diagnosis told during the run was first known, and its forecast against what happened.
+fn render_known(o: &mut String, r: &Report, d: &crate::verdict::Diagnosis, p: Paint) {
+    for line in known(r, d) {
+        let _ = writeln!(o, "        {}", p.dim(&printable(&line)));
+    }
+}
+
+/// In words, when a diagnosis told during the run was first known and what it forecast (with when the
+/// GPU really ran out, if it did): nothing for what only the end of the run showed.
+pub fn known(r: &Report, d: &crate::verdict::Diagnosis) -> Vec<String> {
+    let Some(at) = d.known_at_s else {
+        return Vec::new();
+    };
+    let mut out = vec![format!("known at {}, during the run", fmt_secs(at))];
+    let Some(f) = r
+        .forecasts
+        .iter()
+        .find(|f| f.rule == d.rule && f.subject == d.subject)
+    else {
+        return out;
+    };
+    let mut line = format!(
+        "forecast at {} (full at {}): {}",
+        fmt_secs(f.first.at_s),
+        fmt_secs(f.first.full_at_s),
+        f.words(&f.first)
+    );
+    if let Some(oom) = r.oom.as_ref().filter(|o| o.gpu == Some(f.gpu)) {
+        let (ran, said) = (oom.event.at_s - f.first.at_s, f.first.full_in_s());
+        line += &format!(
+            "; it ran out at {} ({:+.0}% of the time forecast)",
+            fmt_secs(oom.event.at_s),
+            (ran - said) * 100.0 / said.max(1e-9)
+        );
+    }
+    out.push(line);
+    out
 }
 
 /// A merged report's nodes: how each one's run ended, its GPUs and ranks.

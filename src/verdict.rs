@@ -62,6 +62,51 @@ pub struct Diagnosis {
     /// The facts the rule read and their values here (`torch.leak_bytes_per_step`: 67108864, ...).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub facts: std::collections::BTreeMap<String, serde_json::Value>,
+    /// When it was first known, seconds into the run: told during the run by a rule judged live
+    /// (`live = true`); absent for what only the end of the run showed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_at_s: Option<f64>,
+}
+
+/// When a GPU will be full, forecast during the run from a diagnosis told live: the first estimate (the
+/// one said) and the last (firmed up as the run went on).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Forecast {
+    /// The diagnosis it comes from, and what that is about.
+    pub rule: String,
+    pub subject: String,
+    /// The GPU that fills (NVML's index).
+    pub gpu: u32,
+    pub first: Estimate,
+    pub last: Estimate,
+    /// What holds the memory, as the leak hunt found it (`list kept (train.py:88)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
+}
+
+/// One estimate of when a GPU fills, at the rate seen so far.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Estimate {
+    /// When it was made, seconds into the run.
+    pub at_s: f64,
+    /// When the GPU will be full, seconds into the run.
+    pub full_at_s: f64,
+    /// Memory still free for the job on the GPU then (total less the driver's reserve and what is used).
+    pub room_bytes: u64,
+    /// How fast the memory grows.
+    pub rate_bytes_per_s: f64,
+    /// For a leak of every step: its size, and the step around which the GPU is full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_step: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_at_step: Option<u64>,
+}
+
+impl Estimate {
+    /// Seconds from when it was made until the GPU is full.
+    pub fn full_in_s(&self) -> f64 {
+        self.full_at_s - self.at_s
+    }
 }
 
 /// Which number the gate compares, per GPU.
@@ -102,4 +147,82 @@ pub struct GateReport {
     pub checks: Vec<Check>,
     /// What else to know (a missing baseline entry, the baseline written).
     pub notes: Vec<String>,
+}
+
+impl Forecast {
+    /// In words, as said on stderr and in the summary: `GPU 0 will be full in ~42 min (around step
+    /// 4,100) at +32.00 MiB/step; held by list `kept` (train.py:88)`, from estimate `e`.
+    pub fn words(&self, e: &Estimate) -> String {
+        let mut s = format!("GPU {} will be full in {}", self.gpu, about(e.full_in_s()));
+        if let Some(step) = e.full_at_step {
+            s += &format!(" (around step {})", thousands(step));
+        }
+        s += &match e.bytes_per_step {
+            Some(b) => format!(" at +{}/step", crate::units::fmt_bytes(b as u64)),
+            None => format!(
+                " at +{}/s",
+                crate::units::fmt_bytes(e.rate_bytes_per_s as u64)
+            ),
+        };
+        if let Some(h) = &self.held_by {
+            s += &format!("; held by {h}");
+        }
+        s
+    }
+}
+
+/// A duration as a forecast gives it: `~40 s`, `~42 min`, `~3.5 h`, `~2.1 days`.
+pub fn about(secs: f64) -> String {
+    let secs = secs.max(0.0);
+    match secs {
+        s if s < 90.0 => format!("~{s:.0} s"),
+        s if s < 90.0 * 60.0 => format!("~{:.0} min", s / 60.0),
+        s if s < 48.0 * 3600.0 => format!("~{:.1} h", s / 3600.0),
+        s => format!("~{:.1} days", s / 86400.0),
+    }
+}
+
+/// `4100` as `4,100`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forecast_in_words() {
+        let e = Estimate {
+            at_s: 60.0,
+            full_at_s: 60.0 + 42.0 * 60.0,
+            room_bytes: 4100 << 25,
+            rate_bytes_per_s: 1.0,
+            bytes_per_step: Some((32u64 << 20) as f64),
+            full_at_step: Some(4100),
+        };
+        let f = Forecast {
+            rule: "step-leak".into(),
+            subject: "pid 1".into(),
+            gpu: 0,
+            first: e,
+            last: e,
+            held_by: Some("list `kept` (train.py:88)".into()),
+        };
+        assert_eq!(
+            f.words(&e),
+            "GPU 0 will be full in ~42 min (around step 4,100) at +32.00 MiB/step; held by list `kept` (train.py:88)"
+        );
+        assert_eq!(about(30.0), "~30 s");
+        assert_eq!(about(7200.0), "~2.0 h");
+        assert_eq!(thousands(1234567), "1,234,567");
+    }
 }

@@ -25,8 +25,23 @@ pub struct Frame {
     pub gpus: Vec<GpuLine>,
     pub processes: Vec<Holder>,
     pub diagnoses: Vec<Diagnosis>,
+    /// What runs in progress (`gpudoc run`) forecast: when a GPU will be full.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub forecasts: Vec<RunForecast>,
     /// Why NVML could not be asked, if it could not.
     pub nvml_error: Option<String>,
+}
+
+/// A GPU a run in progress forecasts full.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunForecast {
+    pub gpu: u32,
+    /// Seconds from this look until it is full.
+    pub full_in_s: f64,
+    /// The run's gpudoc, its command, and the rule that forecast it.
+    pub pid: u32,
+    pub command: String,
+    pub rule: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -90,7 +105,40 @@ impl Frame {
             gpus,
             processes: listing.holders,
             diagnoses,
+            forecasts: Vec::new(),
             nvml_error: listing.nvml_error,
+        }
+    }
+
+    /// Adds what the runs in progress forecast, seen at `now_unix_s`: each as a `forecast` diagnosis.
+    pub fn with_runs(&mut self, runs: &[crate::runs::Published], now_unix_s: f64) {
+        for r in runs {
+            let at_s = now_unix_s - r.started_unix_s;
+            for f in &r.forecasts {
+                let now = crate::verdict::Estimate { at_s, ..f.last };
+                let mut d = diagnosis(
+                    "forecast",
+                    Severity::Warn,
+                    "A run in progress forecasts this GPU full",
+                    format!("GPU {}", f.gpu),
+                    format!(
+                        "{} (gpudoc run, pid {}, {}: {})",
+                        f.words(&now),
+                        r.pid,
+                        f.rule,
+                        shorten(&printable(&r.command), 60)
+                    ),
+                );
+                d.gpu = Some(format!("GPU {}", f.gpu));
+                self.diagnoses.push(d);
+                self.forecasts.push(RunForecast {
+                    gpu: f.gpu,
+                    full_in_s: now.full_in_s().max(0.0),
+                    pid: r.pid,
+                    command: r.command.clone(),
+                    rule: f.rule.clone(),
+                });
+            }
         }
     }
 
@@ -140,6 +188,11 @@ impl Frame {
                 .iter()
                 .map(|d| (d.rule.clone(), d.severity.name().into(), d.subject.clone()))
                 .collect(),
+            full_in: self.forecasts.iter().fold(Default::default(), |mut m, f| {
+                let soonest: &mut f64 = m.entry(f.gpu).or_insert(f.full_in_s);
+                *soonest = soonest.min(f.full_in_s);
+                m
+            }),
             ..Default::default()
         }
     }
@@ -213,6 +266,7 @@ fn diagnosis(
         pid: None,
         at_s: None,
         facts: Default::default(),
+        known_at_s: None,
     }
 }
 

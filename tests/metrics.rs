@@ -110,34 +110,11 @@ fn metered_job(m: &Machine, port: u16, extra: &[&str], hold_ms: u64) -> Killed {
 
 #[test]
 fn prometheus_scrapes_a_run_and_its_api_gives_the_series_back() {
-    let (prometheus, m) = (tool("prometheus"), Machine::h200s(2));
-    let (port, pport) = (free_port(), free_port());
-    let config = m.path("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpudoc\n    \
-             static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-        ),
-    )
-    .unwrap();
-    let _prom = Killed(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", m.path("tsdb").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let m = Machine::h200s(2);
+    let port = free_port();
+    let (_prom, pport) = prometheus(&m, port);
     let _job = metered_job(&m, port, &[], 15_000);
-    let query = |q: &str| -> Option<Vec<Value>> {
-        let (_, body) = get(pport, &format!("/api/v1/query?query={q}"), "*/*")?;
-        let v: Value = serde_json::from_str(&body).ok()?;
-        let r = v["data"]["result"].as_array()?.clone();
-        (!r.is_empty()).then_some(r)
-    };
+    let query = |q: &str| query(pport, q);
     let job = wait_for("the job's memory in Prometheus", 30, || {
         let r = query("gpudoc_job_memory_bytes%7Bgpu%3D%221%22%7D")?;
         (r[0]["value"][1] == format!("{}", 3 * GIB)).then_some(r)
@@ -161,6 +138,66 @@ fn prometheus_scrapes_a_run_and_its_api_gives_the_series_back() {
             .unwrap()
             > 0.0
     );
+}
+
+/// A real Prometheus scraping `port` every second; its API's port.
+fn prometheus(m: &Machine, port: u16) -> (Killed, u16) {
+    let pport = free_port();
+    let config = m.path("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpudoc\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let prom = Killed(
+        Command::new(tool("prometheus"))
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", m.path("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    (prom, pport)
+}
+
+/// The series Prometheus gives for `query` (URL-encoded), if any.
+fn query(pport: u16, q: &str) -> Option<Vec<Value>> {
+    let (_, body) = get(pport, &format!("/api/v1/query?query={q}"), "*/*")?;
+    let v: Value = serde_json::from_str(&body).ok()?;
+    let r = v["data"]["result"].as_array()?.clone();
+    (!r.is_empty()).then_some(r)
+}
+
+#[test]
+fn prometheus_sees_the_forecast_of_a_leaking_job() {
+    let m = Machine::h200s(1);
+    let port = free_port();
+    let (_prom, pport) = prometheus(&m, port);
+    // 64 MiB kept every step of 50 ms, for 20 s: the GPU is minutes from full.
+    let _job = Killed(
+        m.gpudoc()
+            .env("PYTHONPATH", common::fake_torch())
+            .args(["run", "--quiet", "--metrics", &port.to_string(), "--"])
+            .arg("python3")
+            .arg(common::fake_torch().join("forecast.py"))
+            .args(["leak", "400", "0.05"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let full = wait_for("the forecast in Prometheus", 30, || {
+        query(pport, "gpudoc_forecast_full_seconds%7Bgpu%3D%220%22%7D")
+    });
+    let secs: f64 = full[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!(secs > 30.0 && secs < 3600.0, "{full:#?}");
+    let known = query(pport, "gpudoc_diagnosis_known_seconds").unwrap();
+    assert_eq!(known[0]["metric"]["rule"], "step-leak", "{known:#?}");
 }
 
 #[test]

@@ -153,3 +153,56 @@ fn what_a_run_in_a_script_left_shows_as_a_leftover() {
         "{line}"
     );
 }
+
+#[test]
+fn it_shows_when_a_run_in_progress_forecasts_a_gpu_full() {
+    let m = Machine::h200s(1);
+    // A job under gpudoc run keeping 64 MiB more every step of 50 ms, on the fake torch.
+    let mut job = m
+        .gpudoc()
+        .env("PYTHONPATH", common::fake_torch())
+        .args(["run", "--quiet", "--", "python3"])
+        .arg(common::fake_torch().join("forecast.py"))
+        .args(["leak", "300", "0.05"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut watch = m
+        .gpudoc()
+        .args(["watch", "--interval", "200ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut seen = None;
+    for line in lines {
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if let Some(f) = v["forecasts"].as_array().and_then(|f| f.first()) {
+            seen = Some((f.clone(), v["diagnoses"].clone()));
+            break;
+        }
+    }
+    unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+    watch.wait().unwrap();
+    unsafe { libc::kill(job.id() as i32, libc::SIGTERM) };
+    job.wait().unwrap();
+    let (f, diagnoses) = seen.expect("a forecast before the job ended");
+    assert_eq!(f["gpu"], 0);
+    assert_eq!(f["rule"], "step-leak");
+    assert!(f["full_in_s"].as_f64().unwrap() > 30.0, "{f:#}");
+    let d = diagnoses
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["rule"] == "forecast")
+        .unwrap_or_else(|| panic!("{diagnoses:#}"));
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("GPU 0 will be full in ~"),
+        "{d:#}"
+    );
+}

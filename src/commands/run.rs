@@ -19,6 +19,8 @@ use crate::trace::{SharedTrace, TraceWriter};
 use crate::{gate, summary};
 
 mod live_metrics;
+mod live_verdicts;
+mod so_far;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -47,9 +49,13 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     let outcome = child.wait();
     let metrics = session.metrics.take();
     let hup_ignored = session.hup_ignored;
+    let verdicts = session.verdicts.verdicts.clone();
     let evidence = session.collect(&s, outcome, child_pid);
+    let (evidence, stopped_on) = evidence;
     let timeline = (s.tensorboard.is_some() || s.html.is_some()).then(|| evidence.timeline.clone());
     let mut report = analysis::analyze(evidence, s.rules.get());
+    verdicts.lock().unwrap().annotate(&mut report);
+    report.exit.stopped_on = stopped_on;
     report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
     record_leftovers(&s, &mut report, hup_ignored);
     let code = emit(&s, &mut report, timeline.as_ref());
@@ -110,6 +116,7 @@ struct Session {
     kills_before: Option<u64>,
     trace: Option<SharedTrace>,
     metrics: Option<live_metrics::Metrics>,
+    verdicts: live_verdicts::LiveVerdicts,
     /// gpudoc was started ignoring SIGHUP (`nohup gpudoc run`): the job's processes may have it from
     /// there, so ignoring it tells nothing of theirs.
     hup_ignored: bool,
@@ -136,31 +143,41 @@ impl Session {
             trace.clone(),
             start,
         );
+        let (channel, shim_env) = open_shim(s, start_wall, &trace);
+        let scanner = Arc::new(Mutex::new(Scanner::new()));
+        let sources = Arc::new(so_far::Sources {
+            timeline: Box::new(sampler.reader()),
+            torch: channel.as_ref().map(|c| c.timeline()),
+            scanner: scanner.clone(),
+            rules: s.rules.clone(),
+            origin: origin(s),
+            command: lossy(&s.command),
+            started_unix_s: unix_s(start_wall),
+            rates: s.rates,
+        });
+        let verdicts = live_verdicts::LiveVerdicts::start(
+            sources.clone(),
+            live_verdicts::Asked {
+                live_rules: s.rules.live_ids().to_vec(),
+                stop_on: s.stop_on.clone(),
+                quiet: s.quiet,
+                start,
+                publish: published(s, unix_s(start_wall)),
+            },
+        );
         // Drawn only where gpudoc sees every byte that reaches the screen: on the command's own
         // terminal, never over a prompt the job wrote to /dev/tty or keys the user typed.
         let live = if s.live && supervise::on_own_terminal() {
-            Live::start(sampler.snapshot.clone())
+            Live::start(sampler.snapshot.clone(), verdicts.note.clone())
         } else {
             Live::off()
         };
-        let (channel, shim_env) = open_shim(s, start_wall, &trace);
-        let scanner = Arc::new(Mutex::new(Scanner::new()));
         let mut notes = Vec::new();
         let metrics = match s.metrics {
             Some((addr, _)) => {
-                let sources = live_metrics::Sources {
-                    timeline: Box::new(sampler.reader()),
-                    torch: channel.as_ref().map(|c| c.timeline()),
-                    scanner: scanner.clone(),
-                    rules: s.rules.clone(),
-                    origin: origin(s),
-                    command: lossy(&s.command),
-                    started_unix_s: unix_s(start_wall),
-                    rates: s.rates,
-                };
                 // A port taken (another job's gpudoc on the node, one per rank) must not keep the job
                 // from running: it runs without the endpoint, and the report says so.
-                live_metrics::Metrics::start(addr, sources)
+                live_metrics::Metrics::start(addr, sources, verdicts.verdicts.clone())
                     .inspect_err(|e| {
                         crate::sayln!("gpudoc: --metrics {e}: the job runs without the endpoint");
                         notes.push(format!("--metrics {e}: the job ran without the endpoint"));
@@ -181,6 +198,7 @@ impl Session {
             kills_before,
             trace,
             metrics,
+            verdicts,
             hup_ignored,
             notes,
         })
@@ -198,6 +216,7 @@ impl Session {
             terminal: self.live.terminal(),
             observer: Some(observer),
             on_exit: Some(Box::new(self.sampler.looker())),
+            stop: Some(self.verdicts.stop.clone()),
         })
     }
 
@@ -206,6 +225,7 @@ impl Session {
         if let Some(m) = self.metrics {
             m.stop();
         }
+        self.verdicts.finish();
         self.live.finish();
         self.sampler.stop();
         if let Some(c) = self.channel {
@@ -215,8 +235,14 @@ impl Session {
 
     /// Stops sampling and reading, then gathers what the end of the run tells: leftovers (ended with
     /// `--kill-orphans`), the OOM scanner's findings, the kernel's OOM-killer evidence. The trace gets it
-    /// as its end row.
-    fn collect(self, s: &RunSettings, outcome: Outcome, child_pid: u32) -> Evidence {
+    /// as its end row; with the rule `--stop-on` ended the job on, if it did.
+    fn collect(
+        self,
+        s: &RunSettings,
+        outcome: Outcome,
+        child_pid: u32,
+    ) -> (Evidence, Option<String>) {
+        let stopped_on = self.verdicts.finish().filter(|_| outcome.stopped);
         self.live.finish();
         let sampled = self.sampler.stop();
         let torch = self.channel.map(|c| c.close());
@@ -272,8 +298,24 @@ impl Session {
                     .map(|e| format!("the trace file is incomplete: {e}")),
             );
         }
-        ev
+        (ev, stopped_on)
     }
+}
+
+/// Where and as what this run publishes its forecasts for `gpudoc watch`.
+fn published(
+    s: &RunSettings,
+    started_unix_s: f64,
+) -> Option<(std::path::PathBuf, crate::runs::Published)> {
+    let me = crate::procs::read(std::process::id())?;
+    let p = crate::runs::Published {
+        pid: me.pid,
+        start_ticks: me.start_ticks,
+        command: lossy(&s.command).join(" "),
+        started_unix_s,
+        forecasts: Vec::new(),
+    };
+    Some((s.runs.clone()?, p))
 }
 
 /// The trace file, when `--trace` asks for one.
@@ -462,8 +504,9 @@ fn lossy(argv: &[std::ffi::OsString]) -> Vec<String> {
         .collect()
 }
 
-/// Prints the summary and writes every output asked for; the exit code. A failing command's code always
-/// wins; then a failed gate (122); then an output the user asked for and did not get (125).
+/// Prints the summary and writes every output asked for; the exit code. A job `--stop-on` ended gives 123;
+/// otherwise a failing command's code always wins; then a failed gate (122); then an output the user
+/// asked for and did not get (125).
 fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8 {
     let mut failed_output = false;
     let mut fail = |what: String| {
@@ -526,7 +569,10 @@ fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8
     }
     let child = report.exit.code.unwrap_or(i32::from(exit::GPUDOC_FAILED));
     let code = gate::exit_code(child, report.gate.as_ref());
-    if code == 0 && failed_output {
+    if report.exit.stopped_on.is_some() {
+        // The command's code is what gpudoc's SIGINT made of it: the stop is the news.
+        exit::STOPPED
+    } else if code == 0 && failed_output {
         exit::GPUDOC_FAILED
     } else {
         code as u8

@@ -39,7 +39,11 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
         // What runs recorded they left, judged as `gpudoc orphans` judges it; where the record can't
         // be read, without it (`gpudoc orphans` says why).
         let left = orphans::record::Record::living_here(s.leftovers.as_ref()).unwrap_or_default();
-        Frame::of(orphans::listing(memory, &s.dev_prefix, &left), &gpus, me)
+        let mut frame = Frame::of(orphans::listing(memory, &s.dev_prefix, &left), &gpus, me);
+        if let Some(dir) = &s.runs {
+            frame.with_runs(&crate::runs::read(dir), unix_s());
+        }
+        frame
     };
     let latest = Arc::new(Mutex::new(look()));
     let server = match s.metrics {

@@ -133,6 +133,9 @@ fn diagnoses(o: &mut String, r: &Report) {
             esc(&d.rule),
             esc(&d.message)
         );
+        for line in crate::summary::known(r, d) {
+            let _ = write!(o, "<p class=\"known\">{}</p>", esc(&line));
+        }
         if !d.details.is_empty() {
             let _ = write!(o, "<ul class=\"details\">");
             for l in &d.details {

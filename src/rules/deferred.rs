@@ -13,6 +13,8 @@ use std::thread::JoinHandle;
 ///
 /// [`start`]: RunRules::start
 pub struct RunRules {
+    /// The ids of the rules judged during the run, known before they are compiled.
+    live: Vec<String>,
     ready: OnceLock<Arc<RuleSet>>,
     pending: Mutex<Pending>,
 }
@@ -46,6 +48,7 @@ impl RunRules {
             .collect();
         super::check_disabled(&ids, disabled)?;
         Ok(RunRules {
+            live: bundled_live(disabled),
             ready: OnceLock::new(),
             pending: Mutex::new(Pending::Bundled(disabled.to_vec())),
         })
@@ -54,9 +57,20 @@ impl RunRules {
     /// Rules already loaded.
     pub fn ready(set: RuleSet) -> RunRules {
         RunRules {
+            live: set
+                .rules
+                .iter()
+                .filter(|r| r.live)
+                .map(|r| r.id.clone())
+                .collect(),
             ready: OnceLock::from(Arc::new(set)),
             pending: Mutex::new(Pending::Done),
         }
+    }
+
+    /// The ids of the rules judged during the run (`live = true`).
+    pub fn live_ids(&self) -> &[String] {
+        &self.live
     }
 
     /// Starts compiling the deferred rules on a thread of their own (once threads may start: after the
@@ -89,6 +103,22 @@ impl RunRules {
             })
         })
     }
+}
+
+/// The ids of the bundled rules judged during the run (`live = true`), less `disabled`, read from their
+/// files' `live` key without compiling them.
+fn bundled_live(disabled: &[String]) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Live {
+        #[serde(default)]
+        live: bool,
+    }
+    bundled::RULES
+        .iter()
+        .filter(|(_, text)| toml::from_str::<Live>(text).is_ok_and(|l| l.live))
+        .map(|(name, _)| bundled_id(name).to_string())
+        .filter(|id| !disabled.contains(id))
+        .collect()
 }
 
 /// A bundled rule's id: its file's name (a test holds them to it).
@@ -124,6 +154,20 @@ mod tests {
         // Never started: compiled when first needed.
         let lazy = RunRules::load(None, &[]).unwrap();
         assert_eq!(lazy.get().rules.len(), bundled::RULES.len());
+    }
+
+    #[test]
+    fn live_rules_are_known_before_and_after_compiling() {
+        let deferred = RunRules::load(None, &["near-capacity".into()]).unwrap();
+        let before = deferred.live_ids().to_vec();
+        assert!(before.contains(&"step-leak".to_string()), "{before:?}");
+        assert!(!before.contains(&"near-capacity".to_string()));
+        assert!(!before.contains(&"oom-cap".to_string()));
+        deferred.get();
+        assert_eq!(
+            deferred.live_ids(),
+            RunRules::ready(RuleSet::load(None, &["near-capacity".into()]).unwrap()).live_ids()
+        );
     }
 
     #[test]

@@ -49,6 +49,7 @@ pub struct RunFacts {
     pub helpers: i64,
     pub helpers_bytes: i64,
     pub helper_list: String,
+    pub live: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -286,6 +287,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "run.has_torch",
         "bool",
         "the PyTorch shim reported from at least one process",
+    ),
+    (
+        "run.live",
+        "bool",
+        "the run is still going: the rule is judged live, on the run so far (`live = true`); false at its end",
     ),
     (
         "run.server",
@@ -1635,6 +1641,7 @@ fn helper_facts(ps: &[ProcFacts], f: &mut RunFacts) {
 
 fn run_facts(r: &Report, gpus: &[GpuFacts], ps: &[ProcFacts]) -> RunFacts {
     let mut f = run_basics(r, gpus);
+    f.live = r.live;
     server_facts(r, &mut f);
     helper_facts(ps, &mut f);
     f

@@ -6,7 +6,9 @@
 pub mod bundled;
 mod deferred;
 pub mod facts;
+pub mod forecast;
 pub mod growth;
+pub mod live;
 pub mod phase;
 pub mod serving;
 mod when;
@@ -81,6 +83,10 @@ struct RuleFile {
     /// (or null). A rule of GPUs, processes or PyTorch processes is about the item's GPU without one.
     #[serde(default)]
     gpu: Option<toml::Spanned<String>>,
+    /// Judged during the run too (`gpudoc run`), on the run so far: only for a rule whose evidence
+    /// cannot be undone by what comes later in a way that matters (a leak, growth, a stray context).
+    #[serde(default)]
+    live: bool,
 }
 
 /// A line of advice as written: given always, or only where its condition holds (`{ when = "...", text =
@@ -120,6 +126,8 @@ pub struct Rule {
     pub docs: Option<String>,
     /// Where it came from: `bundled:NAME.toml` or a path.
     pub source: String,
+    /// Judged during the run too, on the run so far (`live = true`).
+    pub live: bool,
     condition: Program,
     /// The facts its condition reads.
     condition_reads: Vec<String>,
@@ -669,6 +677,7 @@ impl Rule {
                 })
                 .collect(),
             docs: f.docs,
+            live: f.live,
             source: source.into(),
             condition,
             condition_reads,
@@ -964,6 +973,7 @@ impl RuleSet {
                             pid,
                             at_s: f.at_s,
                             facts: read,
+                            known_at_s: None,
                         })
                     }
                     Err(e) => failed.push(format!("rule {}: {e}", rule.id)),

@@ -92,6 +92,8 @@ pub struct Outcome {
     pub terminate: bool,
     /// Signals gpudoc forwarded, by number, in order.
     pub forwarded: Vec<i32>,
+    /// gpudoc ended the job when asked to ([`Spawn::stop`]).
+    pub stopped: bool,
 }
 
 /// Called when a child of gpudoc has exited, before it is reaped (the sampler looks once more).
@@ -123,6 +125,7 @@ pub struct Child {
     exited: Arc<AtomicBool>,
     on_exit: Option<OnExit>,
     guard: Option<Guard>,
+    stop: Option<Arc<AtomicBool>>,
 }
 
 /// The guard, as gpudoc sees it.
@@ -155,6 +158,9 @@ pub const END_GRACE: Duration = Duration::from_secs(5);
 const TICK: Duration = Duration::from_millis(100);
 /// Ctrl-C presses after which gpudoc kills the job's whole tree (the one before says so).
 const FORCE_PRESSES: usize = 3;
+/// How long a job gpudoc ends on request ([`Spawn::stop`]) gets after each SIGINT before the next step:
+/// a second SIGINT, then SIGKILL to its tree, as the user's second and third Ctrl-C.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// What [`spawn`] needs besides the command.
 pub struct Spawn<'a> {
@@ -166,6 +172,8 @@ pub struct Spawn<'a> {
     pub terminal: Option<Arc<Terminal>>,
     pub observer: Option<Box<dyn Observer>>,
     pub on_exit: Option<OnExit>,
+    /// Set when the job is to be ended (`--stop-on`): it gets SIGINT, as from the user's Ctrl-C.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// Whether the command gets a terminal of its own (gpudoc runs in the foreground of an interactive
@@ -237,6 +245,7 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
         exited: watch.exited,
         on_exit: s.on_exit,
         guard: guard::start().map(|st| read_guard(st.guard)),
+        stop: s.stop,
     })
 }
 
@@ -402,6 +411,8 @@ struct Waiting {
     hung_up: bool,
     /// gpudoc stopped the job because the guard was stopped.
     stopped_by_us: bool,
+    /// When gpudoc last sent SIGINT to end the job on request, and how many it sent.
+    ending: Option<(Instant, usize)>,
 }
 
 /// One signal taken by gpudoc.
@@ -425,6 +436,7 @@ impl Child {
             escalated: false,
             terminate: false,
             forwarded: Vec::new(),
+            stopped: false,
         };
         let mut w = Waiting::default();
         let set = guard::handled();
@@ -451,6 +463,7 @@ impl Child {
             }
             self.follow_guard(&mut w);
             self.follow_keys(&mut o, &mut w);
+            self.follow_stop(&mut o, &mut w);
         };
         o.duration = self.started.elapsed();
         o.end = end;
@@ -607,6 +620,34 @@ impl Child {
             );
         }
         if w.presses >= FORCE_PRESSES && !o.escalated {
+            o.escalated = true;
+            kill_tree(std::process::id(), self.pid);
+        }
+    }
+
+    /// Ends the job when asked to, as the user's Ctrl-C would: SIGINT, a second after [`STOP_GRACE`],
+    /// SIGKILL to the whole tree after another. What it leaves running is ended too.
+    fn follow_stop(&self, o: &mut Outcome, w: &mut Waiting) {
+        if !self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) || o.escalated {
+            return;
+        }
+        let now = Instant::now();
+        let sent = match w.ending {
+            None => 0,
+            Some((at, n)) if now.duration_since(at) >= STOP_GRACE => n,
+            Some(_) => return,
+        };
+        o.stopped = true;
+        o.terminate = true;
+        if sent + 1 < FORCE_PRESSES {
+            // The terminal gives Ctrl-C to the foreground group: the command's own group on its own
+            // terminal; otherwise the command shares gpudoc's group, and gets it alone.
+            let _ = match self.mode {
+                Mode::Terminal => killpg(Pid::from_raw(self.pgid), Signal::SIGINT),
+                Mode::Shared => kill(self.pid, Signal::SIGINT),
+            };
+            w.ending = Some((now, sent + 1));
+        } else {
             o.escalated = true;
             kill_tree(std::process::id(), self.pid);
         }

@@ -463,6 +463,10 @@ fn pump(
             Moved::End => return false,
         };
         more = n == buf.len();
+        if n > 0 && (to == 2 || stream == Stream::Both) {
+            // gpudoc's own words on stderr wait for the end of the command's line (`say::between_lines`).
+            crate::say::passed(buf[n - 1] == b'\n');
+        }
         if let Some(obs) = observer.lock().unwrap().as_mut() {
             obs.feed(stream, &buf[..n], Instant::now());
         }

@@ -1,0 +1,51 @@
+//! The run so far: copies of what the samplers have published, analyzed by the same pure stage as the
+//! end of the run (`analysis::analyze_so_far`). The live verdicts and each `--metrics` scrape read it.
+
+use crate::analysis::{self, Evidence};
+use crate::gpu::NvmlStatus;
+use crate::oom::scan::Scanner;
+use crate::origin::Origin;
+use crate::report::Report;
+use crate::rules::RunRules;
+use crate::sample::Rates;
+use crate::timeline::Timeline;
+use crate::torch::TorchTimeline;
+use std::sync::{Arc, Mutex};
+
+/// What a look at the run so far reads.
+pub struct Sources {
+    pub timeline: Box<dyn Fn() -> (Timeline, Option<NvmlStatus>) + Send + Sync>,
+    pub torch: Option<Arc<Mutex<TorchTimeline>>>,
+    pub scanner: Arc<Mutex<Scanner>>,
+    pub rules: Arc<RunRules>,
+    pub origin: Origin,
+    pub command: Vec<String>,
+    pub started_unix_s: f64,
+    pub rates: Rates,
+}
+
+impl Sources {
+    /// The run so far, analyzed and diagnosed.
+    pub fn report(&self) -> Report {
+        let (timeline, nvml) = (self.timeline)();
+        let torch = self.torch.as_ref().map(|t| t.lock().unwrap().clone());
+        let scanner = self.scanner.lock().unwrap().findings();
+        let ev = Evidence {
+            origin: self.origin.clone(),
+            command: self.command.clone(),
+            started_unix_s: self.started_unix_s,
+            outcome: None,
+            nvml: nvml.unwrap_or_default(),
+            rates: self.rates,
+            timeline,
+            torch,
+            scanner,
+            host: Default::default(),
+            leftovers: Vec::new(),
+            ended: Vec::new(),
+            notes: Vec::new(),
+            self_usage: (0.0, 0),
+        };
+        analysis::analyze_so_far(ev, self.rules.get())
+    }
+}

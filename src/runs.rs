@@ -1,0 +1,50 @@
+//! What a `gpudoc run` in progress publishes for `gpudoc watch`: its forecasts, one small JSON file per run
+//! (`$XDG_STATE_HOME/gpudoc/live/PID.json`), written whole (a temporary file renamed over it) when they
+//! change, and removed when the run ends. A file whose gpudoc is gone (killed before it could remove it, or
+//! its PID now another process's) is passed over. Errors are kept quiet: a folder that cannot be written
+//! never costs the run anything but this.
+
+use crate::verdict::Forecast;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One run's forecasts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Published {
+    /// gpudoc's own PID and start time (clock ticks since boot): together, that process.
+    pub pid: u32,
+    pub start_ticks: u64,
+    pub command: String,
+    pub started_unix_s: f64,
+    pub forecasts: Vec<Forecast>,
+}
+
+fn file(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("{pid}.json"))
+}
+
+/// Writes (or replaces) this run's file.
+pub fn publish(dir: &Path, p: &Published) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{}.json.tmp", p.pid));
+    std::fs::write(&tmp, serde_json::to_vec(p).map_err(std::io::Error::other)?)?;
+    std::fs::rename(&tmp, file(dir, p.pid))
+}
+
+/// Removes this run's file.
+pub fn withdraw(dir: &Path, pid: u32) {
+    let _ = std::fs::remove_file(file(dir, pid));
+}
+
+/// The runs in progress: the files in `dir` whose gpudoc is still running.
+pub fn read(dir: &Path) -> Vec<Published> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter_map(|e| serde_json::from_slice::<Published>(&std::fs::read(e.path()).ok()?).ok())
+        .filter(|p| crate::procs::read(p.pid).is_some_and(|i| i.start_ticks == p.start_ticks))
+        .collect()
+}
