@@ -281,6 +281,80 @@ impl RunSettings {
     }
 }
 
+/// `gpudoc fit`, resolved: the bounds, and the settings each run is made with (`gpudoc run`'s own
+/// defaults, quiet, no leak hunt, what a run leaves running ended).
+#[derive(Debug)]
+pub struct FitSettings {
+    pub template: Vec<OsString>,
+    pub bounds: crate::fit::Bounds,
+    pub budget: Duration,
+    pub run_for: Option<Duration>,
+    pub json: Option<Target>,
+    pub run: RunSettings,
+}
+
+impl FitSettings {
+    pub fn resolve(a: cli::FitArgs, color: ColorWhen, env: Env) -> Result<FitSettings, Failure> {
+        let refuse = |flag: &str, what: &str| Err(run_failure(flag, what));
+        if crate::fit::command_for(&a.command, 0).is_none() {
+            return refuse(
+                "the command",
+                "no `{}` in it: put `{}` where the value goes (`--batch-size {}`)",
+            );
+        }
+        if a.min > a.max {
+            return refuse("--min", "larger than --max");
+        }
+        if a.runs == 0 {
+            return refuse("--runs", "at least one run");
+        }
+        if a.steps == 0 {
+            return refuse("--steps", "at least one step");
+        }
+        if a.no_torch && a.run_for.is_none() {
+            return refuse(
+                "--no-torch",
+                "without the shim no steps are counted: give --for DUR to end each run",
+            );
+        }
+        let json = a
+            .json
+            .as_deref()
+            .map(|p| run_output("--json", p))
+            .transpose()?;
+        // Each run: `gpudoc run`'s defaults, as clap gives them, so the two never drift apart.
+        let mut argv: Vec<OsString> = ["run", "--quiet", "--kill-orphans", "--hunt-leaks", "off"]
+            .map(OsString::from)
+            .to_vec();
+        if a.no_torch {
+            argv.push("--no-torch".into());
+        }
+        argv.push("--".into());
+        argv.extend(a.command.iter().cloned());
+        let run_args = <cli::RunArgs as clap::FromArgMatches>::from_arg_matches(
+            &<cli::RunArgs as clap::Args>::augment_args(clap::Command::new("run"))
+                .try_get_matches_from(argv)
+                .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e.to_string()))?,
+        )
+        .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e.to_string()))?;
+        Ok(FitSettings {
+            template: a.command,
+            bounds: crate::fit::Bounds {
+                min: a.min,
+                max: a.max,
+                runs: a.runs,
+                budget_s: a.budget.as_secs_f64(),
+                steps: (!a.no_torch).then_some(a.steps),
+                run_for_s: a.run_for.map(|d| d.as_secs_f64()),
+            },
+            budget: a.budget,
+            run_for: a.run_for,
+            json,
+            run: RunSettings::resolve(run_args, color, env)?,
+        })
+    }
+}
+
 /// A file `gpudoc run` writes, checked before the command runs. `-` is refused: stdout is the command's,
 /// and gpudoc's own output never goes into it.
 fn run_output(flag: &str, path: &std::path::Path) -> Result<Target, Failure> {
