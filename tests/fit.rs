@@ -113,3 +113,39 @@ fn a_command_without_a_placeholder_is_refused_before_anything_runs() {
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no `{}` in it"));
 }
+
+#[test]
+fn a_run_still_going_when_the_budget_is_spent_is_ended_and_the_fit_stops() {
+    let m = Machine::h200s(1);
+    let started = std::time::Instant::now();
+    let (code, r, stderr) = fit(&m, &["--budget", "2s", "--steps", "100000"]);
+    let took = started.elapsed();
+    assert_eq!(runs(&r), vec![(1, "cut".to_string())], "{stderr}");
+    assert_eq!(r["stop"], "budget");
+    assert_eq!(r["answer"], serde_json::Value::Null);
+    assert_eq!(code, 3);
+    // The budget, plus the run's own end (SIGINT is enough for this loop) and gpudoc's collection.
+    assert!(took < std::time::Duration::from_secs(6), "{took:?}");
+}
+
+#[test]
+fn a_run_that_fails_for_another_reason_stops_the_fit() {
+    let m = Machine::h200s(1);
+    let json = m.path("fit.json");
+    let out = m
+        .gpudoc()
+        .args(["fit", "--json"])
+        .arg(&json)
+        .args(["--for", "10s", "--no-torch", "--", "sh", "-c", "exit $(( {} > 1 ))"])
+        .output()
+        .unwrap();
+    let r = read_json(&json);
+    conforms("fit", &r);
+    assert_eq!(
+        runs(&r),
+        vec![(1, "fits".to_string()), (2, "failed".to_string())]
+    );
+    assert_eq!(r["stop"], "failed");
+    assert_eq!(r["answer"], 1);
+    assert_eq!(out.status.code(), Some(4));
+}
