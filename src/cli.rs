@@ -136,6 +136,13 @@ pub struct RunArgs {
     /// No live status line and no summary (errors still print).
     #[arg(short, long)]
     pub quiet: bool,
+    /// Run the command twice, as is and with a remedy that needs no code change, and compare them:
+    /// expandable_segments, max_split_size_mb:N, garbage_collection_threshold:F, fraction:F (docs/fit.md).
+    #[arg(long = "try", value_name = "REMEDY")]
+    pub try_remedy: Option<String>,
+    /// With --try: spend at most this long on the two runs.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DUR", requires = "try_remedy")]
+    pub try_budget: Duration,
     #[command(flatten)]
     pub rules: RulesArgs,
     #[command(flatten)]

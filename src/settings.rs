@@ -52,6 +52,8 @@ pub struct Env {
     pub host: String,
     /// `CUDA_VISIBLE_DEVICES`: the GPUs a job is given, the ones `gpudoc run` samples.
     pub visible_devices: Option<String>,
+    /// `PYTORCH_CUDA_ALLOC_CONF`: the user's allocator settings, which `--try` adds its remedy to.
+    pub alloc_conf: Option<String>,
     /// Slurm's ids of the job, step and node, as set (`SLURM_JOB_ID`, `SLURM_STEP_ID`, `SLURM_NODEID`).
     pub slurm: crate::origin::Slurm,
     /// Where `gpudoc run` records the processes it left running, for `gpudoc orphans`:
@@ -120,6 +122,7 @@ impl Env {
             dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
                 .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
             visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+            alloc_conf: std::env::var(crate::fit::remedy::ALLOC_CONF).ok(),
             host: nix::unistd::gethostname()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
@@ -184,6 +187,10 @@ pub struct RunSettings {
     pub tensorboard: Option<PathBuf>,
     /// `--html FILE`.
     pub html: Option<Target>,
+    /// `--try REMEDY` and `--try-budget`.
+    pub try_remedy: Option<(crate::fit::remedy::Remedy, Duration)>,
+    /// Added to the command's environment (a `--try` remedy's run).
+    pub extra_env: Vec<(String, OsString)>,
     pub env: Env,
 }
 
@@ -276,6 +283,14 @@ impl RunSettings {
                 .as_deref()
                 .map(|p| run_output("--html", p))
                 .transpose()?,
+            try_remedy: match &a.try_remedy {
+                Some(r) => Some((
+                    crate::fit::remedy::Remedy::parse(r).map_err(|e| run_failure("--try", e))?,
+                    a.try_budget,
+                )),
+                None => None,
+            },
+            extra_env: Vec::new(),
             env,
         })
     }

@@ -136,7 +136,15 @@ fn a_run_that_fails_for_another_reason_stops_the_fit() {
         .gpudoc()
         .args(["fit", "--json"])
         .arg(&json)
-        .args(["--for", "10s", "--no-torch", "--", "sh", "-c", "exit $(( {} > 1 ))"])
+        .args([
+            "--for",
+            "10s",
+            "--no-torch",
+            "--",
+            "sh",
+            "-c",
+            "exit $(( {} > 1 ))",
+        ])
         .output()
         .unwrap();
     let r = read_json(&json);
@@ -148,4 +156,94 @@ fn a_run_that_fails_for_another_reason_stops_the_fit() {
     assert_eq!(r["stop"], "failed");
     assert_eq!(r["answer"], 1);
     assert_eq!(out.status.code(), Some(4));
+}
+
+/// `gpudoc run [extra] -- python3 fragments.py` with the fake torch and `envs`: (exit code, stderr).
+fn fragments(m: &Machine, envs: &[(&str, &str)], extra: &[&str]) -> (i32, String) {
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .envs(envs.iter().copied())
+        .arg("run")
+        .args(extra)
+        .arg("--")
+        .arg("python3")
+        .arg(fake_torch().join("fragments.py"))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_fragmentation_oom_gets_try_expandable_segments_proposed() {
+    let m = Machine::h200s(1);
+    let (code, stderr) = fragments(&m, &[], &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("cause: fragmentation"), "{stderr}");
+    let script = fake_torch().join("fragments.py");
+    assert!(
+        stderr.contains(&format!(
+            "  try: gpudoc run --try expandable_segments -- python3 {} (",
+            script.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn try_expandable_segments_reruns_with_it_merged_into_the_users_allocator_settings() {
+    let m = Machine::h200s(1);
+    let json = m.path("after.json");
+    let (code, stderr) = fragments(
+        &m,
+        &[(
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "max_split_size_mb:128,expandable_segments:False",
+        )],
+        &[
+            "--try",
+            "expandable_segments",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        stderr.starts_with("gpudoc run --try expandable_segments:True: 2 runs"),
+        "{stderr}"
+    );
+    // The first run as the user set it, the second with the remedy merged in (their other key kept).
+    assert!(
+        stderr
+            .contains("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,expandable_segments:False\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "  as is      out of memory (fragmentation): 2 steps, peak 99.08 GiB, fragmentation 58.59 GiB\n"
+        ),
+        "{stderr}"
+    );
+    // Ended once it ran 5 steps past where the first run ran out (at the shim's first record past them).
+    let with = stderr
+        .split("  with it    fits: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let steps: u64 = with.split(' ').next().unwrap().parse().unwrap();
+    assert!(steps >= 7, "{stderr}");
+    assert!(
+        with.contains("steps, peak 99.08 GiB, fragmentation 0 B\n"),
+        "{stderr}"
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let after = read_json(&json);
+    conforms("report", &after);
+    assert_eq!(after["exit"]["classification"], "signal");
 }

@@ -31,6 +31,9 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     // SAFETY: no thread has started yet; everything below starts after the split.
     let _ = unsafe { supervise::guard::split() };
     s.rules.start();
+    if let Some((remedy, budget)) = s.try_remedy.clone() {
+        return super::fit::try_remedy(s, remedy, budget);
+    }
     let Measured {
         mut report,
         timeline,
@@ -232,9 +235,10 @@ impl Session {
             scanner: self.scanner.clone(),
             start: self.start,
         });
+        let env: Vec<_> = self.shim_env.iter().chain(&s.extra_env).cloned().collect();
         supervise::spawn(supervise::Spawn {
             argv: &s.command,
-            env: &self.shim_env,
+            env: &env,
             wiring: s.env.wiring,
             terminal: self.live.terminal(),
             observer: Some(observer),

@@ -5,6 +5,7 @@
 //! ([`FitReport`]) and its words ([`render`]); [`ender`] ends a run once it has run far enough.
 
 pub mod ender;
+pub mod remedy;
 pub mod search;
 
 use crate::oom::Ending;
