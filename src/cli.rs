@@ -27,6 +27,9 @@ pub enum ColorWhen {
 pub enum ClapCmd {
     /// Run a command and record its GPU memory, per GPU and per process.
     Run(Box<RunArgs>),
+    /// Find the largest value of the command's `{}` (a batch size, a sequence length) that runs without
+    /// running out of GPU memory, from short real runs under `gpudoc run`.
+    Fit(FitArgs),
     /// List the processes that hold GPU memory or an NVIDIA device, and end the leftovers.
     Orphans(OrphansArgs),
     /// Every GPU and every process holding memory, live, with the checks that can run live; JSON lines
@@ -70,6 +73,8 @@ pub enum SchemaName {
     Compare,
     /// `gpudoc orphans --json`.
     Orphans,
+    /// `gpudoc fit --json`.
+    Fit,
 }
 
 #[derive(Debug, clap::Args)]
@@ -136,11 +141,49 @@ pub struct RunArgs {
     /// stray-context); gpudoc then exits 123.
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     pub stop_on: Vec<String>,
+    /// Run the command twice, as is and with a remedy that needs no code change, and compare them:
+    /// expandable_segments, max_split_size_mb:N, garbage_collection_threshold:F, fraction:F (docs/fit.md).
+    #[arg(long = "try", value_name = "REMEDY")]
+    pub try_remedy: Option<String>,
+    /// With --try: spend at most this long on the two runs.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DUR", requires = "try_remedy")]
+    pub try_budget: Duration,
     #[command(flatten)]
     pub rules: RulesArgs,
     #[command(flatten)]
     pub gate: GateArgs,
     /// The command to run, after `--`.
+    #[arg(required = true, trailing_var_arg = true, num_args = 1.., value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct FitArgs {
+    /// The smallest value tried (the first run).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub min: u64,
+    /// The largest value tried.
+    #[arg(long, default_value_t = 1 << 20, value_name = "N")]
+    pub max: u64,
+    /// End each run once this many optimizer steps have passed (SIGINT, as a Ctrl-C).
+    #[arg(long, default_value_t = 5, value_name = "K")]
+    pub steps: u64,
+    /// Also end each run after this long: for programs that step no optimizer (inference, serving).
+    #[arg(long = "for", value_parser = humantime::parse_duration, value_name = "DUR")]
+    pub run_for: Option<Duration>,
+    /// Run the command at most N times.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub runs: u64,
+    /// Spend at most this long in all (a run still going when it is spent is ended).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DUR")]
+    pub budget: Duration,
+    /// Write the result as JSON to FILE (not `-`: stdout is the command's).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Don't put the PyTorch shim in place (no steps are counted: give --for).
+    #[arg(long)]
+    pub no_torch: bool,
+    /// The command, after `--`, with `{}` where the value goes.
     #[arg(required = true, trailing_var_arg = true, num_args = 1.., value_name = "CMD")]
     pub command: Vec<OsString>,
 }

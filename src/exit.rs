@@ -8,6 +8,12 @@ use std::fmt;
 pub const LEFTOVERS: u8 = 1;
 /// Commands other than `run`: bad input (unknown flag, unreadable or corrupt file, broken rule file).
 pub const USAGE: u8 = 2;
+/// `gpudoc fit`: not even `--min` fits.
+pub const FIT_NOTHING_FITS: u8 = 1;
+/// `gpudoc fit`: the runs or the time budget were spent before the answer was verified.
+pub const FIT_UNSETTLED: u8 = 3;
+/// `gpudoc fit`: a run failed for a reason other than GPU memory (the fit cannot judge its value).
+pub const FIT_RUN_FAILED: u8 = 4;
 /// `gpudoc run`: the command succeeded but the memory gate failed.
 pub const GATE_FAILED: u8 = 122;
 /// `gpudoc run --stop-on`: gpudoc ended the job because a named rule was told during the run.

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod commands;
 pub mod compare;
 pub mod exit;
+pub mod fit;
 pub mod gate;
 pub mod gpu;
 pub mod html;

@@ -52,6 +52,8 @@ pub struct Env {
     pub host: String,
     /// `CUDA_VISIBLE_DEVICES`: the GPUs a job is given, the ones `gpudoc run` samples.
     pub visible_devices: Option<String>,
+    /// `PYTORCH_CUDA_ALLOC_CONF`: the user's allocator settings, which `--try` adds its remedy to.
+    pub alloc_conf: Option<String>,
     /// Slurm's ids of the job, step and node, as set (`SLURM_JOB_ID`, `SLURM_STEP_ID`, `SLURM_NODEID`).
     pub slurm: crate::origin::Slurm,
     /// Where `gpudoc run` records the processes it left running, for `gpudoc orphans`:
@@ -120,6 +122,7 @@ impl Env {
             dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
                 .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
             visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+            alloc_conf: std::env::var(crate::fit::remedy::ALLOC_CONF).ok(),
             host: nix::unistd::gethostname()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
@@ -188,6 +191,10 @@ pub struct RunSettings {
     pub stop_on: Vec<String>,
     /// Where runs in progress publish their forecasts for `gpudoc watch` ([`crate::runs`]).
     pub runs: Option<PathBuf>,
+    /// `--try REMEDY` and `--try-budget`.
+    pub try_remedy: Option<(crate::fit::remedy::Remedy, Duration)>,
+    /// Added to the command's environment (a `--try` remedy's run).
+    pub extra_env: Vec<(String, OsString)>,
     pub env: Env,
 }
 
@@ -297,7 +304,89 @@ impl RunSettings {
                 .transpose()?,
             stop_on: a.stop_on,
             runs: runs_dir(&env),
+            try_remedy: match &a.try_remedy {
+                Some(r) => Some((
+                    crate::fit::remedy::Remedy::parse(r).map_err(|e| run_failure("--try", e))?,
+                    a.try_budget,
+                )),
+                None => None,
+            },
+            extra_env: Vec::new(),
             env,
+        })
+    }
+}
+
+/// `gpudoc fit`, resolved: the bounds, and the settings each run is made with (`gpudoc run`'s own
+/// defaults, quiet, no leak hunt, what a run leaves running ended).
+#[derive(Debug)]
+pub struct FitSettings {
+    pub template: Vec<OsString>,
+    pub bounds: crate::fit::Bounds,
+    pub budget: Duration,
+    pub run_for: Option<Duration>,
+    pub json: Option<Target>,
+    pub run: RunSettings,
+}
+
+impl FitSettings {
+    pub fn resolve(a: cli::FitArgs, color: ColorWhen, env: Env) -> Result<FitSettings, Failure> {
+        let refuse = |flag: &str, what: &str| Err(run_failure(flag, what));
+        if crate::fit::command_for(&a.command, 0).is_none() {
+            return refuse(
+                "the command",
+                "no `{}` in it: put `{}` where the value goes (`--batch-size {}`)",
+            );
+        }
+        if a.min > a.max {
+            return refuse("--min", "larger than --max");
+        }
+        if a.runs == 0 {
+            return refuse("--runs", "at least one run");
+        }
+        if a.steps == 0 {
+            return refuse("--steps", "at least one step");
+        }
+        if a.no_torch && a.run_for.is_none() {
+            return refuse(
+                "--no-torch",
+                "without the shim no steps are counted: give --for DUR to end each run",
+            );
+        }
+        let json = a
+            .json
+            .as_deref()
+            .map(|p| run_output("--json", p))
+            .transpose()?;
+        // Each run: `gpudoc run`'s defaults, as clap gives them, so the two never drift apart.
+        let mut argv: Vec<OsString> = ["run", "--quiet", "--kill-orphans", "--hunt-leaks", "off"]
+            .map(OsString::from)
+            .to_vec();
+        if a.no_torch {
+            argv.push("--no-torch".into());
+        }
+        argv.push("--".into());
+        argv.extend(a.command.iter().cloned());
+        let run_args = <cli::RunArgs as clap::FromArgMatches>::from_arg_matches(
+            &<cli::RunArgs as clap::Args>::augment_args(clap::Command::new("run"))
+                .try_get_matches_from(argv)
+                .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e.to_string()))?,
+        )
+        .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e.to_string()))?;
+        Ok(FitSettings {
+            template: a.command,
+            bounds: crate::fit::Bounds {
+                min: a.min,
+                max: a.max,
+                runs: a.runs,
+                budget_s: a.budget.as_secs_f64(),
+                steps: (!a.no_torch).then_some(a.steps),
+                run_for_s: a.run_for.map(|d| d.as_secs_f64()),
+            },
+            budget: a.budget,
+            run_for: a.run_for,
+            json,
+            run: RunSettings::resolve(run_args, color, env)?,
         })
     }
 }

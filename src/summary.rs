@@ -141,6 +141,9 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
                 in_cell(r, oom)
             );
             render_oom(o, oom, p);
+            if let Some(line) = crate::fit::remedy::suggestion(oom, &r.command) {
+                let _ = writeln!(o, "  {line}");
+            }
         }
         (_, Ending::HostOomKill) => {
             let what = p.bad("was killed by the kernel's OOM killer for host RAM (not GPU memory)");

@@ -161,6 +161,7 @@ fn flags_tables() {
     section("docs/reference.md", "compare-flags", &flags("compare"));
     section("docs/orphans.md", "orphans-flags", &flags("orphans"));
     section("docs/watch.md", "watch-flags", &flags("watch"));
+    section("docs/fit.md", "fit-flags", &flags("fit"));
 }
 
 /// The text of the first fenced block after `marker` in `file`.

@@ -7,7 +7,14 @@ use common::{Machine, conforms, fixture_files, gpudoc_bin, read_json};
 use std::path::Path;
 use std::process::Command;
 
-const NAMES: [&str; 5] = ["report", "trace-row", "baseline", "compare", "orphans"];
+const NAMES: [&str; 6] = [
+    "report",
+    "trace-row",
+    "baseline",
+    "compare",
+    "orphans",
+    "fit",
+];
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -3,6 +3,7 @@
 
 pub mod compare;
 pub mod demo;
+pub mod fit;
 pub mod orphans;
 pub mod report;
 pub mod rules;
@@ -33,6 +34,7 @@ pub fn main(args: Vec<OsString>, env: Env) -> Result<ExitCode, Failure> {
     let color = cli.color;
     match cli.cmd {
         ClapCmd::Run(a) => run::run(settings::RunSettings::resolve(*a, color, env)?),
+        ClapCmd::Fit(a) => fit::run(settings::FitSettings::resolve(a, color, env)?),
         ClapCmd::Orphans(a) => orphans::run(settings::OrphansSettings::resolve(a, color, &env)?),
         ClapCmd::Watch(a) => watch::run(settings::WatchSettings::resolve(a, color, &env)?),
         ClapCmd::Report(a) => report::run(settings::ReportSettings::resolve(a, color, &env)?),
@@ -111,14 +113,15 @@ fn clap_failure(e: clap::Error, run: bool) -> Failure {
 /// Global flags that take a value in the next argument.
 const GLOBAL_WITH_VALUE: [&str; 3] = ["--color", "--rules", "--disable-rule"];
 
-/// Whether the subcommand is `run`: the first argument that is neither a global flag nor its value.
+/// Whether the subcommand wraps a command (`run`, `fit`: their own failures must not look like the
+/// command's codes): the first argument that is neither a global flag nor its value.
 fn is_run(args: &[OsString]) -> bool {
     let mut it = args.iter().skip(1).map(|a| a.to_string_lossy());
     while let Some(a) = it.next() {
         if GLOBAL_WITH_VALUE.contains(&a.as_ref()) {
             it.next();
         } else if !a.starts_with('-') {
-            return a == "run";
+            return a == "run" || a == "fit";
         }
     }
     false

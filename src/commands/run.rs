@@ -33,29 +33,17 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     // SAFETY: no thread has started yet; everything below starts after the split.
     let _ = unsafe { supervise::guard::split() };
     s.rules.start();
-    let mut session = Session::start(&s)?;
-    if let Err(e) = check_budget_gpus(&s, &session) {
-        session.abandon();
-        return Err(e);
+    if let Some((remedy, budget)) = s.try_remedy.clone() {
+        return super::fit::try_remedy(s, remedy, budget);
     }
-    let mut child = match session.spawn(&s) {
-        Ok(c) => c,
-        Err(e) => {
-            session.abandon();
-            return Err(Failure::new(e.exit_code(), e.to_string()));
-        }
-    };
-    let child_pid = child.pid();
-    let outcome = child.wait();
-    let metrics = session.metrics.take();
-    let hup_ignored = session.hup_ignored;
-    let verdicts = session.verdicts.verdicts.clone();
-    let evidence = session.collect(&s, outcome, child_pid);
-    let (evidence, stopped_on) = evidence;
-    let timeline = (s.tensorboard.is_some() || s.html.is_some()).then(|| evidence.timeline.clone());
-    let mut report = analysis::analyze(evidence, s.rules.get());
-    verdicts.lock().unwrap().annotate(&mut report);
-    report.exit.stopped_on = stopped_on;
+    let Measured {
+        mut report,
+        timeline,
+        child,
+        metrics,
+        hup_ignored,
+        ..
+    } = measure(&s, None)?;
     report.gate = s.gate.as_ref().map(|g| g.evaluate(&report));
     record_leftovers(&s, &mut report, hup_ignored);
     let code = emit(&s, &mut report, timeline.as_ref());
@@ -101,6 +89,62 @@ fn check_budget_gpus(s: &RunSettings, session: &Session) -> Result<(), Failure> 
         )),
         None => Ok(()),
     }
+}
+
+/// One run of the command, analyzed.
+pub(crate) struct Measured {
+    pub report: Report,
+    /// The whole timeline, kept when an output draws it (`--tensorboard`, `--html`).
+    pub timeline: Option<Timeline>,
+    /// Kept until gpudoc's own work is done (see [`supervise::Child`]).
+    pub child: supervise::Child,
+    metrics: Option<live_metrics::Metrics>,
+    hup_ignored: bool,
+    /// Why gpudoc ended the job itself, when an [`crate::fit::ender::Ender`] did (`gpudoc fit`).
+    pub ended: Option<crate::fit::ender::Ended>,
+}
+
+/// Runs the command once under the session's machinery (sampling, the shim, the OOM reader) and analyzes
+/// it into a report. With `end` (`gpudoc fit`), gpudoc ends the job itself once it has run far enough.
+pub(crate) fn measure(
+    s: &RunSettings,
+    end: Option<crate::fit::ender::EndWhen>,
+) -> Result<Measured, Failure> {
+    let mut session = Session::start(s)?;
+    if let Err(e) = check_budget_gpus(s, &session) {
+        session.abandon();
+        return Err(e);
+    }
+    let mut child = match session.spawn(s) {
+        Ok(c) => c,
+        Err(e) => {
+            session.abandon();
+            return Err(Failure::new(e.exit_code(), e.to_string()));
+        }
+    };
+    let child_pid = child.pid();
+    let ender = end.map(|w| {
+        let steps = session.channel.as_ref().map(|c| c.timeline());
+        crate::fit::ender::Ender::start(w, child_pid, steps)
+    });
+    let outcome = child.wait();
+    let ended = ender.and_then(|e| e.stop());
+    let metrics = session.metrics.take();
+    let hup_ignored = session.hup_ignored;
+    let verdicts = session.verdicts.verdicts.clone();
+    let (evidence, stopped_on) = session.collect(s, outcome, child_pid);
+    let timeline = (s.tensorboard.is_some() || s.html.is_some()).then(|| evidence.timeline.clone());
+    let mut report = analysis::analyze(evidence, s.rules.get());
+    verdicts.lock().unwrap().annotate(&mut report);
+    report.exit.stopped_on = stopped_on;
+    Ok(Measured {
+        report,
+        timeline,
+        child,
+        metrics,
+        hup_ignored,
+        ended,
+    })
 }
 
 /// Everything running beside the command.
@@ -209,9 +253,10 @@ impl Session {
             scanner: self.scanner.clone(),
             start: self.start,
         });
+        let env: Vec<_> = self.shim_env.iter().chain(&s.extra_env).cloned().collect();
         supervise::spawn(supervise::Spawn {
             argv: &s.command,
-            env: &self.shim_env,
+            env: &env,
             wiring: s.env.wiring,
             terminal: self.live.terminal(),
             observer: Some(observer),

@@ -16,6 +16,7 @@ pub fn of(name: SchemaName) -> Value {
         SchemaName::Baseline => schema_for!(crate::gate::BaselineFile),
         SchemaName::Compare => schema_for!(crate::compare::Comparison),
         SchemaName::Orphans => schema_for!(super::orphans::Output<'static>),
+        SchemaName::Fit => schema_for!(crate::fit::FitReport),
     }
     .to_value()
 }
