@@ -107,6 +107,11 @@ pub struct RunArgs {
     /// window of steps once allocated memory grows step after step; `on` from warm-up on; `off` never.
     #[arg(long, value_name = "WHEN", num_args = 0..=1, default_value = "auto", default_missing_value = "on")]
     pub hunt_leaks: HuntLeaks,
+    /// Write PyTorch's allocator snapshot to FILE, the pickle pytorch.org/memory_viz opens: at the first
+    /// out-of-memory failure, else at the end of the step gpudoc measures after warm-up (memory history
+    /// is recorded from CUDA's start to that step for it).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_torch")]
+    pub snapshot: Option<PathBuf>,
     /// End the job's descendants still running after the command exits (SIGTERM, 10 s, SIGKILL).
     #[arg(long)]
     pub kill_orphans: bool,

@@ -229,6 +229,9 @@ fn add_host(out: &mut Report, r: &Report, host: &str, shift: f64) {
         for h in &mut t.hunts {
             h.at_s = shifted(h.at_s, shift);
         }
+        for w in &mut t.inside {
+            w.at_s = shifted(w.at_s, shift);
+        }
         out.torch.processes.push(t);
     }
     for o in &r.torch.ooms {

@@ -163,6 +163,8 @@ pub struct RunSettings {
     pub rates: Rates,
     pub json: Option<Target>,
     pub trace: Option<PathBuf>,
+    /// `--snapshot`: where the allocator's snapshot goes.
+    pub snapshot: Option<Target>,
     /// `None` with `--no-torch`.
     pub torch: Option<ShimSettings>,
     pub kill_orphans: bool,
@@ -242,6 +244,11 @@ impl RunSettings {
         if let Some(t) = &a.trace {
             run_output("--trace", t)?;
         }
+        let snapshot = a
+            .snapshot
+            .as_deref()
+            .map(|p| run_output("--snapshot", p))
+            .transpose()?;
         let rules = RunRules::load(a.rules.rules.as_deref(), &a.rules.disable_rule)
             .map_err(|e| Failure::new(exit::GPUDOC_FAILED, e.to_string()))?;
         check_stop_on(&a.stop_on, rules.live_ids())?;
@@ -257,6 +264,7 @@ impl RunSettings {
                 crate::cli::HuntLeaks::On => HuntMode::On,
                 crate::cli::HuntLeaks::Off => HuntMode::Off,
             },
+            snapshot: snapshot.is_some(),
         });
         let metrics = match &a.metrics {
             Some(m) => Some((
@@ -274,6 +282,7 @@ impl RunSettings {
             },
             json,
             trace: a.trace,
+            snapshot,
             torch,
             kill_orphans: a.kill_orphans,
             leftovers: env

@@ -58,6 +58,7 @@ pub fn render(r: &Report, p: Paint) -> String {
     }
     render_unused(&mut o, r, p);
     render_torch(&mut o, r, p);
+    render_inside(&mut o, r, p);
     render_leftovers(&mut o, r, p);
     for n in &r.notes {
         let _ = writeln!(o, "  {}", p.warn(&printable(n)));
@@ -508,6 +509,84 @@ fn cells_line(q: &crate::torch::view::TorchProcReport, ooms: &[crate::torch::Tor
         let _ = write!(text, "; ran out of memory in {}", failed.join(", "));
     }
     text
+}
+
+/// Modules shown in the summary's table (the report has them all).
+const TOP_MODULES: usize = 5;
+
+/// Inside the model: the measured step's breakdown at its peak and its top modules (an OOM's place and
+/// breakdown are under its diagnosis), and the snapshot `--snapshot` wrote.
+fn render_inside(o: &mut String, r: &Report, p: Paint) {
+    for q in r.torch.processes.iter().take(MAX_TORCH) {
+        for w in &q.inside {
+            if let Some(e) = &w.error {
+                let text = format!("pid {}: where the memory went was not measured: {e}", q.pid);
+                let _ = writeln!(o, "  {}", p.warn(&printable(&text)));
+                continue;
+            }
+            if w.why == "peak" {
+                render_peak(o, q.pid, w, p);
+            }
+            if let Some(f) = &w.snapshot {
+                let at = if w.why == "oom" {
+                    "the OOM"
+                } else {
+                    "the measured step"
+                };
+                let text = format!(
+                    "allocator snapshot at {at}: {} (open it at pytorch.org/memory_viz)",
+                    printable(f)
+                );
+                let _ = writeln!(o, "    {}", p.dim(&text));
+            }
+        }
+    }
+}
+
+fn render_peak(o: &mut String, pid: u32, w: &crate::torch::inside::Inside, p: Paint) {
+    let step = w.step.map(|s| format!(", step {s}")).unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "  {}",
+        p.bold(&format!(
+            "Inside the model (pid {pid}{step}), at the step's peak of {}:",
+            fmt_bytes(w.allocated_bytes)
+        ))
+    );
+    let _ = writeln!(o, "    {}", printable(&w.parts.line()));
+    let top = w.top_modules(TOP_MODULES);
+    if top.is_empty() {
+        return;
+    }
+    let width = top
+        .iter()
+        .map(|m| m.name.len())
+        .max()
+        .unwrap_or(6)
+        .clamp(6, 40);
+    let _ = writeln!(
+        o,
+        "    {:<width$} {:>13} {:>14}",
+        "module", "forward adds", "backward peak"
+    );
+    let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "-".into());
+    for m in top {
+        let _ = writeln!(
+            o,
+            "    {:<width$} {:>13} {:>14}",
+            shorten(&printable(&m.name), 40),
+            opt(m.forward_bytes),
+            opt(m.backward_peak_bytes)
+        );
+    }
+    if w.modules.len() > TOP_MODULES {
+        let more = w.modules.len() - TOP_MODULES;
+        let _ = writeln!(
+            o,
+            "    {}",
+            p.dim(&format!("… and {more} more modules (see --json)"))
+        );
+    }
 }
 
 /// Descendants still running after the command exited, and what `--kill-orphans` did to them.

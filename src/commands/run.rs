@@ -290,7 +290,12 @@ impl Session {
         let stopped_on = self.verdicts.finish().filter(|_| outcome.stopped);
         self.live.finish();
         let sampled = self.sampler.stop();
-        let torch = self.channel.map(|c| c.close());
+        let closed = self.channel.map(|c| c.finish(s.snapshot.is_some()));
+        let mut notes = self.notes;
+        let torch = closed.map(|(mut t, snap)| {
+            notes.extend(write_snapshot(s, &mut t, snap));
+            t
+        });
         let leftovers = settled_leftovers();
         let ended = if s.kill_orphans && !leftovers.is_empty() {
             end_leftovers(&leftovers, self.hup_ignored)
@@ -326,8 +331,7 @@ impl Session {
             host,
             leftovers,
             ended,
-            notes: self
-                .notes
+            notes: notes
                 .into_iter()
                 .chain(sampled.stalled.clone())
                 .chain(sampled.notes)
@@ -361,6 +365,29 @@ fn published(
         forecasts: Vec::new(),
     };
     Some((s.runs.clone()?, p))
+}
+
+/// `--snapshot`: the shim's snapshot written to the user's file, which the report then names; a note
+/// when there is none or it could not be written.
+fn write_snapshot(
+    s: &RunSettings,
+    t: &mut torch::TorchTimeline,
+    snap: Option<(String, Vec<u8>)>,
+) -> Option<String> {
+    let target = s.snapshot.as_ref()?;
+    let Some((name, bytes)) = snap else {
+        return Some(format!(
+            "--snapshot {}: no snapshot was taken (no out-of-memory failure, and no step measured after warm-up)",
+            target.display()
+        ));
+    };
+    if let Err(e) = crate::output::write(target, &bytes) {
+        return Some(format!("--snapshot {}: {e}", target.display()));
+    }
+    for w in &mut t.inside {
+        w.snapshot = (w.snapshot.as_deref() == Some(name.as_str())).then(|| target.display());
+    }
+    None
 }
 
 /// The trace file, when `--trace` asks for one.

@@ -37,6 +37,7 @@ pub fn render(report: &Report, timeline: Option<&Timeline>) -> String {
     gate(&mut body, report);
     processes(&mut body, report);
     leaks(&mut body, report);
+    inside(&mut body, report);
     footer(&mut body, report);
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -364,6 +365,85 @@ fn leaks(o: &mut String, r: &Report) {
         let _ = writeln!(o, "</ul>");
     }
     let _ = writeln!(o, "</section>");
+}
+
+/// Where the memory went inside the model: each OOM's place and breakdown, and the measured step's, with
+/// a bar per module (the memory its forward added, the peak inside its backward).
+fn inside(o: &mut String, r: &Report) {
+    let all: Vec<_> = r
+        .torch
+        .processes
+        .iter()
+        .flat_map(|p| p.inside.iter().map(move |w| (p, w)))
+        .filter(|(_, w)| w.error.is_none())
+        .collect();
+    if all.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "<section id=\"inside\">\n<h2>Inside the model</h2>");
+    for (p, w) in all {
+        let head = match (w.why.as_str(), w.step) {
+            ("oom", _) => format!("pid {} at its out-of-memory error", p.pid),
+            (_, Some(s)) => format!(
+                "pid {}, step {s}: its peak, {}",
+                p.pid,
+                fmt_bytes(w.allocated_bytes)
+            ),
+            _ => format!("pid {}: its peak, {}", p.pid, fmt_bytes(w.allocated_bytes)),
+        };
+        let _ = writeln!(o, "<h3>{}</h3>\n<ul>", esc(&head));
+        let lines = if w.why == "oom" {
+            w.lines()
+        } else {
+            vec![w.parts.line()]
+        };
+        for l in lines.iter().chain(w.snapshot.iter()) {
+            let _ = writeln!(o, "<li><code>{}</code></li>", esc(l));
+        }
+        let _ = writeln!(o, "</ul>");
+        module_bars(o, w);
+    }
+    let _ = writeln!(o, "</section>");
+}
+
+/// The table of modules, a bar each, scaled to the largest.
+fn module_bars(o: &mut String, w: &crate::torch::inside::Inside) {
+    if w.modules.is_empty() {
+        return;
+    }
+    let measured = w.why == "peak";
+    let (a, b) = if measured {
+        ("forward adds", "backward peak")
+    } else {
+        ("parameters, gradients, optimizer state", "")
+    };
+    let _ = writeln!(
+        o,
+        "<table>\n<tr><th>module</th><th>{a}</th><th>{b}</th></tr>"
+    );
+    let top = w
+        .modules
+        .iter()
+        .map(|m| m.weight())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    for m in &w.modules {
+        let width = m.weight() * 100 / top;
+        let second = if measured {
+            m.backward_peak_bytes.map(fmt_bytes).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "<tr><td><code>{}</code></td><td class=\"bars\"><span class=\"bar\" style=\"width:{width}%\"></span>{}</td><td>{}</td></tr>",
+            esc(&m.name),
+            fmt_bytes(m.weight()),
+            second
+        );
+    }
+    let _ = writeln!(o, "</table>");
 }
 
 fn footer(o: &mut String, r: &Report) {

@@ -75,6 +75,10 @@ pub struct OomFacts {
     pub job_peak_pct: f64,
     pub explanation: String,
     pub filled_by: Vec<String>,
+    pub pass: String,
+    pub module: String,
+    pub largest_part: String,
+    pub largest_part_pct: f64,
     pub host: String,
     pub label: String,
     pub at_s: f64,
@@ -431,7 +435,27 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.filled_by",
         "list(string)",
-        "what held the GPU's memory then, from the shim's search at the OOM: holders, sites (empty when unknown)",
+        "where in the model it happened and what the memory held, what held it (the shim's search at the OOM): place, breakdown, holders, sites (empty when unknown)",
+    ),
+    (
+        "oom.pass",
+        "string",
+        "`forward`, `backward`, `optimizer` or `other` (the shim's look at the OOM), \"\" when unknown",
+    ),
+    (
+        "oom.module",
+        "string",
+        "the module it happened in (`model.layers.2.mlp`), \"\" when unknown",
+    ),
+    (
+        "oom.largest_part",
+        "string",
+        "what held most of allocated memory then: `activations` (saved for backward), `parameters`, `gradients`, `optimizer_state`, `other`; \"\" when unknown",
+    ),
+    (
+        "oom.largest_part_pct",
+        "double",
+        "its share of allocated memory, percent (0 when unknown)",
     ),
     (
         "oom.phase",
@@ -1503,6 +1527,7 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
     let on = o
         .gpu
         .and_then(|i| gpus.iter().find(|x| x.index == i as i64 && x.host == host));
+    let inside = oom_inside(r);
     OomFacts {
         phase,
         steps,
@@ -1535,6 +1560,13 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
         job_peak_pct: on.map_or(0.0, |x| x.job_peak_pct),
         explanation: o.explanation.clone(),
         filled_by: filled_by(r),
+        pass: inside.and_then(|w| w.pass.clone()).unwrap_or_default(),
+        module: inside.and_then(|w| w.module.clone()).unwrap_or_default(),
+        largest_part: inside.map_or("", |w| w.parts.largest()).into(),
+        largest_part_pct: inside.map_or(0.0, |w| {
+            let top = w.parts.ranked().first().map_or(0, |p| p.1);
+            top as f64 * 100.0 / w.parts.sum().max(1) as f64
+        }),
         at_s: o.event.at_s,
     }
 }
@@ -1556,16 +1588,33 @@ fn oom_label(o: &crate::oom::OomReport, host: &str) -> String {
     }
 }
 
-/// The shim's search at the OOM the report is about, in the process that failed (or any, if it is not
-/// known which).
-fn oom_hunt(r: &Report) -> Option<&crate::torch::hunt::Hunt> {
+/// The failing process (or any, when it is not known which), and the time of the OOM the report is about
+/// (the one nearest to it: a program may have caught earlier ones).
+fn oom_when(r: &Report) -> (Option<u32>, f64) {
     let o = r.oom.as_ref();
     let pid = o.and_then(|o| o.allocator.as_ref().map(|a| a.pid).or(o.this_pid));
-    // The search at the OOM the report is about: the one nearest to it in time (a program may have
-    // caught earlier ones).
     let at = o.map_or(f64::MAX, |o| {
         o.allocator.as_ref().map_or(o.event.at_s, |a| a.at_s)
     });
+    (pid, at)
+}
+
+/// Where in the model the OOM happened (the shim's look at it).
+fn oom_inside(r: &Report) -> Option<&crate::torch::inside::Inside> {
+    let (pid, at) = oom_when(r);
+    r.torch
+        .processes
+        .iter()
+        .filter(|p| pid.is_none_or(|x| x == p.pid))
+        .flat_map(|p| &p.inside)
+        .filter(|w| w.why == "oom" && w.error.is_none())
+        .min_by(|a, b| (a.at_s - at).abs().total_cmp(&(b.at_s - at).abs()))
+}
+
+/// The shim's search at the OOM the report is about, in the process that failed (or any, if it is not
+/// known which).
+fn oom_hunt(r: &Report) -> Option<&crate::torch::hunt::Hunt> {
+    let (pid, at) = oom_when(r);
     r.torch
         .processes
         .iter()
@@ -1575,8 +1624,16 @@ fn oom_hunt(r: &Report) -> Option<&crate::torch::hunt::Hunt> {
         .min_by(|a, b| (a.at_s - at).abs().total_cmp(&(b.at_s - at).abs()))
 }
 
-/// What held the GPU at the OOM, from the shim's search then.
+/// What filled the GPU at the OOM: where in the model it happened and what the memory held (the shim's
+/// look), then what held it (the shim's search then).
 fn filled_by(r: &Report) -> Vec<String> {
+    let mut out = oom_inside(r).map(|w| w.lines()).unwrap_or_default();
+    out.extend(oom_holders(r));
+    out
+}
+
+/// What held the GPU at the OOM, from the shim's search then.
+fn oom_holders(r: &Report) -> Vec<String> {
     let Some(h) = oom_hunt(r) else {
         return Vec::new();
     };

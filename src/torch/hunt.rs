@@ -207,7 +207,7 @@ impl Hunt {
 }
 
 /// A path as a user reads it in a diagnosis: its last two components.
-fn short(path: &str) -> String {
+pub(crate) fn short(path: &str) -> String {
     let parts: Vec<&str> = path.rsplit('/').take(2).collect();
     parts.into_iter().rev().collect::<Vec<_>>().join("/")
 }

@@ -9,6 +9,7 @@
 pub mod cells;
 pub mod home;
 pub mod hunt;
+pub mod inside;
 mod stale;
 pub mod view;
 
@@ -25,7 +26,7 @@ use std::time::{Duration, SystemTime};
 
 /// The shim's files (the marker tells other shims the folder is one), written where [`home::shim_folder`]
 /// says.
-pub const SHIM: [(&str, &str); 5] = [
+pub const SHIM: [(&str, &str); 6] = [
     (
         "sitecustomize.py",
         include_str!("../../python/gpudoc/_shim/sitecustomize.py"),
@@ -41,6 +42,10 @@ pub const SHIM: [(&str, &str); 5] = [
     (
         "_gpudoc_hunt.py",
         include_str!("../../python/gpudoc/_shim/_gpudoc_hunt.py"),
+    ),
+    (
+        "_gpudoc_where.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_where.py"),
     ),
     (".gpudoc-shim", ""),
 ];
@@ -59,6 +64,9 @@ pub struct ShimSettings {
     /// view of them is kept as if they were never reset).
     pub reset_peaks: bool,
     pub hunt: HuntMode,
+    /// Write the allocator's snapshot (`--snapshot`): memory history is recorded from CUDA's start to the
+    /// measured step.
+    pub snapshot: bool,
 }
 
 /// When the shim hunts leaks (`--hunt-leaks`).
@@ -203,6 +211,8 @@ pub struct TorchTimeline {
     pub bad_lines: u64,
     /// Leak hunts, and what filled the GPU at OOMs.
     pub hunts: Vec<hunt::Hunt>,
+    /// Where the memory went inside the model: at OOMs, and on the measured step.
+    pub inside: Vec<inside::Inside>,
 }
 
 fn u(v: &serde_json::Value, k: &str) -> u64 {
@@ -242,6 +252,13 @@ impl TorchTimeline {
                     && let Some(h) = hunt::Hunt::from_message(&v, start_unix)
                 {
                     self.hunts.push(h);
+                }
+            }
+            "where" => {
+                if self.inside.len() < MAX_HUNTS
+                    && let Some(w) = inside::Inside::from_message(&v, start_unix)
+                {
+                    self.inside.push(w);
                 }
             }
             "s" | "step" | "oom" => self.sample(kind, pid, &v, t, at),
@@ -369,15 +386,17 @@ impl Channel {
             path.push(":");
             path.push(old);
         }
-        // One variable: hunt mode, peaks, then the pipe's path (last: a path may hold any character).
+        // One variable: hunt mode, peaks, where, then the pipe's path (last: a path may hold any
+        // character).
         let mut setting = OsString::from(format!(
-            "hunt={};peaks={};pipe=",
+            "hunt={};peaks={};where={};pipe=",
             settings.hunt.env(),
             if settings.reset_peaks {
                 "reset"
             } else {
                 "keep"
-            }
+            },
+            if settings.snapshot { "snapshot" } else { "on" }
         ));
         setting.push(&fifo);
         let env = vec![
@@ -416,11 +435,43 @@ impl Channel {
 
     /// Reads what is left and returns the timeline; the folder is removed.
     pub fn close(self) -> TorchTimeline {
+        self.finish(false).0
+    }
+
+    /// Reads what is left and returns the timeline, and with `snapshot` the allocator snapshot the shim
+    /// wrote (the first OOM's, else the measured step's: [`chosen_snapshot`]), read before the folder is
+    /// removed.
+    pub fn finish(self, snapshot: bool) -> (TorchTimeline, Option<(String, Vec<u8>)>) {
         self.stop.store(true, Ordering::SeqCst);
         self.reader.thread().unpark();
         let _ = self.reader.join();
-        std::mem::take(&mut *self.timeline.lock().unwrap())
+        let t = std::mem::take(&mut *self.timeline.lock().unwrap());
+        let bytes = snapshot
+            .then(|| chosen_snapshot(&t))
+            .flatten()
+            .and_then(|name| Some((name.clone(), read_snapshot(self._dir.path(), &name)?)));
+        (t, bytes)
     }
+}
+
+/// The snapshot `--snapshot` writes: the first OOM's, else the measured step's.
+pub fn chosen_snapshot(t: &TorchTimeline) -> Option<String> {
+    let with = |why: &str| {
+        t.inside
+            .iter()
+            .filter(|w| w.why == why)
+            .find_map(|w| w.snapshot.clone())
+    };
+    with("oom").or_else(|| with("peak"))
+}
+
+/// A snapshot file of the shim's, by the name its message gave (a plain name in the folder, nothing
+/// else).
+fn read_snapshot(folder: &std::path::Path, name: &str) -> Option<Vec<u8>> {
+    if !name.starts_with("snapshot-") || !name.ends_with(".pickle") || name.contains('/') {
+        return None;
+    }
+    std::fs::read(folder.join(name)).ok()
 }
 
 /// A private folder (mode 0700) for the shim. Its path goes on PYTHONPATH, where `:` separates entries:

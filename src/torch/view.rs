@@ -3,6 +3,7 @@
 //! NCCL workspaces, other libraries): the seed's "two views" in one place.
 
 use super::hunt::Hunt;
+use super::inside::Inside;
 use super::{Step, TorchOom, TorchTimeline};
 use crate::gpu::GpuInfo;
 use crate::timeline::Timeline;
@@ -60,6 +61,9 @@ pub struct TorchProcReport {
     /// Leak hunts in this process on this device, and what filled it at an OOM.
     #[serde(default)]
     pub hunts: Vec<Hunt>,
+    /// Where the memory went inside the model: at each OOM, and on the measured step.
+    #[serde(default, rename = "where", skip_serializing_if = "Vec::is_empty")]
+    pub inside: Vec<Inside>,
     /// When the allocator was last read, seconds into the run: the shim's exit record when the program
     /// ended normally (or by an exception), after which only the process's teardown remains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,6 +159,12 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                     .cloned()
                     .collect(),
                 cells: p.cells.clone(),
+                inside: t
+                    .inside
+                    .iter()
+                    .filter(|w| w.pid == p.pid && w.device == p.device)
+                    .cloned()
+                    .collect(),
             }
         })
         .collect();

@@ -17,6 +17,9 @@ for that). It costs the program nothing it could measure:
   bounded window of steps, the leaking sites are read, and what holds them is searched for a few
   milliseconds a step. At an out-of-memory failure the same search names what filled the GPU. A program
   that records memory history itself is left alone.
+- Where the memory went inside the model (_gpudoc_where.py, loaded at the first OOM or measured step):
+  at an OOM the pass and module it happened in and what the memory held; on one step after warm-up the
+  same breakdown at its peak and a per-module table; with --snapshot, the allocator's snapshot.
 
 Loaded by GpudocFinder (sitecustomize.py) as the module `gpudoc._shim.torch`, in sys.modules so that Dynamo
 finds the globals of the step hook when it compiles a step (docs/framework.md).
@@ -60,6 +63,9 @@ SLICE_S = 0.008
 SLICE_EVERY = 0.024
 OOM_S = 0.25
 EXIT_S = 0.5
+# Where the memory went inside the model: on (at OOMs, and one measured step after warm-up), snapshot (the
+# same, and the allocator's snapshot with memory history from CUDA's start to the measured step), off.
+WHERE = "on"
 # pytest and IPython leave out frames that say so.
 __tracebackhide__ = True
 
@@ -105,6 +111,11 @@ class _State(object):
     recorded = False
     # The frames gpudoc's recording left on live blocks and segments: ("b"|"s", address) -> frames.
     our_frames = {}
+    where_module = None
+    # A step is being measured; one was (or will never be); memory history is recorded for --snapshot.
+    measuring = False
+    measured = False
+    where_history = False
 
 
 S = _State()
@@ -354,7 +365,17 @@ def _on_step(optimizer, args, kwargs):
     if S.dead or not S.cuda:
         STEP[1] = STEP[0] + 1
         return
-    _uncollected(_step_record)
+    _uncollected(lambda: _step_where(optimizer))
+
+
+def _step_where(optimizer):
+    """A recorded step: a measured step ends before the record (which resets the peaks it reads); one
+    after warm-up is armed after it."""
+    if S.measuring:
+        _where("finish")
+    _step_record()
+    if WHERE != "off" and not S.measured and STEP[0] > WARMUP_STEPS:
+        _where("arm", optimizer)
 
 
 def _uncollected(record):
@@ -659,6 +680,25 @@ def _load(here, filename, name):
     return module
 
 
+def _where(name, *args):
+    """_gpudoc_where.py's `name`, called with this module (loaded at the first call, as the hunt's is).
+    A failure is said once, and nothing more is measured."""
+    try:
+        if S.where_module is None:
+            S.where_module = _load(S.here, "_gpudoc_where.py", "gpudoc._shim.where")
+        return getattr(S.where_module, name)(sys.modules[__name__], *args)
+    except Exception as e:
+        S.measured = True
+        if S.measuring:
+            S.measuring = False
+            _where("close")
+        try:
+            _send('{"k":"where","error":%s,"dev":%d,"t":%.6f' % (
+                json.dumps("%s: %s" % (type(e).__name__, e)), (S.devices or [0])[0], time.time()))
+        except Exception:
+            pass
+
+
 def _can_hunt():
     v = getattr(S.torch, "__version__", "0").split("+")[0].split(".")
     try:
@@ -712,7 +752,7 @@ def _watch_history(real):
         __tracebackhide__ = True
         if S.ours != get_ident():
             S.user_history = True
-            if S.hunt is not None:
+            if S.hunt is not None or S.where_history:
                 _give_way()
         return real(*args, **kwargs)
 
@@ -721,6 +761,7 @@ def _watch_history(real):
 
 def _give_way():
     S.hunt = None
+    S.where_history = False
     try:
         with OURS:
             _remember(S.torch.cuda.memory._snapshot())
@@ -839,6 +880,8 @@ def _on_oom(device, alloc, device_allocated, device_free):
     except Exception as e:
         _fail("oom observer", e)
         return
+    if WHERE != "off":
+        _where("on_oom", device, _cur(stats, "allocated_bytes"))
     if HUNT == "off" or S.oom_hunts >= MAX_OOM_HUNTS:
         return
     S.oom_hunts += 1
@@ -864,6 +907,8 @@ def _on_cuda_init():
             pass  # no observer in this torch: the OOM text still reaches gpudoc
         _send('{"k":"hello","torch":%s,"budget":%s' % (
             json.dumps(getattr(torch, "__version__", "?")), BUDGET))
+        if WHERE == "snapshot":
+            _where("record")
     except Exception as e:
         _fail("cuda init", e)
         return
@@ -1023,12 +1068,16 @@ class TorchLoader(object):
 
 def find_spec(finder, name, path, target, here, setting):
     """GpudocFinder's answer when the program imports torch: the spec the finders after it give, with
-    TorchLoader in it. `setting` is GPUDOC_TORCH: `hunt=MODE;peaks=reset|keep;pipe=PATH`."""
-    global HUNT
-    conf = dict(part.partition("=")[::2] for part in setting.split(";", 2))
-    S.pipe, S.here = conf.get("pipe", ""), here
+    TorchLoader in it. `setting` is GPUDOC_TORCH:
+    `hunt=MODE;peaks=reset|keep;where=on|snapshot|off;pipe=PATH`."""
+    global HUNT, WHERE
+    # The pipe's path is last and may hold any character.
+    head, _, pipe = setting.partition("pipe=")
+    conf = dict(part.partition("=")[::2] for part in head.split(";") if part)
+    S.pipe, S.here = pipe, here
     S.reset_peaks = conf.get("peaks") != "keep"
     HUNT = conf.get("hunt", "auto")
+    WHERE = conf.get("where", "on")
     finders = list(sys.meta_path)
     mine = [i for i, f in enumerate(finders) if f is finder]
     finder.busy = True

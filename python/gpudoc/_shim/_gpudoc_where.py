@@ -1,0 +1,688 @@
+"""Where the memory went inside the model, loaded by the shim at the first out-of-memory failure or at the
+first step it measures (a job that never fails and runs no measured step never loads it).
+
+- At an out-of-memory failure (PyTorch's OOM observer, on the thread that allocates, before the error
+  unwinds): the pass and the module it happened in. Backward: the autograd node running on that thread
+  (torch._C._current_autograd_node) and the module of the parameters nearest below it in the graph.
+  Forward: the innermost module whose forward is on the Python stack (its `self`). The optimizer: an
+  Optimizer's method on the stack. And what the device's allocated memory was: the program's parameters
+  and buffers, gradients, optimizer state, activations saved for backward (the saved tensors of the
+  autograd graph), and the rest (temporaries, inputs, outputs).
+- On one measured step (Measure, after warm-up): for each module of the table (its depth chosen so the
+  table is short), the memory its forward added and the peak inside its backward, read from the
+  allocator at the module's forward calls (global forward hooks, for that step only) and at the start of
+  its backward (a pre-hook on the autograd node of its output); and the same breakdown at the step's peak.
+- A snapshot of the allocator (torch.cuda.memory._snapshot, the pickle pytorch.org/memory_viz opens),
+  written beside gpudoc's pipe when gpudoc was asked for one.
+
+It may look, never hold: the program's objects are reached from its names (the hunt's readers: locals
+read in place, its modules' globals), and nothing is kept past the call (a Measure keeps module ids and
+numbers; the hooks it registers go at the step's end). Everything runs inside try/except in the shim.
+"""
+import os
+import sys
+import time
+
+# Autograd nodes walked at most for saved tensors, and for the parameters nearest a node.
+MAX_NODES = 20000
+NEAR_NODES = 400
+# Time the walk for saved tensors may take (at an OOM, and at a measured step's backward start).
+WALK_S = 0.2
+# The table's rows: the shallowest depth with at least MIN_ROWS modules, with at most MAX_ROWS.
+MIN_ROWS = 4
+MAX_ROWS = 48
+# The parts of allocated memory, in the order they are counted (a storage is counted once, in the first).
+PARTS = ("parameters", "gradients", "optimizer_state", "activations")
+_CO_NEWLOCALS = 0x2
+_saved_names = {}
+
+
+def _storage(t):
+    """(address, bytes) of a tensor's storage: the hunt's reader (loaded with this module, always)."""
+    return sys.modules["gpudoc._shim.hunt"]._storage(t)
+
+
+class Parts(object):
+    """Bytes per part on one device, each storage counted once (in the first part it is counted in)."""
+
+    def __init__(self, torch, device):
+        self.tensor, self.device = torch.Tensor, device
+        # storage address -> (part, bytes)
+        self.seen = {}
+        self.bytes = dict((p, 0) for p in PARTS)
+
+    def add(self, part, t):
+        if not isinstance(t, self.tensor):
+            return
+        try:
+            if not t.is_cuda or t.device.index != self.device:
+                return
+            ptr, n = _storage(t)
+        except Exception:
+            return
+        if ptr not in self.seen:
+            self.seen[ptr] = (part, n)
+            self.bytes[part] += n
+
+    def take(self, other, part):
+        """`other`'s storages of `part` that this one has not counted yet."""
+        for ptr, (p, n) in other.seen.items():
+            if p == part and ptr not in self.seen:
+                self.seen[ptr] = (p, n)
+                self.bytes[p] += n
+
+    def result(self, allocated):
+        out = dict(self.bytes)
+        out["other"] = max(0, allocated - sum(self.bytes.values()))
+        return out
+
+
+class Program(object):
+    """The program's models and optimizers, found from its names now: the locals of its own running
+    functions (every thread's), its modules' globals, and one level into the objects those name (a
+    trainer's `model`). Roots are models no other one found holds as a submodule."""
+
+    def __init__(self, torch, hunt, extra_optimizer=None):
+        hunt._prepare(torch)
+        Module = torch.nn.Module
+        Optimizer = torch.optim.Optimizer
+        found, optimizers = [], []
+        seen = set()
+
+        def look(name, v, deep):
+            if id(v) in seen:
+                return
+            seen.add(id(v))
+            if isinstance(v, Module):
+                found.append((name, v))
+            elif isinstance(v, Optimizer):
+                optimizers.append(v)
+            elif deep:
+                d = hunt._instance_dict(v) if type(v).__module__ not in ("builtins", "torch") else None
+                if d is not None:
+                    for k, x in list(d.items()):
+                        if type(k) is str:
+                            look(name + "." + k, x, False)
+
+        for _, pairs in _names(hunt):
+            for k, v in pairs:
+                look(k, v, True)
+        if extra_optimizer is not None and id(extra_optimizer) not in seen:
+            optimizers.append(extra_optimizer)
+        inside = set()
+        for _, m in found:
+            inside.update(id(s) for s in m.modules() if s is not m)
+        self.roots = [(n, m) for n, m in found if id(m) not in inside]
+        self.optimizers = optimizers
+
+    def names(self):
+        """id(module) -> its path from its root ("model.layers.3.mlp")."""
+        out = {}
+        for rname, root in self.roots:
+            for path, m in root.named_modules():
+                out.setdefault(id(m), rname + ("." + path if path else ""))
+        return out
+
+    def parameter_modules(self):
+        """id(parameter) -> the path of the module it belongs to."""
+        out = {}
+        for rname, root in self.roots:
+            for path, p in root.named_parameters():
+                out.setdefault(id(p), rname + ("." + path.rpartition(".")[0] if "." in path else ""))
+        return out
+
+    def count(self, parts):
+        for _, root in self.roots:
+            for p in root.parameters():
+                parts.add("parameters", p)
+            for b in root.buffers():
+                parts.add("parameters", b)
+        for _, root in self.roots:
+            for p in root.parameters():
+                if p.grad is not None:
+                    parts.add("gradients", p.grad)
+        for opt in self.optimizers:
+            for st in list(opt.state.values()):
+                if type(st) is dict:
+                    for v in list(st.values()):
+                        parts.add("optimizer_state", v)
+
+
+def _names(hunt):
+    """(where, [(name, value)]) for the program's running functions, innermost first, then its modules'
+    globals, __main__ first."""
+    me = sys._getframe()
+    for f in list(sys._current_frames().values()):
+        while f is not None:
+            code = f.f_code
+            if f is not me and code.co_flags & _CO_NEWLOCALS and hunt.is_user(code.co_filename):
+                pairs = hunt.LOCALS.read(f) if hunt.LOCALS.read is not None else []
+                yield code.co_name, pairs
+            f = f.f_back
+    mods = sorted(hunt._user_modules().values(), key=lambda m: m[2] != "__main__")
+    for d, label, _ in mods:
+        yield label, [(k, v) for k, v in list(d.items()) if type(k) is str and not k.startswith("__")]
+
+
+def _self_of(frame, hunt):
+    code = frame.f_code
+    if not code.co_argcount or code.co_varnames[0] != "self" or hunt.LOCALS.read is None:
+        return None
+    for k, v in hunt.LOCALS.read(frame):
+        if k == "self":
+            return v
+    return None
+
+
+def _saved(node):
+    """The tensors an autograd node saved for backward (a C++ node's `_saved_*`, a Python Function's
+    `saved_tensors`)."""
+    t = type(node)
+    names = _saved_names.get(t)
+    if names is None:
+        names = [a for a in dir(node) if a.startswith("_saved_")]
+        if hasattr(node, "saved_tensors"):
+            names.append("saved_tensors")
+        _saved_names[t] = names
+    out = []
+    for a in names:
+        try:
+            v = getattr(node, a)
+        except Exception:
+            continue  # released after its backward ran
+        if type(v) in (tuple, list):
+            out.extend(v)
+        else:
+            out.append(v)
+    return out
+
+
+def walk_saved(starts, parts, deadline):
+    """Counts as activations the tensors saved by the graph below `starts` (autograd nodes)."""
+    stack, seen = [n for n in starts if n is not None], set()
+    while stack and len(seen) < MAX_NODES:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for t in _saved(node):
+            parts.add("activations", t)
+        for nxt in getattr(node, "next_functions", ()) or ():
+            if nxt[0] is not None:
+                stack.append(nxt[0])
+        if len(seen) & 127 == 0 and time.perf_counter() > deadline:
+            break
+    return len(seen)
+
+
+def near_module(node, params):
+    """The module of the parameters nearest below `node` in the graph (their common path when several
+    are as near): the module whose backward the node is part of."""
+    level, seen = [node], set()
+    while level and len(seen) < NEAR_NODES:
+        hits = []
+        below = []
+        for n in level:
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            var = getattr(n, "variable", None)
+            if var is not None and id(var) in params:
+                hits.append(params[id(var)])
+            for nxt in getattr(n, "next_functions", ()) or ():
+                if nxt[0] is not None:
+                    below.append(nxt[0])
+        if hits:
+            return _common(hits)
+        level = below
+    return None
+
+
+def _common(paths):
+    parts = [p.split(".") for p in paths]
+    out = []
+    for items in zip(*parts):
+        if any(x != items[0] for x in items):
+            break
+        out.append(items[0])
+    return ".".join(out)
+
+
+def _current_node(torch):
+    """The autograd node running on this thread (torch 2.0 and later), None outside backward."""
+    current = getattr(torch._C, "_current_autograd_node", None)
+    try:
+        return current() if current is not None else None
+    except Exception:
+        return None
+
+
+def _node_name(node):
+    try:
+        return node.name()
+    except Exception:
+        return type(node).__name__
+
+
+def _line(frames, hunt):
+    """The innermost frame of the program's own code: `file:line in function`, and its source."""
+    for f in frames:
+        code = f.f_code
+        if hunt.is_user(code.co_filename):
+            return {"file": code.co_filename, "line": f.f_lineno, "function": code.co_name,
+                    "code": hunt._code(code.co_filename, f.f_lineno)}
+    return None
+
+
+def _stack(start):
+    out, f = [], start
+    while f is not None:
+        out.append(f)
+        f = f.f_back
+    return out
+
+
+def _waiting_thread_frames():
+    """The frames of the thread that waits in backward (the main thread's, when the OOM came on the
+    autograd engine's own thread, which runs no Python)."""
+    import threading
+
+    main = sys._current_frames().get(threading.main_thread().ident)
+    return _stack(main)
+
+
+def at_oom(torch, hunt, device, allocated, snapshot_to=None):
+    """Where the out-of-memory failure happened, and what the device's memory held then."""
+    t0 = time.perf_counter()
+    hunt._prepare(torch)
+    out = {"k": "where", "why": "oom", "dev": device, "t": time.time(), "allocated": allocated}
+    node = _current_node(torch)
+    frames = _stack(sys._getframe(1))
+    program = Program(torch, hunt)
+    starts = []
+    if node is not None:
+        out["pass"] = "backward"
+        out["node"] = _node_name(node)
+        out["module"] = near_module(node, program.parameter_modules())
+        out["line"] = _line(_waiting_thread_frames(), hunt)
+        starts.append(node)
+    else:
+        out.update(_place(torch, hunt, frames, program))
+        starts.extend(_graphs_on(frames, hunt, torch))
+    parts = Parts(torch, device)
+    program.count(parts)
+    walk_saved(starts, parts, time.perf_counter() + WALK_S)
+    del starts, node, frames
+    out["parts"] = parts.result(allocated)
+    out["rows"] = _row_params(program, device, torch)
+    if snapshot_to is not None:
+        out["snapshot"] = snapshot_to()
+    out["analysis_s"] = round(time.perf_counter() - t0, 4)
+    return out
+
+
+def _place(torch, hunt, frames, program):
+    """Forward, the optimizer, or elsewhere: from the Python stack, innermost first."""
+    Module, Optimizer = torch.nn.Module, torch.optim.Optimizer
+    names = None
+    for f in frames:
+        me = _self_of(f, hunt)
+        if isinstance(me, Optimizer):
+            return {"pass": "optimizer", "module": None, "line": _line(frames, hunt),
+                    "node": type(me).__name__ + "." + f.f_code.co_name}
+        if isinstance(me, Module):
+            names = names if names is not None else program.names()
+            return {"pass": "forward", "module": names.get(id(me), type(me).__name__),
+                    "line": _line(frames, hunt), "node": None}
+    return {"pass": "other", "module": None, "line": _line(frames, hunt), "node": None}
+
+
+def _graphs_on(frames, hunt, torch):
+    """The autograd nodes of the tensors the running functions hold: the graph built so far in forward."""
+    Tensor, out = torch.Tensor, []
+    for f in frames:
+        if not f.f_code.co_flags & _CO_NEWLOCALS or hunt.LOCALS.read is None:
+            continue
+        for _, v in hunt.LOCALS.read(f):
+            for t in (v if type(v) in (tuple, list) else (v,)):
+                if isinstance(t, Tensor) and getattr(t, "grad_fn", None) is not None:
+                    out.append(t.grad_fn)
+    return out
+
+
+def _row_params(program, device, torch):
+    """Per module of the table: its parameters' bytes (with their gradients and optimizer state)."""
+    rows = choose_rows(program)
+    if not rows:
+        return []
+    state = {}
+    for opt in program.optimizers:
+        for p, st in list(opt.state.items()):
+            if type(st) is dict:
+                state[id(p)] = sum(_storage(v)[1] for v in st.values() if isinstance(v, torch.Tensor)
+                                   and v.is_cuda)
+    out = []
+    for name, m in rows:
+        params = grads = opt = 0
+        for p in m.parameters():
+            if p.is_cuda and p.device.index == device:
+                params += _storage(p)[1]
+                if p.grad is not None:
+                    grads += _storage(p.grad)[1]
+                opt += state.get(id(p), 0)
+        out.append({"name": name, "parameters": params, "gradients": grads, "optimizer_state": opt})
+    return out
+
+
+def choose_rows(program):
+    """The modules of the table: the shallowest depth with at least MIN_ROWS of them (a module with no
+    submodule above that depth is a row of its own: a model's head beside its blocks), containers that
+    are never called (ModuleList, ModuleDict) passed through. At most MAX_ROWS."""
+    Containers = _containers()
+    best = None
+    for depth in range(1, 8):
+        rows = []
+        for rname, root in program.roots:
+            _rows_at(root, rname, depth, Containers, rows)
+        if len(rows) > MAX_ROWS:
+            break
+        best = rows
+        if len(rows) >= MIN_ROWS:
+            break
+    return best or []
+
+
+def _rows_at(module, name, depth, containers, out):
+    children = list(module.named_children())
+    if depth == 0 or not children:
+        out.append((name, module))
+        return
+    for cname, child in children:
+        # A container is no level of its own: its items are what the model calls.
+        d = depth if isinstance(child, containers) else depth - 1
+        _rows_at(child, name + "." + cname, d, containers, out)
+
+
+def _containers():
+    import torch
+
+    nn = torch.nn
+    return tuple(getattr(nn, k) for k in ("ModuleList", "ModuleDict", "ParameterList") if hasattr(nn, k))
+
+
+def snapshot(torch, folder, pid, n):
+    """The allocator's snapshot, pickled as torch.cuda.memory._dump_snapshot writes it, beside the pipe;
+    its file's name."""
+    import pickle
+
+    name = "snapshot-%d-%d.pickle" % (pid, n)
+    snap = torch.cuda.memory._snapshot()
+    with open(os.path.join(folder, name), "wb") as f:
+        pickle.dump(snap, f)
+    return name
+
+
+class Measure(object):
+    """One measured step: the table's modules' forward and backward, and the breakdown at the step's
+    peak. Armed at a step hook, read at the next one."""
+
+    def __init__(self, torch, hunt, shim, optimizer, device, step):
+        self.torch, self.hunt, self.shim, self.device, self.step = torch, hunt, shim, device, step
+        self.t0 = time.perf_counter()
+        program = Program(torch, hunt, optimizer)
+        try:
+            import weakref
+
+            self.optimizer = weakref.ref(optimizer)  # never kept alive by gpudoc
+        except TypeError:
+            self.optimizer = lambda: None
+        rows = choose_rows(program)
+        self.names = dict((id(m), n) for n, m in rows)
+        self.order = [n for n, _ in rows]
+        self.roots = set(id(m) for _, m in program.roots)
+        self.before, self.fwd, self.bwd = {}, {}, {}
+        self.current, self.marks, self.top = None, 0, 0
+        self.activations, self.at_backward = None, None
+        self.handles = []
+        self.cost = 0.0
+        mod = sys.modules.get("torch.nn.modules.module")
+        self.handles.append(mod.register_module_forward_pre_hook(self._pre))
+        self.handles.append(mod.register_module_forward_hook(self._post))
+
+    def _now(self):
+        stats = self.shim.S.orig_stats(self.device)
+        return stats
+
+    def _pre(self, module, args):
+        __tracebackhide__ = True
+        c = self.shim._compiling
+        if c is not None and c():
+            return
+        i = id(module)
+        if i in self.names:
+            t0 = time.perf_counter()
+            self.before[i] = self.shim._cur(self._now(), "allocated_bytes")
+            self.cost += time.perf_counter() - t0
+
+    def _post(self, module, args, output):
+        __tracebackhide__ = True
+        c = self.shim._compiling
+        if c is not None and c():
+            return
+        i = id(module)
+        row, root = i in self.names and i in self.before, i in self.roots
+        if not (row or root):
+            return
+        t0 = time.perf_counter()
+        try:
+            if row:
+                now = self.shim._cur(self._now(), "allocated_bytes")
+                self.fwd[i] = self.fwd.get(i, 0) + now - self.before.pop(i)
+            node = _grad_fn(output, self.torch)
+            if node is not None and hasattr(node, "register_prehook"):
+                node.register_prehook(_marker(self, i if row else None, root))
+        finally:
+            self.cost += time.perf_counter() - t0
+
+    def mark(self, i, root):
+        """A module's backward starts (its output's node is about to run): the peak since the last mark
+        belongs to the module whose backward ran until now; at the root's, the graph's saved tensors are
+        what the forward left for backward."""
+        t0 = time.perf_counter()
+        shim, d = self.shim, self.device
+        stats = self._now()
+        peak = shim._peak(stats, "allocated_bytes") if shim.S.reset_peaks else shim._cur(
+            stats, "allocated_bytes")
+        self.top = max(self.top, peak)
+        if self.current is not None:
+            self.bwd[self.current] = max(self.bwd.get(self.current, 0), peak)
+        if shim.S.reset_peaks:
+            # The step's own record still gets the step's peak, and the program its own view.
+            shim._keep(d, stats)
+            fold = shim.S.folded.get(d, (0, 0))
+            shim.S.folded[d] = (max(fold[0], peak), max(fold[1], shim._peak(stats, "reserved_bytes")))
+            shim.S.orig_reset(d)
+        if root and self.activations is None:
+            # The node about to run (the engine's current one, in its pre-hooks): below it, every tensor
+            # the forward saved for backward (the loss's nodes above it have run and let theirs go).
+            parts = Parts(self.torch, d)
+            walk_saved([_current_node(self.torch)], parts, time.perf_counter() + WALK_S)
+            self.activations = parts
+            self.at_backward = shim._cur(stats, "allocated_bytes")
+        if i is not None:
+            self.current = i
+        self.cost += time.perf_counter() - t0
+
+    def close(self):
+        for h in self.handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.handles = []
+
+    def finish(self, step, snapshot_to=None):
+        """The step is over (the optimizer's step hook): the hooks go, and the result."""
+        self.close()
+        t0 = time.perf_counter()
+        shim, d = self.shim, self.device
+        stats = self._now()
+        peak = max(self.top, shim._peak(stats, "allocated_bytes"), shim.S.folded.get(d, (0, 0))[0])
+        if self.current is not None:
+            self.bwd[self.current] = max(self.bwd.get(self.current, 0),
+                                         shim._peak(stats, "allocated_bytes"))
+        program = Program(self.torch, self.hunt, self.optimizer())
+        parts = Parts(self.torch, d)
+        program.count(parts)
+        if self.activations is not None:
+            # Saved at backward's start; the weights a node saved are parameters, counted as such.
+            parts.take(self.activations, "activations")
+        ids = dict((n, i) for i, n in self.names.items())
+        rows = [{"name": n, "forward": self.fwd.get(ids[n], 0), "backward_peak": self.bwd.get(ids[n], 0)}
+                for n in self.order if ids[n] in self.fwd or ids[n] in self.bwd]
+        out = {"k": "where", "why": "peak", "dev": d, "t": time.time(), "step": step,
+               "allocated": peak, "parts": parts.result(peak), "rows": rows,
+               "at_backward": self.at_backward}
+        if snapshot_to is not None:
+            out["snapshot"] = snapshot_to()
+        self.cost += time.perf_counter() - t0
+        out["analysis_s"] = round(self.cost, 4)
+        return out
+
+
+
+def _marker(measure, i, root):
+    def hook(grad_outputs):
+        __tracebackhide__ = True
+        try:
+            measure.mark(i, root)
+        except Exception:
+            pass
+        return None
+
+    return hook
+
+
+def _grad_fn(output, torch):
+    Tensor = torch.Tensor
+    for t in (output if type(output) in (tuple, list) else (output,)):
+        if isinstance(t, Tensor) and getattr(t, "grad_fn", None) is not None:
+            return t.grad_fn
+    return None
+
+
+# Entry points, called by the shim (_gpudoc_torch.py's _where) with the shim's module: its state (S), its
+# allocator readers and its guard for gpudoc's own calls into torch (OURS).
+
+class _State(object):
+    measure = None
+    snapshots = 0
+    ooms = 0
+
+
+W = _State()
+# Snapshots written per process at most (each OOM's, then the measured step's), and OOMs looked at (a
+# program that probes for its largest batch may fail many times: the first few).
+MAX_SNAPSHOTS = 4
+MAX_OOMS = 8
+# Events memory history keeps for --snapshot (each a few KB of host memory at most).
+SNAPSHOT_ENTRIES = 100000
+
+
+def on_oom(shim, device, allocated):
+    """At an OOM (the shim's observer): where in the model, and what the device's memory held."""
+    S = shim.S
+    W.ooms += 1
+    if W.ooms > MAX_OOMS:
+        return
+    with shim.OURS:
+        out = at_oom(S.torch, shim._hunt_module(), device, allocated, _snapshot_to(shim))
+    shim._send_big(out)
+
+
+def arm(shim, optimizer):
+    """A record past warm-up: the next step is measured (the hooks are in place until it ends)."""
+    S = shim.S
+    if S.hunt is not None:
+        return  # a hunt's window records now: a later record
+    S.measured = True
+    if _dynamo_compiled():
+        # A compiled program would recompile its graphs for hooks added and taken away (Dynamo guards
+        # on the global hooks): no step is measured.
+        _stop(shim)
+        return
+    with shim.OURS:
+        W.measure = Measure(S.torch, shim._hunt_module(), shim, optimizer, (shim._devices() or [0])[0],
+                            shim.STEP[0])
+    S.measuring = True
+    shim.STEP[1] = shim.STEP[0] + 1
+
+
+def finish(shim):
+    """The measured step's optimizer step has run (before its record resets the peaks): the result."""
+    S = shim.S
+    measure, W.measure = W.measure, None
+    S.measuring = False
+    try:
+        with shim.OURS:
+            out = measure.finish(shim.STEP[0], _snapshot_to(shim))
+    finally:
+        measure.close()
+        _stop(shim)
+    shim._send_big(out)
+
+
+def close(shim):
+    """A failure while measuring: the hooks go."""
+    measure, W.measure = W.measure, None
+    if measure is not None:
+        measure.close()
+    _stop(shim)
+
+
+def record(shim):
+    """--snapshot, at CUDA's start: memory history (Python stacks) until the measured step ends, so that
+    the snapshot of an OOM in the first steps shows where each block was allocated. Hidden from the
+    program as a hunt's is; a program that records history itself is left alone."""
+    S = shim.S
+    if S.user_history or not shim._can_hunt():
+        return
+    shim._hide_history()
+    with shim.OURS:
+        S.torch.cuda.memory._record_memory_history(
+            enabled="all", context="alloc", stacks="python", max_entries=SNAPSHOT_ENTRIES)
+    S.where_history = True
+
+
+def _stop(shim):
+    """The recording for --snapshot ends (unless a hunt's window or the program records now)."""
+    S = shim.S
+    if S.where_history and S.hunt is None and not S.user_history:
+        try:
+            with shim.OURS:
+                shim._remember(S.torch.cuda.memory._snapshot())
+                S.torch.cuda.memory._record_memory_history(enabled=None)
+        except Exception:
+            pass
+    S.where_history = False
+
+
+def _snapshot_to(shim):
+    """With --snapshot: a function that writes the allocator's snapshot beside the pipe (its name)."""
+    if shim.WHERE != "snapshot" or W.snapshots >= MAX_SNAPSHOTS:
+        return None
+    S = shim.S
+
+    def write():
+        W.snapshots += 1
+        return snapshot(S.torch, os.path.dirname(S.pipe), os.getpid(), W.snapshots)
+
+    return write
+
+
+def _dynamo_compiled():
+    utils = sys.modules.get("torch._dynamo.utils")
+    try:
+        return bool(utils.counters["stats"]["unique_graphs"])
+    except Exception:
+        return False

@@ -1,0 +1,243 @@
+//! Where the memory went inside the model, as the shim reports it (`_gpudoc_where.py`): at an OOM, the
+//! pass (forward, backward, optimizer) and the module it happened in, with what the device's memory held;
+//! on one measured step after warm-up, the same breakdown at the step's peak and a table of the model's
+//! top-level modules (the memory each one's forward added, the peak inside its backward).
+
+use super::hunt::short;
+use crate::units::fmt_bytes;
+use serde::{Deserialize, Serialize};
+
+/// One look inside the model, on one device of one process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
+pub struct Inside {
+    pub pid: u32,
+    /// torch's device index.
+    #[serde(alias = "dev")]
+    pub device: u32,
+    /// `oom` (at an out-of-memory failure) or `peak` (the measured step).
+    pub why: String,
+    /// When it was taken, seconds since the run started.
+    pub at_s: f64,
+    /// The measured step's number (`peak`).
+    pub step: Option<u64>,
+    /// At an OOM: `forward`, `backward`, `optimizer` or `other` (loss, data, evaluation code).
+    pub pass: Option<String>,
+    /// The module's path from the model's variable (`model.layers.17.mlp`): in forward, the innermost
+    /// module running; in backward, the module of the parameters nearest the autograd node running.
+    pub module: Option<String>,
+    /// The autograd node running (`MmBackward0`), or the optimizer's method (`AdamW.step`).
+    pub node: Option<String>,
+    /// The innermost line of the program's own code on the stack (in backward, the thread that waits in
+    /// it: `loss.backward()`).
+    pub line: Option<Line>,
+    /// Allocated memory then: at the OOM, or the measured step's peak.
+    #[serde(alias = "allocated")]
+    pub allocated_bytes: u64,
+    pub parts: Parts,
+    /// Per module of the table (the shallowest depth with at least 4 modules, at most 48).
+    #[serde(alias = "rows")]
+    pub modules: Vec<ModuleRow>,
+    /// On the measured step: allocated memory when backward started.
+    #[serde(alias = "at_backward")]
+    pub at_backward_bytes: Option<u64>,
+    /// With `--snapshot`: the allocator's snapshot (the file gpudoc wrote, in the report; the shim's
+    /// file name before).
+    pub snapshot: Option<String>,
+    /// Seconds the shim took for it.
+    pub analysis_s: f64,
+    /// Why it could not be taken, when it could not.
+    pub error: Option<String>,
+}
+
+/// What allocated memory held, in bytes; each storage counted once, in the first part it belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
+pub struct Parts {
+    /// The models' parameters and buffers.
+    pub parameters: u64,
+    pub gradients: u64,
+    /// The optimizers' state (Adam's moments).
+    pub optimizer_state: u64,
+    /// Tensors the autograd graph saved for backward (at the OOM; on the measured step, when backward
+    /// started).
+    pub activations: u64,
+    /// The rest of allocated memory: temporaries, inputs, outputs, gradients in flight.
+    pub other: u64,
+}
+
+/// The innermost frame of the program's own code.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
+pub struct Line {
+    pub file: String,
+    pub line: u32,
+    pub function: String,
+    pub code: String,
+}
+
+/// One module of the table.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
+pub struct ModuleRow {
+    pub name: String,
+    /// Measured step: allocated memory its forward added (its activations and output).
+    #[serde(alias = "forward")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward_bytes: Option<u64>,
+    /// Measured step: the peak of allocated memory while its backward ran.
+    #[serde(alias = "backward_peak")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backward_peak_bytes: Option<u64>,
+    /// At an OOM: its parameters, their gradients and their optimizer state.
+    #[serde(alias = "parameters")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameter_bytes: Option<u64>,
+    #[serde(alias = "gradients")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gradient_bytes: Option<u64>,
+    #[serde(alias = "optimizer_state")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub optimizer_state_bytes: Option<u64>,
+}
+
+impl Parts {
+    /// The parts, largest first, with their names as a user reads them.
+    pub fn ranked(&self) -> Vec<(&'static str, u64)> {
+        let mut v = vec![
+            ("activations saved for backward", self.activations),
+            ("parameters", self.parameters),
+            ("gradients", self.gradients),
+            ("optimizer state", self.optimizer_state),
+            ("other tensors (temporaries, inputs, outputs)", self.other),
+        ];
+        v.sort_by_key(|p| std::cmp::Reverse(p.1));
+        v
+    }
+
+    /// The largest part's key (`activations`, `parameters`, `gradients`, `optimizer_state`, `other`), ""
+    /// when nothing was counted.
+    pub fn largest(&self) -> &'static str {
+        let v = [
+            ("activations", self.activations),
+            ("parameters", self.parameters),
+            ("gradients", self.gradients),
+            ("optimizer_state", self.optimizer_state),
+            ("other", self.other),
+        ];
+        v.iter()
+            .filter(|p| p.1 > 0)
+            .max_by_key(|p| p.1)
+            .map_or("", |p| p.0)
+    }
+
+    pub fn sum(&self) -> u64 {
+        self.parameters + self.gradients + self.optimizer_state + self.activations + self.other
+    }
+
+    /// In words: "activations saved for backward 3.14 GiB (58%), parameters ...".
+    pub fn line(&self) -> String {
+        let total = self.sum().max(1);
+        self.ranked()
+            .iter()
+            .filter(|p| p.1 > 0)
+            .map(|(name, b)| format!("{name} {} ({}%)", fmt_bytes(*b), b * 100 / total))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl Inside {
+    /// Reads a `where` message; `start_unix` turns its time into run time.
+    pub fn from_message(v: &serde_json::Value, start_unix: f64) -> Option<Inside> {
+        let mut w: Inside = serde_json::from_value(v.clone()).ok()?;
+        let t = v.get("t").and_then(|t| t.as_f64()).unwrap_or(start_unix);
+        w.at_s = (t - start_unix).max(0.0);
+        Some(w)
+    }
+
+    /// Where an OOM happened, in words: "in backward of model.layers.2.mlp (MmBackward0), at
+    /// train.py:51 `loss.backward()`".
+    pub fn place(&self) -> Option<String> {
+        let pass = self.pass.as_deref()?;
+        let mut out = match (pass, self.module.as_deref()) {
+            ("other", _) => "outside the model's forward and backward".to_string(),
+            ("optimizer", _) => "in the optimizer's step".to_string(),
+            (p, Some(m)) if !m.is_empty() => format!("in {p} of {m}"),
+            (p, _) => format!("in {p}"),
+        };
+        if let Some(n) = &self.node {
+            out.push_str(&format!(" ({n})"));
+        }
+        if let Some(l) = &self.line {
+            out.push_str(&format!(", at {}:{}", short(&l.file), l.line));
+            if !l.code.is_empty() {
+                out.push_str(&format!(" `{}`", l.code));
+            }
+        }
+        Some(out)
+    }
+
+    /// Lines for a diagnosis: where, and what the memory held.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.place().into_iter().collect();
+        if self.parts.sum() > 0 {
+            out.push(format!(
+                "{} allocated then: {}",
+                fmt_bytes(self.allocated_bytes),
+                self.parts.line()
+            ));
+        }
+        out
+    }
+
+    /// The table's modules, most memory first (forward's on the measured step, parameters' at an OOM).
+    pub fn top_modules(&self, n: usize) -> Vec<&ModuleRow> {
+        let mut v: Vec<&ModuleRow> = self.modules.iter().collect();
+        v.sort_by_key(|r| std::cmp::Reverse(r.weight()));
+        v.truncate(n);
+        v
+    }
+}
+
+impl ModuleRow {
+    /// What ranks it: the memory its forward added, else its parameters with their gradients and state.
+    pub fn weight(&self) -> u64 {
+        self.forward_bytes.unwrap_or(0).max(
+            self.parameter_bytes.unwrap_or(0)
+                + self.gradient_bytes.unwrap_or(0)
+                + self.optimizer_state_bytes.unwrap_or(0),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oom_in_backward_reads_into_its_module_and_breakdown() {
+        let m = serde_json::json!({
+            "k": "where", "why": "oom", "dev": 0, "t": 105.0, "allocated": 4362076160u64,
+            "pass": "backward", "node": "MmBackward0", "module": "model.layers.2.mlp",
+            "line": {"file": "/w/model.py", "line": 51, "function": "train", "code": "loss.backward()"},
+            "parts": {"parameters": 905969664, "gradients": 268435456, "optimizer_state": 0,
+                      "activations": 2030043136, "other": 1157627904},
+            "rows": [{"name": "model.embed", "parameters": 33554432, "gradients": 0,
+                      "optimizer_state": 0}],
+            "pid": 7
+        });
+        let w = Inside::from_message(&m, 100.0).unwrap();
+        assert_eq!((w.pid, w.at_s, w.parts.largest()), (7, 5.0, "activations"));
+        assert_eq!(
+            w.lines(),
+            vec![
+                "in backward of model.layers.2.mlp (MmBackward0), at w/model.py:51 `loss.backward()`",
+                "4.06 GiB allocated then: activations saved for backward 1.89 GiB (46%), \
+                 other tensors (temporaries, inputs, outputs) 1.08 GiB (26%), parameters 864.00 MiB \
+                 (20%), gradients 256.00 MiB (6%)"
+            ]
+        );
+        assert_eq!(w.modules[0].parameter_bytes, Some(33554432));
+    }
+}
