@@ -178,8 +178,12 @@ impl Inside {
         Some(out)
     }
 
-    /// Lines for a diagnosis: where, and what the memory held.
+    /// Lines for a diagnosis: where, and what the memory held. None when no model was seen (no module,
+    /// no parameter): "outside the model" and "all of it other" would say nothing.
     pub fn lines(&self) -> Vec<String> {
+        if self.module.is_none() && self.parts.parameters == 0 {
+            return Vec::new();
+        }
         let mut out: Vec<String> = self.place().into_iter().collect();
         if self.parts.sum() > 0 {
             out.push(format!(
@@ -239,5 +243,20 @@ mod tests {
             ]
         );
         assert_eq!(w.modules[0].parameter_bytes, Some(33554432));
+    }
+
+    #[test]
+    fn an_oom_where_no_model_was_seen_adds_no_lines() {
+        let w = Inside {
+            why: "oom".into(),
+            pass: Some("other".into()),
+            allocated_bytes: 1 << 30,
+            parts: Parts {
+                other: 1 << 30,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(w.lines().is_empty());
     }
 }

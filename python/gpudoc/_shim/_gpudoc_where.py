@@ -52,7 +52,7 @@ class Parts(object):
         self.bytes = dict((p, 0) for p in PARTS)
 
     def add(self, part, t):
-        if not isinstance(t, self.tensor):
+        if not issubclass(type(t), self.tensor):
             return
         try:
             if not t.is_cuda or t.device.index != self.device:
@@ -93,9 +93,9 @@ class Program(object):
             if id(v) in seen:
                 return
             seen.add(id(v))
-            if isinstance(v, Module):
+            if issubclass(type(v), Module):
                 found.append((name, v))
-            elif isinstance(v, Optimizer):
+            elif issubclass(type(v), Optimizer):
                 optimizers.append(v)
             elif deep:
                 d = hunt._instance_dict(v) if type(v).__module__ not in ("builtins", "torch") else None
@@ -327,10 +327,10 @@ def _place(torch, hunt, frames, program):
     names = None
     for f in frames:
         me = _self_of(f, hunt)
-        if isinstance(me, Optimizer):
+        if issubclass(type(me), Optimizer):
             return {"pass": "optimizer", "module": None, "line": _line(frames, hunt),
                     "node": type(me).__name__ + "." + f.f_code.co_name}
-        if isinstance(me, Module):
+        if issubclass(type(me), Module):
             names = names if names is not None else program.names()
             return {"pass": "forward", "module": names.get(id(me), type(me).__name__),
                     "line": _line(frames, hunt), "node": None}
@@ -345,7 +345,7 @@ def _graphs_on(frames, hunt, torch):
             continue
         for _, v in hunt.LOCALS.read(f):
             for t in (v if type(v) in (tuple, list) else (v,)):
-                if isinstance(t, Tensor) and getattr(t, "grad_fn", None) is not None:
+                if issubclass(type(t), Tensor) and getattr(t, "grad_fn", None) is not None:
                     out.append(t.grad_fn)
     return out
 
@@ -359,7 +359,7 @@ def _row_params(program, device, torch):
     for opt in program.optimizers:
         for p, st in list(opt.state.items()):
             if type(st) is dict:
-                state[id(p)] = sum(_storage(v)[1] for v in st.values() if isinstance(v, torch.Tensor)
+                state[id(p)] = sum(_storage(v)[1] for v in st.values() if issubclass(type(v), torch.Tensor)
                                    and v.is_cuda)
     out = []
     for name, m in rows:
@@ -399,7 +399,7 @@ def _rows_at(module, name, depth, containers, out):
         return
     for cname, child in children:
         # A container is no level of its own: its items are what the model calls.
-        d = depth if isinstance(child, containers) else depth - 1
+        d = depth if issubclass(type(child), containers) else depth - 1
         _rows_at(child, name + "." + cname, d, containers, out)
 
 
@@ -566,7 +566,7 @@ def _marker(measure, i, root):
 def _grad_fn(output, torch):
     Tensor = torch.Tensor
     for t in (output if type(output) in (tuple, list) else (output,)):
-        if isinstance(t, Tensor) and getattr(t, "grad_fn", None) is not None:
+        if issubclass(type(t), Tensor) and getattr(t, "grad_fn", None) is not None:
             return t.grad_fn
     return None
 
