@@ -554,6 +554,9 @@ class Measure(object):
 def _marker(measure, i, root):
     def hook(grad_outputs):
         __tracebackhide__ = True
+        c = measure.shim._compiling
+        if c is not None and c():
+            return None  # compiled autograd tracing the graph: nothing of gpudoc's in it
         try:
             measure.mark(i, root)
         except Exception:
