@@ -1527,7 +1527,7 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
     let on = o
         .gpu
         .and_then(|i| gpus.iter().find(|x| x.index == i as i64 && x.host == host));
-    let inside = oom_inside(r);
+    let inside = oom_inside(r).filter(|w| w.saw_model());
     OomFacts {
         phase,
         steps,

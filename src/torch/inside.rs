@@ -178,10 +178,15 @@ impl Inside {
         Some(out)
     }
 
-    /// Lines for a diagnosis: where, and what the memory held. None when no model was seen (no module,
-    /// no parameter): "outside the model" and "all of it other" would say nothing.
+    /// A model was seen (a module, or parameters): without one, "outside the model" and "all of it
+    /// other" would say nothing.
+    pub fn saw_model(&self) -> bool {
+        self.module.is_some() || self.parts.parameters > 0
+    }
+
+    /// Lines for a diagnosis: where, and what the memory held (none when no model was seen).
     pub fn lines(&self) -> Vec<String> {
-        if self.module.is_none() && self.parts.parameters == 0 {
+        if !self.saw_model() {
             return Vec::new();
         }
         let mut out: Vec<String> = self.place().into_iter().collect();
