@@ -2,6 +2,8 @@
 //! `<!-- NAME:begin -->` and `<!-- NAME:end -->` and must equal what the code says now.
 //! `GPUDOC_BLESS=1 cargo test --test docs` rewrites them.
 
+mod common;
+
 use gpudoc::rules::{RuleSet, facts};
 use std::path::Path;
 
@@ -221,7 +223,13 @@ fn trying_gpudoc_without_a_gpu_works_as_development_md_says() {
         .filter(|l| !l.starts_with("cargo build"))
         .collect::<Vec<_>>()
         .join("\n")
-        .replace("/tmp/gpus.json", &state.display().to_string());
+        .replace("/tmp/gpus.json", &state.display().to_string())
+        // `cargo test --workspace` builds the fake library where tests find it (target/debug/deps),
+        // not where `cargo build --workspace` puts it.
+        .replace(
+            "$PWD/target/debug/libfake_nvml.so",
+            &common::fake_lib().display().to_string(),
+        );
     let out = std::process::Command::new("bash")
         .args(["-c", &format!("exec 2>&1\n{script}")])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
