@@ -137,7 +137,12 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
     (
         "server-preallocation",
         &["phases/vllm_standin_oom"],
-        &["phases/load_serve", "runs/jax_prealloc", "runs/near_capacity", "runs/healthy"],
+        &[
+            "phases/load_serve",
+            "runs/jax_prealloc",
+            "runs/near_capacity",
+            "runs/healthy",
+        ],
     ),
     (
         "steady-growth",
@@ -194,10 +199,14 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
     (
         "worker-contexts",
         &["phases/workers_cuda"],
-        &["phases/workers_cpu", "oom/h200/child_hog", "multi/correct", "runs/leftover"],
+        &[
+            "phases/workers_cpu",
+            "oom/h200/child_hog",
+            "multi/correct",
+            "runs/leftover",
+        ],
     ),
 ];
-
 
 #[test]
 fn each_rule_fires_on_its_runs_and_not_on_its_near_misses() {
