@@ -180,10 +180,13 @@ fn block_after(file: &str, marker: &str) -> String {
 
 #[test]
 fn the_readmes_example_is_the_fixtures_output_with_every_cut_marked() {
-    let shown = block_after("README.md", "A run whose loop kept a tensor every step");
+    let shown = block_after(
+        "README.md",
+        "An evaluation after training that kept its outputs",
+    );
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/fixtures/runs/leak.report.json"
+        "/fixtures/phases/eval_oom.report.json"
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpudoc"))
         .args(["report", fixture, "--color", "never"])
