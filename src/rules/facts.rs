@@ -1785,13 +1785,8 @@ mod tests {
             step,
             steps: 1,
             at_s: step as f64,
-            allocated_bytes: 0,
-            reserved_bytes: 0,
-            peak_allocated_bytes: 0,
             peak_reserved_bytes: (peak_gib * GIB as f64) as u64,
-            alloc_retries: 0,
-            device_allocs: 0,
-            device_frees: 0,
+            ..crate::torch::Step::default()
         }
     }
 

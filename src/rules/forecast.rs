@@ -123,13 +123,7 @@ mod tests {
                 step: i,
                 steps: 1,
                 at_s: i as f64 * every_s,
-                allocated_bytes: 0,
-                reserved_bytes: 0,
-                peak_allocated_bytes: 0,
-                peak_reserved_bytes: 0,
-                alloc_retries: 0,
-                device_allocs: 0,
-                device_frees: 0,
+                ..Step::default()
             })
             .collect()
     }

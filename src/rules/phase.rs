@@ -136,13 +136,7 @@ mod tests {
                 step,
                 steps,
                 at_s,
-                allocated_bytes: 0,
-                reserved_bytes: 0,
-                peak_allocated_bytes: 0,
-                peak_reserved_bytes: 0,
-                alloc_retries: 0,
-                device_allocs: 0,
-                device_frees: 0,
+                ..Step::default()
             })
             .collect();
         let mut p: TorchProcReport = serde_json::from_value(serde_json::json!({

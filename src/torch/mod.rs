@@ -97,7 +97,7 @@ const MAX_HUNT_FILE: u64 = 4 << 20;
 
 /// A record of the optimizer's steps as the shim saw it: the numbers after step `step`, and the peaks over
 /// the `steps` steps it covers (the shim records every Nth step when steps are fast, to keep its cost down).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Step {
     pub step: u64,
     /// Steps this record covers (1: every step recorded).
