@@ -3,6 +3,7 @@
 mod common;
 
 use common::{Machine, fake_torch, read_json};
+use fake_nvml::state::{Delay, State};
 use serde_json::Value;
 use std::process::Command;
 
@@ -65,6 +66,29 @@ fn per_step_numbers_equal_torchs_own() {
     );
     assert!(err.contains("PyTorch, per process"), "{err}");
     assert!(err.contains("500.00 MiB"), "{err}");
+}
+
+/// Every time in the report counts from one origin, the session's start: the run's duration too, though
+/// the command starts later (here after a `--max-peak` for GPU 0 waited 0.6 s for NVML to open).
+#[test]
+fn the_runs_duration_covers_every_reading_when_the_command_starts_late() {
+    let mut s = State::h200s(1);
+    s.delays.push(Delay {
+        func: "nvmlInit_v2".into(),
+        ms: 600,
+    });
+    let m = Machine::with(s);
+    let (code, r, _, err) = python(
+        &m,
+        &["--max-peak", "0=100GiB"],
+        &[&train(), "3", "--sleep", "0.05"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    let duration = r["duration_s"].as_f64().unwrap();
+    let last = p["last_reading_s"].as_f64().unwrap();
+    assert!(last >= 0.6, "the command started after NVML opened: {p}");
+    assert!(last <= duration, "last reading {last} s, run {duration} s");
 }
 
 #[test]

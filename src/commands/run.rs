@@ -122,12 +122,15 @@ pub(crate) fn measure(
             return Err(Failure::new(e.exit_code(), e.to_string()));
         }
     };
+    // The command's duration is counted from its spawn; the report's times, from the session's start.
+    let spawned_after = session.start.elapsed();
     let child_pid = child.pid();
     let ender = end.map(|w| {
         let steps = session.channel.as_ref().map(|c| c.timeline());
         crate::fit::ender::Ender::start(w, child_pid, steps)
     });
-    let outcome = child.wait();
+    let mut outcome = child.wait();
+    outcome.duration += spawned_after;
     let ended = ender.and_then(|e| e.stop());
     let metrics = session.metrics.take();
     let hup_ignored = session.hup_ignored;
