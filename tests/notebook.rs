@@ -236,6 +236,45 @@ fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
     );
 }
 
+/// The H200's notebook: an OOM partway through a model's forward. The failed forward's activations are
+/// saved by the autograd graph behind the last layer's output, which no Python name refers to; the
+/// traceback's frames keep that output, so the traceback holds them all, and says so.
+#[test]
+fn an_oom_inside_a_forward_names_the_traceback_with_the_graph_behind_it() {
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &[
+            "%load_ext gpudoc\nimport torch\ntorch.cuda.init()\n\
+             class Boom(torch.nn.Module):\n    def forward(self, x):\n        torch.cuda._oom(16 << 30, free=None)\n\
+             model = torch.nn.Sequential(*[torch.nn.Linear(16 << 30) for _ in range(6)], Boom())",
+            "def run(n):\n    x = torch.empty(n)\n    return model(x)\nrun(16 << 30)",
+            "%gpudoc",
+            "%gpudoc free",
+        ],
+    );
+    assert!(
+        cells[1]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("OutOfMemoryError")),
+        "{:?}",
+        cells[1]
+    );
+    // The input (16 GiB) and the sixth layer's output (16 GiB) are the frames' locals; the first five
+    // layers' outputs (80 GiB), only the graph's.
+    let held = "the traceback of the OOM in cell 2 still holds 112.00 GiB (80.00 GiB of it in the autograd graphs behind its tensors): the frames of run(), forward()";
+    assert!(cells[1].text.contains(held), "{}", cells[1].text);
+    assert!(cells[2].text.contains(held), "{}", cells[2].text);
+    assert!(
+        cells[3]
+            .text
+            .starts_with("gpudoc: dropped the last traceback's frames (112.00 GiB)"),
+        "{}",
+        cells[3].text
+    );
+}
+
 #[test]
 fn the_extension_starts_no_thread_and_never_initialises_cuda() {
     let m = Machine::h200s(1);

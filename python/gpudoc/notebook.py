@@ -23,6 +23,9 @@ from . import _nvml, _report
 # SEARCH_S (the search walks the notebook's names, never the whole heap).
 GREW = 1 << 20
 SEARCH_S = 0.1
+# %gpudoc, asked for, and the cell that raised search longer: the notebook's names can reach a large data
+# set, and what an autograd graph holds is only known once every name was searched.
+STATUS_S = 2.0
 # Runs of one cell, each growing, before the engine is asked whether the cell leaks.
 LEAK_RUNS = 3
 # Runs of each cell remembered, and messages of the shim's kept for the engine.
@@ -192,7 +195,9 @@ class Doctor(object):
         if n is not None and (is_oom(error) or self.full):
             self._diagnose(n, start, error)
         if not self.quiet:
-            for text in self._holders(recs, torch, everything=self.full):
+            # After an error the traceback's frames are searched too, and the user reads a traceback.
+            budget = SEARCH_S if error is None else STATUS_S
+            for text in self._holders(recs, torch, budget, everything=self.full):
                 print("  " + text)
         for rec in recs:
             self._leak(rec, start)
@@ -304,49 +309,60 @@ class Doctor(object):
         s.run(budget)
         return s
 
-    def _holders(self, recs, torch, everything=False):
+    def _holders(self, recs, torch, budget, everything=False):
         """Lines for what holds the memory each device's cell left: what grew since the last search
         (`everything`: all that holds memory)."""
         lines = []
         for rec in recs:
             if rec["a"] - rec["a0"] < GREW and not everything:
                 continue
-            found = self.holdings(self.search(torch, rec["dev"]))
+            found = self.holdings(self.search(torch, rec["dev"], budget), rec["a"])
             before = self.held.get(rec["dev"], {})
             self.held[rec["dev"]] = dict((key, b) for key, b, _ in found)
             lines += [text for key, b, text in found if everything or b - before.get(key, 0) >= GREW][:5]
         return lines
 
-    def holdings(self, s):
+    def holdings(self, s, allocated):
         """What a search found, most first: (key, bytes, the line that says it): each of the notebook's
-        names, the output cache as one, the last traceback as one."""
-        out = []
+        names, the output cache as one, the last traceback as one. Of the device's `allocated` bytes, what
+        no Python tensor refers to (what autograd graphs saved: a failed forward's activations) is counted
+        to the largest holder whose tensors carry graphs, and said."""
+        found = []  # (key, bytes, graphs, line(bytes, graph_note))
         for e in s.names():
             if e["kind"] in ("global", "local") and e["bytes"] > 0:
                 label = "`%s`" % e["name"] if e["kind"] == "global" else "`%s` (%s)" % (e["name"], e["where"])
                 fix = " (del %s when done with it)" % e["name"] if e["kind"] == "global" else ""
-                out.append((label, e["bytes"], "%s holds %s%s" % (label, fmt_bytes(e["bytes"]), fix)))
-        cache, _ = s.total("output")
+                found.append((label, e["bytes"], e["graphs"],
+                              lambda b, g, label=label, fix=fix: "%s holds %s%s%s" % (label, fmt_bytes(b), g, fix)))
+        cache, _, graphs = s.total("output")
         if cache > 0:
             names = [output_label(e["name"]) for e in s.names() if e["kind"] == "output" and e["bytes"] > 0]
             # Out[7] says where; Out alone only when no entry's own name is left.
             numbered = sorted((x for x in names if x.startswith("Out[")), key=lambda x: int(x[4:-1]))
             names = numbered + [x for x in names if x.startswith("_")] + (["Out"] if not numbered else [])
-            out.append(("output", cache, "the output cache holds %s (%s): %%gpudoc free drops it" % (
-                fmt_bytes(cache), ", ".join(names))))
-        tb, functions = s.total("traceback")
+            found.append(("output", cache, graphs, lambda b, g, names=names: "the output cache holds %s%s (%s): "
+                          "%%gpudoc free drops it" % (fmt_bytes(b), g, ", ".join(names))))
+        tb, functions, graphs = s.total("traceback")
         if tb > 0:
-            out.append(("traceback", tb, self._traceback_line(tb, functions)))
+            found.append(("traceback", tb, graphs, lambda b, g: self._traceback_line(b, g, functions)))
+        found.sort(key=lambda x: -x[1])
+        hidden = s.unreached(allocated)
+        owner = next((f for f in found if f[2] > 0), None) if hidden else None
+        out = []
+        for f in found:
+            b, note = (f[1] + hidden, " (%s of it in the autograd graphs behind its tensors)" % fmt_bytes(hidden)) \
+                if f is owner else (f[1], "")
+            out.append((f[0], b, f[3](b, note)))
         out.sort(key=lambda x: -x[1])
         return out
 
-    def _traceback_line(self, nbytes, functions):
+    def _traceback_line(self, nbytes, graphs, functions):
         n, what = self.error or (None, "exception")
         what = "the OOM" if what.endswith("OutOfMemoryError") else "the %s" % what
         where = " in cell %d" % n if n is not None else ""
         frames = ", ".join("%s()" % f for f in functions[:4] if f) or "its functions"
-        return "the traceback of %s%s still holds %s: the frames of %s; run %%gpudoc free to drop it" % (
-            what, where, fmt_bytes(nbytes), frames)
+        return "the traceback of %s%s still holds %s%s: the frames of %s; run %%gpudoc free to drop it" % (
+            what, where, fmt_bytes(nbytes), graphs, frames)
 
     # -- the magics' work ------------------------------------------------------------------------------
 
@@ -360,7 +376,7 @@ class Doctor(object):
         mine = self._mine(torch)
         for dev, a, r in self.allocator(torch):
             print("gpudoc: cuda:%d allocated %s, reserved %s" % (dev, fmt_bytes(a), fmt_bytes(r)))
-            for _, _, text in self.holdings(self.search(torch, dev))[:10]:
+            for _, _, text in self.holdings(self.search(torch, dev, STATUS_S), a)[:10]:
                 print("  " + text)
         if mine:
             print("gpudoc: the process holds %s (NVML)" % fmt_bytes(sum(mine.values())))
@@ -514,6 +530,17 @@ def drop_traceback(hunt):
     """Clears the frames of the last exception's traceback (their locals: the functions have returned)
     and forgets the exception; the number of frames cleared."""
     cleared = 0
+    # IPython's traceback printer keeps the last traceback it printed (AutoFormattedTB.tb, for %debug,
+    # which reads sys.last_traceback when it is gone): with it, the frames would outlive their clearing,
+    # and a frame keeps its function, whose closure cells keep the call's arguments (torch's
+    # Module._call_impl passes them to its `inner` closure).
+    shell = hunt._notebook()[0]
+    for printer in (getattr(shell, "InteractiveTB", None), getattr(shell, "SyntaxTB", None)):
+        if getattr(printer, "tb", None) is not None:
+            try:
+                printer.tb = None
+            except Exception:
+                pass
     for f in hunt.traceback_frames():
         if not f.f_code.co_flags & 0x2:
             continue  # a module's or a cell's own frame: its names are the notebook's

@@ -371,7 +371,11 @@ class Search(object):
             self.storages.add(ptr)
             self.covered.add(block)
             self.storage_bytes[ptr] = nbytes
-        self._name(stack[0][0], stack[0][2] - 1, ptr)
+        try:
+            graph = t.grad_fn is not None
+        except Exception:
+            graph = False
+        self._name(stack[0][0], stack[0][2] - 1, ptr, graph)
         key, kind, text, items = _holder(stack, t)
         g = self.groups.setdefault(key, {"kind": kind, "text": text, "tensors": 0, "bytes": 0,
                                          "items": items, "graphs": 0, "ids": set()})
@@ -379,40 +383,50 @@ class Search(object):
             g["ids"].add(i)
             g["tensors"] += 1
             g["bytes"] += self.bytes[i]
-            try:
-                g["graphs"] += t.grad_fn is not None
-            except Exception:
-                pass
+            g["graphs"] += graph
 
-    def _name(self, root, pos, ptr):
-        """Counts the storage `ptr` for the name at `pos` of `root` (the first step of the path to it)."""
+    def _name(self, root, pos, ptr, graph):
+        """Counts the storage `ptr` for the name at `pos` of `root` (the first step of the path to it), and
+        whether its tensor carries an autograd graph."""
         name = _name_at(root, pos)
         entry = self.named.get((root.key, name))
         if entry is None:
             entry = self.named[(root.key, name)] = {"kind": _kind_of(root, name), "where": root.where,
-                                                    "name": name, "function": root.function, "ptrs": set()}
+                                                    "name": name, "function": root.function, "ptrs": set(),
+                                                    "graphs": 0}
         entry["ptrs"].add(ptr)
+        entry["graphs"] += graph
 
     def total(self, kind):
-        """The bytes the names of `kind` hold together (each storage once), and the functions whose
-        frames hold them."""
-        ptrs, functions = set(), []
+        """The bytes the names of `kind` hold together (each storage once), the functions whose frames
+        hold them, and how many of their tensors carry an autograd graph."""
+        ptrs, functions, graphs = set(), [], 0
         for e in self.named.values():
             if e["kind"] == kind:
                 ptrs |= e["ptrs"]
+                graphs += e["graphs"]
                 if e["function"] is not None and e["function"] not in functions:
                     functions.append(e["function"])
-        return sum(self.storage_bytes.get(p, 0) for p in ptrs), functions
+        return sum(self.storage_bytes.get(p, 0) for p in ptrs), functions, graphs
 
     def names(self):
         """What each name holds on the device, most first: kind (global, local, traceback, output), where,
-        name, bytes (its storages, each once) and tensors' storages."""
+        name, bytes (its storages, each once), tensors' storages, and how many carry an autograd graph."""
         out = []
         for e in self.named.values():
             out.append({"kind": e["kind"], "where": e["where"], "name": e["name"], "storages": len(e["ptrs"]),
-                        "bytes": sum(self.storage_bytes.get(p, 0) for p in e["ptrs"])})
+                        "bytes": sum(self.storage_bytes.get(p, 0) for p in e["ptrs"]), "graphs": e["graphs"]})
         out.sort(key=lambda e: -e["bytes"])
         return out
+
+    def unreached(self, allocated):
+        """Of `allocated` bytes (the device's live tensors), those no Python tensor the search reached
+        refers to: what autograd graphs save (and C++ holds), once the search covered every name; None
+        before, or when it is under a tenth (as _behind)."""
+        hidden = (allocated or 0) - sum(self.bytes.values())
+        if not self.done or hidden <= 0 or hidden * 10 < (allocated or 0):
+            return None
+        return hidden
 
     def _graph(self, t, root, pos):
         """A tensor named by a global or a local whose autograd graph spans the window's steps keeps every
