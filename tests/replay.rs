@@ -232,3 +232,22 @@ fn a_report_missing_a_field_is_refused_naming_the_field() {
         "{err}"
     );
 }
+
+/// The H200's evaluation after training: the shim read the allocator at step 50 and again at the OOM,
+/// 7.5 s later, with NVML's peak between them. PyTorch's reserved memory at that peak is the OOM's
+/// reading, not step 50's: the evaluation's 139 GiB of tensors are PyTorch's, and the CUDA context and
+/// libraries' ~0.85 GiB are what is outside it (it said 133.72 GiB).
+#[test]
+fn memory_outside_pytorch_is_measured_where_both_views_read_it() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/phases");
+    for name in ["eval_oom", "eval_keep"] {
+        let r = report(dir.join(format!("{name}.trace.jsonl")), &[]);
+        let p = &r["torch"]["processes"][0];
+        let outside = p["non_pytorch_bytes"].as_u64().unwrap();
+        assert!(
+            (256 << 20..2 << 30).contains(&outside),
+            "{name}: {outside} B outside PyTorch of {} B at NVML's peak",
+            p["nvml_peak_bytes"]
+        );
+    }
+}

@@ -6,7 +6,7 @@ use super::hunt::Hunt;
 use super::inside::Inside;
 use super::{Step, TorchOom, TorchTimeline};
 use crate::gpu::GpuInfo;
-use crate::timeline::Timeline;
+use crate::timeline::{Series, Timeline};
 use serde::{Deserialize, Serialize};
 
 /// The report's `torch` object.
@@ -103,6 +103,20 @@ fn covering_peak(steps: &[Step], at: u64) -> Option<u64> {
     (t > from || i == 0).then(|| steps[i].peak_reserved_bytes)
 }
 
+/// NVML's memory less PyTorch's reserved memory at the change of reserved memory nearest `at`, both
+/// views measured there. Where the shim read nothing near NVML's peak (an evaluation after training: no
+/// step, no forward call recorded), the reserved memory carried in from its last reading is seconds old
+/// and far below what PyTorch held at the peak: NVML's peak less it would count the evaluation's tensors
+/// as non-PyTorch memory (133.72 GiB of 139.70 on the H200's eval_oom).
+fn at_nearest_reading(reserved: &Series, used: &Series, at: u64) -> Option<u64> {
+    let &(t, r) = reserved
+        .points()
+        .iter()
+        .min_by_key(|&&(t, _)| t.abs_diff(at))?;
+    let nvml = used.max_in(t.saturating_sub(ALIGN), t + ALIGN)?;
+    Some(nvml.saturating_sub(r))
+}
+
 /// Builds the report object; `gpus` maps UUIDs to NVML indices.
 pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool) -> TorchReport {
     let processes = t
@@ -123,7 +137,11 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                 let at = s.used.peak_at();
                 let near = p.reserved.max_in(at.saturating_sub(ALIGN), at + ALIGN);
                 let reserved = near.max(covering_peak(&p.steps.steps, at))?;
-                Some(s.used.peak().saturating_sub(reserved))
+                let at_peak = s.used.peak().saturating_sub(reserved);
+                Some(
+                    at_nearest_reading(&p.reserved, &s.used, at)
+                        .map_or(at_peak, |n| n.min(at_peak)),
+                )
             });
             TorchProcReport {
                 host: None,
