@@ -229,6 +229,7 @@ impl EndRow {
             forwarded: self.forwarded.clone(),
             // The trace does not record it: the report does (`exit.stopped_on`).
             stopped: false,
+            interrupted: None,
         })
     }
 

@@ -457,6 +457,7 @@ mod tests {
             terminate: false,
             forwarded: vec![],
             stopped: false,
+            interrupted: None,
         };
         Report::build(Inputs {
             origin: Default::default(),

@@ -94,6 +94,9 @@ pub struct Outcome {
     pub forwarded: Vec<i32>,
     /// gpudoc ended the job when asked to ([`Spawn::stop`]).
     pub stopped: bool,
+    /// The first signal by which someone asked the job to end ([`signals::interrupts`]), or SIGINT for a
+    /// Ctrl-C typed on the command's own terminal; never one gpudoc sent itself. `gpudoc fit` stops on it.
+    pub interrupted: Option<i32>,
 }
 
 /// Called when a child of gpudoc has exited, before it is reaped (the sampler looks once more).
@@ -437,6 +440,7 @@ impl Child {
             terminate: false,
             forwarded: Vec::new(),
             stopped: false,
+            interrupted: None,
         };
         let mut w = Waiting::default();
         let set = guard::handled();
@@ -510,6 +514,9 @@ impl Child {
     fn act(&mut self, e: &signals::Event, o: &mut Outcome, w: &mut Waiting) {
         if signals::asks_to_end(e) {
             o.terminate = true;
+        }
+        if signals::interrupts(self.mode, e) {
+            o.interrupted.get_or_insert(e.sig);
         }
         if self.mode == Mode::Shared && signals::is_keypress(e) {
             w.presses += 1;
@@ -611,6 +618,9 @@ impl Child {
                 self.hang_up(w);
             }
             w.presses = p.ctl.presses.load(Ordering::SeqCst);
+            if w.presses > 0 {
+                o.interrupted.get_or_insert(libc::SIGINT);
+            }
         }
         if w.presses + 1 == FORCE_PRESSES && !w.told_of_force {
             w.told_of_force = true;

@@ -133,6 +133,24 @@ pub fn asks_to_end(e: &Event) -> bool {
         )
 }
 
+/// Someone asked the job to end: SIGINT, SIGTERM, SIGHUP or SIGQUIT sent by a process, or the user's
+/// terminal's Ctrl-C, quit key or hang-up (the whole group sees it in Shared mode; with the command on a
+/// terminal of its own, the guard, in the user's terminal's foreground, hears it). Not what gpudoc's own
+/// session's terminal does. A Ctrl-C typed while the command runs on its own terminal is a key, not a
+/// signal: the terminal's relay counts it.
+pub fn interrupts(mode: Mode, e: &Event) -> bool {
+    let ending = matches!(
+        e.sig,
+        libc::SIGTERM | libc::SIGHUP | libc::SIGQUIT | libc::SIGINT
+    );
+    ending
+        && (!e.kernel
+            || match mode {
+                Mode::Shared => e.direct,
+                Mode::Terminal => e.guard,
+            })
+}
+
 /// A Ctrl-C typed on gpudoc's terminal in Shared mode (the terminal sent SIGINT to the whole group).
 pub fn is_keypress(e: &Event) -> bool {
     e.kernel && e.sig == libc::SIGINT && e.direct
@@ -223,6 +241,31 @@ mod tests {
             guard,
             direct,
         }
+    }
+
+    #[test]
+    fn a_ctrl_c_or_a_terminating_signal_from_anyone_but_gpudocs_own_terminal_interrupts() {
+        for mode in [Mode::Shared, Mode::Terminal] {
+            // `kill -INT -PGID`, `kill PID`, `timeout`: sent by a process, to the group or the guard.
+            for (guard, direct) in [(true, true), (true, false), (false, true)] {
+                for sig in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
+                    assert!(interrupts(mode, &ev(sig, false, guard, direct)), "{mode:?}");
+                }
+                assert!(!interrupts(mode, &ev(SIGUSR1, false, guard, direct)));
+                assert!(!interrupts(mode, &ev(SIGWINCH, false, guard, direct)));
+            }
+        }
+        // The terminal's Ctrl-C to its foreground group: gpudoc's and the command's in Shared mode; the
+        // guard's on a terminal of the command's own (between two runs of `gpudoc fit`).
+        assert!(interrupts(Mode::Shared, &ev(SIGINT, true, true, true)));
+        assert!(interrupts(Mode::Terminal, &ev(SIGINT, true, true, false)));
+        assert!(interrupts(Mode::Terminal, &ev(SIGHUP, true, true, false)));
+        // gpudoc's own session's terminal is not the user's.
+        assert!(!interrupts(Mode::Terminal, &ev(SIGINT, true, false, true)));
+        assert!(!interrupts(
+            Mode::Terminal,
+            &ev(SIGWINCH, true, true, false)
+        ));
     }
 
     #[test]
