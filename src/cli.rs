@@ -147,7 +147,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     pub stop_on: Vec<String>,
     /// Run the command twice, as is and with a remedy that needs no code change, and compare them:
-    /// expandable_segments, max_split_size_mb:N, garbage_collection_threshold:F, fraction:F (docs/fit.md).
+    /// expandable_segments, max_split_size_mb:N, garbage_collection_threshold:F, fraction:F, or '{}=N'
+    /// for a parameter marked with its value as is (`--batch-size {64}`) (docs/fit.md).
     #[arg(long = "try", value_name = "REMEDY")]
     pub try_remedy: Option<String>,
     /// With --try: spend at most this long on the two runs.

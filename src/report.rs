@@ -54,6 +54,10 @@ pub struct Report {
     /// A report merged from the reports of a job's nodes: each node's run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostRun>,
+    /// `gpudoc run --try`: both runs compared. This report is then the remedy's run (the first run's when
+    /// the remedy never ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tried: Option<Tried>,
     /// A report of the run so far, made while it runs (live verdicts, `--metrics`): never written.
     #[serde(skip)]
     pub live: bool,
@@ -71,6 +75,60 @@ pub struct HostRun {
     pub gpus: Vec<u32>,
     /// The ranks its PyTorch processes reported.
     pub ranks: Vec<i64>,
+}
+
+/// `gpudoc run --try REMEDY`: the command as is, then with the remedy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Tried {
+    /// The remedy, as `--try` names it (`expandable_segments:True`, `{}=48`).
+    pub remedy: String,
+    /// `PYTORCH_CUDA_ALLOC_CONF` as the remedy's run got it: the user's own value with the remedy's key
+    /// set; null for a value of `{}` (the environment stays the user's).
+    pub alloc_conf: Option<String>,
+    /// The remedy's run did not run out of GPU memory: it ran to its end, or 5 optimizer steps past where
+    /// the first run ran out.
+    pub fits_now: bool,
+    /// The command as is.
+    pub before: TriedRun,
+    /// With the remedy; null when the first run was interrupted and the remedy never ran.
+    pub after: Option<TriedRun>,
+}
+
+/// One run of `--try`, in the words of `gpudoc fit`'s runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TriedRun {
+    pub command: Vec<String>,
+    pub outcome: RunOutcome,
+    /// The OOM's cause, when it ran out.
+    pub oom_cause: Option<crate::oom::Cause>,
+    /// Optimizer steps it made (the shim's count).
+    pub steps: u64,
+    /// The job's peak on its busiest GPU (NVML, CUDA contexts included), else PyTorch's peak reserved
+    /// memory.
+    pub peak_bytes: Option<u64>,
+    /// PyTorch's peak memory in split blocks not in use (the shim's reading), else what the OOM text
+    /// calls reserved but unallocated.
+    pub fragmentation_bytes: Option<u64>,
+    /// What `gpudoc run` would have exited with (the command's code, or 128+N).
+    pub exit_code: Option<i32>,
+    pub classification: crate::oom::Ending,
+    pub duration_s: f64,
+}
+
+/// How a run of `gpudoc fit` or `--try` ended, for the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// It ran the steps (or the time) asked for, or to its end, without running out of GPU memory.
+    Fits,
+    /// It ran out of GPU memory (`gpudoc run`'s `gpu_oom`).
+    Oom,
+    /// It failed for another reason (an error, the host's OOM killer): the fit cannot judge the value.
+    Failed,
+    /// The time budget ran out before it had run far enough.
+    Cut,
+    /// Something else ended it (a Ctrl-C, a signal from elsewhere).
+    Interrupted,
 }
 
 /// How the command ended.
@@ -282,6 +340,7 @@ impl Report {
             rule_errors: Vec::new(),
             notes: i.notes,
             hosts: Vec::new(),
+            tried: None,
         }
     }
 

@@ -158,8 +158,9 @@ fn a_run_that_fails_for_another_reason_stops_the_fit() {
     assert_eq!(out.status.code(), Some(4));
 }
 
-/// `gpudoc run [extra] -- python3 fragments.py` with the fake torch and `envs`: (exit code, stderr).
-fn fragments(m: &Machine, envs: &[(&str, &str)], extra: &[&str]) -> (i32, String) {
+/// `gpudoc run [extra] -- python3 PROGRAM ARGS` with the fake torch and `envs` (the user's own
+/// PYTORCH_CUDA_ALLOC_CONF only as `envs` give it): (exit code, stderr).
+fn fake_run(m: &Machine, envs: &[(&str, &str)], extra: &[&str], program: &[&str]) -> (i32, String) {
     let out = m
         .gpudoc()
         .env("PYTHONPATH", fake_torch())
@@ -169,13 +170,19 @@ fn fragments(m: &Machine, envs: &[(&str, &str)], extra: &[&str]) -> (i32, String
         .args(extra)
         .arg("--")
         .arg("python3")
-        .arg(fake_torch().join("fragments.py"))
+        .arg(fake_torch().join(program[0]))
+        .args(&program[1..])
         .output()
         .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `gpudoc run [extra] -- python3 fragments.py` with the fake torch and `envs`.
+fn fragments(m: &Machine, envs: &[(&str, &str)], extra: &[&str]) -> (i32, String) {
+    fake_run(m, envs, extra, &["fragments.py"])
 }
 
 #[test]
@@ -243,7 +250,246 @@ fn try_expandable_segments_reruns_with_it_merged_into_the_users_allocator_settin
         "{stderr}"
     );
     assert_eq!(code, 0, "{stderr}");
-    let after = read_json(&json);
-    conforms("report", &after);
-    assert_eq!(after["exit"]["classification"], "signal");
+    // The report is the remedy's run; `tried` holds both, measured as said.
+    let r = read_json(&json);
+    conforms("report", &r);
+    assert_eq!(r["exit"]["classification"], "signal");
+    let tried = &r["tried"];
+    assert_eq!(tried["remedy"], "expandable_segments:True");
+    assert_eq!(
+        tried["alloc_conf"],
+        "max_split_size_mb:128,expandable_segments:True"
+    );
+    assert_eq!(tried["fits_now"], true);
+    let (before, after) = (&tried["before"], &tried["after"]);
+    assert_eq!(before["outcome"], "oom");
+    assert_eq!(before["oom_cause"], "fragmentation");
+    assert_eq!(before["steps"], 2);
+    assert_eq!(before["exit_code"], 1);
+    // The OOM text's "58.59 GiB" reserved but unallocated: 60000 MiB, to its two decimals.
+    let fragmented = before["fragmentation_bytes"].as_u64().unwrap();
+    assert!(fragmented.abs_diff(60000 << 20) < 16 << 20, "{fragmented}");
+    assert_eq!(after["outcome"], "fits");
+    assert_eq!(after["fragmentation_bytes"], 0);
+    assert_eq!(after["steps"], r["torch"]["processes"][0]["steps_total"]);
+    let peak = (500 + 40960 + 60000u64) << 20;
+    assert_eq!(before["peak_bytes"], peak);
+    assert_eq!(after["peak_bytes"], peak);
+    assert_eq!(after["command"], r["command"]);
+}
+
+/// `gpudoc run [extra] -- python3 batch.py --batch-size MARK --steps 50` with the fake torch.
+fn batch(m: &Machine, extra: &[&str], mark: &str) -> (i32, String) {
+    fake_run(
+        m,
+        &[],
+        extra,
+        &["batch.py", "--batch-size", mark, "--steps", "50"],
+    )
+}
+
+#[test]
+fn an_oom_of_the_jobs_own_growth_gets_half_its_batch_proposed() {
+    let m = Machine::h200s(1);
+    let (code, stderr) = batch(&m, &[], "81");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("cause: the job's own growth"), "{stderr}");
+    let script = fake_torch().join("batch.py");
+    assert!(
+        stderr.contains(&format!(
+            "  try: gpudoc run --try '{{}}=40' -- python3 {} --batch-size '{{81}}' --steps 50 (reruns it as is and at 40, and compares)\n",
+            script.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn try_a_smaller_value_runs_the_marked_parameter_as_is_then_at_that_value() {
+    let m = Machine::h200s(1);
+    let json = m.path("try.json");
+    let (code, stderr) = batch(
+        &m,
+        &[
+            "--quiet",
+            "--try",
+            "{}=80",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        "{81}",
+    );
+    assert!(
+        stderr.starts_with(
+            "gpudoc run --try {}=80: 2 runs, the command as is (at 81), then at 80 (to its end, or 5 optimizer steps past where the first ran out)"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "\n  at 81      out of memory (the job's own growth): 0 steps, peak 16.49 GiB"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("\n  at 80      fits: "), "{stderr}");
+    assert_eq!(code, 0, "{stderr}");
+    let r = read_json(&json);
+    conforms("report", &r);
+    let tried = &r["tried"];
+    assert_eq!(tried["remedy"], "{}=80");
+    assert_eq!(tried["alloc_conf"], serde_json::Value::Null);
+    assert_eq!(tried["fits_now"], true);
+    let arg = |side: &str| tried[side]["command"][3].clone();
+    assert_eq!((arg("before"), arg("after")), ("81".into(), "80".into()));
+    assert_eq!(tried["before"]["outcome"], "oom");
+    assert_eq!(
+        tried["after"]["peak_bytes"],
+        (500 + 16384 + 80 * 1568u64) << 20
+    );
+    // Ended 5 steps past where the first ran out (at its start), not at its own 50.
+    let steps = tried["after"]["steps"].as_u64().unwrap();
+    assert!((5..50).contains(&steps), "{steps}");
+}
+
+#[test]
+fn try_a_value_needs_the_parameter_marked_with_its_value_as_is_before_anything_runs() {
+    let m = Machine::h200s(1);
+    for (mark, says) in [
+        ("{}", "write it inside the braces (`--batch-size {64}`)"),
+        ("81", "no parameter marked in the command"),
+        ("{80}", "80 is the value as is: give another"),
+    ] {
+        let (code, stderr) = batch(&m, &["--try", "{}=80"], mark);
+        assert_eq!(code, 125, "{stderr}");
+        assert!(stderr.starts_with("gpudoc: --try {}=80: "), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!stderr.contains("2 runs"), "{stderr}");
+    }
+}
+
+/// A training loop (batch.py at the command's value, or at `{}`) that says `ready` on stdout once Python
+/// runs, and that saves and exits 0 on KeyboardInterrupt, as a script with a checkpoint handler does.
+fn catching_loop(batch: &str) -> Vec<String> {
+    let program = format!(
+        "import runpy, sys\n\
+         sys.argv = ['batch.py', '--batch-size', sys.argv[1]]\n\
+         print('ready', flush=True)\n\
+         try:\n    runpy.run_path({:?}, run_name='__main__')\n\
+         except KeyboardInterrupt:\n    print('saved', file=sys.stderr)\n",
+        fake_torch().join("batch.py").display().to_string()
+    );
+    ["python3", "-c", &program, batch]
+        .map(String::from)
+        .to_vec()
+}
+
+/// `gpudoc args` in a process group of its own, as a shell runs a job, Ctrl-C'd (SIGINT to the whole
+/// group, as the terminal sends it) once the job said `ready`: how gpudoc ended, how long it took, and
+/// its stderr.
+fn ctrl_c(m: &Machine, args: &[String]) -> (std::process::ExitStatus, std::time::Duration, String) {
+    use nix::sys::signal::{Signal, killpg};
+    use std::os::unix::process::CommandExt;
+    let err = m.path("stderr");
+    let mut child = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .args(args)
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    assert_eq!(common::line_of(&mut child), "ready\n");
+    // The job is past its first steps: what it does on Ctrl-C is its own handler's doing.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let sent = std::time::Instant::now();
+    killpg(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let took = sent.elapsed();
+    (status, took, std::fs::read_to_string(err).unwrap())
+}
+
+#[test]
+fn ctrl_c_stops_the_fit_after_its_run_and_gpudoc_dies_of_it_as_the_job_would() {
+    use std::os::unix::process::ExitStatusExt;
+    let m = Machine::h200s(1);
+    let json = m.path("fit.json");
+    let mut args: Vec<String> = ["fit", "--steps", "100000", "--budget", "30s", "--json"]
+        .map(String::from)
+        .to_vec();
+    args.push(json.display().to_string());
+    args.push("--".into());
+    // The job saves and exits 0 on Ctrl-C: the fit must stop all the same, not take it as a fit.
+    args.extend(catching_loop("{}"));
+    let (status, took, stderr) = ctrl_c(&m, &args);
+    // Died of SIGINT, so a shell loop around it stops (a shell sees 130).
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?} {stderr}");
+    assert!(stderr.contains("saved"), "{stderr}");
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    // The result so far was written before: one run, interrupted.
+    let r = read_json(&json);
+    conforms("fit", &r);
+    assert_eq!(runs(&r), vec![(1, "interrupted".to_string())], "{stderr}");
+    assert_eq!(r["stop"], "interrupted");
+}
+
+#[test]
+fn ctrl_c_during_try_stops_before_the_remedys_run_and_gpudoc_dies_of_it() {
+    use std::os::unix::process::ExitStatusExt;
+    let m = Machine::h200s(1);
+    let json = m.path("try.json");
+    let mut args: Vec<String> = [
+        "run",
+        "--try",
+        "expandable_segments",
+        "--try-budget",
+        "20s",
+        "--json",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(json.display().to_string());
+    args.push("--".into());
+    args.extend(catching_loop("10"));
+    let (status, took, stderr) = ctrl_c(&m, &args);
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?} {stderr}");
+    // The remedy's run never started (it would have run until the budget's end).
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    assert!(stderr.contains("  as is      interrupted: "), "{stderr}");
+    assert!(!stderr.contains("with it"), "{stderr}");
+    let r = read_json(&json);
+    conforms("report", &r);
+    assert_eq!(r["tried"]["before"]["outcome"], "interrupted");
+    assert_eq!(r["tried"]["after"], serde_json::Value::Null);
+    assert_eq!(r["tried"]["fits_now"], false);
+}
+
+#[test]
+fn ctrl_c_typed_on_the_terminal_stops_the_fit_after_its_run() {
+    // On a terminal the job has one of its own, and gets the key from gpudoc: the key is the news.
+    let m = Machine::h200s(1);
+    let json = m.path("fit.json");
+    let mut c = m.gpudoc();
+    c.env("PYTHONPATH", fake_torch())
+        .args(["fit", "--steps", "100000", "--budget", "20s", "--json"])
+        .arg(&json)
+        .arg("--")
+        .args(catching_loop("{}"));
+    let mut t = common::term::Term::start(c);
+    t.expect("ready");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.type_bytes(b"\x03");
+    let (code, out) = t.finish();
+    assert_eq!(code, 130, "{out}");
+    assert!(out.contains("saved"), "{out}");
+    assert_eq!(
+        runs(&read_json(&json)),
+        vec![(1, "interrupted".to_string())],
+        "{out}"
+    );
 }

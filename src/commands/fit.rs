@@ -6,8 +6,10 @@ use crate::exit::{self, Failure};
 use crate::fit::ender::EndWhen;
 use crate::fit::remedy::{self, Remedy};
 use crate::fit::search::{Next, Search, Verdict};
-use crate::fit::{self, FitReport, Outcome, Probe, Stop};
-use crate::settings::FitSettings;
+use crate::fit::{self, FitReport, Outcome, Probe, Stop, template};
+use crate::report::Report;
+use crate::settings::{FitSettings, RunSettings};
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -20,6 +22,7 @@ pub fn run(mut s: FitSettings) -> Result<ExitCode, Failure> {
     let deadline = started + s.budget;
     let mut search = Search::new(s.bounds.min, s.bounds.max, None);
     let mut probes: Vec<Probe> = Vec::new();
+    let mut signal = None;
     let stop = loop {
         let (value, guided) = match search.next() {
             Next::Done(Some(_)) => break Stop::Found,
@@ -32,7 +35,10 @@ pub fn run(mut s: FitSettings) -> Result<ExitCode, Failure> {
         if Instant::now() >= deadline {
             break Stop::Budget;
         }
-        let probe = probe(&mut s, value, guided, deadline)?;
+        let Ran {
+            probe, signal: by, ..
+        } = probe(&mut s, value, guided, deadline)?;
+        signal = by;
         crate::say!(
             "{}",
             fit::render_probe(probes.len() + 1, s.bounds.runs, &probe)
@@ -69,87 +75,181 @@ pub fn run(mut s: FitSettings) -> Result<ExitCode, Failure> {
             Failure::new(exit::GPUDOC_FAILED, format!("--json {}: {e}", t.display()))
         })?;
     }
+    die_of(signal);
     Ok(ExitCode::from(report.exit_code()))
 }
 
 /// One run at `value`, ended after its steps (or its time, or at the budget's end).
-fn probe(
-    s: &mut FitSettings,
-    value: u64,
-    guided: bool,
-    deadline: Instant,
-) -> Result<Probe, Failure> {
+fn probe(s: &mut FitSettings, value: u64, guided: bool, deadline: Instant) -> Result<Ran, Failure> {
     s.run.command = fit::command_for(&s.template, value).expect("checked when resolved");
     let end = EndWhen {
         steps: s.bounds.steps,
         after: s.run_for,
         deadline,
     };
-    let m = super::run::measure(&s.run, Some(end))?;
-    let probe = Probe::of(value, guided, &m.report, m.ended.map(|e| e.why));
-    m.child.finish();
-    Ok(probe)
+    ran(&s.run, value, guided, end)
 }
 
-/// `gpudoc run --try REMEDY`: the command as is, then with the remedy (ended 5 optimizer steps past where
-/// the first run ran out, or at its own end), both within `budget`; the two compared. Exits 0 when the
-/// command fits with the remedy, 1 when it still runs out, as `gpudoc fit` otherwise (docs/fit.md).
+/// One run, done: what it said of its value, its report, its fragmentation, and the signal to die of
+/// when something else than gpudoc ended it (a Ctrl-C).
+struct Ran {
+    probe: Probe,
+    report: Report,
+    fragmentation: Option<u64>,
+    signal: Option<i32>,
+}
+
+fn ran(s: &RunSettings, value: u64, guided: bool, end: EndWhen) -> Result<Ran, Failure> {
+    let super::run::Measured {
+        report,
+        child,
+        ended,
+        interrupted,
+        ..
+    } = super::run::measure(s, Some(end))?;
+    let probe = Probe::of(
+        value,
+        guided,
+        &report,
+        ended.map(|e| e.why),
+        interrupted.is_some(),
+    );
+    // Asked to end (a Ctrl-C: the job got it too), or killed by a signal gpudoc did not send.
+    let signal = if probe.outcome == Outcome::Interrupted {
+        interrupted.or(report.exit.signal)
+    } else {
+        None
+    };
+    child.finish();
+    Ok(Ran {
+        probe,
+        fragmentation: remedy::fragmentation(&report),
+        report,
+        signal,
+    })
+}
+
+/// A fit or `--try` that something else interrupted ends as `gpudoc run` does, once its results are out:
+/// it dies of the signal (the Ctrl-C's SIGINT, or the one its run died of), so that a shell loop around
+/// it stops as it would around the job.
+fn die_of(signal: Option<i32>) {
+    if let Some(sig) = signal {
+        crate::supervise::guard::exit_by_signal(sig);
+    }
+}
+
+/// `gpudoc run --try REMEDY`: the command as is, then with the remedy (ended [`remedy::TRY_PAST`]
+/// optimizer steps past where the first run ran out, or at its own end), both within `budget`; the two
+/// compared. A first run that was interrupted stops it there. Exits 0 when the command fits with the
+/// remedy, 1 when it still runs out, as `gpudoc fit` otherwise (docs/fit.md).
 pub fn try_remedy(
-    mut s: crate::settings::RunSettings,
+    mut s: RunSettings,
     remedy: Remedy,
     budget: std::time::Duration,
 ) -> Result<ExitCode, Failure> {
-    let conf = remedy.alloc_conf(s.env.alloc_conf.as_deref());
+    let users = s.env.alloc_conf.clone();
+    let conf = remedy.alloc_conf(users.as_deref());
+    let TryCommands {
+        before: before_cmd,
+        after: after_cmd,
+        as_is,
+    } = try_commands(&s.command, &remedy)?;
     let shown = humantime::format_duration(budget).to_string();
-    crate::say!("{}", remedy::render_plan(&remedy, &conf, &shown));
-    let deadline = Instant::now() + budget;
+    crate::say!(
+        "{}",
+        remedy::render_plan(&remedy, conf.as_deref(), as_is, &shown)
+    );
     let mut end = EndWhen {
         steps: None,
         after: None,
-        deadline,
+        deadline: Instant::now() + budget,
     };
-    let before = side(&s, end)?;
-    if before.0.outcome == Outcome::Oom {
-        end.steps = Some(before.0.steps + TRY_PAST);
-    }
-    s.extra_env = remedy.env(s.env.alloc_conf.as_deref());
-    let after = side(&s, end)?;
-    let (key, value) = remedy.setting();
-    crate::say!(
-        "gpudoc run --try {key}:{value}:\n{}{}",
-        remedy::render_side("as is", &before.0, before.1),
-        remedy::render_side("with it", &after.0, after.1)
-    );
-    if let (Some(t), Some(report)) = (&s.json, after.2) {
+    s.command = before_cmd;
+    let before = ran(&s, 0, false, end)?;
+    let after = if before.signal.is_none() {
+        if before.probe.outcome == Outcome::Oom {
+            end.steps = Some(before.probe.steps + remedy::TRY_PAST);
+        }
+        s.command = after_cmd;
+        s.extra_env = remedy.env(users.as_deref());
+        Some(ran(&s, 0, false, end)?)
+    } else {
+        None
+    };
+    crate::say!("{}", render_try(&remedy, as_is, &before, after.as_ref()));
+    let last = after.as_ref().unwrap_or(&before);
+    let (code, signal) = (remedy::exit_code(&last.probe), last.signal);
+    if let Some(t) = &s.json {
+        let tried = crate::report::Tried {
+            remedy: remedy.name(),
+            alloc_conf: conf,
+            fits_now: after
+                .as_ref()
+                .is_some_and(|a| a.probe.outcome == Outcome::Fits),
+            before: tried_run(&before),
+            after: after.as_ref().map(tried_run),
+        };
+        let mut report = after.map_or(before.report, |a| a.report);
+        report.tried = Some(tried);
         crate::output::write(t, report.to_json().as_bytes()).map_err(|e| {
             Failure::new(exit::GPUDOC_FAILED, format!("--json {}: {e}", t.display()))
         })?;
     }
-    let code = match after.0.outcome {
-        Outcome::Fits => 0,
-        Outcome::Oom => exit::FIT_NOTHING_FITS,
-        Outcome::Cut => exit::FIT_UNSETTLED,
-        Outcome::Failed => exit::FIT_RUN_FAILED,
-        Outcome::Interrupted => after
-            .0
-            .exit_code
-            .and_then(|c| u8::try_from(c).ok())
-            .unwrap_or(130),
-    };
+    die_of(signal);
     Ok(ExitCode::from(code))
 }
 
-/// Steps the remedy's run goes past where the first run ran out before it counts as fitting.
-const TRY_PAST: u64 = 5;
+fn tried_run(r: &Ran) -> crate::report::TriedRun {
+    remedy::tried_run(&r.probe, r.fragmentation, r.report.command.clone())
+}
 
-/// One run of `--try`: what it said, its fragmentation, its report.
-fn side(
-    s: &crate::settings::RunSettings,
-    end: EndWhen,
-) -> Result<(Probe, Option<u64>, Option<crate::report::Report>), Failure> {
-    let m = super::run::measure(s, Some(end))?;
-    let probe = Probe::of(0, false, &m.report, m.ended.map(|e| e.why));
-    let fragmented = remedy::fragmentation(&m.report);
-    m.child.finish();
-    Ok((probe, fragmented, Some(m.report)))
+/// The comparison: a line for each run made.
+fn render_try(remedy: &Remedy, as_is: Option<u64>, before: &Ran, after: Option<&Ran>) -> String {
+    let (label_before, label_after) = match (remedy, as_is) {
+        (Remedy::Value(v), Some(a)) => (format!("at {a}"), format!("at {v}")),
+        _ => ("as is".to_string(), "with it".to_string()),
+    };
+    let mut o = format!("gpudoc run --try {}:\n", remedy.name());
+    o.push_str(&remedy::render_side(
+        &label_before,
+        &before.probe,
+        before.fragmentation,
+    ));
+    if let Some(a) = after {
+        o.push_str(&remedy::render_side(
+            &label_after,
+            &a.probe,
+            a.fragmentation,
+        ));
+    }
+    o
+}
+
+/// The commands of `--try`'s two runs, and for a value of `{}` the marked parameter's value as is.
+struct TryCommands {
+    before: Vec<OsString>,
+    after: Vec<OsString>,
+    as_is: Option<u64>,
+}
+
+/// The commands of `--try`'s two runs, checked before anything runs.
+fn try_commands(command: &[OsString], remedy: &Remedy) -> Result<TryCommands, Failure> {
+    let Remedy::Value(v) = remedy else {
+        return Ok(TryCommands {
+            before: command.to_vec(),
+            after: command.to_vec(),
+            as_is: None,
+        });
+    };
+    let refuse =
+        |what: String| Failure::new(exit::GPUDOC_FAILED, format!("--try {{}}={v}: {what}"));
+    let as_is = template::value_as_is(command).map_err(refuse)?;
+    if as_is == *v {
+        return Err(refuse(format!("{v} is the value as is: give another")));
+    }
+    Ok(TryCommands {
+        before: template::command_at(command, as_is),
+        after: template::command_at(command, *v),
+        as_is: Some(as_is),
+    })
 }

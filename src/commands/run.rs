@@ -102,6 +102,8 @@ pub(crate) struct Measured {
     hup_ignored: bool,
     /// Why gpudoc ended the job itself, when an [`crate::fit::ender::Ender`] did (`gpudoc fit`).
     pub ended: Option<crate::fit::ender::Ended>,
+    /// The signal by which someone asked the job to end (a Ctrl-C), if anyone did: `gpudoc fit` stops.
+    pub interrupted: Option<i32>,
 }
 
 /// Runs the command once under the session's machinery (sampling, the shim, the OOM reader) and analyzes
@@ -132,6 +134,7 @@ pub(crate) fn measure(
     let mut outcome = child.wait();
     outcome.duration += spawned_after;
     let ended = ender.and_then(|e| e.stop());
+    let interrupted = outcome.interrupted;
     let metrics = session.metrics.take();
     let hup_ignored = session.hup_ignored;
     let verdicts = session.verdicts.verdicts.clone();
@@ -147,6 +150,7 @@ pub(crate) fn measure(
         metrics,
         hup_ignored,
         ended,
+        interrupted,
     })
 }
 

@@ -7,61 +7,19 @@
 pub mod ender;
 pub mod remedy;
 pub mod search;
+pub mod template;
+
+pub use template::command_for;
 
 use crate::oom::Ending;
 use crate::report::Report;
 use crate::units::{fmt_bytes, fmt_secs};
 use serde::{Deserialize, Serialize};
-use std::ffi::OsString;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 /// The `schema` value of `gpudoc fit --json`.
 pub const SCHEMA: &str = "gpudoc.fit/1";
-/// What stands for the value in the command.
-pub const PLACEHOLDER: &str = "{}";
-
-/// The command with every `{}` replaced by `value`; `None` when no argument holds one.
-pub fn command_for(template: &[OsString], value: u64) -> Option<Vec<OsString>> {
-    let v = value.to_string();
-    let mut found = false;
-    let out = template
-        .iter()
-        .map(|a| {
-            let bytes = a.as_bytes();
-            if !bytes.windows(2).any(|w| w == PLACEHOLDER.as_bytes()) {
-                return a.clone();
-            }
-            found = true;
-            // Only `{}` is replaced: the rest of the argument is kept byte for byte.
-            let mut out = Vec::new();
-            let mut rest = bytes;
-            while let Some(i) = rest.windows(2).position(|w| w == PLACEHOLDER.as_bytes()) {
-                out.extend_from_slice(&rest[..i]);
-                out.extend_from_slice(v.as_bytes());
-                rest = &rest[i + 2..];
-            }
-            out.extend_from_slice(rest);
-            OsString::from_vec(out)
-        })
-        .collect();
-    found.then_some(out)
-}
-
-/// How one run ended, for the fit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// It ran the steps (or the time) asked for, or to its end, without running out of GPU memory.
-    Fits,
-    /// It ran out of GPU memory (`gpudoc run`'s `gpu_oom`).
-    Oom,
-    /// It failed for another reason (an error, the host's OOM killer): the fit cannot judge the value.
-    Failed,
-    /// The time budget ran out before it had run far enough.
-    Cut,
-    /// Something else ended it (a Ctrl-C, a signal from elsewhere).
-    Interrupted,
-}
+/// How one run ended, for the fit (shared with the report of `--try`, which lives below the fit).
+pub use crate::report::RunOutcome as Outcome;
 
 /// One run of the fit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -88,10 +46,19 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// What the run's report says of `value`; `ended`: why gpudoc ended it, if it did.
-    pub fn of(value: u64, guided: bool, r: &Report, ended: Option<ender::Why>) -> Probe {
+    /// What the run's report says of `value`; `ended`: why gpudoc ended it, if it did; `interrupted`:
+    /// someone asked the job to end (a Ctrl-C), whatever the job then made of it (a script that catches
+    /// KeyboardInterrupt may exit 0).
+    pub fn of(
+        value: u64,
+        guided: bool,
+        r: &Report,
+        ended: Option<ender::Why>,
+        interrupted: bool,
+    ) -> Probe {
         let ending = r.exit.classification;
         let outcome = match (ending, ended) {
+            _ if interrupted => Outcome::Interrupted,
             (Ending::GpuOom, _) => Outcome::Oom,
             (Ending::Success, _) => Outcome::Fits,
             (_, Some(ender::Why::Budget)) => Outcome::Cut,
@@ -129,6 +96,25 @@ impl Probe {
             exit_code: r.exit.code,
             classification: ending,
             oom_cause: r.oom.as_ref().map(|o| o.cause),
+        }
+    }
+}
+
+impl Probe {
+    /// How the run ended, in words.
+    pub fn words(&self) -> String {
+        match self.outcome {
+            Outcome::Fits => "fits".to_string(),
+            Outcome::Oom => match self.oom_cause {
+                Some(c) => format!("out of memory ({})", c.words()),
+                None => "out of memory".into(),
+            },
+            Outcome::Failed => format!(
+                "failed (exit {}) without a GPU out-of-memory error",
+                self.exit_code.map_or("?".into(), |c| c.to_string())
+            ),
+            Outcome::Cut => "cut short: the time budget ran out".into(),
+            Outcome::Interrupted => "interrupted".into(),
         }
     }
 }
@@ -277,22 +263,10 @@ pub fn render_probe(i: usize, of: u64, p: &Probe) -> String {
         .peak_bytes
         .map(|b| format!(", peak {}", fmt_bytes(b)))
         .unwrap_or_default();
-    let what = match p.outcome {
-        Outcome::Fits => "fits".to_string(),
-        Outcome::Oom => {
-            let cause = p.oom_cause.map(|c| format!(" ({})", c.words()));
-            format!("out of memory{}", cause.unwrap_or_default())
-        }
-        Outcome::Failed => format!(
-            "failed (exit {}) without a GPU out-of-memory error",
-            p.exit_code.map_or("?".into(), |c| c.to_string())
-        ),
-        Outcome::Cut => "cut short: the time budget ran out".into(),
-        Outcome::Interrupted => "interrupted".into(),
-    };
     format!(
-        "gpudoc fit: run {i}/{of}: {} → {what}{peak} ({} steps, {})\n",
+        "gpudoc fit: run {i}/{of}: {} → {}{peak} ({} steps, {})\n",
         p.value,
+        p.words(),
         p.steps,
         fmt_secs(p.duration_s)
     )
@@ -359,47 +333,5 @@ fn why(stop: Stop) -> &'static str {
         Stop::Budget => "the time budget was spent",
         Stop::Failed => "a run failed for another reason than GPU memory",
         Stop::Interrupted => "it was interrupted",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn os(v: &[&str]) -> Vec<OsString> {
-        v.iter().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn every_placeholder_takes_the_value_and_nothing_else_changes() {
-        let t = os(&[
-            "python",
-            "train.py",
-            "--batch-size",
-            "{}",
-            "--tag=b{}x{}",
-            "{x}",
-        ]);
-        assert_eq!(
-            command_for(&t, 96).unwrap(),
-            os(&[
-                "python",
-                "train.py",
-                "--batch-size",
-                "96",
-                "--tag=b96x96",
-                "{x}"
-            ])
-        );
-        assert_eq!(command_for(&os(&["python", "train.py"]), 1), None);
-    }
-
-    #[test]
-    fn a_non_utf8_argument_keeps_its_bytes() {
-        let t = vec![OsString::from_vec(b"\xff{}\xfe".to_vec())];
-        assert_eq!(
-            command_for(&t, 7).unwrap(),
-            vec![OsString::from_vec(b"\xff7\xfe".to_vec())]
-        );
     }
 }
