@@ -143,7 +143,7 @@ pub struct RunArgs {
     pub quiet: bool,
     /// End the job early, as Ctrl-C would (SIGINT; SIGKILL to its tree if it goes on), once one of these
     /// rules is told during the run (a rule judged live: step-leak, steady-growth, near-capacity,
-    /// stray-context); gpudoc then exits 123.
+    /// stray-context, others-arrived); gpudoc then exits 123.
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     pub stop_on: Vec<String>,
     /// Run the command twice, as is and with a remedy that needs no code change, and compare them:

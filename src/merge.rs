@@ -212,6 +212,7 @@ fn add_host(out: &mut Report, r: &Report, host: &str, shift: f64) {
         p.host = Some(host.into());
         p.peak_at_s = shifted(p.peak_at_s, shift);
         p.first_seen_s = shifted(p.first_seen_s, shift);
+        p.high_from_s = p.high_from_s.map(|t| shifted(t, shift));
         out.processes.push(p);
     }
     for o in &r.orphans {

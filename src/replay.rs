@@ -276,18 +276,27 @@ pub struct Trace {
 /// The job's memory per GPU summed from process rows, for traces without `job` rows (gpudoc.trace/1).
 /// Rows at one instant are summed once they are all in, as the sampler did, so a process leaving as
 /// another arrives never shows as a peak that was not there.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct JobSums {
     /// GPU → (time of the open instant, job bytes per pid, the sums so far).
-    open: BTreeMap<u32, (Micros, BTreeMap<u32, u64>, Series)>,
+    open: BTreeMap<u32, Instant>,
 }
+
+/// The instant being summed on one GPU (none before the first), the job's bytes per pid, the sums so far.
+type Instant = (Option<Micros>, BTreeMap<u32, u64>, Series);
 
 impl JobSums {
     fn add(&mut self, gpu: u32, at: Micros, pid: u32, used: u64, in_job: bool) {
         let (when, held, sums) = self.open.entry(gpu).or_default();
-        if *when != at {
-            sums.push(*when, held.values().sum());
-            *when = at;
+        // The series starts at the first instant, as the sampler's does: its first point is taken for
+        // gpudoc's first look at the GPU's processes (what was there then was there before the job).
+        // These traces have rows only for processes listed, so where none was at the first look, the
+        // first that came is taken for one already there: it errs toward saying nothing.
+        if *when != Some(at) {
+            if let Some(w) = *when {
+                sums.push(w, held.values().sum());
+            }
+            *when = Some(at);
         }
         if in_job {
             held.insert(pid, used);
@@ -297,7 +306,7 @@ impl JobSums {
     /// Gives each GPU without `job` rows its summed series.
     fn finish(self, t: &mut Timeline) {
         for (gpu, (at, held, mut sums)) in self.open {
-            sums.push(at, held.values().sum());
+            sums.push(at.unwrap_or(0), held.values().sum());
             if let Some(g) = t.gpu_mut(gpu)
                 && g.job.is_empty()
             {

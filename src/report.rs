@@ -243,6 +243,17 @@ pub struct ProcessReport {
     /// /proc has this PID (false: another PID namespace, e.g. inside a container, or already gone).
     #[serde(default = "yes")]
     pub visible: bool,
+    /// What it held at gpudoc's first look at this GPU's processes, at the run's start (0: it was not
+    /// there yet); absent where unknown (older reports, a GPU whose processes could not be listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_bytes: Option<u64>,
+    /// Its longest stretch above half-way from `start_bytes` to its peak, without a break: when it
+    /// began and how long it lasted (to the end of the run, or to now in a run still going). Memory that
+    /// came and went in a blip has a short one; absent where `start_bytes` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub high_from_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub high_s: Option<f64>,
 }
 
 /// A descendant of the job still alive after the command exited.
@@ -329,7 +340,11 @@ impl Report {
                 self_max_rss_bytes: i.self_usage.1,
             },
             gpus: t.gpus.iter().map(|g| gpu_report(g, end)).collect(),
-            processes: t.procs.values().map(process_report).collect(),
+            processes: t
+                .procs
+                .values()
+                .map(|p| process_report(p, first_look(t, p.gpu), end))
+                .collect(),
             oom: i.oom,
             torch: i.torch,
             orphans: orphans(i.leftovers, i.ended, t),
@@ -420,7 +435,16 @@ fn gpu_report(g: &GpuTimeline, end: Micros) -> GpuReport {
     }
 }
 
-fn process_report(p: &ProcTimeline) -> ProcessReport {
+/// When gpudoc first listed GPU `gpu`'s processes: the job's series there starts with that look.
+fn first_look(t: &Timeline, gpu: u32) -> Option<Micros> {
+    t.gpus.iter().find(|g| g.info.index == gpu)?.job.first_at()
+}
+
+/// `p` over the run; `first_look`: when its GPU's processes were first listed; `end`: the run's end (or
+/// now).
+fn process_report(p: &ProcTimeline, first_look: Option<Micros>, end: Micros) -> ProcessReport {
+    let start = first_look.map(|at| p.used.value_at(at).unwrap_or(0));
+    let high = start.map(|s| high(&p.used, s, end));
     ProcessReport {
         host: None,
         pid: p.pid,
@@ -434,7 +458,40 @@ fn process_report(p: &ProcTimeline) -> ProcessReport {
         first_seen_s: secs(p.used.first_at().unwrap_or(0)),
         in_job: p.in_job,
         visible: p.visible,
+        start_bytes: start,
+        high_from_s: high.map(|(from, _)| secs(from)),
+        high_s: high.map(|(_, len)| secs(len)),
     }
+}
+
+/// The longest stretch (its start and length) in which `used` stayed at or above half-way from `start`
+/// to its peak, and above zero; a stretch still open lasts to `end`. (0, 0) when there is none.
+fn high(used: &crate::timeline::Series, start: u64, end: Micros) -> (Micros, Micros) {
+    let peak = used.peak();
+    let bar = start + peak.saturating_sub(start) / 2;
+    let mut best = (0, 0);
+    let mut open: Option<Micros> = None;
+    let close = |from: Micros, to: Micros, best: &mut (Micros, Micros)| {
+        if to.saturating_sub(from) > best.1 {
+            *best = (from, to - from);
+        }
+    };
+    for &(at, v) in used.points() {
+        match (open, v > 0 && v >= bar) {
+            (None, true) => open = Some(at),
+            (Some(from), false) => {
+                close(from, at, &mut best);
+                open = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = open {
+        // The run's end, not the series' last sample: a trace keeps only changes, and the sampler may
+        // look once more after the command's end; both must give the run's own figure.
+        close(from, end.max(from), &mut best);
+    }
+    best
 }
 
 /// The job's descendants still alive after the command exited, with the GPU memory each held last.
@@ -554,6 +611,48 @@ mod tests {
         assert_eq!((other.pid, other.peak_bytes), (20, 3 * GIB));
         // The job's slices of the run never miss its peak.
         assert_eq!(g.job_timeline.iter().map(|p| p.1).max(), Some(6 * GIB));
+    }
+
+    #[test]
+    fn memory_of_others_that_came_during_the_run_is_told_from_what_was_there_at_the_start() {
+        let r = build(&timeline(), ProcessEnd::Exited(0));
+        // The other process held its 3 GiB from the first look to the end.
+        let other = r.processes.iter().find(|p| !p.in_job).unwrap();
+        assert_eq!(other.start_bytes, Some(3 * GIB));
+        assert_eq!((other.high_from_s, other.high_s), (Some(0.0), Some(4.0)));
+        // One that came at 1 s: a blip of 20 GiB, then 8 GiB from 2 s to the end; half-way to its peak
+        // is 10 GiB, so only the blip's second counts.
+        let mut t = timeline();
+        let mut used = Series::default();
+        for (at, gib) in [(1, 20), (2, 8)] {
+            used.push(at * 1_000_000, gib * GIB);
+        }
+        t.procs.insert(
+            (0, 30),
+            ProcTimeline {
+                pid: 30,
+                gpu: 0,
+                in_job: false,
+                visible: true,
+                cmdline: "python other.py".into(),
+                uid: Some(1001),
+                ppid: None,
+                used,
+            },
+        );
+        let r = build(&t, ProcessEnd::Exited(0));
+        let came = r.processes.iter().find(|p| p.pid == 30).unwrap();
+        assert_eq!(came.start_bytes, Some(0));
+        assert_eq!((came.high_from_s, came.high_s), (Some(1.0), Some(1.0)));
+        // Where the GPU's processes were never listed, nothing is known of the start.
+        let mut t = timeline();
+        t.gpus[0].job = Series::default();
+        let r = build(&t, ProcessEnd::Exited(0));
+        assert!(
+            r.processes
+                .iter()
+                .all(|p| p.start_bytes.is_none() && p.high_s.is_none())
+        );
     }
 
     #[test]

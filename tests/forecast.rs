@@ -174,3 +174,140 @@ fn stop_on_names_only_rules_judged_during_the_run() {
         "{err}"
     );
 }
+
+/// A `gpudoc run --json report.json -- sh -c JOB` started on `m`, its output and gpudoc's stderr read line
+/// by line as they come (in one pipe, so in the order they were written).
+struct Running {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: String,
+}
+
+impl Running {
+    fn start(m: &Machine, job: &str) -> Running {
+        use std::io::BufRead;
+        let script = format!(
+            r#""$GPUDOC" run --json '{}' -- sh -c '{job}' 2>&1"#,
+            m.path("report.json").display()
+        );
+        let mut child = m
+            .shell(&script)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        Running {
+            child,
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// Reads on until a line starts with `prefix` (true) or `limit` passes (false).
+    fn until(&mut self, prefix: &str, limit: std::time::Duration) -> bool {
+        let end = Instant::now() + limit;
+        while let Ok(l) = self
+            .lines
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+        {
+            self.seen += &l;
+            self.seen.push('\n');
+            if l.starts_with(prefix) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Waits for gpudoc to exit: its code and all it said.
+    fn finish(mut self) -> (i32, String) {
+        let code = self.child.wait().unwrap().code().unwrap_or(-1);
+        while self.until("\u{0}", std::time::Duration::from_secs(5)) {}
+        (code, self.seen)
+    }
+}
+
+/// A job holding 8 GiB on GPU 0 until the file `done` appears.
+fn holding_until(done: &std::path::Path) -> String {
+    format!(
+        r#""$FAKEGPU" alloc --steps 8GiB --hold-ms 120000 --say HOLDING & p=$!; while [ ! -e "{}" ]; do sleep 0.1; done; kill $p; wait $p; echo JOB-DONE"#,
+        done.display()
+    )
+}
+
+#[test]
+fn memory_another_process_takes_mid_run_is_told_once_before_the_job_ends_and_a_blip_is_not() {
+    let m = Machine::h200s(1);
+    let done = m.path("done");
+    let mut run = Running::start(&m, &holding_until(&done));
+    let limit = std::time::Duration::from_secs(60);
+    assert!(run.until("HOLDING", limit), "{}", run.seen);
+    // Processes outside the job (the test's own children): one holds 20 GiB for 3 s, a blip; the next
+    // takes 20 GiB and keeps it.
+    let mut blip = m.fakegpu();
+    let mut blip = blip
+        .args(["alloc", "--steps", "20GiB", "--hold-ms", "3000"])
+        .spawn()
+        .unwrap();
+    assert!(blip.wait().unwrap().success());
+    let mut stays = m
+        .fakegpu()
+        .args(["alloc", "--steps", "20GiB", "--hold-ms", "120000"])
+        .spawn()
+        .unwrap();
+    let told = run.until("gpudoc: others-arrived [warn] at ", limit);
+    std::fs::write(&done, "").unwrap();
+    let (code, out) = run.finish();
+    stays.kill().unwrap();
+    stays.wait().unwrap();
+    assert!(told, "{out}");
+    assert_eq!(code, 0, "{out}");
+    let mid = before_the_end(&out);
+    let said: Vec<&str> = mid.lines().filter(|l| l.starts_with("gpudoc: ")).collect();
+    assert_eq!(said.len(), 1, "told once, and nothing else: {out}");
+    let pid = format!("pid {} (", stays.id());
+    assert!(said[0].contains(&pid), "{out}");
+    assert!(
+        said[0].contains("not part of the job, took 20.00 GiB on GPU 0, where the job runs,"),
+        "{out}"
+    );
+    assert!(said[0].ends_with("because of another process."), "{out}");
+    assert!(!out.contains(&format!("pid {} (", blip.id())), "{out}");
+    // The report has it, with when it began and when it was told: after 10 s of holding, not before.
+    let r = read_json(&m.path("report.json"));
+    conforms("report", &r);
+    let arrived: Vec<&Value> = r["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["rule"] == "others-arrived")
+        .collect();
+    assert_eq!(arrived.len(), 1, "{r:#}");
+    let d = arrived[0];
+    assert_eq!(d["subject"], format!("pid {}", stays.id()));
+    let (at, known) = (
+        d["at_s"].as_f64().unwrap(),
+        d["known_at_s"].as_f64().unwrap(),
+    );
+    assert!(known - at >= 10.0, "{d:#}");
+    assert!(known < r["duration_s"].as_f64().unwrap(), "{d:#}");
+}
+
+#[test]
+fn a_job_starting_its_own_gpu_processes_mid_run_is_told_nothing() {
+    let m = Machine::h200s(1);
+    // The job's second process takes 20 GiB 3 s in and holds it 13 s: as a foreigner would, but its own.
+    let job = r#""$FAKEGPU" alloc --steps 4GiB --hold-ms 16000 & sleep 3; "$FAKEGPU" alloc --steps 20GiB --hold-ms 13000; wait; echo JOB-DONE"#;
+    let (code, out) = Running::start(&m, job).finish();
+    assert_eq!(code, 0, "{out}");
+    assert!(!before_the_end(&out).contains("gpudoc"), "{out}");
+    let r = read_json(&m.path("report.json"));
+    assert!(common::diagnosis(&r, "others-arrived").is_none(), "{r:#}");
+    assert!(r.get("forecasts").is_none(), "{r:#}");
+}

@@ -125,6 +125,17 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         &["oom/h200/torch_fragmentation"],
     ),
     (
+        "others-arrived",
+        &["others/fake_arrived"],
+        &[
+            "others/fake_blip",
+            "runs/others_before",
+            "oom/h200/torch_other_process",
+            "runs/jax_prealloc",
+            "runs/healthy",
+        ],
+    ),
+    (
         "phase-peak",
         &["runs/periodic_eval", "runs/spike"],
         &[

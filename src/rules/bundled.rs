@@ -69,6 +69,10 @@ pub const RULES: &[(&str, &str)] = &[
         include_str!("../../rules/oom-too-big.toml"),
     ),
     (
+        "others-arrived.toml",
+        include_str!("../../rules/others-arrived.toml"),
+    ),
+    (
         "phase-peak.toml",
         include_str!("../../rules/phase-peak.toml"),
     ),

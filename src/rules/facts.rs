@@ -151,6 +151,13 @@ pub struct ProcFacts {
     pub stray_bytes: i64,
     pub parent_pid: i64,
     pub helper: bool,
+    pub visible: bool,
+    pub job_gpu: i64,
+    pub job_gpu_label: String,
+    pub job_gpu_bytes: i64,
+    pub job_gpu_start_bytes: i64,
+    pub job_gpu_high_from_s: f64,
+    pub job_gpu_high_s: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -669,6 +676,37 @@ pub const DOC: &[(&str, &str, &str)] = &[
     ),
     ("process.stray_bytes", "int", "what it held on them"),
     ("process.parent_pid", "int", "its parent, -1 if unknown"),
+    (
+        "process.visible",
+        "bool",
+        "/proc has its PID: false inside a container that doesn't share the host's PID namespace, where NVML's PIDs can't be placed in or out of the job",
+    ),
+    (
+        "process.job_gpu",
+        "int",
+        "of the GPUs the job held memory on, the one where this process held the most; -1 if it held none there",
+    ),
+    (
+        "process.job_gpu_label",
+        "string",
+        "that GPU as messages name it, empty if none",
+    ),
+    ("process.job_gpu_bytes", "int", "its peak there"),
+    (
+        "process.job_gpu_start_bytes",
+        "int",
+        "what it held there at the run's start (gpudoc's first look at the GPU's processes; 0: it was not there yet), -1 if unknown",
+    ),
+    (
+        "process.job_gpu_high_from_s",
+        "double",
+        "when its longest stretch there above half-way from that start to its peak began, -1 if unknown",
+    ),
+    (
+        "process.job_gpu_high_s",
+        "double",
+        "how long that stretch lasted, without a break (to now, in a run still going): short for memory that came and went in a blip; 0 if unknown",
+    ),
     (
         "process.helper",
         "bool",
@@ -1198,9 +1236,37 @@ fn process_facts(r: &Report, ranks: &Ranks) -> Vec<ProcFacts> {
         .map(|(who, rows)| {
             let mut f = one_process(who.clone(), rows, ranks);
             f.helper = helper(who, rows, ranks, &holders);
+            beside_job(r, rows, &mut f);
             f
         })
         .collect()
+}
+
+/// What a process held on the GPUs the job used: the one where it held the most, what it held there at
+/// the start, and its longest stretch near its peak there.
+fn beside_job(r: &Report, rows: &[&ProcessReport], f: &mut ProcFacts) {
+    let job_gpu = |p: &ProcessReport| {
+        r.gpus
+            .iter()
+            .any(|g| g.index == p.gpu && g.host == p.host && g.job_peak_bytes > 0)
+    };
+    let best = rows
+        .iter()
+        .filter(|p| p.peak_bytes > 0 && job_gpu(p))
+        .max_by_key(|p| p.peak_bytes);
+    f.visible = rows.iter().all(|p| p.visible);
+    f.job_gpu = -1;
+    f.job_gpu_start_bytes = -1;
+    f.job_gpu_high_from_s = -1.0;
+    let Some(p) = best else { return };
+    f.job_gpu = p.gpu as i64;
+    f.job_gpu_label = gpu_label(&host_of(&p.host), p.gpu as i64);
+    f.job_gpu_bytes = p.peak_bytes as i64;
+    if let (Some(start), Some(from), Some(len)) = (p.start_bytes, p.high_from_s, p.high_s) {
+        f.job_gpu_start_bytes = start as i64;
+        f.job_gpu_high_from_s = from;
+        f.job_gpu_high_s = len;
+    }
 }
 
 /// Most a helper holds on a GPU: a CUDA context (~500 MiB on an H200) and a little.
@@ -1260,7 +1326,7 @@ fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
         stray_gpus: stray.iter().map(|p| p.gpu as i64).collect(),
         stray_bytes: stray.iter().map(|p| p.peak_bytes as i64).sum(),
         parent_pid: rows.iter().find_map(|p| p.ppid).map_or(-1, i64::from),
-        helper: false,
+        ..Default::default()
     }
 }
 
@@ -1771,6 +1837,35 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn others_are_measured_on_the_gpus_the_job_used_only() {
+        let mut r: Report = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/others/fake_arrived.report.json"
+        )))
+        .unwrap();
+        let other = |f: &Facts| f.processes.iter().find(|p| !p.in_job).unwrap().clone();
+        let f = other(&Facts::of(&r));
+        assert_eq!((f.job_gpu, f.job_gpu_label.as_str()), (0, "GPU 0"));
+        assert_eq!((f.job_gpu_bytes, f.job_gpu_start_bytes), (20 * GIB, 0));
+        assert!(f.visible && f.job_gpu_high_s >= 15.0 && f.job_gpu_high_from_s >= 1.9);
+        // On a GPU the job did not use, it is none of the job's business.
+        for p in r.processes.iter_mut().filter(|p| !p.in_job) {
+            p.gpu = 1;
+        }
+        let f = other(&Facts::of(&r));
+        assert_eq!(
+            (f.job_gpu, f.job_gpu_start_bytes, f.job_gpu_high_s),
+            (-1, -1, 0.0)
+        );
+        // A report from before the start was recorded: unknown, never a zero.
+        for p in &mut r.processes {
+            (p.gpu, p.start_bytes, p.high_from_s, p.high_s) = (0, None, None, None);
+        }
+        let f = other(&Facts::of(&r));
+        assert_eq!((f.job_gpu, f.job_gpu_start_bytes), (0, -1));
+    }
 
     #[test]
     fn cuda_version_from_torch_tag() {
