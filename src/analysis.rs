@@ -16,7 +16,9 @@ use crate::torch::{self, TorchTimeline};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Everything a run's report is made from.
+/// Everything a run's report is made from. Its default is a run of which nothing is known yet: the
+/// evidence of a run still going fills in what has been sampled so far.
+#[derive(Default)]
 pub struct Evidence {
     pub origin: crate::origin::Origin,
     pub command: Vec<String>,

@@ -371,6 +371,10 @@ pub struct ReportArgs {
     /// Write the re-diagnosed report as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// With one trace: judge the live rules again over its samples in time order, a look every 2 s as
+    /// `gpudoc run` did, to say when each diagnosis was known during the run and what it forecast.
+    #[arg(long)]
+    pub live_verdicts: bool,
     #[command(flatten)]
     pub rules: RulesArgs,
 }

@@ -18,6 +18,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
+pub mod live;
+
 /// Report schemas this gpudoc still reads (their missing fields take their defaults).
 const OLD_REPORTS: &[&str] = &["gpudoc.report/1"];
 
@@ -36,14 +38,7 @@ pub fn load_with_timeline(
     samples: bool,
 ) -> Result<(Report, Option<Timeline>), String> {
     let io = |e: io::Error| format!("{}: {e}", file.display());
-    // A trace's rows each name their `kind`: the first line tells, without reading the file twice.
-    let mut first = String::new();
-    io::BufRead::read_line(
-        &mut io::BufReader::new(std::fs::File::open(file).map_err(io)?),
-        &mut first,
-    )
-    .map_err(io)?;
-    if is_trace_row(&first) {
+    if is_trace_row(&first_line(file).map_err(io)?) {
         return from_trace(file, output, rules, samples);
     }
     let text = std::fs::read_to_string(file).map_err(io)?;
@@ -87,6 +82,21 @@ pub fn load_with_timeline(
     }
     crate::rules::diagnose(&mut report, rules);
     Ok((report, None))
+}
+
+/// Whether `file` is a trace (not a report).
+pub fn is_trace(file: &Path) -> bool {
+    first_line(file).is_ok_and(|l| is_trace_row(&l))
+}
+
+/// A trace's rows each name their `kind`: the first line tells, without reading the file twice.
+fn first_line(file: &Path) -> io::Result<String> {
+    let mut first = String::new();
+    io::BufRead::read_line(
+        &mut io::BufReader::new(std::fs::File::open(file)?),
+        &mut first,
+    )?;
+    Ok(first)
 }
 
 /// A trace's first line is a row: one JSON object with its `kind`. A report on one line (`--json -`)
@@ -265,7 +275,7 @@ pub struct Header {
 }
 
 /// A trace read back: the timeline its rows rebuild, the shim's messages, and its end row if it has one.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Trace {
     pub header: Header,
     pub timeline: Timeline,
@@ -320,35 +330,77 @@ impl JobSums {
 /// corrupt or truncated row is an error that names the line; a trace cut off mid-line by a crash loses
 /// only that line.
 pub fn load_trace(path: &Path) -> Result<Trace, LoadError> {
-    let p = path.display().to_string();
+    let mut b = Rebuild::default();
+    for (n, row) in rows(path)? {
+        b.apply(row).map_err(|what| bad(path, n, what))?;
+    }
+    b.finish(path)
+}
+
+/// A trace's rows, each with its line number.
+pub(crate) fn rows(path: &Path) -> Result<Vec<(usize, Row<EndRow>)>, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-        path: p.clone(),
+        path: path.display().to_string(),
         source,
     })?;
-    let bad = |line: usize, what: String| LoadError::Bad {
-        path: p.clone(),
-        line,
-        what,
-    };
-    let mut trace = Trace::default();
-    let mut sums = JobSums::default();
     let lines: Vec<&str> = text.lines().collect();
     let complete = text.ends_with('\n');
+    let mut rows = Vec::with_capacity(lines.len());
     for (i, line) in lines.iter().enumerate() {
         let n = i + 1;
-        let row: Row<EndRow> = match serde_json::from_str(line) {
-            Ok(v) => v,
+        match serde_json::from_str(line) {
+            Ok(row) => rows.push((n, row)),
             // A crash can cut the last line short.
             Err(_) if n == lines.len() && !complete => break,
-            Err(e) => return Err(bad(n, format!("not a trace row: {e}"))),
-        };
-        apply_row(&mut trace, &mut sums, row).map_err(|what| bad(n, what))?;
+            Err(e) => return Err(bad(path, n, format!("not a trace row: {e}"))),
+        }
     }
-    sums.finish(&mut trace.timeline);
-    if trace.header.command.is_empty() && trace.timeline.gpus.is_empty() {
-        return Err(bad(1, format!("no `start` row: not a {SCHEMA} trace")));
+    Ok(rows)
+}
+
+fn bad(path: &Path, line: usize, what: String) -> LoadError {
+    LoadError::Bad {
+        path: path.display().to_string(),
+        line,
+        what,
     }
-    Ok(trace)
+}
+
+/// A trace being rebuilt row by row: what the rows so far give.
+#[derive(Default, Clone)]
+pub(crate) struct Rebuild {
+    trace: Trace,
+    sums: JobSums,
+}
+
+impl Rebuild {
+    pub(crate) fn apply(&mut self, row: Row<EndRow>) -> Result<(), String> {
+        apply_row(&mut self.trace, &mut self.sums, row)
+    }
+
+    /// The trace so far, as the rows applied give it.
+    pub(crate) fn so_far(&self) -> Trace {
+        self.clone().trace_of()
+    }
+
+    /// The trace, its job's memory summed where its rows did not give it (`path` names it in an error).
+    pub(crate) fn finish(self, path: &Path) -> Result<Trace, LoadError> {
+        let trace = self.trace_of();
+        if trace.header.command.is_empty() && trace.timeline.gpus.is_empty() {
+            return Err(bad(
+                path,
+                1,
+                format!("no `start` row: not a {SCHEMA} trace"),
+            ));
+        }
+        Ok(trace)
+    }
+
+    fn trace_of(self) -> Trace {
+        let Rebuild { mut trace, sums } = self;
+        sums.finish(&mut trace.timeline);
+        trace
+    }
 }
 
 /// One row of a trace into what is being rebuilt.

@@ -545,6 +545,8 @@ pub struct ReportSettings {
     pub html: Option<Target>,
     pub facts: bool,
     pub json: Option<Target>,
+    /// `--live-verdicts`: the trace's live verdicts judged again.
+    pub live_verdicts: bool,
     pub rules: RuleSet,
     /// Colours where the summary goes: stdout, or stderr when the JSON takes stdout.
     pub paint: Paint,
@@ -579,6 +581,12 @@ impl ReportSettings {
                 "--output goes with one trace, not a merge of several",
             ));
         }
+        if a.live_verdicts && files.len() > 1 {
+            return Err(Failure::new(
+                exit::USAGE,
+                "--live-verdicts goes with one trace, not a merge of several",
+            ));
+        }
         Ok(ReportSettings {
             files,
             output: a.output,
@@ -586,6 +594,7 @@ impl ReportSettings {
             html,
             facts: a.facts,
             json,
+            live_verdicts: a.live_verdicts,
             rules,
             paint: env.paint(color, summary_tty),
         })

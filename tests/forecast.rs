@@ -104,6 +104,43 @@ fn a_leaking_job_is_told_while_it_runs_that_it_leaks_and_when_the_gpu_is_full() 
 }
 
 #[test]
+fn a_runs_trace_replayed_tells_its_live_verdicts_again_and_its_report_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("run.trace.jsonl");
+    let (code, run, out, _) = job(&format!("--trace '{}'", trace.display()), "leak", 160, 0.05);
+    assert_eq!(code, 0, "{out}");
+    let known = |r: &Value| {
+        common::diagnosis(r, "step-leak").unwrap()["known_at_s"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{r:#}"))
+    };
+    let told = known(&run);
+    // The trace judged again, a look every 2 s: the verdict the run told, at the look it told it or
+    // earlier (the run rests longer after a slow look), never later than one look after.
+    let again = common::report(&trace, &["--live-verdicts"]);
+    assert!(known(&again) <= told + 2.0, "{told} vs {again:#}");
+    assert!(known(&again) >= 2.0, "{again:#}");
+    let (f, g) = (&run["forecasts"][0], &again["forecasts"][0]);
+    assert_eq!(
+        (&g["rule"], &g["gpu"]),
+        (&f["rule"], &f["gpu"]),
+        "{again:#}"
+    );
+    assert_eq!(g["first"]["bytes_per_step"], f["first"]["bytes_per_step"]);
+    assert_eq!(g["first"]["at_s"].as_f64(), Some(known(&again)));
+    // Without the flag, a trace says nothing of the run's live verdicts; the run's report, diagnosed
+    // again, keeps them.
+    let plain = common::report(&trace, &[]);
+    assert!(
+        common::diagnosis(&plain, "step-leak").unwrap()["known_at_s"].is_null(),
+        "{plain:#}"
+    );
+    let json = dir.path().join("run.json");
+    std::fs::write(&json, run.to_string()).unwrap();
+    assert_eq!(known(&common::report(&json, &[])), told);
+}
+
+#[test]
 fn in_a_log_file_the_job_writes_itself_the_words_come_between_its_lines() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");

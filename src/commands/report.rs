@@ -2,6 +2,7 @@
 
 use crate::exit::{self, Failure};
 use crate::output::{self, Target};
+use crate::report::Report;
 use crate::settings::ReportSettings;
 use crate::{replay, rules, summary};
 use std::process::ExitCode;
@@ -13,8 +14,11 @@ pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
     let samples = (s.html.is_some() || s.tensorboard.is_some()) && s.files.len() == 1;
     let mut timeline = None;
     for f in &s.files {
-        let (r, t) = replay::load_with_timeline(f, s.output.as_deref(), &s.rules, samples)
+        let (mut r, t) = replay::load_with_timeline(f, s.output.as_deref(), &s.rules, samples)
             .map_err(|e| Failure::new(exit::USAGE, e))?;
+        if s.live_verdicts {
+            live_verdicts(f, &s, &mut r)?;
+        }
         reports.push(r);
         timeline = t;
     }
@@ -56,4 +60,21 @@ pub fn run(s: ReportSettings) -> Result<ExitCode, Failure> {
         })?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Marks in `r`, the report of the trace `f`, what its run's live verdicts told and when.
+fn live_verdicts(f: &std::path::Path, s: &ReportSettings, r: &mut Report) -> Result<(), Failure> {
+    if !replay::is_trace(f) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--live-verdicts: {} is a report, which keeps a summary of the samples: give the run's trace (--trace)",
+                f.display()
+            ),
+        ));
+    }
+    let v = replay::live::verdicts(f, &s.rules)
+        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+    v.annotate(r);
+    Ok(())
 }

@@ -57,12 +57,7 @@ impl RunRules {
     /// Rules already loaded.
     pub fn ready(set: RuleSet) -> RunRules {
         RunRules {
-            live: set
-                .rules
-                .iter()
-                .filter(|r| r.live)
-                .map(|r| r.id.clone())
-                .collect(),
+            live: set.live_ids(),
             ready: OnceLock::from(Arc::new(set)),
             pending: Mutex::new(Pending::Done),
         }

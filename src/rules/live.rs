@@ -10,9 +10,12 @@ use super::forecast::{self, Outlook};
 use crate::report::Report;
 use crate::verdict::{Diagnosis, Forecast};
 use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
 /// Evaluations in a row a diagnosis must hold in before it is told.
 pub const CONFIRM: u32 = 2;
+/// The shortest time between two evaluations of the run so far.
+pub const EVERY: Duration = Duration::from_secs(2);
 
 /// A cause: the rule and what it is about.
 type Cause = (String, String);

@@ -919,6 +919,15 @@ impl RuleSet {
         Ok(RuleSet { rules, env: env() })
     }
 
+    /// The ids of the rules judged during the run too (`live = true`).
+    pub fn live_ids(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .filter(|r| r.live)
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
     /// Every rule against the facts; diagnoses most severe first. A rule that fails on these facts is
     /// reported in the second list instead of firing. The facts are turned into CEL values once; each
     /// item of a rule's scope is then bound in a scope of its own, so the cost grows with the facts, not
@@ -1049,9 +1058,19 @@ fn pid_on(pid: i64, host: &str) -> String {
     }
 }
 
-/// Evaluates `rules` on a report and stores the diagnoses in it, and the rules that failed.
+/// Evaluates `rules` on a report and stores the diagnoses in it, and the rules that failed. A diagnosis
+/// that still holds keeps when it was first known during the run (`known_at_s`): a saved report diagnosed
+/// again still says what was told while it ran.
 pub fn diagnose(report: &mut crate::report::Report, rules: &RuleSet) {
-    let (found, failed) = rules.evaluate(&Facts::of(report));
+    let (mut found, failed) = rules.evaluate(&Facts::of(report));
+    let known: HashMap<(&str, &str), f64> = report
+        .diagnoses
+        .iter()
+        .filter_map(|d| Some(((d.rule.as_str(), d.subject.as_str()), d.known_at_s?)))
+        .collect();
+    for d in &mut found {
+        d.known_at_s = known.get(&(d.rule.as_str(), d.subject.as_str())).copied();
+    }
     report.diagnoses = found;
     // Reports from before `rule_errors` kept them in their notes.
     report.notes.retain(|n| !n.starts_with("rule "));

@@ -14,8 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The shortest time between two evaluations of the run so far.
-pub const EVERY: Duration = Duration::from_secs(2);
+use crate::rules::live::EVERY;
 /// An evaluation that took T is followed by at least T × CPU_SHARE of rest: at most 2% of one core.
 const CPU_SHARE: u32 = 50;
 /// How often words waiting for the end of the command's line are tried again.

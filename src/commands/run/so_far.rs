@@ -34,17 +34,12 @@ impl Sources {
             origin: self.origin.clone(),
             command: self.command.clone(),
             started_unix_s: self.started_unix_s,
-            outcome: None,
             nvml: nvml.unwrap_or_default(),
             rates: self.rates,
             timeline,
             torch,
             scanner,
-            host: Default::default(),
-            leftovers: Vec::new(),
-            ended: Vec::new(),
-            notes: Vec::new(),
-            self_usage: (0.0, 0),
+            ..Evidence::default()
         };
         analysis::analyze_so_far(ev, self.rules.get())
     }
