@@ -348,3 +348,136 @@ fn a_job_starting_its_own_gpu_processes_mid_run_is_told_nothing() {
     assert!(common::diagnosis(&r, "others-arrived").is_none(), "{r:#}");
     assert!(r.get("forecasts").is_none(), "{r:#}");
 }
+
+/// fixtures/forecast/NAME: its trace's live verdicts judged again (`gpudoc report --live-verdicts`: the
+/// report and the summary), what the H200 run told while it ran (told.json), and its output.
+fn h200(name: &str) -> (Value, String, Value, String) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/forecast");
+    let trace = dir.join(format!("{name}.trace.jsonl"));
+    let again = common::report(&trace, &["--live-verdicts"]);
+    let summary = common::succeed(
+        std::process::Command::new(common::gpudoc_bin())
+            .args(["report", "--live-verdicts", "--color", "never"])
+            .arg(&trace),
+    );
+    let told = read_json(&dir.join("told.json"))[name].clone();
+    let out = std::fs::read_to_string(dir.join(format!("{name}.out"))).unwrap();
+    (
+        again,
+        String::from_utf8_lossy(&summary.stdout).into_owned(),
+        told,
+        out,
+    )
+}
+
+/// When `rule` was first known, in a report or told.json.
+fn known_at(r: &Value, rule: &str) -> Option<f64> {
+    r["diagnoses"]
+        .as_array()?
+        .iter()
+        .find(|d| d["rule"] == rule)?["known_at_s"]
+        .as_f64()
+}
+
+#[test]
+fn the_h200_leak_replays_to_the_forecast_it_told_early_and_within_15_percent_of_its_oom() {
+    let (again, summary, told, out) = h200("leak");
+    // What the H200 run said while it ran: step-leak and its forecast, between the job's lines.
+    assert!(out.contains("\ngpudoc: step-leak [warn] at 12.0 s: pid 502 on GPU 0: live tensors grew by 128.00 MiB per step"));
+    assert!(out.contains(
+        "\ngpudoc: GPU 0 will be full in ~2 min (around step 1,076) at +128.00 MiB/step;"
+    ));
+    // The replay tells it at the same look (the run's looks drift by what each took: 12.02 s).
+    let (run, replay) = (
+        known_at(&told, "step-leak").unwrap(),
+        known_at(&again, "step-leak").unwrap(),
+    );
+    assert!((run - replay).abs() < 0.1, "{run} vs {replay}");
+    assert!(
+        summary.contains("known at 12.0 s, during the run"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("forecast at 12.0 s (full at 107.9 s)"),
+        "{summary}"
+    );
+    let (f, g) = (
+        &told["forecasts"][0]["first"],
+        &again["forecasts"][0]["first"],
+    );
+    assert_eq!(g["room_bytes"], f["room_bytes"], "{again:#}");
+    assert_eq!(g["full_at_step"], f["full_at_step"]);
+    let (full_run, full_replay) = (
+        f["full_at_s"].as_f64().unwrap(),
+        g["full_at_s"].as_f64().unwrap(),
+    );
+    assert!(
+        (full_run - full_replay).abs() < 0.1,
+        "{full_run} vs {full_replay}"
+    );
+    // The bar: told within the first ~10% of the run's life (11%: its first 8.6 s were
+    // Python's and CUDA's start), and the GPU full within 15% of when it really filled, of the time
+    // then left (0.1% here).
+    let oom = told["oom_at_s"].as_f64().unwrap();
+    assert_eq!(again["oom"]["at_s"].as_f64(), Some(oom));
+    for (at, full) in [(run, full_run), (replay, full_replay)] {
+        assert!(at / oom <= 0.12, "told at {at} of {oom}");
+        assert!(
+            (full - oom).abs() / (oom - at) <= 0.15,
+            "full at {full}, OOM at {oom}"
+        );
+    }
+    // near-capacity, the other live rule that held, at the run's look or the one before.
+    let (run, replay) = (
+        known_at(&told, "near-capacity").unwrap(),
+        known_at(&again, "near-capacity").unwrap(),
+    );
+    assert!(replay <= run && run - replay < 2.0, "{run} vs {replay}");
+}
+
+#[test]
+fn the_h200_healthy_run_told_nothing_and_replays_to_nothing() {
+    let (again, _, told, out) = h200("healthy");
+    let last_step = out.rfind("\nstep ").unwrap();
+    assert!(!out[..last_step].contains("gpudoc"), "{out}");
+    assert_eq!(told["diagnoses"], serde_json::json!([]));
+    assert_eq!(told["forecasts"], serde_json::json!([]));
+    assert!(again.get("forecasts").is_none(), "{again:#}");
+    assert!(
+        again["diagnoses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["known_at_s"].is_null())
+    );
+}
+
+#[test]
+fn the_h200_stop_run_replays_to_the_rule_that_stopped_it() {
+    let (again, _, told, out) = h200("stop");
+    assert_eq!(told["exit"]["stopped_on"], "step-leak");
+    assert!(
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/forecast/exits.txt"
+        ))
+        .unwrap()
+        .contains("stop exit 123 ")
+    );
+    assert!(out.contains("gpudoc: --stop-on step-leak: ending the job as Ctrl-C would"));
+    // The replay tells step-leak at the look the run told it, before the job was stopped.
+    let (run, replay) = (
+        known_at(&told, "step-leak").unwrap(),
+        known_at(&again, "step-leak").unwrap(),
+    );
+    assert!((run - replay).abs() < 0.1, "{run} vs {replay}");
+    assert!(replay < again["duration_s"].as_f64().unwrap());
+    let rules: Vec<&str> = again["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| !d["known_at_s"].is_null())
+        .map(|d| d["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["step-leak"]);
+}
