@@ -481,3 +481,19 @@ fn the_h200_stop_run_replays_to_the_rule_that_stopped_it() {
         .collect();
     assert_eq!(rules, ["step-leak"]);
 }
+
+#[test]
+fn a_replayed_trace_tells_others_arriving_two_looks_after_they_held_10_s_and_never_a_blip() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/others");
+    let arrived = common::report(dir.join("fake_arrived.trace.jsonl"), &["--live-verdicts"]);
+    let d = common::diagnosis(&arrived, "others-arrived").unwrap();
+    // 20 GiB taken at 1.96 s: held 10 s at the look of 12 s, told at the next one.
+    assert!((d["at_s"].as_f64().unwrap() - 1.96).abs() < 0.01, "{d:#}");
+    assert_eq!(d["known_at_s"].as_f64(), Some(14.0), "{d:#}");
+    let blip = common::report(dir.join("fake_blip.trace.jsonl"), &["--live-verdicts"]);
+    assert!(
+        common::diagnosis(&blip, "others-arrived").is_none(),
+        "{blip:#}"
+    );
+    assert!(blip["diagnoses"].as_array().unwrap().is_empty(), "{blip:#}");
+}
