@@ -345,3 +345,77 @@ fn a_program_without_optimizer_steps_is_measured_on_one_inference_call() {
     assert_eq!(w["parts"]["activations"], (4 * 640 + 16 + 64) * MIB);
     assert_eq!(saved_rows(w)[1], ("model.blocks.0".to_string(), 640));
 }
+
+/// fixtures/where: the H200's records of tests/gpu/where.sh (torch 2.11), as the shim sent them.
+fn h200(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/where/{name}"))
+}
+
+#[test]
+fn the_h200s_records_of_an_oom_in_backward_read_into_the_report() {
+    let r = common::report(h200("oom.trace.jsonl"), &[]);
+    let w = &wheres(&r)[0];
+    // Recorded before the graph walk held its nodes: the pass, the node and the line were right, the
+    // module was not found and the saved tensors were undercounted (the fix: tests above).
+    assert_eq!(
+        (&w["why"], &w["pass"], &w["node"], &w["module"]),
+        (
+            &Value::from("oom"),
+            &Value::from("backward"),
+            &Value::from("SoftmaxBackward0"),
+            &Value::Null
+        )
+    );
+    assert_eq!(w["line"]["code"], "loss.backward()");
+    assert_eq!(w["allocated_bytes"], 134519579648u64);
+    assert_eq!(parts_sum(w), 134519579648);
+    let names: Vec<&str> = w["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 9);
+    assert_eq!(
+        (names[0], names[1], names[8]),
+        ("model.embed", "model.layers.0", "model.head")
+    );
+    assert_eq!(w["modules"][8]["parameter_bytes"], 131072000);
+    assert_eq!(w["snapshot"], "snapshot-532-1.pickle");
+    let text = diagnosis(&r, "oom-before-training").unwrap().to_string();
+    assert!(
+        text.contains("in backward (SoftmaxBackward0), at gpu/where.py:77 `loss.backward()`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_h200s_record_of_a_measured_step_adds_up_to_the_programs_own_peak() {
+    let r = common::report(h200("healthy.trace.jsonl"), &[]);
+    let w = &wheres(&r)[0];
+    assert_eq!(
+        (&w["why"], &w["step"]),
+        (&Value::from("peak"), &Value::from(12))
+    );
+    // A record without a phase (before phases were measured) is a training step's.
+    assert!(w.get("phase").is_none(), "{w}");
+    let own = lines(&std::fs::read_to_string(h200("healthy.stdout")).unwrap());
+    assert_eq!(w["allocated_bytes"], own[11]["peak"]);
+    assert_eq!(parts_sum(w), own[11]["peak"].as_u64().unwrap());
+    assert_eq!(w["at_backward_bytes"], 44520199680u64);
+    let blocks: Vec<(u64, u64)> = w["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["forward_bytes"].as_u64().unwrap(),
+                m["backward_peak_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(blocks.len(), 9);
+    // Each block's forward added the same; the peak inside backward grew block by block to the step's.
+    assert!(blocks[1..7].iter().all(|b| b.0 == 6901690368), "{blocks:?}");
+    assert_eq!(blocks[6].1, own[11]["peak"].as_u64().unwrap());
+}
