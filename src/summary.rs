@@ -529,9 +529,9 @@ fn render_inside(o: &mut String, r: &Report, p: Paint) {
             }
             if let Some(f) = &w.snapshot {
                 let at = if w.why == "oom" {
-                    "the OOM"
+                    "the OOM".to_string()
                 } else {
-                    "the measured step"
+                    w.measured()
                 };
                 let text = format!(
                     "allocator snapshot at {at}: {} (open it at pytorch.org/memory_viz)",
@@ -544,12 +544,12 @@ fn render_inside(o: &mut String, r: &Report, p: Paint) {
 }
 
 fn render_peak(o: &mut String, pid: u32, w: &crate::torch::inside::Inside, p: Paint) {
-    let step = w.step.map(|s| format!(", step {s}")).unwrap_or_default();
     let _ = writeln!(
         o,
         "  {}",
         p.bold(&format!(
-            "Inside the model (pid {pid}{step}), at the step's peak of {}:",
+            "Inside the model (pid {pid}, {}), at its peak of {}:",
+            w.measured(),
             fmt_bytes(w.allocated_bytes)
         ))
     );
@@ -564,20 +564,19 @@ fn render_peak(o: &mut String, pid: u32, w: &crate::torch::inside::Inside, p: Pa
         .max()
         .unwrap_or(6)
         .clamp(6, 40);
-    let _ = writeln!(
-        o,
-        "    {:<width$} {:>13} {:>14}",
-        "module", "forward adds", "backward peak"
-    );
-    let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "-".into());
+    let columns = w.columns();
+    let mut head = format!("    {:<width$}", "module");
+    for (name, _) in &columns {
+        head.push_str(&format!(" {name:>18}"));
+    }
+    let _ = writeln!(o, "{head}");
     for m in top {
-        let _ = writeln!(
-            o,
-            "    {:<width$} {:>13} {:>14}",
-            shorten(&printable(&m.name), 40),
-            opt(m.forward_bytes),
-            opt(m.backward_peak_bytes)
-        );
+        let mut line = format!("    {:<width$}", shorten(&printable(&m.name), 40));
+        for (_, get) in &columns {
+            let v = get(m).map(fmt_bytes).unwrap_or_else(|| "-".into());
+            line.push_str(&format!(" {v:>18}"));
+        }
+        let _ = writeln!(o, "{line}");
     }
     if w.modules.len() > TOP_MODULES {
         let more = w.modules.len() - TOP_MODULES;

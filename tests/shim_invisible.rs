@@ -579,6 +579,8 @@ print(sorted(m for m in set(sys.modules) - before if not m.startswith("torch")))
 for name in ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_record_memory_history"):
     f = getattr(torch._C, name)
     print(name, f.__module__, f.__name__, f.__qualname__, f.__doc__)
+f, m = torch.nn.Module.train, torch.nn.Module()
+print("train", f.__module__, f.__name__, f.__qualname__, f.__doc__, m.train() is m, m.eval().training)
 "#),
     );
     let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));

@@ -32,6 +32,13 @@ fn wheres(r: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The program's own lines: one JSON object each (its peaks).
+fn lines(out: &str) -> Vec<Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn parts_sum(w: &Value) -> u64 {
     [
         "parameters",
@@ -115,14 +122,13 @@ fn a_healthy_run_measures_one_step_with_its_blocks_and_its_peak() {
     assert_eq!(rows, want);
     // The breakdown adds up to the step's peak as the program itself read it, and the program's own
     // peaks are what they are without gpudoc (the measuring resets the counters it reads).
-    let own: Vec<Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let own = lines(&out);
     let peak = own[step as usize - 1]["peak"].as_u64().unwrap();
     assert_eq!(w["allocated_bytes"].as_u64().unwrap(), peak);
     assert_eq!(parts_sum(w), peak);
-    assert_eq!(w["parts"]["activations"], 3216 * MIB);
+    // At the step's peak, in the backward of layers.2 (as where the OOM test runs out), what the head and
+    // layers.3 saved for backward was gone: of 3216 MiB at backward's start, 1936 MiB.
+    assert_eq!(w["parts"]["activations"], 1936 * MIB);
     let bare = std::process::Command::new("python3")
         .env("PYTHONPATH", fake_torch())
         .args([fake_torch().join("model.py").to_str().unwrap(), "40"])
@@ -181,10 +187,7 @@ fn snapshot_of_a_healthy_run_leaves_the_programs_history_off() {
     assert!(file.exists());
     // gpudoc recorded memory history until the measured step; the program's own snapshots showed no
     // event and no frame of it, before and after.
-    let seen: Vec<Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let seen = lines(&out);
     assert_eq!(seen.len(), 40);
     for v in &seen {
         assert_eq!(
@@ -193,4 +196,226 @@ fn snapshot_of_a_healthy_run_leaves_the_programs_history_off() {
             "{out}"
         );
     }
+}
+
+/// `gpudoc run -- python3 attention.py ARGS`, with `envs`.
+fn attention(envs: &[(&str, &str)], args: &[&str]) -> (i32, Value, String, String) {
+    let script = fake_torch().join("attention.py");
+    let mut all = vec![script.to_str().unwrap()];
+    all.extend(args);
+    Machine::h200s(1).python(envs, &[], &all)
+}
+
+/// The rows' (name, saved for backward in MiB).
+fn saved_rows(w: &Value) -> Vec<(String, u64)> {
+    w["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["activation_bytes"].as_u64().unwrap() / MIB,
+            )
+        })
+        .collect()
+}
+
+fn rows(v: &[(&str, u64)]) -> Vec<(String, u64)> {
+    v.iter().map(|(n, b)| (n.to_string(), *b)).collect()
+}
+
+/// attention.py's first step allocates 7424 MiB in the softmax's backward of blocks.2 and 7552 MiB in
+/// that of blocks.1: between the two, blocks.1's runs out.
+const ATTENTION_LIMIT: u64 = 7488 * MIB;
+
+#[test]
+fn an_oom_in_an_operation_without_parameters_names_the_module_it_ran_in() {
+    let limit = ATTENTION_LIMIT.to_string();
+    let (code, r, _, err) = attention(&[("FAKE_TORCH_LIMIT", &limit)], &["3"]);
+    assert_eq!(code, 1, "{err}");
+    let w = &wheres(&r)[0];
+    // The softmax between qkv and proj: the parameters nearest below it are qkv's, but it ran in attn.
+    assert_eq!(
+        (&w["pass"], &w["module"], &w["node"]),
+        (
+            &Value::from("backward"),
+            &Value::from("model.blocks.1.attn"),
+            &Value::from("SoftmaxBackward0")
+        )
+    );
+    // What the blocks whose backward had not run yet still held for it: blocks.1 the scores' softmax
+    // (512 MiB) and its input's (64), blocks.0 all three (640), the embedding its input (16); each
+    // storage once, the weights a node saved counted as parameters.
+    assert_eq!(w["parts"]["activations"], 1232 * MIB);
+    assert_eq!(
+        saved_rows(w),
+        rows(&[
+            ("model.embed", 16),
+            ("model.blocks.0", 640),
+            ("model.blocks.1", 576),
+            ("model.blocks.2", 0),
+            ("model.blocks.3", 0),
+            ("model.head", 0),
+        ])
+    );
+    let text = diagnosis(&r, "oom-before-training").unwrap().to_string();
+    assert!(
+        text.contains("in backward of model.blocks.1.attn (SoftmaxBackward0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "saved for backward by model.blocks.0 640.00 MiB, model.blocks.1 576.00 MiB, \
+             model.embed 16.00 MiB"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_evaluation_after_training_is_measured_on_one_call_at_its_own_peak() {
+    let (code, r, out, err) = attention(&[], &["20", "--eval", "5"]);
+    assert_eq!(code, 0, "{err}");
+    let w = wheres(&r);
+    let phases: Vec<&str> = w.iter().map(|w| w["phase"].as_str().unwrap()).collect();
+    assert_eq!(phases, ["training", "evaluation"], "{w:#?}");
+    let own = lines(&out);
+    // The training step: each block saved 640 MiB for backward, as its forward added; at the step's
+    // peak (in blocks.0's backward) the blocks after it had let theirs go.
+    let (train, eval) = (&w[0], &w[1]);
+    let step = train["step"].as_u64().unwrap() as usize;
+    assert_eq!(train["allocated_bytes"], own[step - 1]["peak"]);
+    assert_eq!(parts_sum(train), train["allocated_bytes"].as_u64().unwrap());
+    assert_eq!(
+        saved_rows(train),
+        rows(&[
+            ("model.embed", 16),
+            ("model.blocks.0", 640),
+            ("model.blocks.1", 640),
+            ("model.blocks.2", 640),
+            ("model.blocks.3", 640),
+            ("model.head", 64),
+        ])
+    );
+    assert_eq!(train["parts"]["activations"], (640 + 16) * MIB);
+    // The evaluation's first call under no_grad, at its own peak (the program's own for that call):
+    // nothing saved, no backward; its temporaries are the scores and their softmax.
+    assert_eq!(eval["allocated_bytes"], own[20]["peak"], "{out}");
+    assert_eq!(eval["parts"]["activations"], 0);
+    assert_eq!(eval["parts"]["gradients"], 0);
+    assert_eq!(eval["parts"]["other"], (16 + 64 + 512 + 512) * MIB);
+    let m = &eval["modules"][1];
+    assert_eq!(
+        (m["name"].as_str(), m["forward_bytes"].as_u64()),
+        (Some("model.blocks.0"), Some(64 * MIB))
+    );
+    assert!(m.get("backward_peak_bytes").is_none(), "{m}");
+    // The program sees what it would without gpudoc.
+    let bare = std::process::Command::new("python3")
+        .env("PYTHONPATH", fake_torch())
+        .args([
+            fake_torch().join("attention.py").to_str().unwrap(),
+            "20",
+            "--eval",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&bare.stdout), out);
+    assert!(
+        err.contains("Inside the model (pid ")
+            && err.contains(", an evaluation call), at its peak"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_program_without_optimizer_steps_is_measured_on_one_inference_call() {
+    let (code, r, out, err) = attention(&[], &["0", "--infer", "30", "--grad"]);
+    assert_eq!(code, 0, "{err}");
+    let w = wheres(&r);
+    assert_eq!(w.len(), 1, "{w:#?}");
+    let w = &w[0];
+    assert_eq!(w["phase"], "inference");
+    // At that call's own peak (every call's is the same); run with grad, its graph keeps what each block
+    // saved, with the input the embedding saved and the head's.
+    let own = lines(&out);
+    assert_eq!(w["allocated_bytes"], own[29]["peak"]);
+    assert_eq!(w["parts"]["activations"], (4 * 640 + 16 + 64) * MIB);
+    assert_eq!(saved_rows(w)[1], ("model.blocks.0".to_string(), 640));
+}
+
+/// fixtures/where: the H200's records of tests/gpu/where.sh (torch 2.11), as the shim sent them.
+fn h200(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/where/{name}"))
+}
+
+#[test]
+fn the_h200s_records_of_an_oom_in_backward_read_into_the_report() {
+    let r = common::report(h200("oom.trace.jsonl"), &[]);
+    let w = &wheres(&r)[0];
+    // Recorded before the graph walk held its nodes: the pass, the node and the line were right, the
+    // module was not found and the saved tensors were undercounted (the fix: tests above).
+    assert_eq!(
+        (&w["why"], &w["pass"], &w["node"], &w["module"]),
+        (
+            &Value::from("oom"),
+            &Value::from("backward"),
+            &Value::from("SoftmaxBackward0"),
+            &Value::Null
+        )
+    );
+    assert_eq!(w["line"]["code"], "loss.backward()");
+    assert_eq!(w["allocated_bytes"], 134519579648u64);
+    assert_eq!(parts_sum(w), 134519579648);
+    let names: Vec<&str> = w["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 9);
+    assert_eq!(
+        (names[0], names[1], names[8]),
+        ("model.embed", "model.layers.0", "model.head")
+    );
+    assert_eq!(w["modules"][8]["parameter_bytes"], 131072000);
+    assert_eq!(w["snapshot"], "snapshot-532-1.pickle");
+    let text = diagnosis(&r, "oom-before-training").unwrap().to_string();
+    assert!(
+        text.contains("in backward (SoftmaxBackward0), at gpu/where.py:77 `loss.backward()`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_h200s_record_of_a_measured_step_adds_up_to_the_programs_own_peak() {
+    let r = common::report(h200("healthy.trace.jsonl"), &[]);
+    let w = &wheres(&r)[0];
+    assert_eq!(
+        (&w["why"], &w["step"]),
+        (&Value::from("peak"), &Value::from(12))
+    );
+    // A record without a phase (before phases were measured) is a training step's.
+    assert!(w.get("phase").is_none(), "{w}");
+    let own = lines(&std::fs::read_to_string(h200("healthy.stdout")).unwrap());
+    assert_eq!(w["allocated_bytes"], own[11]["peak"]);
+    assert_eq!(parts_sum(w), own[11]["peak"].as_u64().unwrap());
+    assert_eq!(w["at_backward_bytes"], 44520199680u64);
+    let blocks: Vec<(u64, u64)> = w["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["forward_bytes"].as_u64().unwrap(),
+                m["backward_peak_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(blocks.len(), 9);
+    // Each block's forward added the same; the peak inside backward grew block by block to the step's.
+    assert!(blocks[1..7].iter().all(|b| b.0 == 6901690368), "{blocks:?}");
+    assert_eq!(blocks[6].1, own[11]["peak"].as_u64().unwrap());
 }

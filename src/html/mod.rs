@@ -367,8 +367,9 @@ fn leaks(o: &mut String, r: &Report) {
     let _ = writeln!(o, "</section>");
 }
 
-/// Where the memory went inside the model: each OOM's place and breakdown, and the measured step's, with
-/// a bar per module (the memory its forward added, the peak inside its backward).
+/// Where the memory went inside the model: each OOM's place and breakdown, and each measured step's or
+/// call's, with a bar per module (the memory its forward added, or at an OOM what it held) and its other
+/// columns.
 fn inside(o: &mut String, r: &Report) {
     let all: Vec<_> = r
         .torch
@@ -382,14 +383,15 @@ fn inside(o: &mut String, r: &Report) {
     }
     let _ = writeln!(o, "<section id=\"inside\">\n<h2>Inside the model</h2>");
     for (p, w) in all {
-        let head = match (w.why.as_str(), w.step) {
-            ("oom", _) => format!("pid {} at its out-of-memory error", p.pid),
-            (_, Some(s)) => format!(
-                "pid {}, step {s}: its peak, {}",
+        let head = if w.why == "oom" {
+            format!("pid {} at its out-of-memory error", p.pid)
+        } else {
+            format!(
+                "pid {}, {}: its peak, {}",
                 p.pid,
+                w.measured(),
                 fmt_bytes(w.allocated_bytes)
-            ),
-            _ => format!("pid {}: its peak, {}", p.pid, fmt_bytes(w.allocated_bytes)),
+            )
         };
         let _ = writeln!(o, "<h3>{}</h3>\n<ul>", esc(&head));
         let lines = if w.why == "oom" {
@@ -406,21 +408,24 @@ fn inside(o: &mut String, r: &Report) {
     let _ = writeln!(o, "</section>");
 }
 
-/// The table of modules, a bar each, scaled to the largest.
+/// The table of modules, a bar each (scaled to the largest), then the columns its rows have.
 fn module_bars(o: &mut String, w: &crate::torch::inside::Inside) {
     if w.modules.is_empty() {
         return;
     }
-    let measured = w.why == "peak";
-    let (a, b) = if measured {
-        ("forward adds", "backward peak")
+    let bar = if w.why == "peak" {
+        "forward adds"
     } else {
-        ("parameters, gradients, optimizer state", "")
+        "parameters, gradients, optimizer state, saved for backward"
     };
-    let _ = writeln!(
-        o,
-        "<table>\n<tr><th>module</th><th>{a}</th><th>{b}</th></tr>"
-    );
+    // The bar is the first column's figure (forward adds) on a measured step or call.
+    let mut columns = w.columns();
+    columns.retain(|(name, _)| *name != "forward adds");
+    let _ = write!(o, "<table>\n<tr><th>module</th><th>{bar}</th>");
+    for (name, _) in &columns {
+        let _ = write!(o, "<th>{name}</th>");
+    }
+    let _ = writeln!(o, "</tr>");
     let top = w
         .modules
         .iter()
@@ -430,18 +435,16 @@ fn module_bars(o: &mut String, w: &crate::torch::inside::Inside) {
         .max(1);
     for m in &w.modules {
         let width = m.weight() * 100 / top;
-        let second = if measured {
-            m.backward_peak_bytes.map(fmt_bytes).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
+        let _ = write!(
             o,
-            "<tr><td><code>{}</code></td><td class=\"bars\"><span class=\"bar\" style=\"width:{width}%\"></span>{}</td><td>{}</td></tr>",
+            "<tr><td><code>{}</code></td><td class=\"bars\"><span class=\"bar\" style=\"width:{width}%\"></span>{}</td>",
             esc(&m.name),
             fmt_bytes(m.weight()),
-            second
         );
+        for (_, get) in &columns {
+            let _ = write!(o, "<td>{}</td>", get(m).map(fmt_bytes).unwrap_or_default());
+        }
+        let _ = writeln!(o, "</tr>");
     }
     let _ = writeln!(o, "</table>");
 }

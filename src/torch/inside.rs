@@ -1,7 +1,9 @@
 //! Where the memory went inside the model, as the shim reports it (`_gpudoc_where.py`): at an OOM, the
 //! pass (forward, backward, optimizer) and the module it happened in, with what the device's memory held;
 //! on one measured step after warm-up, the same breakdown at the step's peak and a table of the model's
-//! top-level modules (the memory each one's forward added, the peak inside its backward).
+//! top-level modules (the memory each one's forward added, what it saved for backward, the peak inside
+//! its backward); and on one call of the model in each phase without optimizer steps (an evaluation
+//! after training, inference), the same at that call's peak.
 
 use super::hunt::short;
 use crate::units::fmt_bytes;
@@ -15,8 +17,13 @@ pub struct Inside {
     /// torch's device index.
     #[serde(alias = "dev")]
     pub device: u32,
-    /// `oom` (at an out-of-memory failure) or `peak` (the measured step).
+    /// `oom` (at an out-of-memory failure) or `peak` (a measured step or call).
     pub why: String,
+    /// `peak`: the phase measured: `training` (an optimizer step), `evaluation` (a call of the model
+    /// after the program's first eval() following optimizer steps), `inference` (a call of the outermost
+    /// module in a program without optimizer steps). Absent in older reports (a training step).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
     /// When it was taken, seconds since the run started.
     pub at_s: f64,
     /// The measured step's number (`peak`).
@@ -85,6 +92,12 @@ pub struct ModuleRow {
     #[serde(alias = "forward")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forward_bytes: Option<u64>,
+    /// The tensors its nodes saved for backward (their span of the forward: from the first to the last
+    /// node taking its parameters), at the OOM or when the measured step's backward started; absent
+    /// where the graph gave none.
+    #[serde(alias = "activations")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activation_bytes: Option<u64>,
     /// Measured step: the peak of allocated memory while its backward ran.
     #[serde(alias = "backward_peak")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -184,7 +197,8 @@ impl Inside {
         self.module.is_some() || self.parts.parameters > 0
     }
 
-    /// Lines for a diagnosis: where, and what the memory held (none when no model was seen).
+    /// Lines for a diagnosis: where, what the memory held, and the modules that saved the most for
+    /// backward (none when no model was seen).
     pub fn lines(&self) -> Vec<String> {
         if !self.saw_model() {
             return Vec::new();
@@ -197,25 +211,82 @@ impl Inside {
                 self.parts.line()
             ));
         }
+        out.extend(self.saved_by(3));
         out
     }
 
-    /// The table's modules, most memory first (forward's on the measured step, parameters' at an OOM).
+    /// The table's modules, most memory first (forward's on the measured step, parameters' and saved
+    /// tensors' at an OOM).
     pub fn top_modules(&self, n: usize) -> Vec<&ModuleRow> {
         let mut v: Vec<&ModuleRow> = self.modules.iter().collect();
         v.sort_by_key(|r| std::cmp::Reverse(r.weight()));
         v.truncate(n);
         v
     }
+
+    /// At an OOM, the modules that saved the most for backward, in words: "saved for backward by
+    /// model.layers.5 14.91 GiB, model.layers.4 14.91 GiB, model.layers.3 14.91 GiB"; None without them.
+    pub fn saved_by(&self, n: usize) -> Option<String> {
+        let mut v: Vec<(&str, u64)> = self
+            .modules
+            .iter()
+            .filter_map(|m| Some((m.name.as_str(), m.activation_bytes.filter(|&b| b > 0)?)))
+            .collect();
+        v.sort_by_key(|p| std::cmp::Reverse(p.1));
+        let more = v.len().saturating_sub(n);
+        let mut text = v
+            .iter()
+            .take(n)
+            .map(|(name, b)| format!("{name} {}", fmt_bytes(*b)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if text.is_empty() {
+            return None;
+        }
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+        Some(format!("saved for backward by {text}"))
+    }
+
+    /// What was measured, in words: "step 12", "an evaluation call", "an inference call".
+    pub fn measured(&self) -> String {
+        match (self.phase.as_deref(), self.step) {
+            (Some("evaluation"), _) => "an evaluation call".into(),
+            (Some("inference"), _) => "an inference call".into(),
+            (_, Some(s)) => format!("step {s}"),
+            _ => "a step".into(),
+        }
+    }
+}
+
+/// A column of the module table: its heading, and its value in a row.
+pub type Column = (&'static str, fn(&ModuleRow) -> Option<u64>);
+
+impl Inside {
+    /// The table's columns its rows have (a call measured has no backward, a graph without grad no saved
+    /// tensors, an OOM no forward measured): forward adds, saved for backward, backward peak.
+    pub fn columns(&self) -> Vec<Column> {
+        let all: [Column; 3] = [
+            ("forward adds", |m| m.forward_bytes),
+            ("saved for backward", |m| m.activation_bytes),
+            ("backward peak", |m| m.backward_peak_bytes),
+        ];
+        all.into_iter()
+            .filter(|(_, get)| self.modules.iter().any(|m| get(m).is_some()))
+            .collect()
+    }
 }
 
 impl ModuleRow {
-    /// What ranks it: the memory its forward added, else its parameters with their gradients and state.
+    /// What ranks it: the memory its forward added, else what it holds (its parameters with their
+    /// gradients and state, and what it saved for backward).
     pub fn weight(&self) -> u64 {
         self.forward_bytes.unwrap_or(0).max(
             self.parameter_bytes.unwrap_or(0)
                 + self.gradient_bytes.unwrap_or(0)
-                + self.optimizer_state_bytes.unwrap_or(0),
+                + self.optimizer_state_bytes.unwrap_or(0)
+                + self.activation_bytes.unwrap_or(0),
         )
     }
 }
@@ -248,6 +319,44 @@ mod tests {
             ]
         );
         assert_eq!(w.modules[0].parameter_bytes, Some(33554432));
+    }
+
+    #[test]
+    fn an_oom_names_the_modules_that_saved_the_most_for_backward() {
+        let row = |name: &str, saved: u64| {
+            serde_json::json!({"name": name, "parameters": 1, "gradients": 0, "optimizer_state": 0,
+                               "activations": saved})
+        };
+        let m = serde_json::json!({
+            "k": "where", "why": "oom", "dev": 0, "t": 1.0, "allocated": 8u64 << 30,
+            "pass": "backward", "node": "SoftmaxBackward0", "module": "model.blocks.1.attn",
+            "parts": {"parameters": 1u64 << 30, "activations": 6u64 << 30, "other": 1u64 << 30},
+            "rows": [row("model.embed", 16 << 20), row("model.blocks.0", 3 << 30),
+                     row("model.blocks.1", 2 << 30), row("model.blocks.2", 0),
+                     row("model.head", 1 << 30)],
+        });
+        let w = Inside::from_message(&m, 0.0).unwrap();
+        assert_eq!(
+            w.lines()[2],
+            "saved for backward by model.blocks.0 3.00 GiB, model.blocks.1 2.00 GiB, model.head \
+             1.00 GiB and 1 more"
+        );
+        // At an OOM the table has what each module holds: the saved tensors, no forward measured.
+        let columns: Vec<&str> = w.columns().iter().map(|c| c.0).collect();
+        assert_eq!(columns, ["saved for backward"]);
+        assert_eq!(w.top_modules(1)[0].name, "model.blocks.0");
+    }
+
+    #[test]
+    fn a_measured_call_says_its_phase() {
+        let mut w = Inside {
+            why: "peak".into(),
+            step: Some(12),
+            ..Default::default()
+        };
+        assert_eq!(w.measured(), "step 12");
+        w.phase = Some("evaluation".into());
+        assert_eq!(w.measured(), "an evaluation call");
     }
 
     #[test]

@@ -1,9 +1,11 @@
 """Issue 31 on a real GPU: a transformer-like model (blocks of attention and MLP in torch.nn, no
 downloads) whose attention scores are materialised, so its memory grows with the square of the sequence.
-    python3 where.py T STEPS
+    python3 where.py T STEPS [--eval N] [--infer N]
 One line per step: {"step", "peak"} (torch.cuda.max_memory_allocated over the step, then reset). A T
 whose backward does not fit fails with torch.OutOfMemoryError in backward (its forward fits: the
-backward of the last block needs two more score-sized tensors than its forward did)."""
+backward of the last block needs two more score-sized tensors than its forward did). --eval N: after the
+steps, model.eval() and N calls under torch.no_grad() (an evaluation after training); --infer N: N calls
+under torch.inference_mode() with no optimizer at all (STEPS 0). One line per call: {"call", "peak"}."""
 import json
 import math
 import sys
@@ -64,12 +66,28 @@ class Model(nn.Module):
         return self.head(self.norm(h))
 
 
+def calls(model, ids, n, mode):
+    """`n` calls of the model under `mode` (no_grad, inference_mode), each call's own peak."""
+    for i in range(n):
+        with mode():
+            logits = model(ids)
+        del logits
+        torch.cuda.synchronize()
+        print(json.dumps({"call": i + 1, "peak": torch.cuda.max_memory_allocated()}), flush=True)
+        torch.cuda.reset_peak_memory_stats()
+
+
 def main():
     t, steps = int(sys.argv[1]), int(sys.argv[2])
+    n = lambda flag: int(sys.argv[sys.argv.index(flag) + 1]) if flag in sys.argv else 0
     torch.manual_seed(0)
     model = Model().cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, VOCAB, (1, t), device="cuda")
+    if n("--infer"):
+        model.eval()
+        calls(model, ids, n("--infer"), torch.inference_mode)
+        return
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for i in range(steps):
         logits = model(ids)
         loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), ids.view(-1))
@@ -81,6 +99,9 @@ def main():
         torch.cuda.synchronize()
         print(json.dumps({"step": i + 1, "peak": torch.cuda.max_memory_allocated()}), flush=True)
         torch.cuda.reset_peak_memory_stats()
+    if n("--eval"):
+        model.eval()
+        calls(model, ids, n("--eval"), torch.no_grad)
 
 
 main()

@@ -116,6 +116,8 @@ class _State(object):
     measuring = False
     measured = False
     where_history = False
+    # A call of a program without steps was measured (or will never be).
+    inferred = False
 
 
 S = _State()
@@ -476,6 +478,10 @@ def _forward_record():
         _forward_clock_off()
         return
     _paced(F, FWD, t0)
+    if WHERE != "off" and FWD[0] > WARMUP_STEPS and not S.inferred and not S.measuring \
+            and F.root is not None:
+        # A program without optimizer steps: its next call past warm-up is measured (once).
+        S.inferred = _where("arm_call", F.root(), "inference") is not False
 
 
 def _forward_wrapper(ref):
@@ -913,6 +919,36 @@ def _on_cuda_init():
         _fail("cuda init", e)
         return
     _forward_clock_on(torch)
+    if WHERE != "off":
+        _watch_eval(torch)
+
+
+def _watch_eval(torch):
+    """torch.nn.Module.train under gpudoc's wrapper, for the evaluation phase: the program's first eval()
+    (train(False)) on a module after optimizer steps have run arms a measure of that module's next call.
+    It runs at the program's train() and eval() calls only (once per submodule: torch's train() calls its
+    children's), never on a step's path."""
+    try:
+        Module = torch.nn.modules.module.Module
+        real = Module.__dict__["train"]
+    except Exception:
+        return
+    depth = [0]
+
+    def train(self, *args, **kwargs):
+        __tracebackhide__ = True
+        if _compiling is not None and _compiling():
+            return real(self, *args, **kwargs)
+        depth[0] += 1
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0 and STEP[0] and not S.measuring and (args[0] if args else kwargs.get(
+                    "mode", True)) is False:
+                _uncollected(lambda: _where("arm_call", self, "evaluation"))
+
+    Module.train = _like(real, train)
 
 
 def _on_exit():

@@ -52,17 +52,26 @@ class Parts(object):
         self.bytes = dict((p, 0) for p in PARTS)
 
     def add(self, part, t):
+        """Counts `t`'s storage in `part`; the bytes newly counted."""
         if not issubclass(type(t), self.tensor):
-            return
+            return 0
         try:
             if not t.is_cuda or t.device.index != self.device:
-                return
+                return 0
             ptr, n = _storage(t)
         except Exception:
-            return
-        if ptr not in self.seen:
-            self.seen[ptr] = (part, n)
-            self.bytes[part] += n
+            return 0
+        if ptr in self.seen:
+            return 0
+        self.seen[ptr] = (part, n)
+        self.bytes[part] += n
+        return n
+
+    def known(self, other, part):
+        """`other`'s storages are known as `part` here, without counting them: what the graph saved of
+        them is not counted again."""
+        for ptr, (_, n) in other.seen.items():
+            self.seen.setdefault(ptr, (part, n))
 
     def take(self, other, part):
         """`other`'s storages of `part` that this one has not counted yet."""
@@ -131,12 +140,17 @@ class Program(object):
                 out.setdefault(id(p), rname + ("." + path.rpartition(".")[0] if "." in path else ""))
         return out
 
-    def count(self, parts):
+    def count_weights(self, parts):
+        """The parameters and buffers (storages that live as long as the model: a gradient's address may
+        be an activation's a moment later)."""
         for _, root in self.roots:
             for p in root.parameters():
                 parts.add("parameters", p)
             for b in root.buffers():
                 parts.add("parameters", b)
+
+    def count(self, parts):
+        self.count_weights(parts)
         for _, root in self.roots:
             for p in root.parameters():
                 if p.grad is not None:
@@ -151,11 +165,10 @@ class Program(object):
 def _names(hunt):
     """(where, [(name, value)]) for the program's running functions, innermost first, then its modules'
     globals, __main__ first."""
-    me = sys._getframe()
     for f in list(sys._current_frames().values()):
         while f is not None:
             code = f.f_code
-            if f is not me and code.co_flags & _CO_NEWLOCALS and hunt.is_user(code.co_filename):
+            if code.co_flags & _CO_NEWLOCALS and hunt.is_user(code.co_filename):
                 pairs = hunt.LOCALS.read(f) if hunt.LOCALS.read is not None else []
                 yield code.co_name, pairs
             f = f.f_back
@@ -197,41 +210,121 @@ def _saved(node):
     return out
 
 
-def walk_saved(starts, parts, deadline):
-    """Counts as activations the tensors saved by the graph below `starts` (autograd nodes)."""
-    stack, seen = [n for n in starts if n is not None], set()
-    while stack and len(seen) < MAX_NODES:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        for t in _saved(node):
-            parts.add("activations", t)
-        for nxt in getattr(node, "next_functions", ()) or ():
-            if nxt[0] is not None:
-                stack.append(nxt[0])
-        if len(seen) & 127 == 0 and time.perf_counter() > deadline:
-            break
-    return len(seen)
+class Graph(object):
+    """The autograd graph below `starts` (nodes), walked once before `deadline`: its nodes with their
+    sequence numbers (the order the forward made them in, per thread), and each module's span, the first
+    and last sequence numbers of the nodes that take its parameters (its submodules' included). The nodes
+    are held while it lives: torch makes a node's Python object anew once the last one is gone, so an id
+    seen before may be a new node's (on the H200 a walk that kept only ids stopped after a few nodes)."""
+
+    def __init__(self, starts, params, deadline):
+        self.nodes, self.spans, self.deadline = [], {}, deadline
+        # The gradients the parameters had when walked: storage address -> bytes.
+        self.grads = {}
+        seen, stack, prefixes = {}, [n for n in starts if n is not None], {}
+        while stack and len(seen) < MAX_NODES:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen[id(node)] = node
+            seq = _seq(node)
+            self.nodes.append((node, seq))
+            for nxt in _next(node):
+                var = getattr(nxt, "variable", None)  # an AccumulateGrad's parameter
+                path = params.get(id(var)) if var is not None else None
+                if path is not None and var.grad is not None:
+                    try:
+                        ptr, n = _storage(var.grad)
+                        self.grads[ptr] = n
+                    except Exception:
+                        pass
+                if path is not None and seq is not None:
+                    if path not in prefixes:
+                        parts = path.split(".")
+                        prefixes[path] = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+                    for m in prefixes[path]:
+                        lo, hi = self.spans.get(m, (seq, seq))
+                        self.spans[m] = (min(lo, seq), max(hi, seq))
+                stack.append(nxt)
+            if (len(seen) & 127) == 0 and time.perf_counter() > deadline:
+                break
+
+    def enclosing(self, seq):
+        """The module a node made at `seq` belongs to: the narrowest span holding it (the deepest module of
+        equal ones); None outside every span (the loss, code between modules)."""
+        best = None
+        for path, (lo, hi) in self.spans.items():
+            if lo <= seq <= hi:
+                key = (hi - lo, -path.count("."))
+                if best is None or key < best[0]:
+                    best = (key, path)
+        return best[1] if best is not None else None
+
+    def owners(self, names):
+        """seq -> the one of `names` (the table's modules) whose span holds it most narrowly, or None: a
+        lookup by bisection over the points where spans begin and end."""
+        import bisect
+
+        spans = [(self.spans[n], n) for n in names if n in self.spans]
+        points = sorted(set([lo for (lo, _), _ in spans] + [hi + 1 for (_, hi), _ in spans]))
+        owner = []
+        for p in points:
+            held = [(hi - lo, n) for (lo, hi), n in spans if lo <= p <= hi]
+            owner.append(min(held)[1] if held else None)
+
+        def of(seq):
+            i = bisect.bisect_right(points, seq) - 1
+            return owner[i] if i >= 0 else None
+
+        return of
+
+    def saved(self, parts, owner=None):
+        """Counts as activations the tensors its nodes saved for backward (a node backward has run has
+        released its own); with `owner` (seq -> name), the bytes of each name's nodes too."""
+        per = {}
+        for i, (node, seq) in enumerate(self.nodes):
+            name = owner(seq) if owner is not None and seq is not None else None
+            for t in _saved(node):
+                n = parts.add("activations", t)
+                if n and name is not None:
+                    per[name] = per.get(name, 0) + n
+            if (i & 127) == 127 and time.perf_counter() > self.deadline:
+                break
+        return per
+
+
+def _seq(node):
+    """The node's sequence number; None for an AccumulateGrad (UINT64_MAX: no operation of the forward) and
+    where torch has none."""
+    try:
+        n = node._sequence_nr()
+    except Exception:
+        return None
+    return n if type(n) is int and n < 1 << 63 else None
+
+
+def _next(node):
+    try:
+        return [nxt for nxt, _ in node.next_functions if nxt is not None]
+    except Exception:
+        return []
 
 
 def near_module(node, params):
     """The module of the parameters nearest below `node` in the graph (their common path when several
-    are as near): the module whose backward the node is part of."""
-    level, seen = [node], set()
+    are as near): where the graph has no sequence numbers. Nodes held while walked (see Graph)."""
+    level, seen = [node], {}
     while level and len(seen) < NEAR_NODES:
         hits = []
         below = []
         for n in level:
             if id(n) in seen:
                 continue
-            seen.add(id(n))
+            seen[id(n)] = n
             var = getattr(n, "variable", None)
             if var is not None and id(var) in params:
                 hits.append(params[id(var)])
-            for nxt in getattr(n, "next_functions", ()) or ():
-                if nxt[0] is not None:
-                    below.append(nxt[0])
+            below.extend(_next(n))
         if hits:
             return _common(hits)
         level = below
@@ -299,26 +392,68 @@ def at_oom(torch, hunt, device, allocated, snapshot_to=None):
     node = _current_node(torch)
     frames = _stack(sys._getframe(1))
     program = Program(torch, hunt)
-    starts = []
+    params = program.parameter_modules()
+    deadline = t0 + WALK_S
     if node is not None:
+        waiting = _waiting_thread_frames()
         out["pass"] = "backward"
         out["node"] = _node_name(node)
-        out["module"] = near_module(node, program.parameter_modules())
-        out["line"] = _line(_waiting_thread_frames(), hunt)
-        starts.append(node)
+        out["line"] = _line(waiting, hunt)
+        # From the roots, the graph above the running node too: the spans of the modules it sits in.
+        graph = Graph([node] + _backward_roots(frames + waiting, hunt, torch), params, deadline)
+        seq = _seq(node)
+        if graph.spans:
+            out["module"] = graph.enclosing(seq) if seq is not None else None
+        else:
+            out["module"] = near_module(node, params)
+        del waiting
     else:
         out.update(_place(torch, hunt, frames, program))
-        starts.extend(_graphs_on(frames, hunt, torch))
+        graph = Graph(_graphs_on(frames, hunt, torch), params, deadline)
+    del node, frames
     parts = Parts(torch, device)
     program.count(parts)
-    walk_saved(starts, parts, time.perf_counter() + WALK_S)
-    del starts, node, frames
+    rows = choose_rows(program)
+    per = graph.saved(parts, graph.owners([n for n, _ in rows]))
+    del graph
     out["parts"] = parts.result(allocated)
-    out["rows"] = _row_params(program, device, torch)
+    out["rows"] = _row_params(program, rows, device, torch, per)
     if snapshot_to is not None:
         out["snapshot"] = snapshot_to()
     out["analysis_s"] = round(time.perf_counter() - t0, 4)
     return out
+
+
+# The locals of torch's frames that hold the tensors a backward runs from: _engine_run_backward's
+# t_outputs (torch 2.x), torch.autograd.backward's tensors and grad's outputs, Tensor.backward's self.
+_ROOT_CALLS = ("_engine_run_backward", "backward", "grad")
+_ROOT_LOCALS = ("t_outputs", "tensors", "outputs", "self")
+
+
+def _backward_roots(frames, hunt, torch):
+    """The nodes backward runs from, read from torch's own frames (innermost first) on the threads that
+    wait in it. The nodes that have run stay linked below them until the graph goes, with their sequence
+    numbers and parameters; only their saved tensors are released."""
+    Tensor = torch.Tensor
+    if hunt.LOCALS.read is None:
+        return []
+    for f in frames:
+        code = f.f_code
+        if code.co_name not in _ROOT_CALLS or hunt.is_user(code.co_filename):
+            continue
+        found = []
+        for k, v in hunt.LOCALS.read(f):
+            if k not in _ROOT_LOCALS:
+                continue
+            for t in (v if type(v) in (tuple, list) else (v,)):
+                if issubclass(type(t), Tensor):
+                    found.append(t.grad_fn)
+                elif type(t).__name__ == "GradientEdge":
+                    found.append(t[0])
+        found = [n for n in found if n is not None]
+        if found:
+            return found
+    return []
 
 
 def _place(torch, hunt, frames, program):
@@ -350,9 +485,10 @@ def _graphs_on(frames, hunt, torch):
     return out
 
 
-def _row_params(program, device, torch):
-    """Per module of the table: its parameters' bytes (with their gradients and optimizer state)."""
-    rows = choose_rows(program)
+def _row_params(program, rows, device, torch, activations):
+    """Per module of the table: its parameters' bytes (with their gradients and optimizer state), and the
+    tensors its nodes saved for backward (`activations`: name -> bytes, from Graph.saved; absent where the
+    graph gave none)."""
     if not rows:
         return []
     state = {}
@@ -370,7 +506,10 @@ def _row_params(program, device, torch):
                 if p.grad is not None:
                     grads += _storage(p.grad)[1]
                 opt += state.get(id(p), 0)
-        out.append({"name": name, "parameters": params, "gradients": grads, "optimizer_state": opt})
+        row = {"name": name, "parameters": params, "gradients": grads, "optimizer_state": opt}
+        if activations:
+            row["activations"] = activations.get(name, 0)
+        out.append(row)
     return out
 
 
@@ -423,11 +562,15 @@ def snapshot(torch, folder, pid, n):
 
 
 class Measure(object):
-    """One measured step: the table's modules' forward and backward, and the breakdown at the step's
-    peak. Armed at a step hook, read at the next one."""
+    """One measured step or call: the table's modules' forward (and backward), and the breakdown at its
+    peak. A training step (phase "training"): armed at a step hook, read at the next one (finish). A call
+    of `module` (phase "evaluation" or "inference", no optimizer step in it): its next call, from its
+    forward pre-hook to its forward hook, where the result is sent (`done`, with it)."""
 
-    def __init__(self, torch, hunt, shim, optimizer, device, step):
+    def __init__(self, torch, hunt, shim, optimizer, device, step, phase="training", module=None,
+                 done=None):
         self.torch, self.hunt, self.shim, self.device, self.step = torch, hunt, shim, device, step
+        self.phase, self.done, self.snapshot_to = phase, done, None
         self.t0 = time.perf_counter()
         program = Program(torch, hunt, optimizer)
         try:
@@ -440,9 +583,19 @@ class Measure(object):
         self.names = dict((id(m), n) for n, m in rows)
         self.order = [n for n, _ in rows]
         self.roots = set(id(m) for _, m in program.roots)
+        # id(parameter) -> its module's path (ids and names only: nothing of the program's is kept), and
+        # the storages of its parameters and buffers (the weights a node saves are no activations).
+        self.params = program.parameter_modules()
+        self.weights = Parts(torch, device)
+        program.count_weights(self.weights)
+        # The call measured: its module's id, and whether it has begun.
+        self.call, self.begun = (id(module) if module is not None else None), False
         self.before, self.fwd, self.bwd = {}, {}, {}
         self.current, self.marks, self.top = None, 0, 0
-        self.activations, self.at_backward = None, None
+        self.activations, self.at_backward, self.saved = None, None, {}
+        # The table's modules as their backward started (ids), the one whose backward the peak came in
+        # (an index there; -1: before the first, in forward or the loss), the gradients before backward.
+        self.bwd_order, self.peak_at, self.grads_before = [], -1, 0
         self.handles = []
         self.cost = 0.0
         mod = sys.modules.get("torch.nn.modules.module")
@@ -459,6 +612,14 @@ class Measure(object):
         if c is not None and c():
             return
         i = id(module)
+        if self.call is not None and not self.begun:
+            if i != self.call:
+                return
+            t0 = time.perf_counter()
+            self.begun = True
+            # The call's own peak from here (the program's view and the next record keep the one before).
+            self._restart(self._now())
+            self.cost += time.perf_counter() - t0
         if i in self.names:
             t0 = time.perf_counter()
             self.before[i] = self.shim._cur(self._now(), "allocated_bytes")
@@ -470,8 +631,10 @@ class Measure(object):
         if c is not None and c():
             return
         i = id(module)
-        row, root = i in self.names and i in self.before, i in self.roots
-        if not (row or root):
+        if self.call is not None and not self.begun:
+            return
+        row, root = i in self.names and i in self.before, i in self.roots and self.call is None
+        if not (row or root or i == self.call):
             return
         t0 = time.perf_counter()
         try:
@@ -479,39 +642,61 @@ class Measure(object):
                 now = self.shim._cur(self._now(), "allocated_bytes")
                 self.fwd[i] = self.fwd.get(i, 0) + now - self.before.pop(i)
             node = _grad_fn(output, self.torch)
-            if node is not None and hasattr(node, "register_prehook"):
+            if i == self.call:
+                self.cost += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                with self.shim.OURS:
+                    out = self.end_call(node)
+                self.done(out)
+            elif node is not None and hasattr(node, "register_prehook"):
                 node.register_prehook(_marker(self, i if row else None, root))
         finally:
             self.cost += time.perf_counter() - t0
+
+    def _restart(self, stats):
+        """The peak starts again from now; the one it had until now is folded into what the step's record
+        and the program read (they still see it). That peak."""
+        shim, d = self.shim, self.device
+        peak = shim._peak(stats, "allocated_bytes") if shim.S.reset_peaks else shim._cur(
+            stats, "allocated_bytes")
+        if shim.S.reset_peaks:
+            shim._keep(d, stats)
+            fold = shim.S.folded.get(d, (0, 0))
+            shim.S.folded[d] = (max(fold[0], peak), max(fold[1], shim._peak(stats, "reserved_bytes")))
+            shim.S.orig_reset(d)
+        return peak
 
     def mark(self, i, root):
         """A module's backward starts (its output's node is about to run): the peak since the last mark
         belongs to the module whose backward ran until now; at the root's, the graph's saved tensors are
         what the forward left for backward."""
         t0 = time.perf_counter()
-        shim, d = self.shim, self.device
         stats = self._now()
-        peak = shim._peak(stats, "allocated_bytes") if shim.S.reset_peaks else shim._cur(
-            stats, "allocated_bytes")
-        self.top = max(self.top, peak)
+        peak = self._restart(stats)
+        if peak > self.top:
+            self.top, self.peak_at = peak, len(self.bwd_order) - 1
         if self.current is not None:
             self.bwd[self.current] = max(self.bwd.get(self.current, 0), peak)
-        if shim.S.reset_peaks:
-            # The step's own record still gets the step's peak, and the program its own view.
-            shim._keep(d, stats)
-            fold = shim.S.folded.get(d, (0, 0))
-            shim.S.folded[d] = (max(fold[0], peak), max(fold[1], shim._peak(stats, "reserved_bytes")))
-            shim.S.orig_reset(d)
         if root and self.activations is None:
             # The node about to run (the engine's current one, in its pre-hooks): below it, every tensor
             # the forward saved for backward (the loss's nodes above it have run and let theirs go).
-            parts = Parts(self.torch, d)
-            walk_saved([_current_node(self.torch)], parts, time.perf_counter() + WALK_S)
-            self.activations = parts
-            self.at_backward = shim._cur(stats, "allocated_bytes")
+            self.activations = self._saved_below(_current_node(self.torch), True)
+            self.at_backward = self.shim._cur(stats, "allocated_bytes")
         if i is not None:
             self.current = i
+            self.bwd_order.append(i)
         self.cost += time.perf_counter() - t0
+
+    def _saved_below(self, node, backward=False):
+        """The tensors the graph below `node` saved for backward (a Parts), and per module of the table
+        (self.saved); at backward's start, the gradients the parameters had then."""
+        parts = Parts(self.torch, self.device)
+        parts.known(self.weights, "parameters")
+        graph = Graph([node], self.params, time.perf_counter() + WALK_S)
+        self.saved = graph.saved(parts, graph.owners(self.order))
+        if backward:
+            self.grads_before = sum(graph.grads.values())
+        return parts
 
     def close(self):
         for h in self.handles:
@@ -522,33 +707,84 @@ class Measure(object):
         self.handles = []
 
     def finish(self, step, snapshot_to=None):
-        """The step is over (the optimizer's step hook): the hooks go, and the result."""
+        """The step is over (the optimizer's step hook): the hooks go, and the result (None for a call that
+        never came)."""
         self.close()
+        if self.call is not None:
+            return None
         t0 = time.perf_counter()
         shim, d = self.shim, self.device
         stats = self._now()
-        peak = max(self.top, shim._peak(stats, "allocated_bytes"), shim.S.folded.get(d, (0, 0))[0])
+        last = shim._peak(stats, "allocated_bytes")
+        if last > self.top:
+            self.peak_at = len(self.bwd_order) - 1
+        peak = max(self.top, last, shim.S.folded.get(d, (0, 0))[0])
         if self.current is not None:
-            self.bwd[self.current] = max(self.bwd.get(self.current, 0),
-                                         shim._peak(stats, "allocated_bytes"))
-        program = Program(self.torch, self.hunt, self.optimizer())
-        parts = Parts(self.torch, d)
-        program.count(parts)
-        if self.activations is not None:
-            # Saved at backward's start; the weights a node saved are parameters, counted as such.
-            parts.take(self.activations, "activations")
-        ids = dict((n, i) for i, n in self.names.items())
-        rows = [{"name": n, "forward": self.fwd.get(ids[n], 0), "backward_peak": self.bwd.get(ids[n], 0)}
-                for n in self.order if ids[n] in self.fwd or ids[n] in self.bwd]
-        out = {"k": "where", "why": "peak", "dev": d, "t": time.time(), "step": step,
-               "allocated": peak, "parts": parts.result(peak), "rows": rows,
-               "at_backward": self.at_backward}
-        if snapshot_to is not None:
-            out["snapshot"] = snapshot_to()
+            self.bwd[self.current] = max(self.bwd.get(self.current, 0), last)
+        out = self._result(peak, self.activations, snapshot_to, self._at_peak)
+        out["step"], out["at_backward"] = step, self.at_backward
         self.cost += time.perf_counter() - t0
         out["analysis_s"] = round(self.cost, 4)
         return out
 
+    def end_call(self, node):
+        """The measured call has returned (`node`: its output's autograd node, None without one): the hooks
+        go, and the result at the call's peak."""
+        self.close()
+        t0 = time.perf_counter()
+        stats = self._now()
+        shim = self.shim
+        peak = shim._peak(stats, "allocated_bytes") if shim.S.reset_peaks else shim._cur(
+            stats, "allocated_bytes")
+        saved = self._saved_below(node) if node is not None else None
+        out = self._result(peak, saved, self.snapshot_to)
+        self.cost += time.perf_counter() - t0
+        out["analysis_s"] = round(self.cost, 4)
+        return out
+
+    def _at_peak(self, program, parts):
+        """A step's parts, counted at its end (gradients) and at backward's start (activations), as they
+        were at its peak, in the backward of the module self.peak_at names: the modules whose backward
+        had ended had let go of what they saved, and only those whose backward had begun had their
+        gradients (with those there before backward)."""
+        names = [self.names[i] for i in self.bwd_order]
+        ended, begun = set(names[:max(self.peak_at, 0)]), set(names[:self.peak_at + 1])
+        b = parts.bytes
+        b["activations"] = max(0, b["activations"] - sum(self.saved.get(n, 0) for n in ended))
+        grads = self.grads_before
+        for name, m in choose_rows(program):
+            if name in begun:
+                grads += sum(_storage(p.grad)[1] for p in m.parameters() if p.grad is not None
+                             and p.is_cuda and p.device.index == self.device)
+        b["gradients"] = min(b["gradients"], grads)
+
+    def _result(self, peak, saved, snapshot_to, at_peak=None):
+        """The record: the breakdown at `peak` (`saved`: the graph's saved tensors, a Parts; `at_peak`:
+        what moves the parts counted to the peak's moment) and the table."""
+        program = Program(self.torch, self.hunt, self.optimizer())
+        parts = Parts(self.torch, self.device)
+        program.count(parts)
+        if saved is not None:
+            # The weights a node saved are parameters, counted as such.
+            parts.take(saved, "activations")
+        if at_peak is not None:
+            at_peak(program, parts)
+        ids = dict((n, i) for i, n in self.names.items())
+        rows = []
+        for n in self.order:
+            if ids[n] not in self.fwd and ids[n] not in self.bwd:
+                continue
+            row = {"name": n, "forward": self.fwd.get(ids[n], 0)}
+            if self.call is None:
+                row["backward_peak"] = self.bwd.get(ids[n], 0)
+            if saved is not None:
+                row["activations"] = self.saved.get(n, 0)
+            rows.append(row)
+        out = {"k": "where", "why": "peak", "phase": self.phase, "dev": self.device, "t": time.time(),
+               "allocated": peak, "parts": parts.result(peak), "rows": rows}
+        if snapshot_to is not None:
+            out["snapshot"] = snapshot_to()
+        return out
 
 
 def _marker(measure, i, root):
@@ -581,6 +817,8 @@ class _State(object):
     measure = None
     snapshots = 0
     ooms = 0
+    # The phases whose call was measured (or armed): evaluation, inference.
+    phases = set()
 
 
 W = _State()
@@ -606,8 +844,8 @@ def on_oom(shim, device, allocated):
 def arm(shim, optimizer):
     """A record past warm-up: the next step is measured (the hooks are in place until it ends)."""
     S = shim.S
-    if S.hunt is not None:
-        return  # a hunt's window records now: a later record
+    if S.hunt is not None or W.measure is not None:
+        return  # a hunt's window records now, or a call is measured: a later record
     S.measured = True
     if _dynamo_compiled():
         # A compiled program would recompile its graphs for hooks added and taken away (Dynamo guards
@@ -622,17 +860,49 @@ def arm(shim, optimizer):
 
 
 def finish(shim):
-    """The measured step's optimizer step has run (before its record resets the peaks): the result."""
+    """An optimizer step has run while measuring (before its record resets the peaks): the measured
+    step's result; a call measured that has not returned (or never came) ends without one."""
     S = shim.S
     measure, W.measure = W.measure, None
     S.measuring = False
     try:
         with shim.OURS:
-            out = measure.finish(shim.STEP[0], _snapshot_to(shim))
+            out = measure.finish(shim.STEP[0], _snapshot_to(shim) if measure.call is None else None)
     finally:
         measure.close()
         _stop(shim)
-    shim._send_big(out)
+    if out is not None:
+        shim._send_big(out)
+
+
+def arm_call(shim, module, phase):
+    """The next call of `module` is measured, once per phase: `evaluation` (the program's first eval()
+    after optimizer steps), `inference` (a forward-clock record past warm-up, no optimizer step yet).
+    Whether the phase is done with (armed, or never to be): False while a hunt's window records or
+    another measure runs (a later call may arm it)."""
+    S = shim.S
+    if phase in W.phases:
+        return True
+    if module is None or W.measure is not None or S.hunt is not None:
+        return False
+    W.phases.add(phase)
+    if _dynamo_compiled():
+        return True  # as arm's
+
+    def done(out):
+        measure, W.measure = W.measure, None
+        S.measuring = False
+        if measure is not None:
+            measure.close()
+        _stop(shim)
+        shim._send_big(out)
+
+    with shim.OURS:
+        W.measure = Measure(S.torch, shim._hunt_module(), shim, None, (shim._devices() or [0])[0],
+                            shim.STEP[0], phase, module, done)
+    W.measure.snapshot_to = _snapshot_to(shim)
+    S.measuring = True
+    return True
 
 
 def close(shim):
