@@ -581,6 +581,8 @@ for name in ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_record_me
     print(name, f.__module__, f.__name__, f.__qualname__, f.__doc__)
 f, m = torch.nn.Module.train, torch.nn.Module()
 print("train", f.__module__, f.__name__, f.__qualname__, f.__doc__, m.train() is m, m.eval().training)
+import inspect
+print("signature", inspect.signature(f))
 "#),
     );
     let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));

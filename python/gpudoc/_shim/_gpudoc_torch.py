@@ -948,7 +948,10 @@ def _watch_eval(torch):
                     "mode", True)) is False:
                 _uncollected(lambda: _where("arm_call", self, "evaluation"))
 
-    Module.train = _like(real, train)
+    wrapped = _like(real, train)
+    # inspect.signature(Module.train) is torch's own: (self, mode=True).
+    wrapped.__wrapped__ = real
+    Module.train = wrapped
 
 
 def _on_exit():
