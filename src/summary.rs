@@ -141,7 +141,9 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
                 fmt_secs(oom.event.at_s),
                 in_cell(r, oom)
             );
-            render_oom(o, oom, p);
+            // A notebook's moment is NVML read once, at the cell's end: no seconds before to show.
+            let one_look = r.sampling.device_samples <= r.gpus.len() as u64;
+            render_oom(o, oom, one_look, p);
             if let Some(line) = crate::fit::remedy::suggestion(oom, &r.command) {
                 let _ = writeln!(o, "  {line}");
             }
@@ -638,8 +640,9 @@ fn render_sampling(o: &mut String, r: &Report, p: Paint) {
     let _ = writeln!(o, "  {}", p.dim(&text));
 }
 
-/// The numbers of an OOM: what was asked, what was free, who held the rest, and the seconds before.
-fn render_oom(o: &mut String, oom: &OomReport, p: Paint) {
+/// The numbers of an OOM: what was asked, what was free, who held the rest, and the seconds before (what
+/// each process held then, where NVML was read `one_look` only).
+fn render_oom(o: &mut String, oom: &OomReport, one_look: bool, p: Paint) {
     render_oom_request(o, oom, p);
     if oom.event.text.vendor == Vendor::Amd {
         let _ = writeln!(
@@ -660,7 +663,19 @@ fn render_oom(o: &mut String, oom: &OomReport, p: Paint) {
         let pid = ff.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
         let _ = writeln!(o, "  torchrun: rank {rank} failed first{pid}");
     }
-    if !oom.before.is_empty() {
+    if !oom.before.is_empty() && one_look {
+        let _ = writeln!(o, "  then (NVML, read once):");
+        for b in oom.before.iter().take(6) {
+            let who = if b.in_job { "job  " } else { "other" };
+            let _ = writeln!(
+                o,
+                "    {who} pid {:<7} {}  {}",
+                b.pid,
+                fmt_bytes(b.bytes_at.max(b.peak_bytes)),
+                p.dim(&shorten(&b.cmdline, 50))
+            );
+        }
+    } else if !oom.before.is_empty() {
         let _ = writeln!(o, "  in the {WINDOW_S} s before (NVML):");
         for b in oom.before.iter().take(6) {
             let who = if b.in_job { "job  " } else { "other" };

@@ -265,6 +265,15 @@ fn an_oom_inside_a_forward_names_the_traceback_with_the_graph_behind_it() {
     // layers' outputs (80 GiB), only the graph's.
     let held = "the traceback of the OOM in cell 2 still holds 112.00 GiB (80.00 GiB of it in the autograd graphs behind its tensors): the frames of run(), forward()";
     assert!(cells[1].text.contains(held), "{}", cells[1].text);
+    // NVML is read once, at the cell's end: what each process held then, no window before it.
+    assert!(
+        cells[1]
+            .text
+            .contains("  then (NVML, read once):\n    job   pid ")
+            && !cells[1].text.contains("s before (NVML)"),
+        "{}",
+        cells[1].text
+    );
     assert!(cells[2].text.contains(held), "{}", cells[2].text);
     assert!(
         cells[3]
