@@ -289,11 +289,11 @@ pub struct Trace {
 #[derive(Default, Clone)]
 struct JobSums {
     /// GPU → (time of the open instant, job bytes per pid, the sums so far).
-    open: BTreeMap<u32, Instant>,
+    open: BTreeMap<u32, OpenInstant>,
 }
 
 /// The instant being summed on one GPU (none before the first), the job's bytes per pid, the sums so far.
-type Instant = (Option<Micros>, BTreeMap<u32, u64>, Series);
+type OpenInstant = (Option<Micros>, BTreeMap<u32, u64>, Series);
 
 impl JobSums {
     fn add(&mut self, gpu: u32, at: Micros, pid: u32, used: u64, in_job: bool) {

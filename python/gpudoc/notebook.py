@@ -327,42 +327,44 @@ class Doctor(object):
         names, the output cache as one, the last traceback as one. Of the device's `allocated` bytes, what
         no Python tensor refers to (what autograd graphs saved: a failed forward's activations) is counted
         to the largest holder whose tensors carry graphs, and said."""
-        found = []  # (key, bytes, graphs, line(bytes, graph_note))
+        found = []  # (key, bytes, graphs, the line's words before its bytes, after them)
         for e in s.names():
             if e["kind"] in ("global", "local") and e["bytes"] > 0:
                 label = "`%s`" % e["name"] if e["kind"] == "global" else "`%s` (%s)" % (e["name"], e["where"])
                 fix = " (del %s when done with it)" % e["name"] if e["kind"] == "global" else ""
-                found.append((label, e["bytes"], e["graphs"],
-                              lambda b, g, label=label, fix=fix: "%s holds %s%s%s" % (label, fmt_bytes(b), g, fix)))
+                found.append((label, e["bytes"], e["graphs"], label + " holds ", fix))
         cache, _, graphs = s.total("output")
         if cache > 0:
             names = [output_label(e["name"]) for e in s.names() if e["kind"] == "output" and e["bytes"] > 0]
             # Out[7] says where; Out alone only when no entry's own name is left.
             numbered = sorted((x for x in names if x.startswith("Out[")), key=lambda x: int(x[4:-1]))
             names = numbered + [x for x in names if x.startswith("_")] + (["Out"] if not numbered else [])
-            found.append(("output", cache, graphs, lambda b, g, names=names: "the output cache holds %s%s (%s): "
-                          "%%gpudoc free drops it" % (fmt_bytes(b), g, ", ".join(names))))
+            found.append(("output", cache, graphs, "the output cache holds ",
+                          " (%s): %%gpudoc free drops it" % ", ".join(names)))
         tb, functions, graphs = s.total("traceback")
         if tb > 0:
-            found.append(("traceback", tb, graphs, lambda b, g: self._traceback_line(b, g, functions)))
+            found.append(("traceback", tb, graphs) + self._traceback_words(functions))
         found.sort(key=lambda x: -x[1])
         hidden = s.unreached(allocated)
         owner = next((f for f in found if f[2] > 0), None) if hidden else None
         out = []
-        for f in found:
-            b, note = (f[1] + hidden, " (%s of it in the autograd graphs behind its tensors)" % fmt_bytes(hidden)) \
-                if f is owner else (f[1], "")
-            out.append((f[0], b, f[3](b, note)))
+        for key, b, _, head, tail in found:
+            note = ""
+            if owner is not None and key == owner[0]:
+                b += hidden
+                note = " (%s of it in the autograd graphs behind its tensors)" % fmt_bytes(hidden)
+            out.append((key, b, head + fmt_bytes(b) + note + tail))
         out.sort(key=lambda x: -x[1])
         return out
 
-    def _traceback_line(self, nbytes, graphs, functions):
+    def _traceback_words(self, functions):
+        """The traceback's line, before its bytes and after them."""
         n, what = self.error or (None, "exception")
         what = "the OOM" if what.endswith("OutOfMemoryError") else "the %s" % what
         where = " in cell %d" % n if n is not None else ""
         frames = ", ".join("%s()" % f for f in functions[:4] if f) or "its functions"
-        return "the traceback of %s%s still holds %s%s: the frames of %s; run %%gpudoc free to drop it" % (
-            what, where, fmt_bytes(nbytes), graphs, frames)
+        return ("the traceback of %s%s still holds " % (what, where),
+                ": the frames of %s; run %%gpudoc free to drop it" % frames)
 
     # -- the magics' work ------------------------------------------------------------------------------
 
