@@ -126,11 +126,15 @@ pub fn decide(mode: Mode, e: &Event, sender_above: bool) -> Action {
 /// Signals that ask gpudoc to end when they are not the terminal's: what the command leaves running is
 /// ended too once it exits.
 pub fn asks_to_end(e: &Event) -> bool {
-    !e.kernel
-        && matches!(
-            e.sig,
-            libc::SIGTERM | libc::SIGHUP | libc::SIGQUIT | libc::SIGINT
-        )
+    !e.kernel && ending(e.sig)
+}
+
+/// The signals that end a job by default and that a user sends to end one.
+fn ending(sig: i32) -> bool {
+    matches!(
+        sig,
+        libc::SIGTERM | libc::SIGHUP | libc::SIGQUIT | libc::SIGINT
+    )
 }
 
 /// Someone asked the job to end: SIGINT, SIGTERM, SIGHUP or SIGQUIT sent by a process, or the user's
@@ -139,16 +143,13 @@ pub fn asks_to_end(e: &Event) -> bool {
 /// session's terminal does. A Ctrl-C typed while the command runs on its own terminal is a key, not a
 /// signal: the terminal's relay counts it.
 pub fn interrupts(mode: Mode, e: &Event) -> bool {
-    let ending = matches!(
-        e.sig,
-        libc::SIGTERM | libc::SIGHUP | libc::SIGQUIT | libc::SIGINT
-    );
-    ending
-        && (!e.kernel
-            || match mode {
+    asks_to_end(e)
+        || e.kernel
+            && ending(e.sig)
+            && match mode {
                 Mode::Shared => e.direct,
                 Mode::Terminal => e.guard,
-            })
+            }
 }
 
 /// A Ctrl-C typed on gpudoc's terminal in Shared mode (the terminal sent SIGINT to the whole group).
