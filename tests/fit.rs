@@ -278,6 +278,79 @@ fn try_expandable_segments_reruns_with_it_merged_into_the_users_allocator_settin
     assert_eq!(after["command"], r["command"]);
 }
 
+#[test]
+fn try_keeps_the_first_runs_files_beside_the_remedys_run_instead_of_overwriting_them() {
+    let m = Machine::h200s(1);
+    let out = m.path("out");
+    std::fs::create_dir(&out).unwrap();
+    let p = |name: &str| out.join(name).to_str().unwrap().to_string();
+    let (code, stderr) = fragments(
+        &m,
+        &[],
+        &[
+            "--try",
+            "expandable_segments",
+            "--json",
+            &p("r.json"),
+            "--trace",
+            &p("r.trace.jsonl"),
+            "--html",
+            &p("r.html"),
+            "--tensorboard",
+            &p("tb"),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    // The command as is: its OOM, in its own report, trace and page.
+    let first = read_json(&out.join("r.as-is.json"));
+    conforms("report", &first);
+    assert_eq!(first["oom"]["cause"], "fragmentation", "{first:#}");
+    assert!(first["tried"].is_null());
+    let trace = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+    assert!(trace("r.as-is.trace.jsonl").contains("CUDA out of memory"));
+    // The remedy's run where the user said, with both runs in `tried`.
+    let last = read_json(&out.join("r.json"));
+    assert_eq!(last["tried"]["fits_now"], true);
+    assert!(last["oom"].is_null(), "{last:#}");
+    assert!(!trace("r.trace.jsonl").contains("CUDA out of memory"));
+    for page in ["r.as-is.html", "r.html"] {
+        assert!(trace(page).contains("<html"), "{page}");
+    }
+    // Two TensorBoard runs side by side: the remedy's, and the command as is.
+    for run in ["tb/gpudoc", "tb/as-is/gpudoc"] {
+        let events = std::fs::read_dir(out.join(run)).unwrap().count();
+        assert_eq!(events, 1, "{run}");
+    }
+}
+
+#[test]
+fn try_writes_only_the_remedys_report_to_a_stream() {
+    let m = Machine::h200s(1);
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fake_torch())
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .args([
+            "run",
+            "--try",
+            "expandable_segments",
+            "--json",
+            "/dev/stdout",
+        ])
+        .arg("--")
+        .arg("python3")
+        .arg(fake_torch().join("fragments.py"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // One report, the remedy's (the program itself prints nothing on stdout); none left in /dev.
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(r["tried"]["fits_now"], true);
+    assert!(!std::path::Path::new("/dev/stdout.as-is").exists());
+}
+
 /// `gpudoc run [extra] -- python3 batch.py --batch-size MARK --steps 50` with the fake torch.
 fn batch(m: &Machine, extra: &[&str], mark: &str) -> (i32, String) {
     fake_run(

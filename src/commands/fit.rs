@@ -7,9 +7,11 @@ use crate::fit::ender::EndWhen;
 use crate::fit::remedy::{self, Remedy};
 use crate::fit::search::{Next, Search, Verdict};
 use crate::fit::{self, FitReport, Outcome, Probe, Stop, template};
+use crate::output::Target;
 use crate::report::Report;
 use crate::settings::{FitSettings, RunSettings};
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -95,6 +97,8 @@ fn probe(s: &mut FitSettings, value: u64, guided: bool, deadline: Instant) -> Re
 struct Ran {
     probe: Probe,
     report: Report,
+    /// Kept when an output draws it (`--tensorboard`, `--html`).
+    timeline: Option<crate::timeline::Timeline>,
     fragmentation: Option<u64>,
     signal: Option<i32>,
 }
@@ -102,6 +106,7 @@ struct Ran {
 fn ran(s: &RunSettings, value: u64, guided: bool, end: EndWhen) -> Result<Ran, Failure> {
     let super::run::Measured {
         report,
+        timeline,
         child,
         ended,
         interrupted,
@@ -125,6 +130,7 @@ fn ran(s: &RunSettings, value: u64, guided: bool, end: EndWhen) -> Result<Ran, F
         probe,
         fragmentation: remedy::fragmentation(&report),
         report,
+        timeline,
         signal,
     })
 }
@@ -165,7 +171,11 @@ pub fn try_remedy(
         deadline: Instant::now() + budget,
     };
     s.command = before_cmd;
+    let asked = Outputs::take(&mut s);
+    asked.as_is().put(&mut s);
     let before = ran(&s, 0, false, end)?;
+    let mut failed = super::run::write_outputs(&s, &before.report, before.timeline.as_ref());
+    asked.put(&mut s);
     let after = if before.signal.is_none() {
         if before.probe.outcome == Outcome::Oom {
             end.steps = Some(before.probe.steps + remedy::TRY_PAST);
@@ -178,25 +188,84 @@ pub fn try_remedy(
     };
     crate::say!("{}", render_try(&remedy, as_is, &before, after.as_ref()));
     let last = after.as_ref().unwrap_or(&before);
-    let (code, signal) = (remedy::exit_code(&last.probe), last.signal);
-    if let Some(t) = &s.json {
-        let tried = crate::report::Tried {
-            remedy: remedy.name(),
-            alloc_conf: conf,
-            fits_now: after
-                .as_ref()
-                .is_some_and(|a| a.probe.outcome == Outcome::Fits),
-            before: tried_run(&before),
-            after: after.as_ref().map(tried_run),
-        };
-        let mut report = after.map_or(before.report, |a| a.report);
-        report.tried = Some(tried);
-        crate::output::write(t, report.to_json().as_bytes()).map_err(|e| {
-            Failure::new(exit::GPUDOC_FAILED, format!("--json {}: {e}", t.display()))
-        })?;
+    let (mut code, signal) = (remedy::exit_code(&last.probe), last.signal);
+    let tried = crate::report::Tried {
+        remedy: remedy.name(),
+        alloc_conf: conf,
+        fits_now: after
+            .as_ref()
+            .is_some_and(|a| a.probe.outcome == Outcome::Fits),
+        before: tried_run(&before),
+        after: after.as_ref().map(tried_run),
+    };
+    let Ran {
+        mut report,
+        timeline,
+        ..
+    } = after.unwrap_or(before);
+    report.tried = Some(tried);
+    failed.extend(super::run::write_outputs(&s, &report, timeline.as_ref()));
+    for f in &failed {
+        crate::sayln!("gpudoc: {f}");
+    }
+    if code == 0 && !failed.is_empty() {
+        code = exit::GPUDOC_FAILED;
     }
     die_of(signal);
     Ok(ExitCode::from(code))
+}
+
+/// The files a run writes (`--json`, `--trace`, `--snapshot`, `--tensorboard`, `--html`), as the user
+/// named them or as the first of `--try`'s runs writes them ([`Outputs::as_is`]).
+struct Outputs {
+    json: Option<Target>,
+    trace: Option<PathBuf>,
+    snapshot: Option<Target>,
+    tensorboard: Option<PathBuf>,
+    html: Option<Target>,
+}
+
+impl Outputs {
+    fn take(s: &mut RunSettings) -> Outputs {
+        Outputs {
+            json: s.json.take(),
+            trace: s.trace.take(),
+            snapshot: s.snapshot.take(),
+            tensorboard: s.tensorboard.take(),
+            html: s.html.take(),
+        }
+    }
+
+    fn put(&self, s: &mut RunSettings) {
+        s.json = self.json.clone();
+        s.trace = self.trace.clone();
+        s.snapshot = self.snapshot.clone();
+        s.tensorboard = self.tensorboard.clone();
+        s.html = self.html.clone();
+    }
+
+    /// Where the command as is writes, so that the remedy's run, written where the user said, leaves
+    /// it: a file beside the one named, `.as-is` before its extensions ([`remedy::as_is_path`]); the
+    /// TensorBoard run in `DIR/as-is`, beside the remedy's (TensorBoard shows both). A stream (`-`, a FIFO,
+    /// /dev/stderr) gets the remedy's run only: two reports one after the other would read as one.
+    fn as_is(&self) -> Outputs {
+        let beside = |p: &Path| {
+            std::fs::metadata(p)
+                .map_or(true, |m| m.is_file())
+                .then(|| remedy::as_is_path(p))
+        };
+        let target = |t: &Option<Target>| match t {
+            Some(Target::File(p)) => beside(p).map(Target::File),
+            _ => None,
+        };
+        Outputs {
+            json: target(&self.json),
+            trace: self.trace.as_deref().and_then(beside),
+            snapshot: target(&self.snapshot),
+            tensorboard: self.tensorboard.as_ref().map(|d| d.join("as-is")),
+            html: target(&self.html),
+        }
+    }
 }
 
 fn tried_run(r: &Ran) -> crate::report::TriedRun {

@@ -613,21 +613,9 @@ fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8
         let why = report.nvml.error.as_deref().unwrap_or("NVML unavailable");
         crate::sayln!("gpudoc: GPU sampling was off: {why}");
     }
-    if let Some(t) = &s.json
-        && let Err(e) = output::write(t, report.to_json().as_bytes())
-    {
-        fail(format!("--json {}: {e}", t.display()));
-    }
-    if let Some(dir) = &s.tensorboard
-        && let Err(e) = crate::tensorboard::write(dir, report, timeline)
-    {
-        fail(format!("--tensorboard {}: {e}", dir.display()));
-    }
-    if let Some(t) = &s.html
-        && let Err(e) = crate::html::write(t, report, timeline)
-    {
-        fail(format!("--html {}: {e}", t.display()));
-    }
+    write_outputs(s, report, timeline)
+        .into_iter()
+        .for_each(&mut fail);
     if let Some(g) = &report.gate {
         if s.github_actions {
             // The runner reads workflow commands from stderr as from stdout (actions/runner's
@@ -656,6 +644,32 @@ fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8
     } else {
         code as u8
     }
+}
+
+/// Writes the report's files the user asked for (`--json`, `--tensorboard`, `--html`); what could not be
+/// written, one line each.
+pub(crate) fn write_outputs(
+    s: &RunSettings,
+    report: &Report,
+    timeline: Option<&Timeline>,
+) -> Vec<String> {
+    let mut failed = Vec::new();
+    if let Some(t) = &s.json
+        && let Err(e) = output::write(t, report.to_json().as_bytes())
+    {
+        failed.push(format!("--json {}: {e}", t.display()));
+    }
+    if let Some(dir) = &s.tensorboard
+        && let Err(e) = crate::tensorboard::write(dir, report, timeline)
+    {
+        failed.push(format!("--tensorboard {}: {e}", dir.display()));
+    }
+    if let Some(t) = &s.html
+        && let Err(e) = crate::html::write(t, report, timeline)
+    {
+        failed.push(format!("--html {}: {e}", t.display()));
+    }
+    failed
 }
 
 fn write_baseline(

@@ -263,6 +263,18 @@ pub fn render_plan(r: &Remedy, conf: Option<&str>, as_is: Option<u64>, budget: &
     )
 }
 
+/// Where the first of `--try`'s runs (the command as is) writes a file the user named, so that the
+/// remedy's run, written to the name given, does not overwrite it: `.as-is` before the name's extensions
+/// (`run.trace.jsonl` → `run.as-is.trace.jsonl`, which `gpudoc report` still takes for a trace; a leading
+/// dot is part of the name, not an extension).
+pub fn as_is_path(p: &std::path::Path) -> std::path::PathBuf {
+    let Some(name) = p.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return p.join("as-is");
+    };
+    let cut = name[1..].find('.').map_or(name.len(), |i| i + 1);
+    p.with_file_name(format!("{}.as-is{}", &name[..cut], &name[cut..]))
+}
+
 /// One side of the comparison, in a line.
 pub fn render_side(label: &str, p: &super::Probe, fragmented: Option<u64>) -> String {
     use crate::units::fmt_bytes;
@@ -315,6 +327,20 @@ pub fn tried_run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_runs_files_are_named_as_is_before_their_extensions() {
+        use std::path::{Path, PathBuf};
+        let as_is = |p: &str| as_is_path(Path::new(p));
+        assert_eq!(
+            as_is("out/run.trace.jsonl"),
+            PathBuf::from("out/run.as-is.trace.jsonl")
+        );
+        assert_eq!(as_is("report.json"), PathBuf::from("report.as-is.json"));
+        assert_eq!(as_is("snapshot"), PathBuf::from("snapshot.as-is"));
+        assert_eq!(as_is(".hidden.html"), PathBuf::from(".hidden.as-is.html"));
+        assert_eq!(as_is("/"), PathBuf::from("/as-is"));
+    }
 
     #[test]
     fn the_remedy_is_merged_into_the_users_own_allocator_settings() {
