@@ -148,8 +148,9 @@ pub struct RunArgs {
     pub stop_on: Vec<String>,
     /// Run the command twice, as is and with a remedy that needs no code change, and compare them:
     /// expandable_segments, max_split_size_mb:N, garbage_collection_threshold:F, fraction:F, or '{}=N'
-    /// for a parameter marked with its value as is (`--batch-size {64}`) (docs/fit.md).
-    #[arg(long = "try", value_name = "REMEDY")]
+    /// for a parameter marked with its value as is (`--batch-size {64}`) (docs/fit.md). Not with the
+    /// CI gate's flags: it runs the command twice to compare them, and the gate judges one run.
+    #[arg(long = "try", value_name = "REMEDY", conflicts_with_all = ["max_peak", "baseline", "fail_on", "junit"])]
     pub try_remedy: Option<String>,
     /// With --try: spend at most this long on the two runs.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30m", value_name = "DUR", requires = "try_remedy")]

@@ -351,6 +351,30 @@ fn try_writes_only_the_remedys_report_to_a_stream() {
     assert!(!std::path::Path::new("/dev/stdout.as-is").exists());
 }
 
+#[test]
+fn try_refuses_the_ci_gates_flags_before_anything_runs() {
+    // The gate judges one run; --try makes two: a --max-peak that judged neither would pass silently.
+    let m = Machine::h200s(1);
+    let ran = m.path("ran");
+    for gate in [&["--max-peak", "40GiB"][..], &["--fail-on", "warn"]] {
+        let out = m
+            .gpudoc()
+            .args(["run", "--try", "expandable_segments"])
+            .args(gate)
+            .args(["--", "touch"])
+            .arg(&ran)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{stderr}");
+        assert!(
+            stderr.contains("'--try <REMEDY>' cannot be used with"),
+            "{stderr}"
+        );
+        assert!(!ran.exists());
+    }
+}
+
 /// `gpudoc run [extra] -- python3 batch.py --batch-size MARK --steps 50` with the fake torch.
 fn batch(m: &Machine, extra: &[&str], mark: &str) -> (i32, String) {
     fake_run(
