@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The open issues' H200 checks in one device call (each call costs ~50 s of start and transfer): runs the
+# scripts named (default: the ones issues 34, 31 and 30 wait for, shortest first), each under its own time
+# limit, and starts none that could not finish before the call's 600 s are up. Each script's output goes
+# to $OUT/<name>.log beside its own results; the summary line per script is printed last.
+#   bash tests/gpu/open.sh                      # fit.sh frag, where.sh, notebook.sh
+#   bash tests/gpu/open.sh others_arrived.sh    # any of tests/gpu/*.sh, with its arguments after a colon
+# Expects what each script expects (.device/gpudoc; .whl/ for notebook.sh: see its header).
+set -u
+start=$SECONDS
+budget=${OPEN_BUDGET_S:-570}
+# name:args  and its limit in seconds (a script past its limit is ended and said TIMED OUT).
+declare -A limit=([fit.sh]=150 [where.sh]=200 [notebook.sh]=220 [others_arrived.sh]=150 [forecast.sh]=200)
+(($#)) || set -- "fit.sh:frag" where.sh notebook.sh
+summary=()
+for item in "$@"; do
+  name=${item%%:*}; args=; [[ $item == *:* ]] && args=${item#*:}
+  lim=${limit[$name]:-200}
+  left=$((budget - (SECONDS - start)))
+  if ((left < lim)); then
+    summary+=("$name: not started ($left s left, it may take $lim s)"); continue
+  fi
+  t0=$SECONDS
+  # shellcheck disable=SC2086
+  timeout --signal=INT --kill-after=10 "$lim" bash "tests/gpu/$name" $args > "$OUT/${name%.sh}.log" 2>&1
+  rc=$?
+  bad=$(grep -c 'BAD' "$OUT/${name%.sh}.log")
+  what="rc $rc"; ((rc == 124)) && what="TIMED OUT after $lim s"
+  summary+=("$name ${args}: $what, $((SECONDS - t0)) s, $bad BAD line(s)")
+done
+printf '%s\n' "${summary[@]}" | tee "$OUT/open.summary"
