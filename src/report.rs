@@ -343,7 +343,7 @@ impl Report {
             processes: t
                 .procs
                 .values()
-                .map(|p| process_report(p, first_look(t, p.gpu), end))
+                .map(|p| process_report(p, t.first_listing(p.gpu), end))
                 .collect(),
             oom: i.oom,
             torch: i.torch,
@@ -433,11 +433,6 @@ fn gpu_report(g: &GpuTimeline, end: Micros) -> GpuReport {
             .map(|(what, e)| format!("{what}: {e}"))
             .collect(),
     }
-}
-
-/// When gpudoc first listed GPU `gpu`'s processes: the job's series there starts with that look.
-fn first_look(t: &Timeline, gpu: u32) -> Option<Micros> {
-    t.gpus.iter().find(|g| g.info.index == gpu)?.job.first_at()
 }
 
 /// `p` over the run; `first_look`: when its GPU's processes were first listed; `end`: the run's end (or

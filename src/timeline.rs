@@ -208,6 +208,16 @@ pub struct Timeline {
 }
 
 impl Timeline {
+    /// gpudoc's first look at GPU `gpu`'s processes: a process first seen there then (or within a
+    /// sampling period of it) was already there when the job started.
+    pub fn first_listing(&self, gpu: u32) -> Option<Micros> {
+        self.gpus
+            .iter()
+            .find(|g| g.info.index == gpu)?
+            .job
+            .first_at()
+    }
+
     /// The GPU with NVML index `index`.
     pub fn gpu_mut(&mut self, index: u32) -> Option<&mut GpuTimeline> {
         self.gpus.iter_mut().find(|g| g.info.index == index)

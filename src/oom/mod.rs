@@ -63,18 +63,18 @@ pub struct Before {
     pub held_from_start: bool,
 }
 
-/// How late after gpudoc's first look at the GPUs a process may be first seen and still count as
+/// How late after gpudoc's first look at its GPU's processes a process may be first seen and still count as
 /// there from the start: processes are read at 100 Hz, and no job allocates GPU memory this soon.
 const FIRST_LOOK_US: Micros = 100_000;
 
 /// The memory a process held at the window's start `lo`, and whether it is its first reading at gpudoc's
-/// first look (the window starts before any reading of it, but it was there from the start).
+/// first look at its GPU's processes (the window starts before any reading of it, but it was there from
+/// the start).
 fn held_at(t: &Timeline, p: &crate::timeline::ProcTimeline, lo: Micros) -> (u64, bool) {
     if let Some(v) = p.used.value_at(lo) {
         return (v, false);
     }
-    let first_look = t.gpus.iter().filter_map(|g| g.used.first_at()).min();
-    match (p.used.first_at(), first_look) {
+    match (p.used.first_at(), t.first_listing(p.gpu)) {
         (Some(seen), Some(look)) if seen <= look + FIRST_LOOK_US => {
             (p.used.first().unwrap_or(0), true)
         }
@@ -451,6 +451,8 @@ mod tests {
         // (26 ms in), the job's process from 2.8 s, the OOM at 2.9 s: a window that starts at 0.
         let mut t = four_gpus();
         t.gpus[0].used.push(25_878, 100 << 30);
+        // gpudoc's first listing of GPU 0's processes (the job's sum there, 0 then).
+        t.gpus[0].job.push(26_889, 0);
         holding(&mut t, 2501, false, 26_889, 100 << 30);
         holding(&mut t, 2608, true, 2_798_235, 10 << 30);
         let b = before(&t, Some(0), 2_900_000);
