@@ -90,6 +90,9 @@ pub struct OomFacts {
     pub growth_s: f64,
     pub graph_bytes: i64,
     pub graph_holder: String,
+    pub leak_total_bytes: i64,
+    pub leak_bytes_per_step: f64,
+    pub leak_r2: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -499,6 +502,17 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "oom.graph_holder",
         "string",
         "what holds those tensors (`list `outs` (eval.py, in evaluate), 150 items`), empty if none",
+    ),
+    (
+        "oom.leak_total_bytes",
+        "int",
+        "what the live tensors of the failing process grew by step after step before it (its torch.leak_total_bytes: the straight-line fit over its steps), 0 if none or unknown",
+    ),
+    ("oom.leak_bytes_per_step", "double", "that growth per step"),
+    (
+        "oom.leak_r2",
+        "double",
+        "R² of that fit (1: every step the same), 0 if unknown",
     ),
     (
         "gpu.host",
@@ -974,9 +988,11 @@ impl Facts {
                 .map(|t| t.phase_count)
                 .sum();
         }
+        let mut oom = oom_facts(r, &gpus, &steps);
+        oom_leak(&mut oom, &torch_processes);
         Facts {
             run: run_facts(r, &gpus, &processes),
-            oom: oom_facts(r, &gpus, &steps),
+            oom,
             gpus,
             processes,
             torch_processes,
@@ -1634,6 +1650,21 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
             top as f64 * 100.0 / w.parts.sum().max(1) as f64
         }),
         at_s: o.event.at_s,
+        ..Default::default()
+    }
+}
+
+/// The step-by-step growth of the failing process's live tensors before the OOM: the PyTorch process on
+/// its GPU (and host) that grew the most.
+fn oom_leak(oom: &mut OomFacts, torch: &[TorchFacts]) {
+    let failing = torch
+        .iter()
+        .filter(|t| oom.present && t.gpu == oom.gpu && t.host == oom.host)
+        .max_by_key(|t| t.leak_total_bytes);
+    if let Some(t) = failing.filter(|t| t.leak_total_bytes > 0) {
+        oom.leak_total_bytes = t.leak_total_bytes;
+        oom.leak_bytes_per_step = t.leak_bytes_per_step;
+        oom.leak_r2 = t.leak_r2;
     }
 }
 
