@@ -328,34 +328,54 @@ impl JobSums {
 
 /// Reads a JSON-lines trace back. The job's memory per GPU is summed again from the process rows. A
 /// corrupt or truncated row is an error that names the line; a trace cut off mid-line by a crash loses
-/// only that line.
+/// only that line. Row by row: a trace of a long run is larger than the timeline it rebuilds.
 pub fn load_trace(path: &Path) -> Result<Trace, LoadError> {
     let mut b = Rebuild::default();
-    for (n, row) in rows(path)? {
-        b.apply(row).map_err(|what| bad(path, n, what))?;
-    }
+    each_row(path, |n, row| {
+        b.apply(row).map_err(|what| bad(path, n, what))
+    })?;
     b.finish(path)
 }
 
+/// A row as read back: the end row boxed, since it is one of millions and many times a sample's size.
+pub(crate) type ReadRow = Row<Box<EndRow>>;
+
 /// A trace's rows, each with its line number.
-pub(crate) fn rows(path: &Path) -> Result<Vec<(usize, Row<EndRow>)>, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+pub(crate) fn rows(path: &Path) -> Result<Vec<(usize, ReadRow)>, LoadError> {
+    let mut rows = Vec::new();
+    each_row(path, |n, row| {
+        rows.push((n, row));
+        Ok(())
+    })?;
+    Ok(rows)
+}
+
+/// Reads the trace line by line and gives each row, with its line number, to `f`. A last line without
+/// its newline that does not parse is a write a crash cut short: it is left out.
+fn each_row(
+    path: &Path,
+    mut f: impl FnMut(usize, ReadRow) -> Result<(), LoadError>,
+) -> Result<(), LoadError> {
+    use io::BufRead;
+    let io_error = |source| LoadError::Io {
         path: path.display().to_string(),
         source,
-    })?;
-    let lines: Vec<&str> = text.lines().collect();
-    let complete = text.ends_with('\n');
-    let mut rows = Vec::with_capacity(lines.len());
-    for (i, line) in lines.iter().enumerate() {
-        let n = i + 1;
-        match serde_json::from_str(line) {
-            Ok(row) => rows.push((n, row)),
-            // A crash can cut the last line short.
-            Err(_) if n == lines.len() && !complete => break,
+    };
+    let mut reader = io::BufReader::new(std::fs::File::open(path).map_err(io_error)?);
+    let mut line = String::new();
+    for n in 1.. {
+        line.clear();
+        if reader.read_line(&mut line).map_err(io_error)? == 0 {
+            break;
+        }
+        let complete = line.ends_with('\n');
+        match serde_json::from_str(line.trim_end_matches(['\n', '\r'])) {
+            Ok(row) => f(n, row)?,
+            Err(_) if !complete => break,
             Err(e) => return Err(bad(path, n, format!("not a trace row: {e}"))),
         }
     }
-    Ok(rows)
+    Ok(())
 }
 
 fn bad(path: &Path, line: usize, what: String) -> LoadError {
@@ -374,7 +394,7 @@ pub(crate) struct Rebuild {
 }
 
 impl Rebuild {
-    pub(crate) fn apply(&mut self, row: Row<EndRow>) -> Result<(), String> {
+    pub(crate) fn apply(&mut self, row: ReadRow) -> Result<(), String> {
         apply_row(&mut self.trace, &mut self.sums, row)
     }
 
@@ -404,7 +424,7 @@ impl Rebuild {
 }
 
 /// One row of a trace into what is being rebuilt.
-fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: Row<EndRow>) -> Result<(), String> {
+fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: ReadRow) -> Result<(), String> {
     let timeline = &mut tr.timeline;
     let unknown = |gpu: u32| format!("GPU {gpu} is not in the header");
     match row {
@@ -455,7 +475,7 @@ fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: Row<EndRow>) -> Result<(),
         Row::Torch { m } => {
             tr.torch.apply(m.to_string().as_bytes(), tr.header.unix_s);
         }
-        Row::End { end } => tr.end = Some(end),
+        Row::End { end } => tr.end = Some(*end),
     }
     Ok(())
 }

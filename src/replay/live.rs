@@ -8,7 +8,7 @@
 //! exactly, so a verdict comes at the run's look or one look earlier. A trace holds changes only: at each
 //! look, every series is taken to hold its last value up to that moment, as the sampler's did.
 
-use super::{LoadError, Rebuild, Trace};
+use super::{LoadError, ReadRow, Rebuild, Trace};
 use crate::analysis::{self, EndRow, Evidence};
 use crate::oom::scan::Scanner;
 use crate::rules::RuleSet;
@@ -43,12 +43,12 @@ pub fn verdicts(path: &Path, rules: &RuleSet) -> Result<Verdicts, LoadError> {
 }
 
 /// A row, its time (seconds into the run) and its line.
-type Timed = (f64, usize, Row<EndRow>);
+type Timed = (f64, usize, ReadRow);
 
 /// The rows but the end one, each with its time and line, in the order of their times (rows of the same
 /// time keep theirs); and the end row. A shim's message is timed by its own clock where it has one, else
 /// it comes with the row before it.
-fn timed(rows: Vec<(usize, Row<EndRow>)>) -> (Vec<Timed>, Option<EndRow>) {
+fn timed(rows: Vec<(usize, ReadRow)>) -> (Vec<Timed>, Option<EndRow>) {
     let mut out = Vec::with_capacity(rows.len());
     let (mut end, mut unix_s, mut at) = (None, 0.0, 0.0);
     for (n, row) in rows {
@@ -64,7 +64,7 @@ fn timed(rows: Vec<(usize, Row<EndRow>)>) -> (Vec<Timed>, Option<EndRow>) {
                 .and_then(|t| t.as_f64())
                 .map_or(at, |t| t - unix_s),
             Row::End { end: e } => {
-                end = Some(e.clone());
+                end = Some(EndRow::clone(e));
                 continue;
             }
         };
