@@ -188,8 +188,9 @@ pub fn size_argument(command: &[String]) -> Option<(usize, String, u64)> {
                 .any(|w| w.contains("batch") || *w == "bs" || *w == "bsz")
         })
     };
+    // Marked as `{v}`, the value must be one the template reads as a value as is.
     let number = |v: &str| -> Option<u64> {
-        (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        super::template::number(v.as_bytes())
             .then(|| v.parse().ok())
             .flatten()
     };

@@ -10,8 +10,8 @@ fn empty(inside: &[u8]) -> bool {
     inside.is_empty()
 }
 
-/// `{64}`: a parameter at its value as is.
-fn number(inside: &[u8]) -> bool {
+/// `{64}`: a parameter at its value as is (what [`super::remedy::size_argument`] marks).
+pub(crate) fn number(inside: &[u8]) -> bool {
     !inside.is_empty() && inside.iter().all(u8::is_ascii_digit)
 }
 
