@@ -153,6 +153,9 @@ pub fn try_remedy(
     remedy: Remedy,
     budget: std::time::Duration,
 ) -> Result<ExitCode, Failure> {
+    // SAFETY: no thread has started yet; everything below starts after the split.
+    let _ = unsafe { crate::supervise::guard::split() };
+    s.rules.start();
     let users = s.env.alloc_conf.clone();
     let conf = remedy.alloc_conf(users.as_deref());
     let TryCommands {

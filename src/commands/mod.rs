@@ -33,7 +33,13 @@ pub fn main(args: Vec<OsString>, env: Env) -> Result<ExitCode, Failure> {
     };
     let color = cli.color;
     match cli.cmd {
-        ClapCmd::Run(a) => run::run(settings::RunSettings::resolve(*a, color, env)?),
+        ClapCmd::Run(a) => {
+            let s = settings::RunSettings::resolve(*a, color, env)?;
+            match s.try_remedy.clone() {
+                Some((remedy, budget)) => fit::try_remedy(s, remedy, budget),
+                None => run::run(s),
+            }
+        }
         ClapCmd::Fit(a) => fit::run(settings::FitSettings::resolve(a, color, env)?),
         ClapCmd::Orphans(a) => orphans::run(settings::OrphansSettings::resolve(a, color, &env)?),
         ClapCmd::Watch(a) => watch::run(settings::WatchSettings::resolve(a, color, &env)?),

@@ -33,9 +33,6 @@ pub fn run(s: RunSettings) -> Result<ExitCode, Failure> {
     // SAFETY: no thread has started yet; everything below starts after the split.
     let _ = unsafe { supervise::guard::split() };
     s.rules.start();
-    if let Some((remedy, budget)) = s.try_remedy.clone() {
-        return super::fit::try_remedy(s, remedy, budget);
-    }
     let Measured {
         mut report,
         timeline,
