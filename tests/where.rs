@@ -141,6 +141,43 @@ fn a_healthy_run_measures_one_step_with_its_blocks_and_its_peak() {
 }
 
 #[test]
+fn a_later_higher_peak_step_is_measured_again_and_stands_for_the_run() {
+    // Sequences twice as long from step 25: the step measured after warm-up no longer is the peak.
+    let (code, r, out, err) = model(&[], &[], 40, &["--longer-from", "25"]);
+    assert_eq!(code, 0, "{err}");
+    let w = wheres(&r);
+    assert_eq!(w.len(), 1, "{w:#?}");
+    let w = &w[0];
+    let step = w["step"].as_u64().unwrap();
+    assert!(step >= 25, "measured at step {step}");
+    let own = lines(&out);
+    let peak = own[step as usize - 1]["peak"].as_u64().unwrap();
+    let first = own[10]["peak"].as_u64().unwrap();
+    assert!(peak > first * 3 / 2, "{peak} vs {first}");
+    assert_eq!(w["allocated_bytes"].as_u64().unwrap(), peak);
+    assert_eq!(parts_sum(w), peak);
+    assert!(
+        err.contains(&format!(
+            "Inside the model (pid {}, step {step})",
+            r["torch"]["processes"][0]["pid"]
+        )),
+        "{err}"
+    );
+    // The program's own peaks are as without gpudoc.
+    let bare = std::process::Command::new("python3")
+        .env("PYTHONPATH", fake_torch())
+        .args([
+            fake_torch().join("model.py").to_str().unwrap(),
+            "40",
+            "--longer-from",
+            "25",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&bare.stdout), out);
+}
+
+#[test]
 fn snapshot_at_an_oom_is_the_pickle_memory_viz_opens() {
     let m = Machine::h200s(1);
     let file = m.path("oom.pickle");

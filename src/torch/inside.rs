@@ -260,6 +260,26 @@ impl Inside {
     }
 }
 
+/// Adds a look inside the model to a run's (at most `max`). A process's measured training step stands for
+/// its peak step: one the shim measured again, later steps having peaked higher, replaces it when its
+/// peak is higher, and is dropped otherwise.
+pub fn keep(all: &mut Vec<Inside>, w: Inside, max: usize) {
+    let step = |i: &Inside| i.why == "peak" && i.phase.as_deref().is_none_or(|p| p == "training");
+    if step(&w)
+        && let Some(old) = all
+            .iter_mut()
+            .find(|o| step(o) && o.pid == w.pid && o.device == w.device)
+    {
+        if w.allocated_bytes > old.allocated_bytes {
+            *old = w;
+        }
+        return;
+    }
+    if all.len() < max {
+        all.push(w);
+    }
+}
+
 /// A column of the module table: its heading, and its value in a row.
 pub type Column = (&'static str, fn(&ModuleRow) -> Option<u64>);
 

@@ -255,10 +255,8 @@ impl TorchTimeline {
                 }
             }
             "where" => {
-                if self.inside.len() < MAX_HUNTS
-                    && let Some(w) = inside::Inside::from_message(&v, start_unix)
-                {
-                    self.inside.push(w);
+                if let Some(w) = inside::Inside::from_message(&v, start_unix) {
+                    inside::keep(&mut self.inside, w, MAX_HUNTS);
                 }
             }
             "s" | "step" | "oom" => self.sample(kind, pid, &v, t, at),

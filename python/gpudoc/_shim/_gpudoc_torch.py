@@ -66,6 +66,12 @@ EXIT_S = 0.5
 # Where the memory went inside the model: on (at OOMs, and one measured step after warm-up), snapshot (the
 # same, and the allocator's snapshot with memory history from CUDA's start to the measured step), off.
 WHERE = "on"
+# The step measured stands for the run's peak step: when the steps of a later record peak this much above
+# it (longer sequences, a phase that holds more), the next step is measured again, at most MAX_REMEASURES
+# times (each a measured step's cost: hooks on the model's modules for one step, and a walk of its graph).
+# Not with --snapshot (snapshot): its snapshot is of the step measured first, with memory history to it.
+REMEASURE_ABOVE = 1.10
+MAX_REMEASURES = 3
 # pytest and IPython leave out frames that say so.
 __tracebackhide__ = True
 
@@ -116,6 +122,10 @@ class _State(object):
     measuring = False
     measured = False
     where_history = False
+    # The highest peak a measured step had (0: none measured, or measuring failed), and the steps
+    # measured again at a higher one.
+    where_peak = 0
+    remeasured = 0
     # A call of a program without steps was measured (or will never be).
     inferred = False
 
@@ -375,9 +385,24 @@ def _step_where(optimizer):
     after warm-up is armed after it."""
     if S.measuring:
         _where("finish")
+    higher = _higher_peak()
     _step_record()
-    if WHERE != "off" and not S.measured and STEP[0] > WARMUP_STEPS:
+    if WHERE == "off" or STEP[0] <= WARMUP_STEPS:
+        return
+    if not S.measured:
         _where("arm", optimizer)
+    elif higher and _where("arm", optimizer, True):
+        S.remeasured += 1
+
+
+def _higher_peak():
+    """The steps since the last record (read before it resets their peak) went well above the highest
+    measured step's peak: the next step is worth measuring again."""
+    if not S.where_peak or S.measuring or WHERE != "on" or S.remeasured >= MAX_REMEASURES:
+        return False
+    d = (_devices() or [0])[0]
+    peak = max(_peak(S.orig_stats(d), "allocated_bytes"), S.folded.get(d, (0, 0))[0])
+    return peak > S.where_peak * REMEASURE_ABOVE
 
 
 def _uncollected(record):
@@ -694,7 +719,7 @@ def _where(name, *args):
             S.where_module = _load(S.here, "_gpudoc_where.py", "gpudoc._shim.where")
         return getattr(S.where_module, name)(sys.modules[__name__], *args)
     except Exception as e:
-        S.measured = True
+        S.measured, S.where_peak = True, 0
         if S.measuring:
             S.measuring = False
             _where("close")

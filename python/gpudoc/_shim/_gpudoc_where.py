@@ -570,7 +570,7 @@ class Measure(object):
     def __init__(self, torch, hunt, shim, optimizer, device, step, phase="training", module=None,
                  done=None):
         self.torch, self.hunt, self.shim, self.device, self.step = torch, hunt, shim, device, step
-        self.phase, self.done, self.snapshot_to = phase, done, None
+        self.phase, self.done, self.snapshot_to, self.again = phase, done, None, False
         self.t0 = time.perf_counter()
         program = Program(torch, hunt, optimizer)
         try:
@@ -841,22 +841,26 @@ def on_oom(shim, device, allocated):
     shim._send_big(out)
 
 
-def arm(shim, optimizer):
-    """A record past warm-up: the next step is measured (the hooks are in place until it ends)."""
+def arm(shim, optimizer, again=False):
+    """A record past warm-up: the next step is measured (the hooks are in place until it ends); `again`:
+    measured again, the steps since the last record having peaked higher than the one measured. Whether
+    it was armed."""
     S = shim.S
     if S.hunt is not None or W.measure is not None:
-        return  # a hunt's window records now, or a call is measured: a later record
+        return False  # a hunt's window records now, or a call is measured: a later record
     S.measured = True
     if _dynamo_compiled():
         # A compiled program would recompile its graphs for hooks added and taken away (Dynamo guards
         # on the global hooks): no step is measured.
         _stop(shim)
-        return
+        return False
     with shim.OURS:
         W.measure = Measure(S.torch, shim._hunt_module(), shim, optimizer, (shim._devices() or [0])[0],
                             shim.STEP[0])
+    W.measure.again = again
     S.measuring = True
     shim.STEP[1] = shim.STEP[0] + 1
+    return True
 
 
 def finish(shim):
@@ -865,13 +869,15 @@ def finish(shim):
     S = shim.S
     measure, W.measure = W.measure, None
     S.measuring = False
+    first = measure.call is None and not measure.again
     try:
         with shim.OURS:
-            out = measure.finish(shim.STEP[0], _snapshot_to(shim) if measure.call is None else None)
+            out = measure.finish(shim.STEP[0], _snapshot_to(shim) if first else None)
     finally:
         measure.close()
         _stop(shim)
     if out is not None:
+        S.where_peak = max(S.where_peak, out["allocated"])
         shim._send_big(out)
 
 
