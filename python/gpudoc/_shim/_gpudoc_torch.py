@@ -126,6 +126,8 @@ class _State(object):
     # measured again at a higher one.
     where_peak = 0
     remeasured = 0
+    # Per device, the allocated peak the last step record sent.
+    recorded_peak = {}
     # A call of a program without steps was measured (or will never be).
     inferred = False
 
@@ -300,6 +302,7 @@ def _numbers(stats, device, peaks=None):
     if peaks is None:
         fold = S.folded.pop(device, (0, 0))
         peaks = (max(_peak(stats, "allocated_bytes"), fold[0]), max(_peak(stats, "reserved_bytes"), fold[1]))
+        S.recorded_peak[device] = peaks[0]
     known = "".join(',"%s":%d' % (k, v) for k, v in zip(("pa", "pr"), peaks) if v is not None)
     return '"dev":%d,"t":%.6f,"a":%d,"r":%d%s,"i":%d,"nr":%d,"no":%d,"nda":%d,"ndf":%d' % (
         device,
@@ -385,23 +388,21 @@ def _step_where(optimizer):
     after warm-up is armed after it."""
     if S.measuring:
         _where("finish")
-    higher = _higher_peak()
     _step_record()
     if WHERE == "off" or STEP[0] <= WARMUP_STEPS:
         return
     if not S.measured:
         _where("arm", optimizer)
-    elif higher and _where("arm", optimizer, True):
+    elif _higher_peak() and _where("arm", optimizer, True):
         S.remeasured += 1
 
 
 def _higher_peak():
-    """The steps since the last record (read before it resets their peak) went well above the highest
-    measured step's peak: the next step is worth measuring again."""
-    if not S.where_peak or S.measuring or WHERE != "on" or S.remeasured >= MAX_REMEASURES:
+    """The steps of the record just sent peaked well above the highest measured step's peak: the next
+    step is worth measuring again (the record's own reading: no call of its own into torch)."""
+    if not S.where_peak or WHERE != "on" or S.remeasured >= MAX_REMEASURES:
         return False
-    d = (_devices() or [0])[0]
-    peak = max(_peak(S.orig_stats(d), "allocated_bytes"), S.folded.get(d, (0, 0))[0])
+    peak = S.recorded_peak.get((_devices() or [0])[0], 0)
     return peak > S.where_peak * REMEASURE_ABOVE
 
 
