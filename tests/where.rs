@@ -384,6 +384,20 @@ fn a_program_without_optimizer_steps_is_measured_on_one_inference_call() {
 }
 
 /// fixtures/where: the H200's records of tests/gpu/where.sh (torch 2.11), as the shim sent them.
+#[test]
+fn forwards_accumulating_gradients_before_the_first_step_are_training_not_inference() {
+    // 16 micro-batches per optimizer step: the forward clock sees 16 forwards before the first step,
+    // past its warm-up; a call measured then would be told as an inference call.
+    let (code, r, _, err) = attention(&[], &["2", "--accumulate", "16"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        r["torch"]["processes"][0]["steps_total"].as_u64() == Some(2),
+        "{err}"
+    );
+    let phases: Vec<Value> = wheres(&r).iter().map(|w| w["phase"].clone()).collect();
+    assert!(!phases.contains(&Value::from("inference")), "{phases:?}");
+}
+
 fn h200(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/where/{name}"))
 }

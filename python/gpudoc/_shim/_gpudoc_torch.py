@@ -506,8 +506,25 @@ def _forward_record():
     _paced(F, FWD, t0)
     if WHERE != "off" and FWD[0] > WARMUP_STEPS and not S.inferred and not S.measuring \
             and F.root is not None:
-        # A program without optimizer steps: its next call past warm-up is measured (once).
-        S.inferred = _where("arm_call", F.root(), "inference") is not False
+        root = F.root()
+        if _has_grads(root):
+            # Gradients before any optimizer step: training that accumulates them over many forwards,
+            # whose steps are measured once they come; no call of it is inference.
+            S.inferred = True
+        else:
+            # A program without optimizer steps: its next call past warm-up is measured (once).
+            S.inferred = _where("arm_call", root, "inference") is not False
+
+
+def _has_grads(module):
+    """Whether the module's first trainable parameter has a gradient (a backward has run into it)."""
+    try:
+        for p in module.parameters():
+            if p.requires_grad:
+                return p.grad is not None
+    except Exception:
+        pass
+    return False
 
 
 def _forward_wrapper(ref):
