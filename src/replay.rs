@@ -9,7 +9,7 @@ use crate::gpu::NvmlStatus;
 use crate::oom::{self, HostOom, scan::Scanner};
 use crate::report::Report;
 use crate::rules::RuleSet;
-use crate::sample::Rates;
+use crate::sample::{MAX_POINTS, Rates};
 use crate::supervise::Stream;
 use crate::timeline::{GpuTimeline, Lost, Micros, ProcTimeline, Series, Timeline};
 use crate::torch::TorchTimeline;
@@ -305,6 +305,7 @@ impl JobSums {
         if *when != Some(at) {
             if let Some(w) = *when {
                 sums.push(w, held.values().sum());
+                sums.thin_to(MAX_POINTS);
             }
             *when = Some(at);
         }
@@ -328,7 +329,8 @@ impl JobSums {
 
 /// Reads a JSON-lines trace back. The job's memory per GPU is summed again from the process rows. A
 /// corrupt or truncated row is an error that names the line; a trace cut off mid-line by a crash loses
-/// only that line. Row by row: a trace of a long run is larger than the timeline it rebuilds.
+/// only that line. Row by row: a trace of a long run is larger than the timeline it rebuilds, whose series
+/// are thinned past [`MAX_POINTS`] as the sampler's were (the run's report was made from those).
 pub fn load_trace(path: &Path) -> Result<Trace, LoadError> {
     let mut b = Rebuild::default();
     each_row(path, |n, row| {
@@ -441,15 +443,16 @@ fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: ReadRow) -> Result<(), Str
             }
             tr.header = Header {
                 command,
-                origin,
+                origin: *origin,
                 unix_s,
-                nvml,
+                nvml: nvml.map(|n| *n),
             };
             tr.timeline.gpus = gpus.into_iter().map(GpuTimeline::new).collect();
         }
         Row::Device { t, gpu, used, .. } => {
             let g = timeline.gpu_mut(gpu).ok_or_else(|| unknown(gpu))?;
             g.used.push(micros(t), used);
+            g.used.thin_to(MAX_POINTS);
             timeline.device_samples += 1;
         }
         Row::Process {
@@ -463,6 +466,7 @@ fn apply_row(tr: &mut Trace, sums: &mut JobSums, row: ReadRow) -> Result<(), Str
         Row::Job { t, gpu, used } => {
             let g = timeline.gpu_mut(gpu).ok_or_else(|| unknown(gpu))?;
             g.job.push(micros(t), used);
+            g.job.thin_to(MAX_POINTS);
         }
         Row::Lost { t, gpu, error } => {
             if let Some(g) = timeline.gpu_mut(gpu) {
@@ -512,6 +516,7 @@ fn apply_process(
         entry.ppid = f.ppid;
     }
     entry.used.push(t, used);
+    entry.used.thin_to(MAX_POINTS);
     sums.add(gpu, t, pid, used, in_job);
     timeline.process_samples += 1;
 }
@@ -519,6 +524,63 @@ fn apply_process(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_trace_is_thinned_as_the_sampler_thinned_it_keeping_its_peaks() {
+        let mut b = Rebuild::default();
+        b.apply(Row::Start {
+            schema: SCHEMA.into(),
+            unix_s: 0.0,
+            command: vec!["train".into()],
+            origin: Default::default(),
+            gpus: vec![crate::gpu::GpuInfo {
+                index: 0,
+                name: "H200".into(),
+                uuid: "GPU-0".into(),
+                total_bytes: 150 << 30,
+            }],
+            nvml: None,
+        })
+        .unwrap();
+        // Memory that changes at every 10 ms sample for 3 hours, its peak once in the middle.
+        let n = 2 * MAX_POINTS as u64 + 7;
+        for i in 0..n {
+            let t = i as f64 / 100.0;
+            let used = (10 << 30) + ((i % 50) << 20) + if i == n / 2 { 1 << 30 } else { 0 };
+            b.apply(Row::Device {
+                t,
+                gpu: 0,
+                used,
+                total: 150 << 30,
+            })
+            .unwrap();
+            let first = (i == 0).then(|| FirstSeen {
+                cmdline: "train".into(),
+                uid: None,
+                visible: true,
+                ppid: None,
+            });
+            b.apply(Row::Process {
+                t,
+                gpu: 0,
+                pid: 7,
+                used,
+                in_job: true,
+                first,
+            })
+            .unwrap();
+        }
+        let t = b.finish(Path::new("t.jsonl")).unwrap().timeline;
+        let peak = (10 << 30) + (((n / 2) % 50) << 20) + (1 << 30);
+        let g = &t.gpus[0];
+        let p = &t.procs[&(0, 7)];
+        for s in [&g.used, &g.job, &p.used] {
+            assert!(s.points().len() <= MAX_POINTS + 1, "{}", s.points().len());
+            assert_eq!(s.peak(), peak);
+            assert_eq!(s.last(), Some((10 << 30) + (((n - 1) % 50) << 20)));
+        }
+        assert_eq!(t.device_samples, n);
+    }
 
     fn leak() -> serde_json::Value {
         let path = concat!(

@@ -33,13 +33,14 @@ pub enum Row<E> {
         /// When sampling started, seconds since the Unix epoch; every `t` counts from it.
         unix_s: f64,
         command: Vec<String>,
-        /// Absent in traces from before it was recorded.
+        /// Absent in traces from before it was recorded. (Boxed, as `nvml`: a row is read back among
+        /// millions, each the size of the largest kind.)
         #[serde(default)]
-        origin: crate::origin::Origin,
+        origin: Box<crate::origin::Origin>,
         gpus: Vec<GpuInfo>,
         /// Absent in traces from before it was recorded.
         #[serde(default)]
-        nvml: Option<crate::gpu::NvmlStatus>,
+        nvml: Option<Box<crate::gpu::NvmlStatus>>,
     },
     /// A GPU's memory in use changed (bytes; `nvidia-smi`'s number).
     Device {
@@ -165,9 +166,9 @@ impl TraceWriter {
                 schema: SCHEMA.into(),
                 unix_s: unix,
                 command: self.command.clone(),
-                origin: self.origin.clone(),
+                origin: Box::new(self.origin.clone()),
                 gpus: gpus.to_vec(),
-                nvml: Some(nvml.clone()),
+                nvml: Some(Box::new(nvml.clone())),
             });
             self.write(&line);
             for row in std::mem::take(&mut self.pending) {
