@@ -9,6 +9,7 @@ pub mod facts;
 pub mod forecast;
 pub mod growth;
 pub mod live;
+pub mod look;
 pub mod phase;
 pub mod serving;
 mod when;
@@ -87,6 +88,10 @@ struct RuleFile {
     /// cannot be undone by what comes later in a way that matters (a leak, growth, a stray context).
     #[serde(default)]
     live: bool,
+    /// Judged by `gpudoc watch` too, on each look at the machine (`run.look`): for a rule whose facts one
+    /// look has (memory in use now, who holds it, leftovers, stray contexts).
+    #[serde(default)]
+    look: bool,
 }
 
 /// A line of advice as written: given always, or only where its condition holds (`{ when = "...", text =
@@ -128,6 +133,8 @@ pub struct Rule {
     pub source: String,
     /// Judged during the run too, on the run so far (`live = true`).
     pub live: bool,
+    /// Judged by `gpudoc watch` on each look at the machine (`look = true`).
+    pub look: bool,
     condition: Program,
     /// The facts its condition reads.
     condition_reads: Vec<String>,
@@ -268,6 +275,7 @@ fn context<'a>(env: &Arc<Env>, facts: &serde_json::Value) -> Context<'a, 'a> {
     let _ = ctx.add_function("fmt_list", |l: Arc<Vec<Value>>| {
         l.iter().map(render).collect::<Vec<_>>().join(", ")
     });
+    let _ = ctx.add_function("fmt_cmd", |c: Arc<String>| crate::units::shorten(&c, 60));
     let _ = ctx.add_function("fmt_pct", |p: f64| format!("{p:.1}%"));
     let _ = ctx.add_function("fmt_ratio", |r: f64| format!("{r:.1}x"));
     let _ = ctx.add_function("fmt_secs", |s: f64| crate::units::fmt_secs(s));
@@ -678,6 +686,7 @@ impl Rule {
                 .collect(),
             docs: f.docs,
             live: f.live,
+            look: f.look,
             source: source.into(),
             condition,
             condition_reads,
@@ -760,6 +769,14 @@ impl Rule {
             .get_or_init(|| self.compile_saying(&env()))
             .as_ref()
             .map_err(|e| e.to_string())
+    }
+
+    /// Where else it is judged than at a run's end: `live` (during the run), `look` (by `gpudoc watch`).
+    pub fn also(&self) -> Vec<&'static str> {
+        [(self.live, "live"), (self.look, "look")]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect()
     }
 
     /// The facts its condition, message and details read (none of the message's if it cannot be
@@ -926,6 +943,15 @@ impl RuleSet {
             .filter(|r| r.live)
             .map(|r| r.id.clone())
             .collect()
+    }
+
+    /// The rules judged on a look at the machine (`look = true`), the others left out: `gpudoc watch`
+    /// evaluates only these, every interval.
+    pub fn looks(self) -> RuleSet {
+        RuleSet {
+            rules: self.rules.into_iter().filter(|r| r.look).collect(),
+            env: self.env,
+        }
     }
 
     /// Every rule against the facts; diagnoses most severe first. A rule that fails on these facts is
