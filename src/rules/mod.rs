@@ -18,6 +18,9 @@ pub use deferred::RunRules;
 
 use crate::verdict::{Diagnosis, Severity};
 use cel::common::ast::{Expr, IdedExpr};
+use cel::common::types::CelNull;
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
 use cel::{Context, Env, Program, Value};
 use facts::Facts;
 use serde::{Deserialize, Serialize};
@@ -254,14 +257,80 @@ fn to_cel(v: &serde_json::Value) -> Value {
     }
 }
 
+/// A fact (or a list or group of them) as the interpreter's CEL value, its strings borrowed: the same
+/// value as [`to_cel`]'s, made in one step (through a [`Value`], each map is built twice).
+fn to_val(v: &serde_json::Value) -> Box<dyn Val + '_> {
+    use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelString};
+    match v {
+        serde_json::Value::Null => Box::new(CelNull),
+        serde_json::Value::Bool(b) => Box::new(CelBool::from(*b)),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Box::new(CelInt::from(i)),
+            None => Box::new(CelDouble::from(n.as_f64().unwrap_or(0.0))),
+        },
+        serde_json::Value::String(s) => Box::new(CelString::from(s.as_str())),
+        serde_json::Value::Array(a) => {
+            Box::new(CelList::from(a.iter().map(to_val).collect::<Vec<_>>()))
+        }
+        serde_json::Value::Object(o) => Box::new(CelMap::from(
+            o.iter()
+                .map(|(k, v)| (CelMapKey::from(k.as_str()), to_val(v)))
+                .collect::<HashMap<_, _>>(),
+        )),
+    }
+}
+
+/// The facts as the variables rules see (`run`, `oom`, `gpus`, ...), each made a CEL value when a rule
+/// first reads it: most rules read two or three, and the lists are most of the facts.
+struct Lazy<'a> {
+    vars: Vec<LazyVar<'a>>,
+}
+
+/// A variable of [`Lazy`]: its name, its facts, and their CEL value once read.
+struct LazyVar<'a> {
+    name: &'a str,
+    facts: &'a serde_json::Value,
+    val: OnceLock<Box<dyn Val + 'a>>,
+}
+
+impl<'a> Lazy<'a> {
+    fn new(facts: &'a serde_json::Value) -> Lazy<'a> {
+        let vars = facts.as_object().into_iter().flatten();
+        Lazy {
+            vars: vars
+                .map(|(name, facts)| LazyVar {
+                    name,
+                    facts,
+                    val: OnceLock::new(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl VariableResolver for Lazy<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let v = self.vars.iter().find(|v| v.name == variable)?;
+        Some(CowVal::Borrowed(
+            v.val.get_or_init(|| to_val(v.facts)).as_ref(),
+        ))
+    }
+}
+
 /// A context holding the run's facts, the unit constants and the formatting functions.
 fn context<'a>(env: &Arc<Env>, facts: &serde_json::Value) -> Context<'a, 'a> {
-    let mut ctx = Context::with_env(env.clone());
+    let mut ctx = functions(env);
     if let serde_json::Value::Object(o) = facts {
         for (k, v) in o {
             ctx.add_variable_from_value(k.clone(), to_cel(v));
         }
     }
+    ctx
+}
+
+/// A context holding the unit constants and the formatting functions.
+fn functions<'a>(env: &Arc<Env>) -> Context<'a, 'a> {
+    let mut ctx = Context::with_env(env.clone());
     for (name, v) in CONSTANTS {
         ctx.add_variable_from_value(name, Value::Int(v));
     }
@@ -960,36 +1029,28 @@ impl RuleSet {
     /// with their square.
     pub fn evaluate(&self, facts: &Facts) -> (Vec<Diagnosis>, Vec<String>) {
         let all = serde_json::to_value(facts).expect("facts serialize");
-        let root = context(&self.env, &all);
-        let items = |scope: Scope| -> Vec<Value> {
-            match all.get(scope.list()).and_then(|v| v.as_array()) {
-                Some(list) => list.iter().map(to_cel).collect(),
-                None => vec![Value::Null],
-            }
-        };
-        let scopes: Vec<(Scope, Vec<Value>)> =
-            [Scope::Run, Scope::Gpu, Scope::Process, Scope::Torch]
-                .into_iter()
-                .map(|s| {
-                    (
-                        s,
-                        if s == Scope::Run {
-                            vec![Value::Null]
-                        } else {
-                            items(s)
-                        },
-                    )
-                })
-                .collect();
+        // Each GPU, process and PyTorch process is made a CEL value once, for every rule of its scope, and
+        // only where a rule is of that scope; the facts as a whole only as rules read them: converting them,
+        // not the rules, was most of a look's cost (`gpudoc watch`, bench/watch_look.rs).
+        let scopes: Vec<(Scope, Vec<Item>)> = [Scope::Gpu, Scope::Process, Scope::Torch]
+            .into_iter()
+            .filter(|s| self.rules.iter().any(|r| r.scope == *s))
+            .map(|s| (s, Item::all(&all, s)))
+            .collect();
+        let run = [Item::none()];
+        let lazy = Lazy::new(&all);
+        let mut root = functions(&self.env);
+        root.set_variable_resolver(&lazy);
         let mut out = Vec::new();
         let mut failed = Vec::new();
         for rule in &self.rules {
-            let list = &scopes.iter().find(|(s, _)| *s == rule.scope).unwrap().1;
+            let list = match scopes.iter().find(|(s, _)| *s == rule.scope) {
+                Some((_, items)) => items.as_slice(),
+                None => &run,
+            };
             for (i, item) in list.iter().enumerate() {
                 let mut ctx = root.new_inner_scope();
-                if let Some(var) = rule.scope.var() {
-                    ctx.add_variable_from_value(var, item.clone());
-                }
+                ctx.set_variable_resolver(item);
                 match rule.fire(&ctx) {
                     Ok(None) => {}
                     Ok(Some(f)) => {
@@ -1022,6 +1083,42 @@ impl RuleSet {
                 .then(a.subject.cmp(&b.subject))
         });
         (out, failed)
+    }
+}
+
+/// An item of a rule's scope, bound to its variable (`gpu`, `process`, `torch`), or nothing for a rule of
+/// the run.
+struct Item<'a> {
+    var: &'static str,
+    val: Box<dyn Val + 'a>,
+}
+
+impl<'a> Item<'a> {
+    /// The items of `scope`'s list in the facts `all`.
+    fn all(all: &'a serde_json::Value, scope: Scope) -> Vec<Item<'a>> {
+        let var = scope.var().unwrap_or_default();
+        let list = all.get(scope.list()).and_then(|v| v.as_array());
+        list.into_iter()
+            .flatten()
+            .map(|v| Item {
+                var,
+                val: to_val(v),
+            })
+            .collect()
+    }
+
+    /// The run's "item": no variable.
+    fn none() -> Item<'a> {
+        Item {
+            var: "",
+            val: Box::new(CelNull),
+        }
+    }
+}
+
+impl VariableResolver for Item<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        (!self.var.is_empty() && variable == self.var).then(|| CowVal::Borrowed(self.val.as_ref()))
     }
 }
 
