@@ -237,7 +237,7 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Flags that choose the rules, shared by `run`, `report`, `compare` and `rules`.
+/// Flags that choose the rules, shared by `run`, `report`, `compare`, `rules` and `watch`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RulesArgs {
     /// A folder of rule files (*.toml) added to the bundled ones; a rule with a bundled rule's id replaces it.
@@ -312,6 +312,8 @@ pub struct WatchArgs {
     /// As root, let `e` end other users' leftovers too.
     #[arg(long)]
     pub all_users: bool,
+    #[command(flatten)]
+    pub rules: RulesArgs,
 }
 
 /// `gpudoc watch --format`.

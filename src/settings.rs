@@ -741,6 +741,8 @@ pub struct WatchSettings {
     pub leftovers: Option<crate::orphans::record::Record>,
     /// Where runs in progress publish their forecasts ([`crate::runs`]).
     pub runs: Option<PathBuf>,
+    /// The rules judged on each look (`look = true`), loaded once.
+    pub rules: RuleSet,
 }
 
 impl WatchSettings {
@@ -748,6 +750,7 @@ impl WatchSettings {
         if a.all_users && !nix::unistd::geteuid().is_root() {
             return Err(Failure::new(exit::USAGE, "--all-users needs root"));
         }
+        let rules = load_rules(&a.rules).map_err(|e| Failure::new(exit::USAGE, e))?;
         let metrics = match &a.metrics {
             Some(m) => Some(
                 crate::serve::parse_addr(m)
@@ -781,6 +784,7 @@ impl WatchSettings {
                 .clone()
                 .map(crate::orphans::record::Record::at),
             runs: runs_dir(env),
+            rules: rules.looks(),
         })
     }
 }

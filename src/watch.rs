@@ -1,23 +1,19 @@
 //! `gpudoc watch`: every GPU and every process holding memory, judged as `gpudoc orphans` judges them,
-//! with the checks that can run live. A [`Frame`] is one look; it renders as a terminal screen, a JSON line
-//! or CSV rows, and as Prometheus metrics. Pure: the loop, the terminal and the keys are in
-//! `commands/watch.rs`.
+//! and diagnosed by the rules with `look = true` on the facts of the look (`rules::look`). A [`Frame`] is
+//! one look; it renders as a terminal screen, a JSON line or CSV rows, and as Prometheus metrics. Pure:
+//! the loop, the terminal and the keys are in `commands/watch.rs`.
 
 use crate::gpu::GpuInfo;
 use crate::metrics::{GpuView, ProcView, View};
 use crate::orphans::{Holder, Listing, Verdict};
 use crate::paint::Paint;
+use crate::rules::RuleSet;
+use crate::rules::facts::Facts;
+use crate::rules::look::GpuNow;
 use crate::units::{fmt_bytes, printable, shorten};
 use crate::verdict::{Diagnosis, Severity};
 use serde::Serialize;
 use std::fmt::Write;
-
-/// Memory other users hold on a GPU before it is said.
-const OTHERS_MIN: u64 = 500 << 20;
-/// A share of a GPU in use that counts as nearly full.
-const NEAR_FULL_PCT: f64 = 95.0;
-/// The most a process may hold on a GPU that is not its main one to count as a stray context.
-const CONTEXT_MAX: u64 = 2 << 30;
 
 /// One look at the machine.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -25,6 +21,9 @@ pub struct Frame {
     pub gpus: Vec<GpuLine>,
     pub processes: Vec<Holder>,
     pub diagnoses: Vec<Diagnosis>,
+    /// Rules that failed on this look's facts, with why (as a run's `rule_errors`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rule_errors: Vec<String>,
     /// What runs in progress (`gpudoc run`) forecast: when a GPU will be full.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub forecasts: Vec<RunForecast>,
@@ -84,8 +83,9 @@ impl Sort {
 }
 
 impl Frame {
-    /// The frame of a listing; `me` is the watcher's uid (memory of other uids is "others'").
-    pub fn of(listing: Listing, gpus: &[GpuInfo], me: u32) -> Frame {
+    /// The frame of a listing, diagnosed by `rules` (the look rules); `me` is the watcher's uid (its
+    /// processes are "the job", other uids' are "others'").
+    pub fn of(listing: Listing, gpus: &[GpuInfo], me: u32, rules: &RuleSet) -> Frame {
         let gpus: Vec<GpuLine> = gpus
             .iter()
             .map(|g| GpuLine {
@@ -100,11 +100,21 @@ impl Frame {
                 total_bytes: g.total_bytes,
             })
             .collect();
-        let diagnoses = checks(&gpus, &listing.holders, me);
+        let now: Vec<GpuNow> = gpus
+            .iter()
+            .map(|g| GpuNow {
+                index: g.index,
+                name: &g.name,
+                used_bytes: g.used_bytes,
+                total_bytes: g.total_bytes,
+            })
+            .collect();
+        let (diagnoses, rule_errors) = rules.evaluate(&Facts::of_look(&now, &listing.holders, me));
         Frame {
             gpus,
             processes: listing.holders,
             diagnoses,
+            rule_errors,
             forecasts: Vec::new(),
             nvml_error: listing.nvml_error,
         }
@@ -270,103 +280,24 @@ fn diagnosis(
     }
 }
 
-/// The checks that can run on one look: a GPU nearly full, memory other users hold, leftovers, a
-/// process holding a context on a GPU that is not its own.
-pub fn checks(gpus: &[GpuLine], holders: &[Holder], me: u32) -> Vec<Diagnosis> {
-    let mut out = Vec::new();
-    for g in gpus {
-        gpu_checks(g, holders, me, &mut out);
-    }
-    holder_checks(holders, &mut out);
-    out
-}
-
-/// A GPU nearly full; memory other users hold on it.
-fn gpu_checks(g: &GpuLine, holders: &[Holder], me: u32, out: &mut Vec<Diagnosis>) {
-    let pct = g.used_bytes as f64 * 100.0 / g.total_bytes.max(1) as f64;
-    if pct >= NEAR_FULL_PCT {
-        out.push(diagnosis(
-            "near-capacity",
-            Severity::Warn,
-            "GPU memory nearly full",
-            format!("GPU {}", g.index),
-            format!(
-                "GPU {}: {} in use, {pct:.1}% of {}",
-                g.index,
-                fmt_bytes(g.used_bytes),
-                fmt_bytes(g.total_bytes)
-            ),
-        ));
-    }
-    let others: Vec<&Holder> = holders
-        .iter()
-        .filter(|h| h.uid.is_some_and(|u| u != me) && gpu_bytes(h, g.index) > 0)
-        .collect();
-    let held: u64 = others.iter().map(|h| gpu_bytes(h, g.index)).sum();
-    if held >= OTHERS_MIN {
-        let who: Vec<String> = others
-            .iter()
-            .map(|h| format!("pid {} ({})", h.pid, h.user.as_deref().unwrap_or("?")))
-            .collect();
-        out.push(diagnosis(
-            "held-by-others",
-            Severity::Info,
-            "Other users' processes hold memory",
-            format!("GPU {}", g.index),
-            format!(
-                "GPU {}: other users hold {}: {}",
-                g.index,
-                fmt_bytes(held),
-                who.join(", ")
-            ),
-        ));
-    }
-}
-
-/// Leftover processes; processes holding a context on a GPU that is not their own.
-fn holder_checks(holders: &[Holder], out: &mut Vec<Diagnosis>) {
-    for h in holders.iter().filter(|h| h.is_leftover()) {
-        out.push(diagnosis(
-            "leftover-processes",
-            Severity::Warn,
-            "A leftover process holds the GPU",
-            format!("pid {}", h.pid),
-            format!(
-                "pid {} ({}) is {}: {}; it holds {}",
-                h.pid,
-                shorten(&printable(&h.cmdline), 60),
-                verdict_words(h.verdict),
-                h.reason,
-                fmt_bytes(h.total_bytes())
-            ),
-        ));
-    }
-    for h in holders {
-        let Some(&(main, most)) = h.gpu_bytes.iter().max_by_key(|g| g.1) else {
-            continue;
+/// The lines under the processes, at most 6: the diagnoses, most severe first, then the rules that
+/// failed on the look (as `gpudoc run` says them), each with its tag.
+fn said(f: &Frame, p: Paint) -> Vec<(String, String)> {
+    let diagnoses = f.diagnoses.iter().map(|d| {
+        let tag = match d.severity {
+            Severity::Error => p.bad("error"),
+            Severity::Warn => p.warn("warn "),
+            Severity::Info => p.dim("info "),
         };
-        let limit = CONTEXT_MAX.max(most / 10);
-        for &(gpu, bytes) in &h.gpu_bytes {
-            if gpu != main && bytes > 0 && bytes <= limit {
-                out.push(diagnosis(
-                    "stray-context",
-                    Severity::Warn,
-                    "A process holds a CUDA context on a GPU that is not its own",
-                    format!("pid {}", h.pid),
-                    format!(
-                        "pid {} works on GPU {main} ({}) but also holds {} on GPU {gpu}",
-                        h.pid,
-                        fmt_bytes(most),
-                        fmt_bytes(bytes)
-                    ),
-                ));
-            }
-        }
-    }
-}
-
-fn gpu_bytes(h: &Holder, gpu: u32) -> u64 {
-    h.gpu_bytes.iter().filter(|g| g.0 == gpu).map(|g| g.1).sum()
+        (tag, d.message.clone())
+    });
+    let failed = f.rule_errors.iter().map(|e| {
+        (
+            p.warn("warn "),
+            format!("a rule could not be evaluated: {e}"),
+        )
+    });
+    diagnoses.chain(failed).take(6).collect()
 }
 
 /// What the terminal view shows besides the frame.
@@ -409,9 +340,8 @@ pub fn screen(f: &Frame, ui: &Ui, width: usize, height: usize, p: Paint) -> Vec<
     }
     lines.push(p.dim("  PID      USER       GPU   MEMORY       VERDICT   COMMAND"));
     let rows = f.sorted(ui.sort);
-    let room = height
-        .saturating_sub(lines.len() + f.diagnoses.len().min(6) + 3)
-        .max(1);
+    let said = said(f, p);
+    let room = height.saturating_sub(lines.len() + said.len() + 3).max(1);
     let first = ui.selected.saturating_sub(room.saturating_sub(1));
     for (i, h) in rows.iter().enumerate().skip(first).take(room) {
         let gpus: Vec<String> = h.gpu_bytes.iter().map(|g| g.0.to_string()).collect();
@@ -434,16 +364,8 @@ pub fn screen(f: &Frame, ui: &Ui, width: usize, height: usize, p: Paint) -> Vec<
     if rows.is_empty() {
         lines.push(p.dim("  no process holds GPU memory or an NVIDIA device"));
     }
-    for d in f.diagnoses.iter().take(6) {
-        let tag = match d.severity {
-            Severity::Error => p.bad("error"),
-            Severity::Warn => p.warn("warn "),
-            Severity::Info => p.dim("info "),
-        };
-        lines.push(format!(
-            "{tag} {}",
-            shorten(&d.message, width.saturating_sub(6))
-        ));
+    for (tag, text) in said {
+        lines.push(format!("{tag} {}", shorten(&text, width.saturating_sub(6))));
     }
     if !ui.status.is_empty() {
         lines.push(p.bold(&fit(ui.status.clone())));
@@ -478,54 +400,103 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_live_checks() {
-        const GIB: u64 = 1 << 30;
-        let gpus = vec![
-            GpuLine {
-                index: 0,
+    const GIB: u64 = 1 << 30;
+
+    /// Two GPUs of 100 GiB, GPU 0 96% full; a process of the watcher's (uid 1000) working on GPU 0 with a
+    /// context on GPU 1, another user's on GPU 1, and a leftover of the watcher's.
+    fn a_look(rules: &RuleSet) -> Frame {
+        let gpus: Vec<GpuInfo> = (0..2)
+            .map(|index| GpuInfo {
+                index,
+                name: "NVIDIA H200".into(),
+                uuid: format!("GPU-{index}"),
                 total_bytes: 100 * GIB,
-                used_bytes: 96 * GIB,
-                ..Default::default()
-            },
-            GpuLine {
-                index: 1,
-                total_bytes: 100 * GIB,
-                used_bytes: 10 * GIB,
-                ..Default::default()
-            },
-        ];
-        let holders = vec![
-            holder(10, 1000, vec![(0, 90 * GIB), (1, GIB / 2)], Verdict::Live),
-            holder(11, 2000, vec![(1, 8 * GIB)], Verdict::Live),
-            holder(12, 1000, vec![(0, 6 * GIB)], Verdict::Orphan),
-        ];
-        let d = checks(&gpus, &holders, 1000);
-        let rules: Vec<(&str, &str)> = d
+            })
+            .collect();
+        let listing = Listing {
+            holders: vec![
+                holder(10, 1000, vec![(0, 90 * GIB), (1, GIB / 2)], Verdict::Live),
+                holder(11, 2000, vec![(1, 8 * GIB)], Verdict::Live),
+                holder(12, 1000, vec![(0, 6 * GIB)], Verdict::Orphan),
+            ],
+            gpu_used: vec![(0, 96 * GIB), (1, 10 * GIB)],
+            ..Default::default()
+        };
+        Frame::of(listing, &gpus, 1000, rules)
+    }
+
+    fn said(f: &Frame) -> Vec<(&str, &str)> {
+        f.diagnoses
             .iter()
             .map(|d| (d.rule.as_str(), d.subject.as_str()))
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_look_is_diagnosed_by_the_look_rules() {
+        let f = a_look(&RuleSet::load(None, &[]).unwrap().looks());
         assert_eq!(
-            rules,
+            said(&f),
             vec![
+                ("stray-context", "pid 10"),
+                ("leftover-holder", "pid 12"),
                 ("near-capacity", "GPU 0"),
                 ("held-by-others", "GPU 1"),
-                ("leftover-processes", "pid 12"),
-                ("stray-context", "pid 10"),
             ]
+        );
+        let d = &f.diagnoses;
+        assert_eq!(
+            d[0].message,
+            "pid 10 (python3 job10.py) works on GPU 0 (90.00 GiB) but also holds 512.00 MiB on GPU 1: \
+             a stray CUDA context, the classic pile-up on GPU 0."
         );
         assert_eq!(
             d[1].message,
-            "GPU 1: other users hold 8.00 GiB: pid 11 (u2000)"
+            "pid 12 (python3 job12.py) is an orphan: its parent died; it holds 6.00 GiB"
         );
         assert!(
             d[2].message
-                .starts_with("pid 12 (python3 job12.py) is an orphan: "),
+                .starts_with("GPU 0: memory in use is 96.00 GiB, 96.0% of 100.00 GiB: one more"),
             "{}",
             d[2].message
         );
+        assert_eq!((d[2].at_s, d[2].gpu.as_deref()), (None, Some("GPU 0")));
+        assert!(!d[2].advice.is_empty());
+        assert_eq!(
+            d[3].message,
+            "GPU 1: other users hold 8.00 GiB: pid 11 (u2000) 8.00 GiB"
+        );
+        assert!(f.rule_errors.is_empty(), "{:?}", f.rule_errors);
         assert_eq!(verdict_words(Verdict::Ghost), "a ghost");
         assert_eq!(verdict_words(Verdict::Live), "live");
+    }
+
+    #[test]
+    fn a_look_obeys_disable_rule_and_a_rule_that_fails_on_it_is_said() {
+        let set = RuleSet::load(None, &["near-capacity".into(), "stray-context".into()]);
+        let f = a_look(&set.unwrap().looks());
+        assert_eq!(
+            said(&f),
+            vec![("leftover-holder", "pid 12"), ("held-by-others", "GPU 1")]
+        );
+        // Other users hold nothing on GPU 0: a careless rule divides by zero there, said, not a crash.
+        let dir = tempfile::tempdir().unwrap();
+        let rule = "id = \"ratio\"\nseverity = \"warn\"\ntitle = \"t\"\neach = \"gpu\"\nlook = true\n\
+                    when = \"gpu.total_bytes / gpu.others_peak_bytes > 0\"\nmessage = \"m\"\n";
+        std::fs::write(dir.path().join("ratio.toml"), rule).unwrap();
+        let f = a_look(&RuleSet::load(Some(dir.path()), &[]).unwrap().looks());
+        assert!(
+            f.rule_errors.iter().any(|e| e.starts_with("rule ratio: ")),
+            "{:?}",
+            f.rule_errors
+        );
+        let screen = screen(&f, &Ui::default(), 200, 40, Paint(false));
+        assert!(
+            screen
+                .iter()
+                .any(|l| l.starts_with("warn  a rule could not be evaluated: rule ratio: ")),
+            "{screen:#?}"
+        );
     }
 
     #[test]

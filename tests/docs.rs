@@ -60,13 +60,17 @@ fn rules_table() {
             format!("`{}`", r.id),
             r.severity.name().to_string(),
             r.scope.name().to_string(),
+            r.also().join(", "),
             r.title.clone(),
         ]
     });
     section(
         "docs/rules.md",
         "rules",
-        &table(&["rule", "severity", "for each", "finds"], rows),
+        &table(
+            &["rule", "severity", "for each", "also judged", "finds"],
+            rows,
+        ),
     );
 }
 

@@ -206,3 +206,169 @@ fn it_shows_when_a_run_in_progress_forecasts_a_gpu_full() {
         "{d:#}"
     );
 }
+
+/// `gpudoc watch` on a pipe with `args`: the first JSON line for which `want` holds, or `None` if none
+/// came within 20 s.
+fn watch_until(
+    m: &Machine,
+    args: &[&str],
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> Option<serde_json::Value> {
+    let mut child = m
+        .gpudoc()
+        .args(["watch", "--interval", "100ms"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    // A watchdog, so a line that never comes ends the watch (and the test) instead of hanging it.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = done.clone();
+    std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            if t0.elapsed() > Duration::from_secs(20) {
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let found = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str::<serde_json::Value>(&l).unwrap())
+        .find(|v| want(v));
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    child.wait().unwrap();
+    found
+}
+
+/// The diagnoses of a watch's JSON line by a rule.
+fn by_rule<'a>(line: &'a serde_json::Value, rule: &str) -> Vec<&'a serde_json::Value> {
+    line["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["rule"] == rule)
+        .collect()
+}
+
+#[test]
+fn a_nearly_full_gpu_is_diagnosed_by_the_near_capacity_rule_with_its_advice() {
+    let m = Machine::h200s(1);
+    set(&m, 139);
+    let line = watch_until(&m, &[], |_| true).expect("a line");
+    let d = by_rule(&line, "near-capacity");
+    assert_eq!(d.len(), 1, "{line:#}");
+    assert_eq!(d[0]["subject"], "GPU 0");
+    assert!(
+        d[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("GPU 0: memory in use is 139.00 GiB, 99.0% of 140.40 GiB: "),
+        "{:#}",
+        d[0]
+    );
+    let advice = d[0]["advice"].as_array().unwrap();
+    assert!(
+        advice[0].as_str().unwrap().starts_with("Keep headroom"),
+        "{advice:?}"
+    );
+    assert_eq!(d[0]["facts"]["gpu.peak_used_bytes"], 139u64 << 30);
+}
+
+#[test]
+fn disable_rule_switches_a_look_rule_off() {
+    let m = Machine::h200s(1);
+    set(&m, 139);
+    let line = watch_until(&m, &["--disable-rule", "near-capacity"], |_| true).expect("a line");
+    assert!(by_rule(&line, "near-capacity").is_empty(), "{line:#}");
+    assert_eq!(line["processes"][0]["pid"], 4000000, "{line:#}");
+}
+
+#[test]
+fn a_look_rule_of_the_users_fires_in_watch_and_a_broken_one_stops_it_before_it_starts() {
+    let m = Machine::h200s(1);
+    set(&m, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().to_str().unwrap();
+    let busy = "id = \"busy\"\nseverity = \"info\"\ntitle = \"Busy\"\neach = \"gpu\"\nlook = true\n\
+                when = \"run.look && gpu.peak_used_bytes >= 2 * GiB\"\n\
+                message = \"{gpu.label} is busy: {fmt_bytes(gpu.peak_used_bytes)}\"\n";
+    std::fs::write(dir.path().join("busy.toml"), busy).unwrap();
+    let line = watch_until(&m, &["--rules", rules], |_| true).expect("a line");
+    let d = by_rule(&line, "busy");
+    assert_eq!(d.len(), 1, "{line:#}");
+    assert_eq!(d[0]["message"], "GPU 0 is busy: 3.00 GiB");
+    // A rule that names no fact: a usage error naming its file and line, before anything is shown.
+    std::fs::write(
+        dir.path().join("busy.toml"),
+        busy.replace("peak_used", "peak_usd"),
+    )
+    .unwrap();
+    let out = m
+        .gpudoc()
+        .args(["watch", "--format", "jsonl", "--rules", rules])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("busy.toml:6: when: unknown fact `gpu.peak_usd_bytes`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_leftover_is_diagnosed_with_its_verdict_why_and_memory() {
+    let m = Machine::h200s(1);
+    let pid = m.orphan(r#""$FAKEGPU" alloc --steps 2GiB --hold-ms 60000"#, None);
+    let line = watch_until(&m, &[], |v| !by_rule(v, "leftover-holder").is_empty());
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let line = line.expect("a leftover diagnosed");
+    let d = by_rule(&line, "leftover-holder");
+    assert_eq!(
+        (&d[0]["subject"], &d[0]["pid"]),
+        (&format!("pid {pid}").into(), &pid.into())
+    );
+    let message = d[0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("pid {pid} (")) && message.ends_with("; it holds 2.00 GiB"),
+        "{message}"
+    );
+    assert!(message.contains(") is an orphan: "), "{message}");
+}
+
+#[test]
+fn a_small_context_on_a_second_gpu_is_a_stray_context() {
+    let m = Machine::h200s(2);
+    set(&m, 20);
+    common::succeed(m.fakegpu().args([
+        "set", "--pid", "4000000", "--gpu", "1", "--bytes", "512MiB", "--ghost",
+    ]));
+    let line = watch_until(&m, &[], |_| true).expect("a line");
+    let d = by_rule(&line, "stray-context");
+    assert_eq!(d.len(), 1, "{line:#}");
+    assert_eq!(d[0]["subject"], "pid 4000000");
+    assert!(
+        d[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("works on GPU 0 (20.00 GiB) but also holds 512.00 MiB on GPU 1"),
+        "{:#}",
+        d[0]
+    );
+    // The rule's own: the GPU it is about, and what to do.
+    assert_eq!(d[0]["gpu"], "GPU 0");
+    let advice = d[0]["advice"][0].as_str().unwrap_or_default();
+    assert!(
+        advice.starts_with("Call torch.cuda.set_device"),
+        "{:#}",
+        d[0]
+    );
+}

@@ -53,17 +53,20 @@ fn list(set: &RuleSet) -> String {
     };
     let id = width("ID", &|r| r.id.chars().count());
     let title = width("TITLE", &|r| r.title.chars().count());
+    // ALSO: where else than at a run's end a rule is judged (`live`, `look`).
     let mut o = format!(
-        "{:<id$} {:<6} {:<8} {:<title$} SOURCE\n",
-        "ID", "LEVEL", "EACH", "TITLE"
+        "{:<id$} {:<6} {:<8} {:<9} {:<title$} SOURCE\n",
+        "ID", "LEVEL", "EACH", "ALSO", "TITLE"
     );
     for r in &set.rules {
+        let also = r.also().join(",");
         let _ = writeln!(
             o,
-            "{:<id$} {:<6} {:<8} {:<title$} {}",
+            "{:<id$} {:<6} {:<8} {:<9} {:<title$} {}",
             r.id,
             r.severity.name(),
             r.scope.name(),
+            if also.is_empty() { "-" } else { &also },
             r.title,
             r.source
         );
@@ -74,9 +77,14 @@ fn list(set: &RuleSet) -> String {
 fn explain(set: &RuleSet, id: &str) -> Option<String> {
     let r = set.rules.iter().find(|r| r.id == id)?;
     let mut o = String::new();
+    // Judged live during a run (`live = true`), on each look of `gpudoc watch` (`look = true`).
+    let also = match r.also().join(", ") {
+        a if a.is_empty() => a,
+        a => format!("; also judged {a}"),
+    };
     let _ = writeln!(
         o,
-        "{} ({}, for each {}): {}",
+        "{} ({}, for each {}{also}): {}",
         r.id,
         r.severity.name(),
         r.scope.name(),

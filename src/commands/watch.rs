@@ -39,7 +39,8 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
         // What runs recorded they left, judged as `gpudoc orphans` judges it; where the record can't
         // be read, without it (`gpudoc orphans` says why).
         let left = orphans::record::Record::living_here(s.leftovers.as_ref()).unwrap_or_default();
-        let mut frame = Frame::of(orphans::listing(memory, &s.dev_prefix, &left), &gpus, me);
+        let listing = orphans::listing(memory, &s.dev_prefix, &left);
+        let mut frame = Frame::of(listing, &gpus, me, &s.rules);
         if let Some(dir) = &s.runs {
             frame.with_runs(&crate::runs::read(dir), unix_s());
         }
@@ -110,7 +111,7 @@ fn changed(a: &Frame, b: &Frame) -> bool {
             .iter()
             .zip(&b.processes)
             .all(|(x, y)| (x.pid, x.verdict, &x.gpu_bytes) == (y.pid, y.verdict, &y.gpu_bytes));
-    a.gpus != b.gpus || !same || a.diagnoses != b.diagnoses
+    a.gpus != b.gpus || !same || a.diagnoses != b.diagnoses || a.rule_errors != b.rule_errors
 }
 
 /// JSON lines or CSV rows on stdout, each time the machine changed.

@@ -24,12 +24,20 @@ pub const RULES: &[(&str, &str)] = &[
         include_str!("../../rules/held-before-start.toml"),
     ),
     (
+        "held-by-others.toml",
+        include_str!("../../rules/held-by-others.toml"),
+    ),
+    (
         "host-oom-kill.toml",
         include_str!("../../rules/host-oom-kill.toml"),
     ),
     (
         "jax-preallocation.toml",
         include_str!("../../rules/jax-preallocation.toml"),
+    ),
+    (
+        "leftover-holder.toml",
+        include_str!("../../rules/leftover-holder.toml"),
     ),
     (
         "leftover-processes.toml",

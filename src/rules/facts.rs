@@ -50,6 +50,7 @@ pub struct RunFacts {
     pub helpers_bytes: i64,
     pub helper_list: String,
     pub live: bool,
+    pub look: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -106,6 +107,7 @@ pub struct GpuFacts {
     pub peak_used_pct: f64,
     pub start_used_bytes: i64,
     pub others_peak_bytes: i64,
+    pub others_list: String,
     pub job_peak_bytes: i64,
     pub job_peak_pct: f64,
     pub job_final_bytes: i64,
@@ -161,6 +163,10 @@ pub struct ProcFacts {
     pub job_gpu_start_bytes: i64,
     pub job_gpu_high_from_s: f64,
     pub job_gpu_high_s: f64,
+    pub user: String,
+    pub verdict: String,
+    pub reason: String,
+    pub leftover: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -306,6 +312,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "run.live",
         "bool",
         "the run is still going: the rule is judged live, on the run so far (`live = true`); false at its end",
+    ),
+    (
+        "run.look",
+        "bool",
+        "the facts are of one look at the machine by `gpudoc watch` (`look = true`), not of a run: the job is the watcher's own processes (its uid), the others other users'; gpu.peak_used_*, the job's and the others' bytes are what is held now (gpu.peak_used_at_s 0); what only a run has (a timeline, steps, an OOM, an exit) is empty",
     ),
     (
         "run.server",
@@ -541,7 +552,12 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "gpu.others_peak_bytes",
         "int",
-        "sum of the peaks of processes outside the job",
+        "sum of the peaks of processes outside the job (in a look: what other users' processes hold now; one whose owner can't be read, a ghost, is neither the job's nor others')",
+    ),
+    (
+        "gpu.others_list",
+        "string",
+        "those processes, in words, the most first: pid, command (in a look: its owner), memory",
     ),
     (
         "gpu.job_peak_bytes",
@@ -672,7 +688,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
     ),
     ("process.pid", "int", "PID"),
     ("process.cmdline", "string", "command line"),
-    ("process.in_job", "bool", "part of the job"),
+    (
+        "process.in_job",
+        "bool",
+        "part of the job (in a look: the watcher's own, by its uid)",
+    ),
     ("process.rank", "int", "RANK, -1 if unknown"),
     ("process.local_rank", "int", "LOCAL_RANK, -1 if unknown"),
     ("process.gpus", "int", "GPUs it held memory on"),
@@ -720,6 +740,26 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "process.job_gpu_high_s",
         "double",
         "how long that stretch lasted, without a break (to now, in a run still going): short for memory that came and went in a blip; 0 if unknown",
+    ),
+    (
+        "process.user",
+        "string",
+        "its owner's name, in a look (empty in a run, and where /proc can't tell)",
+    ),
+    (
+        "process.verdict",
+        "string",
+        "in a look, what `gpudoc orphans` makes of it: orphan, detached, zombie, ghost, service, live (empty in a run)",
+    ),
+    (
+        "process.reason",
+        "string",
+        "in a look, why, in one line (`its parent died`; empty in a run)",
+    ),
+    (
+        "process.leftover",
+        "bool",
+        "in a look, a leftover `gpudoc orphans --kill` would end: an orphan holding GPU memory, or what a `gpudoc run` recorded it left running (false in a run, whose leftovers are run.orphans)",
     ),
     (
         "process.helper",
@@ -904,7 +944,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
 
 const GIB: i64 = 1 << 30;
 
-fn pct(part: i64, whole: i64) -> f64 {
+pub(super) fn pct(part: i64, whole: i64) -> f64 {
     if whole > 0 {
         part as f64 * 100.0 / whole as f64
     } else {
@@ -1091,16 +1131,22 @@ impl<'a> Ranks<'a> {
 }
 
 fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
-    let mut others: HashMap<(String, u32), i64> = HashMap::new();
-    for p in r.processes.iter().filter(|p| !p.in_job) {
-        *others.entry((host_of(&p.host), p.gpu)).or_default() += p.peak_bytes as i64;
+    let mut others: HashMap<(String, u32), Vec<Other>> = HashMap::new();
+    for p in r.processes.iter().filter(|p| !p.in_job && p.peak_bytes > 0) {
+        let who = crate::units::shorten(&p.cmdline, 60);
+        let other = (p.pid, who, p.peak_bytes);
+        others
+            .entry((host_of(&p.host), p.gpu))
+            .or_default()
+            .push(other);
     }
     let mut gpus: Vec<GpuFacts> = r
         .gpus
         .iter()
         .map(|g| {
-            let held = others.get(&(host_of(&g.host), g.index)).copied();
-            let mut f = one_gpu(r, g, held.unwrap_or(0));
+            let held = others.remove(&(host_of(&g.host), g.index));
+            let mut f = one_gpu(r, g);
+            (f.others_peak_bytes, f.others_list) = others_facts(held.unwrap_or_default());
             when_facts(r, g, steps, &mut f);
             f
         })
@@ -1116,7 +1162,21 @@ fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
     gpus
 }
 
-fn one_gpu(r: &Report, g: &crate::report::GpuReport, others_peak: i64) -> GpuFacts {
+/// A process outside the job on a GPU: its pid, who it is in words, and its memory there.
+pub(super) type Other = (u32, String, u64);
+
+/// What the processes outside the job hold on a GPU, summed, and in words, the most first
+/// (`gpu.others_peak_bytes`, `gpu.others_list`).
+pub(super) fn others_facts(mut others: Vec<Other>) -> (i64, String) {
+    others.sort_by_key(|o| (std::cmp::Reverse(o.2), o.0));
+    let list: Vec<String> = others
+        .iter()
+        .map(|(pid, who, b)| format!("pid {pid} ({who}) {}", crate::units::fmt_bytes(*b)))
+        .collect();
+    (others.iter().map(|o| o.2 as i64).sum(), list.join("; "))
+}
+
+fn one_gpu(r: &Report, g: &crate::report::GpuReport) -> GpuFacts {
     let total = g.total_bytes as i64;
     let held: Vec<i64> = g
         .job_timeline
@@ -1157,7 +1217,6 @@ fn one_gpu(r: &Report, g: &crate::report::GpuReport, others_peak: i64) -> GpuFac
         peak_used_bytes: g.peak_used_bytes as i64,
         peak_used_pct: pct(g.peak_used_bytes as i64, total),
         start_used_bytes: g.start_used_bytes as i64,
-        others_peak_bytes: others_peak,
         job_peak_bytes: peak,
         job_peak_pct: pct(peak, total),
         job_final_bytes: g.job_final_bytes as i64,
@@ -1305,9 +1364,43 @@ fn helper(who: &Who, rows: &[&ProcessReport], ranks: &Ranks, holders: &HashSet<W
         && rows.iter().all(|p| p.in_job && p.peak_bytes <= HELPER_MAX)
 }
 
-/// A rank's own GPU is its LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by UUID);
-/// anything it holds elsewhere is stray, whatever its size. Without a rank, the GPU where it holds the
-/// most is its own, and only context-sized footprints elsewhere count as stray.
+/// The most a process without a rank may hold on a GPU not its own for it to count as a stray context (a
+/// context is ~520 MiB on an H200; libraries loaded into it add some).
+const CONTEXT_MAX: u64 = 2 << 30;
+
+/// A process's own GPU and its stray ones, as indices into what it holds on each GPU: one definition of
+/// a stray context, for a run's processes and a look's (`gpudoc watch`). A rank's own GPU is `own`, its
+/// LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by UUID), where it holds memory;
+/// anything it holds elsewhere is stray, whatever its size. Without one, the GPU where it holds the most
+/// is its own, and only context-sized footprints elsewhere (2 GiB, or a tenth of its own GPU's) count as
+/// stray. `None` when it holds nothing anywhere.
+pub(super) fn placement(held: &[(u32, u64)], own: Option<u32>) -> Option<(usize, Vec<usize>)> {
+    let own = own.and_then(|g| held.iter().position(|&(gpu, b)| gpu == g && b > 0));
+    let main = own.or_else(|| (0..held.len()).max_by_key(|&i| held[i].1))?;
+    let limit = match own {
+        Some(_) => u64::MAX,
+        None => CONTEXT_MAX.max(held[main].1 / 10),
+    };
+    let stray = (0..held.len())
+        .filter(|&i| held[i].0 != held[main].0 && held[i].1 > 0 && held[i].1 <= limit)
+        .collect();
+    Some((main, stray))
+}
+
+/// The facts of where a process holds memory (`held`: per GPU, its peak in a run, now in a look), placed
+/// by [`placement`]: its GPUs, its own GPU and the stray ones. The index of its own GPU's entry, if any.
+pub(super) fn place(held: &[(u32, u64)], own: Option<u32>, f: &mut ProcFacts) -> Option<usize> {
+    f.gpus = held.iter().filter(|h| h.1 > 0).count() as i64;
+    f.peak_bytes = held.iter().map(|h| h.1 as i64).sum();
+    f.main_gpu = -1;
+    let (main, stray) = placement(held, own)?;
+    f.main_gpu = held[main].0 as i64;
+    f.main_bytes = held[main].1 as i64;
+    f.stray_gpus = stray.iter().map(|&i| held[i].0 as i64).collect();
+    f.stray_bytes = stray.iter().map(|&i| held[i].1 as i64).sum();
+    Some(main)
+}
+
 fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
     let (rank, local_rank) = ranks.of_pid(&who);
     let own = ranks
@@ -1316,34 +1409,21 @@ fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
         .into_iter()
         .flatten()
         .find(|t| local_rank >= 0 && t.device as i64 == local_rank)
-        .and_then(|t| t.gpu)
-        .and_then(|g| rows.iter().find(|p| p.gpu == g && p.peak_bytes > 0));
-    let main = own.unwrap_or_else(|| rows.iter().max_by_key(|p| p.peak_bytes).unwrap());
-    let limit = if own.is_some() {
-        i64::MAX
-    } else {
-        (2 * GIB).max(main.peak_bytes as i64 / 10)
-    };
-    let stray: Vec<_> = rows
-        .iter()
-        .filter(|p| p.gpu != main.gpu && p.peak_bytes > 0 && (p.peak_bytes as i64) <= limit)
-        .collect();
-    ProcFacts {
+        .and_then(|t| t.gpu);
+    let held: Vec<(u32, u64)> = rows.iter().map(|p| (p.gpu, p.peak_bytes)).collect();
+    let mut f = ProcFacts {
         pid: who.1 as i64,
         host: who.0,
-        cmdline: main.cmdline.clone(),
-        in_job: main.in_job,
         rank,
         local_rank,
-        gpus: rows.iter().filter(|p| p.peak_bytes > 0).count() as i64,
-        main_gpu: main.gpu as i64,
-        main_bytes: main.peak_bytes as i64,
-        peak_bytes: rows.iter().map(|p| p.peak_bytes as i64).sum(),
-        stray_gpus: stray.iter().map(|p| p.gpu as i64).collect(),
-        stray_bytes: stray.iter().map(|p| p.peak_bytes as i64).sum(),
         parent_pid: rows.iter().find_map(|p| p.ppid).map_or(-1, i64::from),
         ..Default::default()
-    }
+    };
+    // A process's rows are never empty: it is listed because NVML saw it on a GPU.
+    let main = rows[place(&held, own, &mut f).unwrap_or(0)];
+    f.cmdline = main.cmdline.clone();
+    f.in_job = main.in_job;
+    f
 }
 
 fn torch_facts(
@@ -1582,7 +1662,7 @@ fn oom_others(o: &crate::oom::OomReport) -> String {
     others.join("; ")
 }
 
-fn name_of<T: serde::Serialize>(v: T) -> String {
+pub(super) fn name_of<T: serde::Serialize>(v: T) -> String {
     serde_json::to_value(v)
         .ok()
         .and_then(|v| v.as_str().map(String::from))
@@ -1593,14 +1673,10 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
     let (phase, steps, since_last_step_s) = super::when::oom(steps, r);
     let Some(o) = &r.oom else {
         return OomFacts {
-            gpu: -1,
-            rank: -1,
-            label: gpu_label("", -1),
-            at_s: -1.0,
             phase,
             steps,
             since_last_step_s,
-            ..Default::default()
+            ..OomFacts::absent()
         };
     };
     let t = &o.event.text;
@@ -1665,6 +1741,21 @@ fn oom_leak(oom: &mut OomFacts, torch: &[TorchFacts]) {
         oom.leak_total_bytes = t.leak_total_bytes;
         oom.leak_bytes_per_step = t.leak_bytes_per_step;
         oom.leak_r2 = t.leak_r2;
+    }
+}
+
+impl OomFacts {
+    /// The facts of no OOM: its GPU, rank, moment and steps unknown.
+    pub(super) fn absent() -> OomFacts {
+        OomFacts {
+            gpu: -1,
+            rank: -1,
+            label: gpu_label("", -1),
+            at_s: -1.0,
+            steps: -1,
+            since_last_step_s: -1.0,
+            ..Default::default()
+        }
     }
 }
 
@@ -1801,10 +1892,29 @@ fn run_facts(r: &Report, gpus: &[GpuFacts], ps: &[ProcFacts]) -> RunFacts {
     f
 }
 
-fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
+/// The job's GPUs: how many, the largest and smallest of its per-GPU peaks, and their ratio.
+pub(super) fn job_facts(gpus: &[GpuFacts], f: &mut RunFacts) {
     let used: Vec<&GpuFacts> = gpus.iter().filter(|g| g.job_peak_bytes > 0).collect();
     let max_g = used.iter().max_by_key(|g| g.job_peak_bytes);
     let min_g = used.iter().min_by_key(|g| g.job_peak_bytes);
+    f.gpus = gpus.len() as i64;
+    f.job_gpus = used.len() as i64;
+    f.job_peak_max_bytes = max_g.map_or(0, |g| g.job_peak_bytes);
+    f.job_peak_min_bytes = min_g.map_or(0, |g| g.job_peak_bytes);
+    f.job_peak_max_gpu = max_g.map_or(-1, |g| g.index);
+    f.job_peak_min_gpu = min_g.map_or(-1, |g| g.index);
+    f.job_peak_max_label = max_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone());
+    f.job_peak_min_label = min_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone());
+    f.job_peak_max_at_s = max_g.map_or(-1.0, |g| g.spike_at_s);
+    f.imbalance_ratio = match (max_g, min_g) {
+        (Some(a), Some(b)) if b.job_peak_bytes > 0 => {
+            a.job_peak_bytes as f64 / b.job_peak_bytes as f64
+        }
+        _ => 1.0,
+    };
+}
+
+fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
     let cuda_runtime = r
         .torch
         .processes
@@ -1814,7 +1924,7 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         .fold(0.0, f64::max);
     let orphan_bytes =
         |o: &crate::report::Orphan| -> u64 { o.gpu_bytes.iter().map(|&(_, b)| b).sum() };
-    RunFacts {
+    let mut f = RunFacts {
         duration_s: r.duration_s,
         exit_code: r.exit.code.map_or(-1, i64::from),
         signal: r.exit.signal.unwrap_or(0) as i64,
@@ -1827,22 +1937,7 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0),
         cuda_runtime_version: cuda_runtime,
-        gpus: gpus.len() as i64,
-        job_gpus: used.len() as i64,
-        job_peak_max_bytes: max_g.map_or(0, |g| g.job_peak_bytes),
-        job_peak_min_bytes: min_g.map_or(0, |g| g.job_peak_bytes),
-        job_peak_max_gpu: max_g.map_or(-1, |g| g.index),
-        job_peak_min_gpu: min_g.map_or(-1, |g| g.index),
-        job_peak_max_label: max_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone()),
-        job_peak_min_label: min_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone()),
-        job_peak_max_at_s: max_g.map_or(-1.0, |g| g.spike_at_s),
         hosts: r.hosts.len().max(1) as i64,
-        imbalance_ratio: match (max_g, min_g) {
-            (Some(a), Some(b)) if b.job_peak_bytes > 0 => {
-                a.job_peak_bytes as f64 / b.job_peak_bytes as f64
-            }
-            _ => 1.0,
-        },
         orphans: r.orphans.len() as i64,
         orphans_gpu_bytes: r.orphans.iter().map(|o| orphan_bytes(o) as i64).sum(),
         orphan_list: r
@@ -1862,7 +1957,9 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         host_oom: r.exit.classification == crate::oom::Ending::HostOomKill,
         has_torch: !r.torch.processes.is_empty(),
         ..Default::default()
-    }
+    };
+    job_facts(gpus, &mut f);
+    f
 }
 
 #[cfg(test)]

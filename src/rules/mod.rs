@@ -9,6 +9,7 @@ pub mod facts;
 pub mod forecast;
 pub mod growth;
 pub mod live;
+pub mod look;
 pub mod phase;
 pub mod serving;
 mod when;
@@ -17,6 +18,9 @@ pub use deferred::RunRules;
 
 use crate::verdict::{Diagnosis, Severity};
 use cel::common::ast::{Expr, IdedExpr};
+use cel::common::types::CelNull;
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
 use cel::{Context, Env, Program, Value};
 use facts::Facts;
 use serde::{Deserialize, Serialize};
@@ -87,6 +91,10 @@ struct RuleFile {
     /// cannot be undone by what comes later in a way that matters (a leak, growth, a stray context).
     #[serde(default)]
     live: bool,
+    /// Judged by `gpudoc watch` too, on each look at the machine (`run.look`): for a rule whose facts one
+    /// look has (memory in use now, who holds it, leftovers, stray contexts).
+    #[serde(default)]
+    look: bool,
 }
 
 /// A line of advice as written: given always, or only where its condition holds (`{ when = "...", text =
@@ -128,6 +136,8 @@ pub struct Rule {
     pub source: String,
     /// Judged during the run too, on the run so far (`live = true`).
     pub live: bool,
+    /// Judged by `gpudoc watch` on each look at the machine (`look = true`).
+    pub look: bool,
     condition: Program,
     /// The facts its condition reads.
     condition_reads: Vec<String>,
@@ -247,14 +257,80 @@ fn to_cel(v: &serde_json::Value) -> Value {
     }
 }
 
+/// A fact (or a list or group of them) as the interpreter's CEL value, its strings borrowed: the same
+/// value as [`to_cel`]'s, made in one step (through a [`Value`], each map is built twice).
+fn to_val(v: &serde_json::Value) -> Box<dyn Val + '_> {
+    use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelString};
+    match v {
+        serde_json::Value::Null => Box::new(CelNull),
+        serde_json::Value::Bool(b) => Box::new(CelBool::from(*b)),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Box::new(CelInt::from(i)),
+            None => Box::new(CelDouble::from(n.as_f64().unwrap_or(0.0))),
+        },
+        serde_json::Value::String(s) => Box::new(CelString::from(s.as_str())),
+        serde_json::Value::Array(a) => {
+            Box::new(CelList::from(a.iter().map(to_val).collect::<Vec<_>>()))
+        }
+        serde_json::Value::Object(o) => Box::new(CelMap::from(
+            o.iter()
+                .map(|(k, v)| (CelMapKey::from(k.as_str()), to_val(v)))
+                .collect::<HashMap<_, _>>(),
+        )),
+    }
+}
+
+/// The facts as the variables rules see (`run`, `oom`, `gpus`, ...), each made a CEL value when a rule
+/// first reads it: most rules read two or three, and the lists are most of the facts.
+struct Lazy<'a> {
+    vars: Vec<LazyVar<'a>>,
+}
+
+/// A variable of [`Lazy`]: its name, its facts, and their CEL value once read.
+struct LazyVar<'a> {
+    name: &'a str,
+    facts: &'a serde_json::Value,
+    val: OnceLock<Box<dyn Val + 'a>>,
+}
+
+impl<'a> Lazy<'a> {
+    fn new(facts: &'a serde_json::Value) -> Lazy<'a> {
+        let vars = facts.as_object().into_iter().flatten();
+        Lazy {
+            vars: vars
+                .map(|(name, facts)| LazyVar {
+                    name,
+                    facts,
+                    val: OnceLock::new(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl VariableResolver for Lazy<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let v = self.vars.iter().find(|v| v.name == variable)?;
+        Some(CowVal::Borrowed(
+            v.val.get_or_init(|| to_val(v.facts)).as_ref(),
+        ))
+    }
+}
+
 /// A context holding the run's facts, the unit constants and the formatting functions.
 fn context<'a>(env: &Arc<Env>, facts: &serde_json::Value) -> Context<'a, 'a> {
-    let mut ctx = Context::with_env(env.clone());
+    let mut ctx = functions(env);
     if let serde_json::Value::Object(o) = facts {
         for (k, v) in o {
             ctx.add_variable_from_value(k.clone(), to_cel(v));
         }
     }
+    ctx
+}
+
+/// A context holding the unit constants and the formatting functions.
+fn functions<'a>(env: &Arc<Env>) -> Context<'a, 'a> {
+    let mut ctx = Context::with_env(env.clone());
     for (name, v) in CONSTANTS {
         ctx.add_variable_from_value(name, Value::Int(v));
     }
@@ -268,6 +344,7 @@ fn context<'a>(env: &Arc<Env>, facts: &serde_json::Value) -> Context<'a, 'a> {
     let _ = ctx.add_function("fmt_list", |l: Arc<Vec<Value>>| {
         l.iter().map(render).collect::<Vec<_>>().join(", ")
     });
+    let _ = ctx.add_function("fmt_cmd", |c: Arc<String>| crate::units::shorten(&c, 60));
     let _ = ctx.add_function("fmt_pct", |p: f64| format!("{p:.1}%"));
     let _ = ctx.add_function("fmt_ratio", |r: f64| format!("{r:.1}x"));
     let _ = ctx.add_function("fmt_secs", |s: f64| crate::units::fmt_secs(s));
@@ -678,6 +755,7 @@ impl Rule {
                 .collect(),
             docs: f.docs,
             live: f.live,
+            look: f.look,
             source: source.into(),
             condition,
             condition_reads,
@@ -760,6 +838,14 @@ impl Rule {
             .get_or_init(|| self.compile_saying(&env()))
             .as_ref()
             .map_err(|e| e.to_string())
+    }
+
+    /// Where else it is judged than at a run's end: `live` (during the run), `look` (by `gpudoc watch`).
+    pub fn also(&self) -> Vec<&'static str> {
+        [(self.live, "live"), (self.look, "look")]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect()
     }
 
     /// The facts its condition, message and details read (none of the message's if it cannot be
@@ -928,42 +1014,43 @@ impl RuleSet {
             .collect()
     }
 
+    /// The rules judged on a look at the machine (`look = true`), the others left out: `gpudoc watch`
+    /// evaluates only these, every interval.
+    pub fn looks(self) -> RuleSet {
+        RuleSet {
+            rules: self.rules.into_iter().filter(|r| r.look).collect(),
+            env: self.env,
+        }
+    }
+
     /// Every rule against the facts; diagnoses most severe first. A rule that fails on these facts is
     /// reported in the second list instead of firing. The facts are turned into CEL values once; each
     /// item of a rule's scope is then bound in a scope of its own, so the cost grows with the facts, not
     /// with their square.
     pub fn evaluate(&self, facts: &Facts) -> (Vec<Diagnosis>, Vec<String>) {
         let all = serde_json::to_value(facts).expect("facts serialize");
-        let root = context(&self.env, &all);
-        let items = |scope: Scope| -> Vec<Value> {
-            match all.get(scope.list()).and_then(|v| v.as_array()) {
-                Some(list) => list.iter().map(to_cel).collect(),
-                None => vec![Value::Null],
-            }
-        };
-        let scopes: Vec<(Scope, Vec<Value>)> =
-            [Scope::Run, Scope::Gpu, Scope::Process, Scope::Torch]
-                .into_iter()
-                .map(|s| {
-                    (
-                        s,
-                        if s == Scope::Run {
-                            vec![Value::Null]
-                        } else {
-                            items(s)
-                        },
-                    )
-                })
-                .collect();
+        // Each GPU, process and PyTorch process is made a CEL value once, for every rule of its scope, and
+        // only where a rule is of that scope; the facts as a whole only as rules read them: converting them,
+        // not the rules, was most of a look's cost (`gpudoc watch`, bench/watch_look.rs).
+        let scopes: Vec<(Scope, Vec<Item>)> = [Scope::Gpu, Scope::Process, Scope::Torch]
+            .into_iter()
+            .filter(|s| self.rules.iter().any(|r| r.scope == *s))
+            .map(|s| (s, Item::all(&all, s)))
+            .collect();
+        let run = [Item::none()];
+        let lazy = Lazy::new(&all);
+        let mut root = functions(&self.env);
+        root.set_variable_resolver(&lazy);
         let mut out = Vec::new();
         let mut failed = Vec::new();
         for rule in &self.rules {
-            let list = &scopes.iter().find(|(s, _)| *s == rule.scope).unwrap().1;
+            let list = match scopes.iter().find(|(s, _)| *s == rule.scope) {
+                Some((_, items)) => items.as_slice(),
+                None => &run,
+            };
             for (i, item) in list.iter().enumerate() {
                 let mut ctx = root.new_inner_scope();
-                if let Some(var) = rule.scope.var() {
-                    ctx.add_variable_from_value(var, item.clone());
-                }
+                ctx.set_variable_resolver(item);
                 match rule.fire(&ctx) {
                     Ok(None) => {}
                     Ok(Some(f)) => {
@@ -996,6 +1083,42 @@ impl RuleSet {
                 .then(a.subject.cmp(&b.subject))
         });
         (out, failed)
+    }
+}
+
+/// An item of a rule's scope, bound to its variable (`gpu`, `process`, `torch`), or nothing for a rule of
+/// the run.
+struct Item<'a> {
+    var: &'static str,
+    val: Box<dyn Val + 'a>,
+}
+
+impl<'a> Item<'a> {
+    /// The items of `scope`'s list in the facts `all`.
+    fn all(all: &'a serde_json::Value, scope: Scope) -> Vec<Item<'a>> {
+        let var = scope.var().unwrap_or_default();
+        let list = all.get(scope.list()).and_then(|v| v.as_array());
+        list.into_iter()
+            .flatten()
+            .map(|v| Item {
+                var,
+                val: to_val(v),
+            })
+            .collect()
+    }
+
+    /// The run's "item": no variable.
+    fn none() -> Item<'a> {
+        Item {
+            var: "",
+            val: Box::new(CelNull),
+        }
+    }
+}
+
+impl VariableResolver for Item<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        (!self.var.is_empty() && variable == self.var).then(|| CowVal::Borrowed(self.val.as_ref()))
     }
 }
 
