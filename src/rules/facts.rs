@@ -2,6 +2,7 @@
 //! documented in [`DOC`]; a test checks that the example facts, every rule, the documentation and the
 //! README agree.
 
+use super::growth::fit;
 use crate::report::{ProcessReport, Report};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -977,34 +978,6 @@ fn median(mut v: Vec<i64>) -> i64 {
     }
     v.sort_unstable();
     v[v.len() / 2]
-}
-
-/// Least-squares slope and R² of y over x.
-pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
-    let n = points.len() as f64;
-    if points.len() < 3 {
-        return (0.0, 0.0);
-    }
-    let (sx, sy) = points
-        .iter()
-        .fold((0.0, 0.0), |(a, b), &(x, y)| (a + x, b + y));
-    let (mx, my) = (sx / n, sy / n);
-    let (mut sxx, mut sxy, mut syy) = (0.0, 0.0, 0.0);
-    for &(x, y) in points {
-        sxx += (x - mx) * (x - mx);
-        sxy += (x - mx) * (y - my);
-        syy += (y - my) * (y - my);
-    }
-    if sxx == 0.0 {
-        return (0.0, 0.0);
-    }
-    let slope = sxy / sxx;
-    let r2 = if syy == 0.0 {
-        0.0
-    } else {
-        (sxy * sxy) / (sxx * syy)
-    };
-    (slope, r2)
 }
 
 impl Facts {
@@ -2074,13 +2047,5 @@ mod tests {
         assert_eq!(p.steps, vec![31, 87, 144, 151, 194]);
         assert_eq!((p.period, p.span), (0, 50));
         assert_eq!(p.steady, (0.7 * GIB as f64) as i64);
-    }
-
-    #[test]
-    fn a_straight_line_fits_exactly() {
-        let (slope, r2) = fit(&[(1.0, 10.0), (2.0, 12.0), (3.0, 14.0), (4.0, 16.0)]);
-        assert!((slope - 2.0).abs() < 1e-9 && (r2 - 1.0).abs() < 1e-9);
-        let (slope, _) = fit(&[(1.0, 5.0), (2.0, 5.0), (3.0, 5.0)]);
-        assert_eq!(slope, 0.0);
     }
 }

@@ -10,8 +10,6 @@
 //! exit: the caller cuts the stretch at the shim's exit record where there is one). A load followed by
 //! the program's exit after a pause that short has the same shape: NVML alone can't tell them apart.
 
-use super::facts::fit;
-
 /// Growth that ran up to the end of a stretch.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Growth {
@@ -155,9 +153,45 @@ fn line(s: &[(f64, u64)]) -> (f64, f64) {
     fit(&s.iter().map(|&(t, v)| (t, v as f64)).collect::<Vec<_>>())
 }
 
+/// Least-squares slope and R² of y over x.
+pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    if points.len() < 3 {
+        return (0.0, 0.0);
+    }
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), &(x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (mut sxx, mut sxy, mut syy) = (0.0, 0.0, 0.0);
+    for &(x, y) in points {
+        sxx += (x - mx) * (x - mx);
+        sxy += (x - mx) * (y - my);
+        syy += (y - my) * (y - my);
+    }
+    if sxx == 0.0 {
+        return (0.0, 0.0);
+    }
+    let slope = sxy / sxx;
+    let r2 = if syy == 0.0 {
+        0.0
+    } else {
+        (sxy * sxy) / (sxx * syy)
+    };
+    (slope, r2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_straight_line_fits_exactly() {
+        let (slope, r2) = fit(&[(1.0, 10.0), (2.0, 12.0), (3.0, 14.0), (4.0, 16.0)]);
+        assert!((slope - 2.0).abs() < 1e-9 && (r2 - 1.0).abs() < 1e-9);
+        let (slope, _) = fit(&[(1.0, 5.0), (2.0, 5.0), (3.0, 5.0)]);
+        assert_eq!(slope, 0.0);
+    }
 
     const GIB: f64 = (1u64 << 30) as f64;
 
