@@ -3,7 +3,6 @@
 //! involved, the two views of PyTorch processes side by side, leftovers and notes. Pure: a report in, text
 //! out; every text from another process goes through `units::printable`.
 
-use crate::oom::parse::Vendor;
 use crate::oom::{Ending, OomReport, WINDOW_S};
 use crate::paint::Paint;
 use crate::report::{GpuReport, Report};
@@ -114,13 +113,14 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
                 .as_deref()
                 .map(|h| format!(" on {h}"))
                 .unwrap_or_default();
-            let gpu = match (oom.gpu, oom.event.text.vendor) {
+            let vendor = oom.event.text.vendor;
+            let gpu = match (oom.gpu, vendor.nvml_sees()) {
                 (Some(g), _) => Some(format!("GPU {g}")),
-                (None, Vendor::Amd) => Some(match oom.event.text.gpu {
-                    Some(d) => format!("AMD GPU {d}"),
-                    None => "an AMD GPU".into(),
+                (None, false) => Some(match oom.event.text.gpu {
+                    Some(d) => format!("{} GPU {d}", vendor.names().0),
+                    None => format!("an {} GPU", vendor.names().0),
                 }),
-                (None, Vendor::Nvidia) => None,
+                (None, true) => None,
             };
             let on = match (gpu, oom.event.rank) {
                 (Some(g), Some(rank)) => format!(" on {g}{host} (rank {rank})"),
@@ -644,10 +644,12 @@ fn render_sampling(o: &mut String, r: &Report, p: Paint) {
 /// each process held then, where NVML was read `one_look` only).
 fn render_oom(o: &mut String, oom: &OomReport, one_look: bool, p: Paint) {
     render_oom_request(o, oom, p);
-    if oom.event.text.vendor == Vendor::Amd {
+    let vendor = oom.event.text.vendor;
+    if !vendor.nvml_sees() {
+        let (brand, platform) = vendor.names();
         let _ = writeln!(
             o,
-            "  ROCm: NVML cannot see an AMD GPU, so the numbers are the text's alone"
+            "  {platform}: NVML cannot see an {brand} GPU, so the numbers are the text's alone"
         );
     }
     render_oom_holders(o, oom);

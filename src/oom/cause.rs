@@ -87,6 +87,15 @@ pub struct Figures {
     pub allowed: Option<u64>,
     /// What sets that cap, in words (for the explanation).
     pub allowed_by: &'static str,
+    /// The cap bounds the whole process's memory, not the allocator's cache alone (MPS's watermark).
+    pub cap_counts_process: bool,
+    /// What the allocator asks the device for to serve the request, where that is larger (PyTorch's
+    /// caching allocator serves a small request from a whole segment): a cap is checked against it.
+    pub segment: Option<u64>,
+    /// How far the text's rounded figures may fall short of the true sums (PyTorch prints two decimals).
+    pub slack: u64,
+    /// PyTorch's cudaMallocAsync allocator: memory it freed stays in CUDA's pool, outside its figures.
+    pub async_pool: bool,
     /// What the failing process held, non-PyTorch memory included (`this process has X`, or its entry).
     pub process: Option<u64>,
     pub allocated: Option<u64>,
@@ -98,15 +107,19 @@ pub struct Figures {
     pub job_others: u64,
     /// NVML's device memory in use then.
     pub device_used: Option<u64>,
-    /// An AMD GPU: NVML cannot see it, so memory outside the process is nobody gpudoc can name.
+    /// Not NVIDIA's: NVML cannot see it, so memory outside the process is nobody gpudoc can name.
     pub vendor: Vendor,
     /// vLLM's account of its KV cache, when the text is vLLM's.
     pub kv_cache: Option<KvCache>,
 }
 
-/// What vLLM says of its KV cache when it has no room for it; `None` where it says nothing.
+/// What a serving engine (vLLM, SGLang) says of its KV cache when it has no room for it; `None` where it
+/// says nothing.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KvCache {
+    /// The engine, and the setting that gives it its share of the GPU.
+    pub engine: &'static str,
+    pub share: &'static str,
     /// `max_model_len`: one request of it must fit.
     pub max_model_len: Option<u64>,
     /// The tokens the cache could hold.
@@ -134,12 +147,18 @@ impl Figures {
             total: t.total_bytes.or(total),
             free: t.free_bytes,
             allowed: t.allowed_bytes,
-            allowed_by: match t.kind {
-                Kind::Cupy => {
-                    "CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT"
-                }
-                _ => "torch.cuda.set_per_process_memory_fraction",
+            allowed_by: cap_setting(t),
+            cap_counts_process: t.format == "mps",
+            segment: t
+                .requested_bytes
+                .filter(|_| caching_segments(t))
+                .map(torch_segment),
+            slack: if t.kind == Kind::TorchAllocator {
+                t.allowed_bytes.map_or(0, |a| 3 * half_printed_unit(a))
+            } else {
+                0
             },
+            async_pool: t.format == "torch-async",
             // PyTorch prints "this process has 0 bytes" when NVML can't see it (a container): unknown.
             process: t.process_bytes.filter(|&b| b > 0).or(this_entry),
             allocated: t.allocated_bytes,
@@ -149,7 +168,9 @@ impl Figures {
             job_others: h.job,
             device_used: used,
             vendor: t.vendor,
-            kv_cache: (t.kind == Kind::Vllm).then_some(KvCache {
+            kv_cache: kv_engine(t.kind).map(|(engine, share)| KvCache {
+                engine,
+                share,
                 max_model_len: t.max_model_len,
                 tokens: t.kv_cache_tokens,
                 needed: t.requested_bytes,
@@ -158,10 +179,63 @@ impl Figures {
         }
     }
 
-    /// What the failing process held: its whole memory, else its PyTorch cache.
+    /// What the failing process held: its whole memory, else its PyTorch cache, else its live tensors
+    /// (the cudaMallocAsync allocator's only figure).
     fn held(&self) -> Option<u64> {
-        self.process.or(self.reserved)
+        self.process.or(self.reserved).or(self.allocated)
     }
+}
+
+/// The serving engines that size a KV cache in a share of the GPU: their names and that share's setting.
+fn kv_engine(kind: Kind) -> Option<(&'static str, &'static str)> {
+    match kind {
+        Kind::Vllm => Some(("vLLM", "gpu_memory_utilization")),
+        Kind::Sglang => Some(("SGLang", "--mem-fraction-static")),
+        _ => None,
+    }
+}
+
+/// What sets a text's cap, in words.
+fn cap_setting(t: &OomText) -> &'static str {
+    match (t.kind, t.format.as_str(), t.vendor) {
+        (Kind::Cupy, ..) => {
+            "CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT"
+        }
+        (_, "mps", _) => {
+            "PYTORCH_MPS_HIGH_WATERMARK_RATIO, the share of the system's memory MPS may use"
+        }
+        (_, _, Vendor::Intel) => "torch.xpu.set_per_process_memory_fraction",
+        _ => "torch.cuda.set_per_process_memory_fraction",
+    }
+}
+
+/// Whether the text is PyTorch's caching allocator's (CUDA, ROCm), which serves requests from segments.
+fn caching_segments(t: &OomText) -> bool {
+    t.kind == Kind::TorchAllocator
+        && ["torch>=2.1", "torch-2.1", "torch<2.1", "torch<1.4"].contains(&t.format.as_str())
+}
+
+const MIB: u64 = 1 << 20;
+
+/// The segment PyTorch's caching allocator asks the device for to serve `req` bytes
+/// (CUDACachingAllocator's get_allocation_size): up to 1 MiB from a 2 MiB segment, under 10 MiB from a
+/// 20 MiB one, larger requests rounded up to 2 MiB.
+pub fn torch_segment(req: u64) -> u64 {
+    match req {
+        r if r <= MIB => 2 * MIB,
+        r if r < 10 * MIB => 20 * MIB,
+        r => r.div_ceil(2 * MIB) * 2 * MIB,
+    }
+}
+
+/// Half the last printed digit of a figure PyTorch wrote with two decimals in the unit it chose for it
+/// (the largest of B, KiB, MiB, GiB, TiB below it): how far the printed figure may be from the true one.
+fn half_printed_unit(bytes: u64) -> u64 {
+    let mut unit: u64 = 1;
+    while unit < 1 << 40 && bytes >= unit << 10 {
+        unit <<= 10;
+    }
+    unit / 200
 }
 
 /// A request counts as fitting in what was free only with room to spare: CUDA maps memory in pages and
@@ -191,11 +265,13 @@ pub fn cause_of(f: &Figures) -> (Cause, String) {
     ))
 }
 
-/// vLLM's engine had no room for its KV cache in the share of the GPU `gpu_memory_utilization` gives it:
-/// the model's weights and its activation peak took the rest. That share is its cap, unless other
-/// processes held memory, which vLLM counts against it.
+/// A serving engine had no room for its KV cache in the share of the GPU it may use (vLLM's
+/// `gpu_memory_utilization`, SGLang's `--mem-fraction-static`): the model's weights and its activation
+/// peak took the rest. That share is its cap, unless other processes held memory, which the engines count
+/// against it (they measure what is free).
 fn kv_cache(f: &Figures) -> Verdict {
     let kv = f.kv_cache.as_ref()?;
+    let (engine, share) = (kv.engine, kv.share);
     let short = match (kv.max_model_len, kv.tokens, kv.needed, kv.left) {
         (Some(len), Some(tokens), ..) => format!(
             "vLLM's KV cache holds {tokens} tokens, fewer than one request of max_model_len ({len} tokens) needs"
@@ -205,13 +281,13 @@ fn kv_cache(f: &Figures) -> Verdict {
             b(needed),
             b(left)
         ),
-        _ => "vLLM had no room left for its KV cache".into(),
+        _ => format!("{engine} had no room left for its KV cache"),
     };
     if f.others > 0 {
         return Some((
             Cause::Others,
             format!(
-                "{short}: other processes held {} of the GPU, which vLLM counts against its share (gpu_memory_utilization)",
+                "{short}: other processes held {} of the GPU, which {engine} counts against its share ({share})",
                 b(f.others)
             ),
         ));
@@ -220,13 +296,19 @@ fn kv_cache(f: &Figures) -> Verdict {
     Some((
         Cause::Cap,
         format!(
-            "{short} in the share of the GPU{of} it may use (gpu_memory_utilization): the model's weights and its activation peak took the rest"
+            "{short} in the share of the GPU{of} it may use ({share}): the model's weights and its activation peak took the rest"
         ),
     ))
 }
 
 fn too_big(f: &Figures) -> Verdict {
     let req = f.requested?;
+    if req >= crate::oom::parse::EIB {
+        return Some((
+            Cause::TooBig,
+            "one allocation of more than 1 EiB is larger than any GPU: its size was computed wrong (a negative or garbled number)".into(),
+        ));
+    }
     let (limit, what) = match (f.allowed, f.total) {
         (Some(a), _) if req > a => (a, "the memory this process may use"),
         (_, Some(t)) if req > t => (t, "the whole GPU"),
@@ -246,10 +328,24 @@ fn too_big(f: &Figures) -> Verdict {
 /// gives no free memory (CuPy's pool checks its limit before it asks the device) needs none.
 fn capped(f: &Figures) -> Verdict {
     let (req, allowed) = (f.requested?, f.allowed?);
-    let held = f.reserved.or(f.process).unwrap_or(0);
-    if held + req <= allowed || f.free.is_some_and(|free| !clearly_fits(req, free)) {
+    let held = if f.cap_counts_process {
+        f.process.or(f.reserved)
+    } else {
+        f.reserved.or(f.process)
+    }
+    .unwrap_or(0);
+    let asked = f.segment.unwrap_or(req).max(req);
+    if held + asked + f.slack <= allowed || f.free.is_some_and(|free| !clearly_fits(req, free)) {
         return None;
     }
+    let segment = if asked > req {
+        format!(
+            " (PyTorch asks the device for a {} segment to hold it)",
+            b(asked)
+        )
+    } else {
+        String::new()
+    };
     let free = f
         .free
         .map(|free| format!("; the GPU had {} free", b(free)))
@@ -257,7 +353,7 @@ fn capped(f: &Figures) -> Verdict {
     Some((
         Cause::Cap,
         format!(
-            "the process may use only {} of the GPU ({}) and already held {} when it asked for {} more{free}",
+            "the process may use only {} of the GPU ({}) and already held {} when it asked for {} more{segment}{free}",
             b(allowed),
             f.allowed_by,
             b(held),
@@ -325,15 +421,30 @@ fn outside(f: &Figures) -> Verdict {
     if !(outside > held && outside + free >= req) {
         return None;
     }
-    if f.vendor == Vendor::Amd {
-        // NVML cannot see the GPU, and on an APU the GPU's memory is the system's RAM: nobody to name.
+    if f.async_pool && f.others == 0 {
+        // cudaMallocAsync gives what PyTorch frees back to CUDA's pool, which keeps it: the process's own
+        // memory, outside PyTorch's figure. Only NVML's view of the processes tells the two apart.
         return Some((
             Cause::Unknown,
             format!(
-                "{} of the GPU was in use outside this process while it held {}; with that free, the {} asked for would have fit. On an AMD GPU NVML cannot show who held it: other processes, or on an APU (memory shared with the system) the system's own use of its RAM",
+                "{} of the GPU was in use outside PyTorch's live tensors while they held {}; with that free, the {} asked for would have fit. It is other processes' memory, or memory PyTorch freed that cudaMallocAsync's pool kept: the text does not tell them apart",
                 b(outside),
                 b(held),
                 b(req)
+            ),
+        ));
+    }
+    if !f.vendor.nvml_sees() {
+        // NVML cannot see the GPU, and where it shares the system's RAM (an APU, an integrated GPU) that
+        // memory is the system's as much as other processes': nobody to name.
+        return Some((
+            Cause::Unknown,
+            format!(
+                "{} of the GPU was in use outside this process while it held {}; with that free, the {} asked for would have fit. On an {} GPU NVML cannot show who held it: other processes, or where the GPU shares the system's memory (an APU, an integrated GPU) the system's own use of its RAM",
+                b(outside),
+                b(held),
+                b(req),
+                f.vendor.names().0
             ),
         ));
     }
@@ -467,6 +578,59 @@ mod tests {
             cause_of(&Figures::of(&t, &h, 0, None, None)).0,
             Cause::Others
         );
+    }
+
+    #[test]
+    fn a_small_request_near_a_cap_is_checked_against_the_segment_pytorch_asks_for() {
+        assert_eq!(
+            [1, MIB, MIB + 1, 10 * MIB - 1, 10 * MIB, 11 * MIB].map(torch_segment),
+            [2 * MIB, 2 * MIB, 20 * MIB, 20 * MIB, 10 * MIB, 12 * MIB]
+        );
+        // TheRock#2118: 2 MiB asked, 1072 MiB held, 1.05 GiB allowed: the 20 MiB segment does not fit.
+        let t = crate::oom::parse::parse_line("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 255.98 GiB of which 244.65 GiB is free. 1.05 GiB allowed; Of the allocated memory 1017.01 MiB is allocated by PyTorch, with 17.00 MiB allocated in private pools (e.g., HIP Graphs), and 54.99 MiB is reserved by PyTorch but unallocated.").unwrap();
+        let f = Figures::of(&t, &Holders::default(), 0, None, None);
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Cap, "{why}");
+        assert!(why.contains("20.00 MiB segment"), "{why}");
+        // Far under the cap, with the GPU's memory free: not the cap.
+        let under = Figures {
+            reserved: Some(MIB),
+            ..f
+        };
+        assert_eq!(cause_of(&under).0, Cause::Unknown);
+    }
+
+    #[test]
+    fn mps_watermark_counts_the_processs_whole_metal_memory() {
+        let t = crate::oom::parse::parse_line("MPS backend out of memory (MPS allocated: 9.57 GiB, other allocations: 17.35 GiB, max allowed: 27.20 GiB). Tried to allocate 292.50 MiB on private pool.").unwrap();
+        let (c, why) = cause_of(&Figures::of(&t, &Holders::default(), 0, None, None));
+        assert_eq!(c, Cause::Cap, "{why}");
+        assert!(
+            why.contains("26.92 GiB") && why.contains("PYTORCH_MPS_HIGH_WATERMARK_RATIO"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn memory_outside_cuda_malloc_async_figures_is_nobodys_without_nvml() {
+        // ComfyUI-ChatTTS#9: 6.89 GiB live of 23.69 GiB, 2.94 MiB free.
+        let f = Figures {
+            requested: Some(320 * MIB),
+            total: Some(23 * GIB + 706 * MIB),
+            free: Some(3 * MIB),
+            allocated: Some(6 * GIB + 911 * MIB),
+            async_pool: true,
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Unknown, "{why}");
+        assert!(why.contains("cudaMallocAsync's pool"), "{why}");
+        // NVML saw other processes holding it: theirs.
+        let seen = Figures {
+            others: 16 * GIB,
+            ..f
+        };
+        assert_eq!(cause_of(&seen).0, Cause::Others);
     }
 
     #[test]

@@ -16,6 +16,13 @@ static LLAMA_CPP: LazyLock<Regex> = LazyLock::new(|| {
 });
 static LLAMA_CPP_SIZE: LazyLock<Regex> =
     LazyLock::new(|| re(r"failed to allocate (?:CUDA|ROCm)(\d+) buffer of size (\d+)"));
+// ggml's CUDA check as it was in 2023: `CUDA error 2 at .../ggml-cuda.cu:781: out of memory`.
+static CUDA_CHECK_AT: LazyLock<Regex> =
+    LazyLock::new(|| re(r"CUDA error \d+ at (\S+):\d+: out of memory"));
+// Since: `CUDA error: out of memory`, then `  current device: 0, in function ggml_cuda_pool_malloc_vmm at
+// ...ggml-cuda.cu:8583` (the device, numbered as the process saw them).
+static CURRENT_DEVICE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"current device: (\d+), in function (\w+)"));
 // vLLM: the memory its share of the GPU (gpu_memory_utilization) left for the KV cache holds no block,
 // or fewer tokens than one request of max_model_len. The traceback's source line
 // `raise ValueError("No available memory ...` quotes the same words: not a report.
@@ -33,6 +40,19 @@ static VLLM_KV_NEEDED: LazyLock<Regex> = LazyLock::new(|| {
         r"max seq len \((\d+)\), \(SIZE KV cache is needed, which is larger than the available KV cache memory \(SIZE\)",
     )
 });
+// SGLang: the KV cache's share of the GPU (`--mem-fraction-static`) held no token after the weights
+// (`Not enough memory to allocate KV cache.` since 2026).
+static SGLANG: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"Not enough memory(?:\. Please try to increase --mem-fraction-static| to allocate KV cache)",
+    )
+});
+// text-generation-inference: its warmup's largest batch did not fit (`Not enough memory to handle 4096
+// prefill tokens. You need to decrease `--max-batch-prefill-tokens``; before 1.0 `... 16000 total tokens
+// with 2 prefill tokens`).
+static TGI: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"Not enough memory to handle \d+ (?:total tokens with \d+ )?prefill tokens")
+});
 // TensorRT: `Error Code 1: Cuda Runtime (out of memory)` (8.4 and later), `Cuda Error in allocate: 2 (out
 // of memory)` and `OutOfMemory Error in ...: 0` (7), `Error Code 2: OutOfMemory (Requested size was N
 // bytes.)` (10) or `(no further information)`, whose size the warning beside it gives.
@@ -41,6 +61,10 @@ static TENSORRT: LazyLock<Regex> = LazyLock::new(|| {
         r"Cuda Runtime \(out of memory\)|Cuda Error in [\w:]+: 2 \(out of memory\)|OutOfMemory Error in \S+: \d+|Error Code 2: OutOfMemory \((?:Requested size was (\d+) bytes|no further information)",
     )
 });
+// TensorRT-LLM's CUDA check: `[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n,
+// mCudaStream->get()): out of memory (.../tllmBuffers.h:118)`.
+static TENSORRT_LLM: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\[TensorRT-LLM\]\[ERROR\] CUDA runtime error in .*?: out of memory"));
 static TENSORRT_REQUEST: LazyLock<Regex> =
     LazyLock::new(|| re(r"Requested amount of GPU memory \((\d+) bytes\) could not be allocated"));
 // The CUDA call check ONNX Runtime took from CNTK: `CUDA failure 2: out of memory ; GPU=0 ; hostname=...`.
@@ -82,6 +106,32 @@ pub fn open_vllm(line: &str) -> Option<Opened> {
     Some(with_exception(t, line, start))
 }
 
+/// Whether the words at `at` are the engine's source quoted in a traceback (`raise RuntimeError("Not
+/// enough memory ...`), not its message.
+fn quoted_in_source(line: &str, at: usize) -> bool {
+    line[..at].ends_with("(\"") && line[..at].contains("raise ")
+}
+
+/// An engine's sentence that carries no figures: the report is that it was said.
+fn open_sentence(line: &str, words: &Regex, kind: Kind, format: &str) -> Option<Opened> {
+    let m = words
+        .find(line)
+        .filter(|m| !quoted_in_source(line, m.start()))?;
+    let mut t = empty(kind, format);
+    t.complete = true;
+    Some(with_exception(t, line, m.start()))
+}
+
+/// SGLang's text that says its KV cache had no room.
+pub fn open_sglang(line: &str) -> Option<Opened> {
+    open_sentence(line, &SGLANG, Kind::Sglang, "sglang")
+}
+
+/// text-generation-inference's warmup that did not fit.
+pub fn open_tgi(line: &str) -> Option<Opened> {
+    open_sentence(line, &TGI, Kind::Tgi, "tgi")
+}
+
 pub fn open_llama_cpp(line: &str) -> Option<Opened> {
     let c = LLAMA_CPP.captures(line)?;
     let mut t = empty(Kind::LlamaCpp, "ggml");
@@ -92,6 +142,33 @@ pub fn open_llama_cpp(line: &str) -> Option<Opened> {
         .rfind("ggml_")
         .unwrap_or(c.get(0).unwrap().start());
     Some(Opened { text: t, start })
+}
+
+/// ggml's CUDA check of 2023 (`CUDA error 2 at ggml-cuda.cu:781: out of memory`); the same words from
+/// another program's source file are the CUDA runtime's.
+pub fn open_cuda_check_at(line: &str) -> Option<Opened> {
+    let c = CUDA_CHECK_AT.captures(line)?;
+    let mut t = if c[1].contains("ggml") {
+        empty(Kind::LlamaCpp, "ggml")
+    } else {
+        empty(Kind::CudaRuntime, "cuda")
+    };
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+/// A bare `CUDA error: out of memory` that ggml printed names its device on the next line, and the ggml
+/// function that failed: then it is llama.cpp's (or ollama's, whisper.cpp's).
+pub fn refine_current_device(t: &mut OomText, text: &str) {
+    if let Some(c) = CURRENT_DEVICE.captures(text)
+        && t.gpu.is_none()
+    {
+        t.gpu = cap_u32(&c, 1);
+        if c[2].starts_with("ggml_") {
+            t.kind = Kind::LlamaCpp;
+            t.format = "ggml".into();
+        }
+    }
 }
 
 /// Reads the exact size of the buffer from the line that follows (the first line gives MiB with two
@@ -108,6 +185,11 @@ pub fn refine_llama_cpp(t: &mut OomText, text: &str) -> bool {
 }
 
 pub fn open_tensorrt(line: &str) -> Option<Opened> {
+    if let Some(m) = TENSORRT_LLM.find(line) {
+        let mut t = empty(Kind::Tensorrt, "tensorrt-llm");
+        t.complete = true;
+        return Some(with_exception(t, line, m.start()));
+    }
     let mut t = empty(Kind::Tensorrt, "tensorrt");
     let c = TENSORRT
         .captures(line)
@@ -235,6 +317,55 @@ mod tests {
         assert!(parse_line(cpu).is_none(), "the CPU arena's same words");
         let pinned = "Extending BFCArena for CudaPinned. Failed to allocate memory for requested buffer of size 643840";
         assert!(parse_line(pinned).is_none(), "pinned host memory");
+    }
+
+    #[test]
+    fn ggmls_cuda_checks_are_llama_cpps_with_their_device() {
+        // llama-cpp-python#229: the 2023 check.
+        let t = parse_line("CUDA error 2 at /tmp/llama-cpp-python/vendor/llama.cpp/ggml-cuda.cu:781: out of memory").unwrap();
+        assert_eq!((t.kind, t.format.as_str()), (Kind::LlamaCpp, "ggml"));
+        let t = parse_line("CUDA error 2 at src/kernels.cu:12: out of memory").unwrap();
+        assert_eq!(t.kind, Kind::CudaRuntime, "another program's source file");
+        // ollama#3237: the next line names the device and the ggml function.
+        let mut t = parse_line("CUDA error: out of memory").unwrap();
+        assert!(super::super::parse::open_ended(&t));
+        super::super::parse::refine(
+            &mut t,
+            "CUDA error: out of memory  current device: 2, in function ggml_cuda_pool_malloc_vmm at ggml-cuda.cu:8583",
+        );
+        assert_eq!((t.kind, t.gpu), (Kind::LlamaCpp, Some(2)));
+        // PyTorch's own, with its exception, looks no further.
+        let t = parse_line("RuntimeError: CUDA error: out of memory").unwrap();
+        assert!(!super::super::parse::open_ended(&t));
+    }
+
+    #[test]
+    fn tensorrt_llms_cuda_check_is_tensorrts() {
+        let t = parse_line("RuntimeError: [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): out of memory (/app/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:118)").unwrap();
+        assert_eq!(
+            (t.kind, t.format.as_str(), t.exception.as_deref()),
+            (Kind::Tensorrt, "tensorrt-llm", Some("RuntimeError"))
+        );
+        assert!(parse_line("[TensorRT-LLM][ERROR] CUDA runtime error in cudaSetDevice(device): invalid device ordinal").is_none());
+    }
+
+    #[test]
+    fn serving_engines_without_room_are_read_but_host_memory_and_source_quotes_are_not() {
+        let t = parse_line("[2025-03-29 18:18:34 TP0] RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.").unwrap();
+        assert_eq!(
+            (t.kind, t.exception.as_deref()),
+            (Kind::Sglang, Some("RuntimeError"))
+        );
+        let t = parse_line("Error: Warmup(Generation(\"Not enough memory to handle 16000 total tokens with 2 prefill tokens. You need to decrease `--max-batch-total-tokens` or `--max-batch-prefill-tokens`\"))").unwrap();
+        assert_eq!(t.kind, Kind::Tgi);
+        for line in [
+            // hnswlib#354: host RAM.
+            "RuntimeError: Not enough memory",
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:81] data. DefaultCPUAllocator: not enough memory: you tried to allocate 1073741824 bytes.",
+            r#"    raise RuntimeError("Not enough memory. Please try to increase --mem-fraction-static.")"#,
+        ] {
+            assert!(parse_line(line).is_none(), "{line}");
+        }
     }
 
     #[test]

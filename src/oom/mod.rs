@@ -90,7 +90,7 @@ pub struct OomReport {
     pub host: Option<String>,
     /// Which layer or engine reported it (`torch_allocator`, `cuda_runtime`, `cuda_library`, `nccl`,
     /// `xla`, `tensorflow`, `cupy`, `paddle`, `llama_cpp`, `vllm`, `onnxruntime`, `tensorrt`, `mxnet`,
-    /// `exla`).
+    /// `exla`, `sglang`, `tgi`).
     pub source: Kind,
     /// The text and where it was read. Its own `gpu` (the device the text names, numbered as the failing
     /// process saw them) is `text_gpu` here, beside the report's `gpu`.
@@ -98,7 +98,7 @@ pub struct OomReport {
     #[schemars(schema_with = "event_fields::schema")]
     pub event: OomEvent,
     /// The GPU it happened on (NVML's index): the text's device mapped through the job's visible GPUs,
-    /// else the only GPU the job used; `null` for an AMD GPU, which NVML cannot see.
+    /// else the only GPU the job used; `null` for an AMD, Intel or Apple GPU, which NVML cannot see.
     pub gpu: Option<u32>,
     pub cause: Cause,
     /// The cause with its numbers, in words.
@@ -249,13 +249,13 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
     let t = &e.text;
     let at = (e.at_s * 1e6) as Micros;
     let allocator = allocator_at(ev.torch_ooms, e.at_s);
-    // NVML sees NVIDIA GPUs only: an AMD GPU's device number names none of them, and NVML's view of
-    // the GPUs it does see says nothing of the one that ran out.
-    let amd = t.vendor == parse::Vendor::Amd;
-    let gpu = (!amd)
+    // NVML sees NVIDIA GPUs only: an AMD, Intel or Apple GPU's device number names none of them, and
+    // NVML's view of the GPUs it does see says nothing of the one that ran out.
+    let unseen = !t.vendor.nvml_sees();
+    let gpu = (!unseen)
         .then(|| gpu_of_text(t.gpu, allocator.as_ref(), ev))
         .flatten();
-    let before = if amd {
+    let before = if unseen {
         Vec::new()
     } else {
         before(ev.timeline, gpu, at)

@@ -48,6 +48,12 @@ pub enum Kind {
     Mxnet,
     /// Elixir's EXLA (XLA), raised as an Elixir exception.
     Exla,
+    /// SGLang finding no room for its KV cache in the share of the GPU `--mem-fraction-static` gives it
+    /// (`Not enough memory. Please try to increase --mem-fraction-static`).
+    Sglang,
+    /// Hugging Face's text-generation-inference, whose warmup batch did not fit (`Not enough memory to
+    /// handle N prefill tokens`).
+    Tgi,
 }
 
 /// Whose GPU the text is about. NVML sees NVIDIA GPUs only.
@@ -60,6 +66,27 @@ pub enum Vendor {
     Nvidia,
     /// ROCm (PyTorch's `HIP out of memory`, llama.cpp's `ROCm0` buffers).
     Amd,
+    /// Intel's GPUs through PyTorch's XPU backend (`XPU out of memory`).
+    Intel,
+    /// Apple silicon through PyTorch's MPS backend (`MPS backend out of memory`).
+    Apple,
+}
+
+impl Vendor {
+    /// Whether NVML can see the GPU: NVIDIA's only.
+    pub fn nvml_sees(self) -> bool {
+        self == Vendor::Nvidia
+    }
+
+    /// How messages name a GPU NVML cannot see: the vendor, and the platform PyTorch runs on it through.
+    pub fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Vendor::Nvidia => ("NVIDIA", "CUDA"),
+            Vendor::Amd => ("AMD", "ROCm"),
+            Vendor::Intel => ("Intel", "XPU"),
+            Vendor::Apple => ("Apple", "MPS"),
+        }
+    }
 }
 
 /// Another process named in the text as holding memory on the GPU.
@@ -126,14 +153,21 @@ static TORCH: LazyLock<Regex> = LazyLock::new(|| {
         r"(?i:out of memory)\.\s*Tried to allocate(?:\s*SIZE)?|OutOfMemoryError: Tried to allocate(?:\s*SIZE)?",
     )
 });
+// A size past any GPU's (a garbled one: `Tried to allocate more than 1EB memory.`): PyTorch checks it
+// before its allocator, and says only that it was at least 1 EiB, which stands as the size asked for.
+static MORE_THAN_EB: LazyLock<Regex> =
+    LazyLock::new(|| re(r"Tried to allocate more than 1EB memory"));
+/// 1 EiB, PyTorch's `one_exa_bytes`.
+pub const EIB: u64 = 1 << 60;
 // The 2.1+ clause, read in parts so a cut-off text still gives what it has.
 static GPU_HAS: LazyLock<Regex> = LazyLock::new(|| re(r"GPU (\d+) has a total"));
 static TOTAL_OF: LazyLock<Regex> =
     LazyLock::new(|| re(r"has a total\s*(capacity|capacty)\s*of SIZE"));
 static FREE_OF: LazyLock<Regex> = LazyLock::new(|| re(r"of which SIZE is free"));
+// Intel's extension for PyTorch (IPEX) prints the same parenthesis without the free memory.
 static OLD_PAREN: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"\(GPU (\d+); SIZE total capacity; SIZE already allocated; SIZE free; (?:SIZE allowed; )?SIZE (reserved in total by PyTorch|cached)\)",
+        r"\(GPU\s*(\d+); SIZE total capacity; SIZE already allocated; (?:SIZE free; )?(?:SIZE allowed; )?SIZE (reserved in total by PyTorch|cached)\)",
     )
 });
 static PROCESS: LazyLock<Regex> = LazyLock::new(|| re(r"Process (\d+) has SIZE memory in use"));
@@ -141,19 +175,45 @@ static THIS_PROCESS: LazyLock<Regex> = LazyLock::new(|| re(r"this process has SI
 static ALLOWED: LazyLock<Regex> = LazyLock::new(|| re(r"SIZE allowed;"));
 static OF_ALLOCATED: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"Of the allocated memory SIZE is allocated by PyTorch,\s*(?:with SIZE allocated in private pools \(e\.g\., CUDA Graphs\),\s*)?and SIZE is reserved by PyTorch but unallocated",
+        r"Of the allocated memory SIZE is allocated by PyTorch,\s*(?:with SIZE allocated in private pools \(e\.g\., \w+ Graphs\),\s*)?and SIZE is reserved by PyTorch but unallocated",
     )
 });
+// PyTorch's MPS allocator (Apple silicon): the allocator's heaps, the process's other Metal memory, and
+// the high watermark it may not pass (PYTORCH_MPS_HIGH_WATERMARK_RATIO).
+static MPS: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"MPS backend out of memory \(MPS allocated: SIZE, other allocations: SIZE, max allowed: SIZE\)\. Tried to allocate SIZE on \w+ pool",
+    )
+});
+// PyTorch's cudaMallocAsync allocator (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`, ComfyUI's
+// default): its figures follow, one a line. PyTorch printed the device number as a character, so device 1
+// is `\x01`, and device 0 a NUL that ends the message there (`Allocation on device `, nothing after).
+static TORCH_ASYNC: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"Allocation on device ?(\d+|[\x01-\x1f])? ?would exceed allowed memory\.? \(out of memory\)",
+    )
+});
+static ASYNC_ALLOCATED: LazyLock<Regex> = LazyLock::new(|| re(r"Currently allocated\s*:\s*SIZE"));
+static ASYNC_REQUESTED: LazyLock<Regex> = LazyLock::new(|| re(r"Requested\s*:\s*SIZE"));
+static ASYNC_TOTAL: LazyLock<Regex> = LazyLock::new(|| re(r"Device limit\s*:\s*SIZE"));
+static ASYNC_FREE: LazyLock<Regex> = LazyLock::new(|| re(r"Free \(according to \w+\)\s*:\s*SIZE"));
+static ASYNC_LIMIT: LazyLock<Regex> =
+    LazyLock::new(|| re(r"PyTorch limit \(set by user-supplied memory fraction\)\s*:\s*SIZE"));
+// PyTorch's OutOfMemoryError raised with words no other pattern knows (its cudaMallocAsync text cut at
+// the NUL above: `torch.OutOfMemoryError: Allocation on device `): the class alone says it ran out.
+static TORCH_CLASS: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\b(torch\.(?:cuda\.)?OutOfMemoryError): *(\S.*)"));
 // Old PyTorch (THC): no numbers at all.
 static THC: LazyLock<Regex> = LazyLock::new(|| {
     re(r"cuda runtime error ?\(2\) ?: ?out of memory|THCudaCheck FAIL.*error=2 : out of memory")
 });
 // The CUDA runtime's and driver's names for an allocation that failed, as programs print them (not
-// PyTorch's hint "Search for `cudaErrorMemoryAllocation' in ..."); RAPIDS' memory manager (RMM, under cuDF
-// and cuML) throws `std::bad_alloc: out_of_memory` when cudaMalloc fails.
+// PyTorch's hint "Search for `cudaErrorMemoryAllocation' in ..."; darknet's `CUDA Error: out of memory`);
+// RAPIDS' memory manager (RMM, under cuDF and cuML) throws `std::bad_alloc: out_of_memory` when cudaMalloc
+// fails.
 static CUDA_RUNTIME: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"CUDA (?:driver )?error: ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|(std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY)",
+        r"CUDA (?:driver )?(?i:error): ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|(std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY)",
     )
 });
 // CuPy's memory pool: `out of memory to allocate N bytes` (before v7), `Out of memory allocating N bytes
@@ -229,8 +289,26 @@ static AMD: LazyLock<Regex> = LazyLock::new(|| {
         r"\bHIP out of memory|\bhip(?:Malloc|Error)|HIP_ERROR_|\bROCm\d+ buffer|PYTORCH_HIP_ALLOC_CONF",
     )
 });
+/// Words only texts from Intel's GPUs have (PyTorch's XPU backend, Level Zero's error names).
+static INTEL: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"\bXPU out of memory|PYTORCH_XPU_ALLOC_CONF|_RESULT_ERROR_OUT_OF_DEVICE_MEMORY")
+});
+/// Words only texts from Apple's GPUs have (PyTorch's MPS backend).
+static APPLE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\bMPS backend out of memory|PYTORCH_MPS_HIGH_WATERMARK_RATIO"));
+
+/// The vendor whose words the text has, if not NVIDIA's.
+fn vendor_of(text: &str) -> Option<Vendor> {
+    [
+        (&*AMD, Vendor::Amd),
+        (&*INTEL, Vendor::Intel),
+        (&*APPLE, Vendor::Apple),
+    ]
+    .into_iter()
+    .find_map(|(words, v)| words.is_match(text).then_some(v))
+}
 static EXCEPTION: LazyLock<Regex> =
-    LazyLock::new(|| re(r"([A-Za-z_][\w.]*(?:Error|Exception))\s*:\s*$"));
+    LazyLock::new(|| re(r"\b([A-Za-z_][\w.]*(?:Error|Exception))\s*:(?:\s|$)"));
 
 /// `29.29`, `GiB` → bytes.
 pub fn size_bytes(num: &str, unit: &str) -> Option<u64> {
@@ -308,11 +386,15 @@ pub fn fields_read(t: &OomText) -> usize {
     sizes.iter().flatten().count() + t.other_processes.len()
 }
 
-/// The exception class named just before `at` on the line (`torch.OutOfMemoryError: ...`), and where it
-/// starts.
+/// The exception class the message was raised as, and where it starts: the last one named on the line
+/// before `at`, which is just before it (`torch.OutOfMemoryError: CUDA out of memory`) or before the
+/// message's own first words (numba's `CudaAPIError: [2] Call to cuMemAlloc results in
+/// CUDA_ERROR_OUT_OF_MEMORY`, TensorRT-LLM's `RuntimeError: Encountered an error in forwardAsync
+/// function: [TensorRT-LLM][ERROR] ...`).
 fn exception_before(line: &str, at: usize) -> Option<(String, usize)> {
     EXCEPTION
-        .captures(&line[..at])
+        .captures_iter(&line[..at])
+        .last()
         .map(|c| (c[1].to_string(), c.get(1).unwrap().start()))
 }
 
@@ -326,12 +408,17 @@ pub struct Opened {
 type Opener = fn(&str) -> Option<Opened>;
 
 /// The openers, most specific first.
-const OPENERS: [Opener; 19] = [
+const OPENERS: [Opener; 25] = [
     open_torch,
+    open_torch_async,
+    open_mps,
     open_cupy,
     open_paddle,
     engines::open_vllm,
+    engines::open_sglang,
+    engines::open_tgi,
     engines::open_llama_cpp,
+    engines::open_cuda_check_at,
     engines::open_tensorrt,
     engines::open_cuda_failure,
     engines::open_onnxruntime_arena,
@@ -346,6 +433,7 @@ const OPENERS: [Opener; 19] = [
     open_nccl,
     open_library,
     open_cuda,
+    open_torch_class,
 ];
 
 /// Parses a line that opens an OOM report; `None` for any other line.
@@ -359,8 +447,8 @@ pub fn open(line: &str) -> Option<Opened> {
     if HOST.is_match(line) {
         return None;
     }
-    if AMD.is_match(line) {
-        opened.text.vendor = Vendor::Amd;
+    if let Some(v) = vendor_of(line) {
+        opened.text.vendor = v;
     }
     Some(opened)
 }
@@ -368,8 +456,8 @@ pub fn open(line: &str) -> Option<Opened> {
 /// Reads `text` (the opening line with the lines that followed it joined on) again, filling what the
 /// opening line lacked. Returns whether the message is over: nothing a following line could add.
 pub fn refine(t: &mut OomText, text: &str) -> bool {
-    if AMD.is_match(text) {
-        t.vendor = Vendor::Amd;
+    if let Some(v) = vendor_of(text) {
+        t.vendor = v;
     }
     match t.kind {
         Kind::TorchAllocator => continue_torch(t, text),
@@ -399,6 +487,10 @@ pub fn refine(t: &mut OomText, text: &str) -> bool {
             t.gpu.is_some()
         }
         Kind::LlamaCpp => engines::refine_llama_cpp(t, text),
+        Kind::CudaRuntime => {
+            engines::refine_current_device(t, text);
+            true
+        }
         _ => true,
     }
 }
@@ -406,12 +498,16 @@ pub fn refine(t: &mut OomText, text: &str) -> bool {
 /// Whether a following line may still add to `t`.
 pub fn open_ended(t: &OomText) -> bool {
     match t.kind {
-        Kind::TorchAllocator => !t.complete,
+        // The cudaMallocAsync text cut at device 0's NUL: nothing follows.
+        Kind::TorchAllocator if t.format == "torch-async" && t.gpu.is_none() => false,
+        Kind::TorchAllocator => !t.complete || t.format == "torch-async",
         Kind::Xla => {
             t.requested_bytes.is_none() || (t.format == "xla-async" && t.total_bytes.is_none())
         }
         Kind::Tensorflow => t.gpu.is_none(),
         Kind::LlamaCpp => !t.complete,
+        // A bare `CUDA error: out of memory`, no exception: ggml's, whose next line names the device.
+        Kind::CudaRuntime => t.format == "cuda" && t.exception.is_none() && t.gpu.is_none(),
         _ => false,
     }
 }
@@ -432,8 +528,8 @@ fn open_torch(line: &str) -> Option<Opened> {
     let m = c.get(0).unwrap();
     let mut t = empty(Kind::TorchAllocator, "torch>=2.1");
     t.requested_bytes = cap_size(&c, 1).or_else(|| cap_size(&c, 3));
-    // The exception precedes "CUDA out of memory." (or the bare "Tried to allocate").
-    let at = line[..m.start()].rfind("CUDA ").unwrap_or(m.start());
+    // The exception precedes "CUDA out of memory." (`HIP`, `XPU`; or the bare "Tried to allocate").
+    let at = platform_word_start(line, m.start());
     let mut opened = with_exception(t, line, at);
     if opened.text.exception.is_none() && m.as_str().starts_with("OutOfMemoryError") {
         let before = &line[..m.start() + "OutOfMemoryError".len()];
@@ -445,6 +541,87 @@ fn open_torch(line: &str) -> Option<Opened> {
     }
     continue_torch(&mut opened.text, line);
     Some(opened)
+}
+
+/// Where the platform's name before `at` starts (`CUDA out of memory`, ROCm's `HIP`, Intel's `XPU`: a short
+/// upper-case word and a space), else `at`.
+fn platform_word_start(line: &str, at: usize) -> usize {
+    let before = line[..at].trim_end_matches(' ');
+    let word = before.len()
+        - before
+            .trim_end_matches(|c: char| c.is_ascii_uppercase())
+            .len();
+    let bounded = !before[..before.len() - word].ends_with(|c: char| c.is_alphanumeric());
+    if (2..=5).contains(&word) && before.len() < at && bounded {
+        before.len() - word
+    } else {
+        at
+    }
+}
+
+fn open_mps(line: &str) -> Option<Opened> {
+    let c = MPS.captures(line)?;
+    let mut t = empty(Kind::TorchAllocator, "mps");
+    t.vendor = Vendor::Apple;
+    // "MPS allocated" is what the allocator's heaps hold; "other allocations" the process's other Metal
+    // memory; the watermark bounds their sum.
+    t.reserved_bytes = cap_size(&c, 1);
+    t.process_bytes = t.reserved_bytes.zip(cap_size(&c, 3)).map(|(a, o)| a + o);
+    t.allowed_bytes = cap_size(&c, 5);
+    t.requested_bytes = cap_size(&c, 7);
+    t.complete =
+        t.process_bytes.is_some() && t.allowed_bytes.is_some() && t.requested_bytes.is_some();
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+fn open_torch_async(line: &str) -> Option<Opened> {
+    let c = TORCH_ASYNC.captures(line)?;
+    let mut t = empty(Kind::TorchAllocator, "torch-async");
+    t.gpu = c.get(1).and_then(|d| match d.as_str().parse() {
+        Ok(n) => Some(n),
+        // The device printed as a character: its code is the number.
+        Err(_) => d.as_str().chars().next().map(|ch| ch as u32),
+    });
+    read_async(&mut t, line);
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+/// Reads the figures of the cudaMallocAsync allocator's text; returns whether its last line, the limit,
+/// was read. The limit is a cap only below the GPU's capacity (without a memory fraction PyTorch prints
+/// its largest number, `17179869184.00 GiB`).
+fn read_async(t: &mut OomText, text: &str) -> bool {
+    let size = |r: &Regex| r.captures(text).and_then(|c| cap_size(&c, 1));
+    t.allocated_bytes = t.allocated_bytes.or(size(&ASYNC_ALLOCATED));
+    t.requested_bytes = t.requested_bytes.or(size(&ASYNC_REQUESTED));
+    t.total_bytes = t.total_bytes.or(size(&ASYNC_TOTAL));
+    t.free_bytes = t.free_bytes.or(size(&ASYNC_FREE));
+    let limit = size(&ASYNC_LIMIT);
+    if let (Some(l), Some(total)) = (limit, t.total_bytes)
+        && l < total
+    {
+        t.allowed_bytes = Some(l);
+    }
+    t.complete = t.gpu.is_some()
+        && t.allocated_bytes.is_some()
+        && t.requested_bytes.is_some()
+        && t.total_bytes.is_some()
+        && t.free_bytes.is_some();
+    limit.is_some()
+}
+
+/// `torch.OutOfMemoryError: ...` in words no other pattern reads: an OOM of PyTorch's, of unknown layout
+/// (`torch`), or its cudaMallocAsync text cut short (`torch-async`). The lines that follow may still
+/// carry a known wording.
+fn open_torch_class(line: &str) -> Option<Opened> {
+    let c = TORCH_CLASS.captures(line)?;
+    let cut_async = c[2].starts_with("Allocation on device");
+    let format = if cut_async { "torch-async" } else { "torch" };
+    let mut t = empty(Kind::TorchAllocator, format);
+    t.exception = Some(c[1].to_string());
+    Some(Opened {
+        text: t,
+        start: c.get(1).unwrap().start(),
+    })
 }
 
 fn open_thc(line: &str) -> Option<Opened> {
@@ -618,10 +795,25 @@ fn open_nccl(line: &str) -> Option<Opened> {
 /// Fills the fields of a PyTorch allocator text from `text` (the opening line, or the opening line with
 /// the lines that continue it joined on). Returns whether the text is now complete.
 pub fn continue_torch(t: &mut OomText, text: &str) -> bool {
+    if t.format == "torch-async" {
+        return read_async(t, text);
+    }
+    if t.format == "torch"
+        && let Some(m) = TORCH.find(text)
+    {
+        // A message of unknown words that went on in a known wording.
+        t.format = "torch>=2.1".into();
+        if let Some(v) = vendor_of(&text[m.start()..]) {
+            t.vendor = v;
+        }
+    }
     if t.requested_bytes.is_none()
         && let Some(c) = TORCH.captures(text)
     {
         t.requested_bytes = cap_size(&c, 1).or_else(|| cap_size(&c, 3));
+    }
+    if t.requested_bytes.is_none() && MORE_THAN_EB.is_match(text) {
+        t.requested_bytes = Some(EIB);
     }
     if let Some(c) = GPU_HAS.captures(text) {
         t.gpu = t.gpu.or(cap_u32(&c, 1));
@@ -665,16 +857,23 @@ pub fn continue_torch(t: &mut OomText, text: &str) -> bool {
     t.complete = t.requested_bytes.is_some()
         && t.gpu.is_some()
         && t.total_bytes.is_some()
-        && t.free_bytes.is_some()
+        && (t.free_bytes.is_some() || t.format == "ipex")
         && t.allocated_bytes.is_some()
         && t.reserved_bytes.is_some();
     t.complete
 }
 
-/// `(GPU 0; 15.78 GiB total capacity; ... reserved in total by PyTorch)`, 1.4 to 2.0 (`cached` before).
+/// `(GPU 0; 15.78 GiB total capacity; ... reserved in total by PyTorch)`, 1.4 to 2.0 (`cached` before;
+/// without `F free;` in IPEX's).
 fn read_old_paren(t: &mut OomText, c: &regex::Captures) {
     let cached = &c[12] == "cached";
-    t.format = if cached { "torch<1.4" } else { "torch<2.1" }.into();
+    t.format = match (cached, c.get(6).is_some()) {
+        (true, _) => "torch<1.4",
+        (false, true) => "torch<2.1",
+        // No free memory in it: Intel's extension for PyTorch.
+        (false, false) => "ipex",
+    }
+    .into();
     t.gpu = t.gpu.or(cap_u32(c, 1));
     t.total_bytes = t.total_bytes.or(cap_size(c, 2));
     t.allocated_bytes = t.allocated_bytes.or(cap_size(c, 4));
@@ -840,6 +1039,113 @@ mod tests {
         assert_eq!(t.gpu, Some(1));
         // Keras-VGG16-places365#19: host memory.
         assert!(parse_line("OOM when allocating tensor with shape[25088,4096] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu [Op:Add]").is_none());
+    }
+
+    #[test]
+    fn a_platform_named_before_out_of_memory_leaves_the_exception_and_names_the_vendor() {
+        // TheRock#2118 (ROCm): the exception was lost behind "HIP", and "HIP Graphs" hid the pools.
+        let t = parse_line("FAILED [0.0005s] test_autograd.py::test_x - torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 255.98 GiB of which 244.65 GiB is free. 1.05 GiB allowed; Of the allocated memory 1017.01 MiB is allocated by PyTorch, with 17.00 MiB allocated in private pools (e.g., HIP Graphs), and 54.99 MiB is reserved by PyTorch but unallocated.").unwrap();
+        assert_eq!(
+            (t.exception.as_deref(), t.vendor, t.complete),
+            (Some("torch.OutOfMemoryError"), Vendor::Amd, true)
+        );
+        assert_eq!(t.private_pools_bytes, Some(17 << 20));
+        let t = parse_line("torch.OutOfMemoryError: XPU out of memory. Tried to allocate 4.66 GiB. GPU 0 has a total capacity of 5.65 GiB of which 5.65 GiB is free. Of the allocated memory 195.50 KiB is allocated by PyTorch, and 1.81 MiB is reserved by PyTorch but unallocated.").unwrap();
+        assert_eq!(
+            (t.exception.as_deref(), t.vendor),
+            (Some("torch.OutOfMemoryError"), Vendor::Intel)
+        );
+        // Intel's extension for PyTorch prints no free memory: complete without it.
+        let t = parse_line("RuntimeError: XPU out of memory. Tried to allocate 1.71 GiB (GPU 0; 15.56 GiB total capacity; 176.00 MiB already allocated; 176.00 MiB reserved in total by PyTorch)").unwrap();
+        assert_eq!(
+            (
+                t.format.as_str(),
+                t.free_bytes,
+                t.reserved_bytes,
+                t.complete
+            ),
+            ("ipex", None, Some(176 << 20), true)
+        );
+    }
+
+    #[test]
+    fn the_cuda_malloc_async_allocators_text_gives_its_figures_line_by_line() {
+        // Synthetic: device 1 printed as the character \x01, as PyTorch did; a memory fraction set.
+        let mut t = parse_line(
+            "torch.OutOfMemoryError: Allocation on device \x01 would exceed allowed memory. (out of memory)",
+        )
+        .unwrap();
+        assert_eq!(
+            (t.format.as_str(), t.gpu, t.complete),
+            ("torch-async", Some(1), false)
+        );
+        assert!(open_ended(&t));
+        let text = "Currently allocated     : 6.89 GiB Requested               : 320.00 MiB Device limit            : 23.69 GiB Free (according to CUDA): 2.94 MiB";
+        assert!(!refine(&mut t, text), "the limit's line is still to come");
+        assert_eq!(
+            (t.allocated_bytes, t.requested_bytes, t.complete),
+            (size_bytes("6.89", "GiB"), Some(320 << 20), true)
+        );
+        let limit =
+            format!("{text} PyTorch limit (set by user-supplied memory fraction) : 12.00 GiB");
+        assert!(refine(&mut t, &limit));
+        assert_eq!(t.allowed_bytes, Some(12 << 30));
+        // Without a fraction the limit is PyTorch's largest number: no cap.
+        let mut t = parse_line("Allocation on device 0 would exceed allowed memory. (out of memory) Currently allocated : 12.20 GiB Requested : 1.88 GiB Device limit : 16.00 GiB Free (according to CUDA): 0 bytes PyTorch limit (set by user-supplied memory fraction) : 17179869184.00 GiB").unwrap();
+        assert!(refine(&mut t, "") || t.allowed_bytes.is_none());
+        assert_eq!((t.gpu, t.allowed_bytes, t.complete), (Some(0), None, true));
+    }
+
+    #[test]
+    fn pytorchs_oom_class_is_an_oom_in_any_words_and_no_other_class_is() {
+        // ComfyUI#4934: device 0's NUL ended the message.
+        let t = parse_line("torch.OutOfMemoryError: Allocation on device ").unwrap();
+        assert_eq!(
+            (t.kind, t.format.as_str()),
+            (Kind::TorchAllocator, "torch-async")
+        );
+        assert!(!open_ended(&t), "nothing follows the NUL");
+        let t =
+            parse_line("torch.cuda.OutOfMemoryError: the words of a PyTorch yet to come").unwrap();
+        assert_eq!((t.format.as_str(), t.requested_bytes), ("torch", None));
+        for line in [
+            "java.lang.OutOfMemoryError: Java heap space",
+            "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+            "    except torch.cuda.OutOfMemoryError:",
+        ] {
+            assert_eq!(parse_line(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn mps_counts_the_processs_other_metal_memory_under_its_watermark() {
+        let t = parse_line("RuntimeError: MPS backend out of memory (MPS allocated: 9.57 GiB, other allocations: 17.35 GiB, max allowed: 27.20 GiB). Tried to allocate 292.50 MiB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may cause system failure).").unwrap();
+        assert_eq!((t.format.as_str(), t.vendor), ("mps", Vendor::Apple));
+        assert_eq!(
+            (t.reserved_bytes, t.process_bytes, t.allowed_bytes),
+            (
+                size_bytes("9.57", "GiB"),
+                size_bytes("9.57", "GiB")
+                    .zip(size_bytes("17.35", "GiB"))
+                    .map(|(a, b)| a + b),
+                size_bytes("27.20", "GiB")
+            )
+        );
+    }
+
+    #[test]
+    fn the_exception_is_found_before_a_message_that_leads_with_its_own_words() {
+        let t = parse_line("numba.cuda.cudadrv.driver.CudaAPIError: [2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY").unwrap();
+        assert_eq!(
+            t.exception.as_deref(),
+            Some("numba.cuda.cudadrv.driver.CudaAPIError")
+        );
+        // darknet's capital E.
+        let t = parse_line("   29 CUDA Error: out of memory").unwrap();
+        assert_eq!((t.kind, t.exception), (Kind::CudaRuntime, None));
+        // A request past any GPU's: PyTorch says only that it was at least 1 EiB.
+        let t = parse_line("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory").unwrap();
+        assert_eq!(t.requested_bytes, Some(EIB));
     }
 
     #[test]
