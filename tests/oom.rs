@@ -454,10 +454,10 @@ fn real_texts_are_found_on_stderr_a_stdout_pipe_and_a_terminal() {
                 continue;
             }
             assert_eq!(r["exit"]["classification"], "gpu_oom", "{name} on {how}");
-            // A text that names no GPU is placed on the machine's only one; an AMD GPU is none of
-            // NVML's.
+            // A text that names no GPU is placed on the machine's only one; an AMD, Intel or Apple GPU
+            // is none of NVML's.
             let gpu = match (&want["text"]["gpu"], want["text"]["vendor"].as_str()) {
-                (_, Some("amd")) => Value::Null,
+                (_, Some(v)) if v != "nvidia" => Value::Null,
                 (Value::Null, _) => json!(0),
                 (g, _) => g.clone(),
             };
@@ -620,24 +620,28 @@ fn advice_of(r: &Value, rule: &str) -> String {
         .join("\n")
 }
 
+/// Runs a real text of a GPU NVML cannot see while a process outside the job holds most of NVML's GPU 0
+/// (nothing to do with the other vendor's GPU that ran out): the OOM names no NVML GPU and blames no NVML
+/// process.
+fn unseen_gpu_oom(m: &Machine, name: &str, vendor: &str) -> (Value, String) {
+    let (r, err) = run_real_text(m, name, "");
+    let oom = &r["oom"];
+    assert_eq!(
+        json!([oom["vendor"], oom["gpu"], oom["others_bytes"]]),
+        json!([vendor, null, 0]),
+        "{name}"
+    );
+    assert!(oom["before"].as_array().unwrap().is_empty(), "{name}");
+    (r, err)
+}
+
 #[test]
 fn an_amd_gpu_is_said_to_be_rocm_and_nvmls_gpus_are_not_blamed_for_it() {
     let m = Machine::h200s(1);
-    // A process outside the job holds most of NVML's GPU 0: nothing to do with the AMD GPU 0 that ran
-    // out.
     let _other = m.orphan(r#""$FAKEGPU" alloc --steps 100GiB --hold-ms 4000"#, None);
-    let (r, err) = run_real_text(&m, "rocm_outside_memory", "");
+    let (r, err) = unseen_gpu_oom(&m, "rocm_outside_memory", "amd");
     let oom = &r["oom"];
-    assert_eq!(
-        json!([
-            oom["vendor"],
-            oom["gpu"],
-            oom["text_gpu"],
-            oom["others_bytes"]
-        ]),
-        json!(["amd", null, 0, 0])
-    );
-    assert!(oom["before"].as_array().unwrap().is_empty());
+    assert_eq!(oom["text_gpu"], 0);
     // 13 GiB in use outside the process: on an APU that is the system's RAM, so nobody is blamed.
     assert_eq!(oom["cause"], "unknown");
     let why = oom["explanation"].as_str().unwrap();
@@ -645,6 +649,27 @@ fn an_amd_gpu_is_said_to_be_rocm_and_nvmls_gpus_are_not_blamed_for_it() {
     assert!(common::diagnosis(&r, "oom-others").is_none());
     assert!(
         err.contains("ran out of GPU memory on AMD GPU 0") && err.contains("ROCm: NVML cannot see"),
+        "{err}"
+    );
+}
+
+#[test]
+fn intel_and_apple_gpus_are_named_as_theirs_and_nvmls_gpus_are_not_blamed() {
+    let m = Machine::h200s(1);
+    let _other = m.orphan(r#""$FAKEGPU" alloc --steps 100GiB --hold-ms 4000"#, None);
+    let (r, err) = unseen_gpu_oom(&m, "xpu_no_process_line", "intel");
+    assert_eq!(r["oom"]["text_gpu"], 0);
+    assert!(
+        err.contains("ran out of GPU memory on Intel GPU 0")
+            && err.contains("XPU: NVML cannot see an Intel GPU"),
+        "{err}"
+    );
+    // Apple's MPS: one GPU, no number; its watermark is the cap.
+    let (r, err) = unseen_gpu_oom(&m, "mps_other_allocations", "apple");
+    assert_eq!(r["oom"]["cause"], "cap");
+    assert!(
+        err.contains("ran out of GPU memory on an Apple GPU")
+            && err.contains("PYTORCH_MPS_HIGH_WATERMARK_RATIO"),
         "{err}"
     );
 }
