@@ -20,7 +20,7 @@ pub enum Kind {
     /// PyTorch's caching allocator (`CUDA out of memory. Tried to allocate ...`).
     TorchAllocator,
     /// The CUDA runtime or driver (`CUDA error: out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, old PyTorch's
-    /// `cuda runtime error (2)`), e.g. at context creation.
+    /// `cuda runtime error (2)`), e.g. at context creation; and Intel's Level Zero driver, its counterpart.
     CudaRuntime,
     /// A CUDA library failing to allocate its workspace or handle (cuBLAS, cuDNN).
     CudaLibrary,
@@ -233,6 +233,10 @@ static PADDLE: LazyLock<Regex> = LazyLock::new(|| {
 });
 static BYTES_IN_PARENS: LazyLock<Regex> =
     LazyLock::new(|| re(r"failed to allocate [^(]*\((\d+) bytes\)"));
+// Intel's Level Zero driver, through SYCL's unified runtime (`level_zero backend failed with error: 39
+// (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)`) or directly: the device's own allocation failed.
+static LEVEL_ZERO: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\b(?:UR|ZE)_RESULT_ERROR_OUT_OF_DEVICE_MEMORY\b"));
 static CUDA_LIBRARY: LazyLock<Regex> =
     LazyLock::new(|| re(r"\b(CUBLAS|CUDNN|CUSOLVER|CUSPARSE|CUFFT)_STATUS_ALLOC_FAILED\b"));
 static NCCL: LazyLock<Regex> = LazyLock::new(|| {
@@ -299,9 +303,10 @@ static APPLE: LazyLock<Regex> =
 
 /// The vendor whose words the text has, if not NVIDIA's.
 fn vendor_of(text: &str) -> Option<Vendor> {
+    // Intel's first: chipStar runs HIP on Level Zero (`hipErrorTbd (ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)`).
     [
-        (&*AMD, Vendor::Amd),
         (&*INTEL, Vendor::Intel),
+        (&*AMD, Vendor::Amd),
         (&*APPLE, Vendor::Apple),
     ]
     .into_iter()
@@ -408,7 +413,7 @@ pub struct Opened {
 type Opener = fn(&str) -> Option<Opened>;
 
 /// The openers, most specific first.
-const OPENERS: [Opener; 25] = [
+const OPENERS: [Opener; 26] = [
     open_torch,
     open_torch_async,
     open_mps,
@@ -433,6 +438,7 @@ const OPENERS: [Opener; 25] = [
     open_nccl,
     open_library,
     open_cuda,
+    open_level_zero,
     open_torch_class,
 ];
 
@@ -646,6 +652,14 @@ fn open_cuda(line: &str) -> Option<Opened> {
         .find(line)
         .map_or(m.start(), |b| b.start().min(m.start()));
     Some(with_exception(t, line, at))
+}
+
+fn open_level_zero(line: &str) -> Option<Opened> {
+    let m = LEVEL_ZERO.find(line)?;
+    let mut t = empty(Kind::CudaRuntime, "level-zero");
+    t.vendor = Vendor::Intel;
+    t.complete = true;
+    Some(with_exception(t, line, m.start()))
 }
 
 fn open_cupy(line: &str) -> Option<Opened> {
@@ -1139,6 +1153,12 @@ mod tests {
         assert_eq!(
             t.exception.as_deref(),
             Some("numba.cuda.cudadrv.driver.CudaAPIError")
+        );
+        // Intel's driver: its own error names, not CUDA's.
+        let t = parse_line("RuntimeError: level_zero backend failed with error: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)").unwrap();
+        assert_eq!(
+            (t.format.as_str(), t.vendor, t.exception.as_deref()),
+            ("level-zero", Vendor::Intel, Some("RuntimeError"))
         );
         // darknet's capital E.
         let t = parse_line("   29 CUDA Error: out of memory").unwrap();
