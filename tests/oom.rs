@@ -667,6 +667,10 @@ fn intel_and_apple_gpus_are_named_as_theirs_and_nvmls_gpus_are_not_blamed() {
     // Apple's MPS: one GPU, no number; its watermark is the cap.
     let (r, err) = unseen_gpu_oom(&m, "mps_other_allocations", "apple");
     assert_eq!(r["oom"]["cause"], "cap");
+    // The rules name it too (oom.label), not "an unknown GPU".
+    let cap = common::diagnosis(&r, "oom-cap").unwrap_or_else(|| panic!("{err}"));
+    let msg = cap["message"].as_str().unwrap();
+    assert!(msg.starts_with("an Apple GPU (MPS): "), "{msg}");
     assert!(
         err.contains("ran out of GPU memory on an Apple GPU")
             && err.contains("PYTORCH_MPS_HIGH_WATERMARK_RATIO"),

@@ -377,7 +377,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.vendor",
         "string",
-        "the GPU's vendor as the text shows it: nvidia, or amd (ROCm, which NVML cannot see); empty without an OOM",
+        "the GPU's vendor as the text shows it: nvidia, or amd (ROCm), intel (XPU) or apple (MPS), which NVML cannot see; empty without an OOM",
     ),
     ("oom.exception", "string", "the exception class, if printed"),
     ("oom.complete", "bool", "every field of the text was found"),
@@ -1732,10 +1732,11 @@ impl OomFacts {
     }
 }
 
-/// The OOM's GPU as messages name it; an AMD GPU, which NVML cannot see, by the text's device number.
+/// The OOM's GPU as messages name it; a GPU NVML cannot see (AMD, Intel, Apple) by its vendor and the text's
+/// device number ("Intel GPU 0 (XPU)").
 fn oom_label(o: &crate::oom::OomReport, host: &str) -> String {
     let t = &o.event.text;
-    if t.vendor != crate::oom::parse::Vendor::Amd {
+    if t.vendor.nvml_sees() {
         return gpu_label(host, o.gpu.map_or(-1, |x| x as i64));
     }
     let on = if host.is_empty() {
@@ -1743,9 +1744,10 @@ fn oom_label(o: &crate::oom::OomReport, host: &str) -> String {
     } else {
         format!(" on {host}")
     };
+    let (vendor, platform) = t.vendor.names();
     match t.gpu {
-        Some(d) => format!("AMD GPU {d}{on} (ROCm)"),
-        None => format!("an AMD GPU{on} (ROCm)"),
+        Some(d) => format!("{vendor} GPU {d}{on} ({platform})"),
+        None => format!("an {vendor} GPU{on} ({platform})"),
     }
 }
 
