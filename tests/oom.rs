@@ -671,10 +671,29 @@ fn intel_and_apple_gpus_are_named_as_theirs_and_nvmls_gpus_are_not_blamed() {
     let cap = common::diagnosis(&r, "oom-cap").unwrap_or_else(|| panic!("{err}"));
     let msg = cap["message"].as_str().unwrap();
     assert!(msg.starts_with("an Apple GPU (MPS): "), "{msg}");
+    let advice = advice_of(&r, "oom-cap");
+    assert!(
+        advice.contains("PYTORCH_MPS_HIGH_WATERMARK_RATIO")
+            && !advice.contains("set_per_process_memory_fraction"),
+        "{advice}"
+    );
     assert!(
         err.contains("ran out of GPU memory on an Apple GPU")
             && err.contains("PYTORCH_MPS_HIGH_WATERMARK_RATIO"),
         "{err}"
+    );
+}
+
+#[test]
+fn sglang_at_its_static_share_is_told_sglangs_setting_not_torchs_fraction() {
+    let m = Machine::h200s(1);
+    let (r, _) = run_real_text(&m, "sglang_mem_fraction_static", "");
+    assert_eq!(r["oom"]["cause"], "cap");
+    let advice = advice_of(&r, "oom-cap");
+    assert!(
+        advice.contains("--mem-fraction-static")
+            && !advice.contains("set_per_process_memory_fraction"),
+        "{advice}"
     );
 }
 
