@@ -3,7 +3,7 @@
 //! [`OomText`](super::parse::OomText) of its engine's [`Kind`]; [`parse::open`](super::parse::open)
 //! tries them among the others.
 
-use super::parse::{
+use super::text::{
     Kind, OomText, Opened, cap_size, cap_u32, cap_u64, empty, re, size_bytes, with_exception,
 };
 use regex::Regex;

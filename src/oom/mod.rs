@@ -7,6 +7,7 @@ pub mod engines;
 pub mod host;
 pub mod parse;
 pub mod scan;
+pub mod text;
 
 use crate::supervise::ProcessEnd;
 use crate::timeline::Micros;
