@@ -240,25 +240,8 @@ fn env() -> Arc<Env> {
     Arc::new(Env::stdlib())
 }
 
-fn to_cel(v: &serde_json::Value) -> Value {
-    match v {
-        serde_json::Value::Null => Value::Null,
-        serde_json::Value::Bool(b) => Value::Bool(*b),
-        serde_json::Value::Number(n) => n
-            .as_i64()
-            .map(Value::Int)
-            .unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(0.0))),
-        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
-        serde_json::Value::Array(a) => Value::List(Arc::new(a.iter().map(to_cel).collect())),
-        serde_json::Value::Object(o) => {
-            let m: HashMap<String, Value> = o.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
-            m.into()
-        }
-    }
-}
-
-/// A fact (or a list or group of them) as the interpreter's CEL value, its strings borrowed: the same
-/// value as [`to_cel`]'s, made in one step (through a [`Value`], each map is built twice).
+/// A fact (or a list or group of them) as the interpreter's CEL value, its strings borrowed, made in one
+/// step (through a [`Value`], each map is built twice).
 fn to_val(v: &serde_json::Value) -> Box<dyn Val + '_> {
     use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelString};
     match v {
@@ -317,14 +300,10 @@ impl VariableResolver for Lazy<'_> {
     }
 }
 
-/// A context holding the run's facts, the unit constants and the formatting functions.
-fn context<'a>(env: &Arc<Env>, facts: &serde_json::Value) -> Context<'a, 'a> {
+/// A context holding the facts (as rules read them), the unit constants and the formatting functions.
+fn context<'a, 'f: 'a>(env: &Arc<Env>, facts: &'a Lazy<'f>) -> Context<'a, 'a> {
     let mut ctx = functions(env);
-    if let serde_json::Value::Object(o) = facts {
-        for (k, v) in o {
-            ctx.add_variable_from_value(k.clone(), to_cel(v));
-        }
-    }
+    ctx.set_variable_resolver(facts);
     ctx
 }
 
@@ -593,7 +572,8 @@ fn check_rule(
             return Err((line, format!("{what}: unknown fact `{bad}`{hint}")));
         }
     }
-    let ctx = context(env, &example);
+    let vars = Lazy::new(&example);
+    let ctx = context(env, &vars);
     check_operands(condition.expression(), &ctx).map_err(|e| (when_line, format!("when: {e}")))?;
     gives_bool(condition, &ctx).map_err(|e| (when_line, format!("when: {e}")))?;
     for p in pieces.iter().flat_map(|p| p.iter()) {
@@ -618,7 +598,8 @@ fn check_advice(
     if let Some(bad) = saying.advice_reads.iter().find(|p| !resolves(&example, p)) {
         return Err((line, format!("advice: unknown fact `{bad}`")));
     }
-    let ctx = context(env, &example);
+    let vars = Lazy::new(&example);
+    let ctx = context(env, &vars);
     for p in saying.advice.iter().flatten() {
         gives_bool(p, &ctx).map_err(|e| (line, format!("advice: {e}")))?;
     }
@@ -931,7 +912,9 @@ fn check_mark(
     mark: &Mark,
     src: &[Source; 2],
 ) -> Result<(), (usize, String)> {
-    let ctx = context(env, &example_variables(scope));
+    let example = example_variables(scope);
+    let vars = Lazy::new(&example);
+    let ctx = context(env, &vars);
     for ((program, src), (what, number)) in [&mark.at, &mark.gpu]
         .into_iter()
         .zip(src)
@@ -1039,8 +1022,7 @@ impl RuleSet {
             .collect();
         let run = [Item::none()];
         let lazy = Lazy::new(&all);
-        let mut root = functions(&self.env);
-        root.set_variable_resolver(&lazy);
+        let root = context(&self.env, &lazy);
         let mut out = Vec::new();
         let mut failed = Vec::new();
         for rule in &self.rules {
