@@ -1341,36 +1341,30 @@ fn helper(who: &Who, rows: &[&ProcessReport], ranks: &Ranks, holders: &HashSet<W
 /// context is ~520 MiB on an H200; libraries loaded into it add some).
 const CONTEXT_MAX: u64 = 2 << 30;
 
-/// A process's own GPU and its stray ones, as indices into what it holds on each GPU: one definition of
-/// a stray context, for a run's processes and a look's (`gpudoc watch`). A rank's own GPU is `own`, its
+/// The facts of where a process holds memory (`held`: per GPU, its peak in a run, now in a look): its
+/// GPUs, its own GPU and the stray ones; the index of its own GPU's entry, if any. One definition of a
+/// stray context, for a run's processes and a look's (`gpudoc watch`). A rank's own GPU is `own`, its
 /// LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by UUID), where it holds memory;
 /// anything it holds elsewhere is stray, whatever its size. Without one, the GPU where it holds the most
 /// is its own, and only context-sized footprints elsewhere (2 GiB, or a tenth of its own GPU's) count as
 /// stray. `None` when it holds nothing anywhere.
-pub(super) fn placement(held: &[(u32, u64)], own: Option<u32>) -> Option<(usize, Vec<usize>)> {
+pub(super) fn place(held: &[(u32, u64)], own: Option<u32>, f: &mut ProcFacts) -> Option<usize> {
+    f.gpus = held.iter().filter(|h| h.1 > 0).count() as i64;
+    f.peak_bytes = held.iter().map(|h| h.1 as i64).sum();
+    f.main_gpu = -1;
     let own = own.and_then(|g| held.iter().position(|&(gpu, b)| gpu == g && b > 0));
     let main = own.or_else(|| (0..held.len()).max_by_key(|&i| held[i].1))?;
     let limit = match own {
         Some(_) => u64::MAX,
         None => CONTEXT_MAX.max(held[main].1 / 10),
     };
-    let stray = (0..held.len())
-        .filter(|&i| held[i].0 != held[main].0 && held[i].1 > 0 && held[i].1 <= limit)
-        .collect();
-    Some((main, stray))
-}
-
-/// The facts of where a process holds memory (`held`: per GPU, its peak in a run, now in a look), placed
-/// by [`placement`]: its GPUs, its own GPU and the stray ones. The index of its own GPU's entry, if any.
-pub(super) fn place(held: &[(u32, u64)], own: Option<u32>, f: &mut ProcFacts) -> Option<usize> {
-    f.gpus = held.iter().filter(|h| h.1 > 0).count() as i64;
-    f.peak_bytes = held.iter().map(|h| h.1 as i64).sum();
-    f.main_gpu = -1;
-    let (main, stray) = placement(held, own)?;
+    let stray = held
+        .iter()
+        .filter(|&&(gpu, b)| gpu != held[main].0 && b > 0 && b <= limit);
     f.main_gpu = held[main].0 as i64;
     f.main_bytes = held[main].1 as i64;
-    f.stray_gpus = stray.iter().map(|&i| held[i].0 as i64).collect();
-    f.stray_bytes = stray.iter().map(|&i| held[i].1 as i64).sum();
+    f.stray_gpus = stray.clone().map(|&(gpu, _)| gpu as i64).collect();
+    f.stray_bytes = stray.map(|&(_, b)| b as i64).sum();
     Some(main)
 }
 
