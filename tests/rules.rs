@@ -592,21 +592,7 @@ fn a_corrupt_report_or_trace_is_an_error_that_names_it() {
     let last = rows[rows.len() - 1];
     let report_of = |text: &str| {
         std::fs::write(&t, text).unwrap();
-        let json = d.path().join("t.json");
-        let out = Command::new(gpudoc_bin())
-            .arg("report")
-            .arg(&t)
-            .arg("--json")
-            .arg(&json)
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::fs::read_to_string(&json).unwrap()
+        report(&t, &[])
     };
     assert_eq!(
         report_of(&format!("{head}{}", &last[..last.len() / 2])),
