@@ -7,7 +7,6 @@ use crate::oom::{Ending, OomReport, WINDOW_S};
 use crate::paint::Paint;
 use crate::report::{GpuReport, Report};
 use crate::units::{fmt_bytes, fmt_pct, fmt_secs, printable, shorten, sparkline};
-use crate::verdict::Severity;
 use std::fmt::Write;
 
 /// How the command ended, in words.
@@ -183,11 +182,7 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
 /// What the rules found, most severe first; nothing at all for a healthy run.
 fn render_diagnoses(o: &mut String, r: &Report, p: Paint) {
     for d in &r.diagnoses {
-        let tag = match d.severity {
-            Severity::Error => p.bad("error"),
-            Severity::Warn => p.warn("warn "),
-            Severity::Info => p.dim("info "),
-        };
+        let tag = d.severity.tag(p);
         let _ = writeln!(
             o,
             "  {tag} {} {}",

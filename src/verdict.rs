@@ -33,6 +33,15 @@ impl Severity {
             Severity::Error => "error",
         }
     }
+
+    /// Its tag in front of a line, five columns wide, in its colour: `error`, `warn `, `info `.
+    pub fn tag(self, p: crate::paint::Paint) -> String {
+        match self {
+            Severity::Error => p.bad("error"),
+            Severity::Warn => p.warn("warn "),
+            Severity::Info => p.dim("info "),
+        }
+    }
 }
 
 /// One finding of a rule.

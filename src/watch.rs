@@ -283,17 +283,13 @@ fn diagnosis(
 /// The lines under the processes, at most 6: the diagnoses, most severe first, then the rules that
 /// failed on the look (as `gpudoc run` says them), each with its tag.
 fn said(f: &Frame, p: Paint) -> Vec<(String, String)> {
-    let diagnoses = f.diagnoses.iter().map(|d| {
-        let tag = match d.severity {
-            Severity::Error => p.bad("error"),
-            Severity::Warn => p.warn("warn "),
-            Severity::Info => p.dim("info "),
-        };
-        (tag, d.message.clone())
-    });
+    let diagnoses = f
+        .diagnoses
+        .iter()
+        .map(|d| (d.severity.tag(p), d.message.clone()));
     let failed = f.rule_errors.iter().map(|e| {
         (
-            p.warn("warn "),
+            Severity::Warn.tag(p),
             format!("a rule could not be evaluated: {e}"),
         )
     });
