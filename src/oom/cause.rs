@@ -220,7 +220,7 @@ const MIB: u64 = 1 << 20;
 /// The segment PyTorch's caching allocator asks the device for to serve `req` bytes
 /// (CUDACachingAllocator's get_allocation_size): up to 1 MiB from a 2 MiB segment, under 10 MiB from a
 /// 20 MiB one, larger requests rounded up to 2 MiB.
-pub fn torch_segment(req: u64) -> u64 {
+fn torch_segment(req: u64) -> u64 {
     match req {
         r if r <= MIB => 2 * MIB,
         r if r < 10 * MIB => 20 * MIB,
