@@ -163,6 +163,47 @@ fn after_each_cell_the_notebook_says_what_changed_and_what_holds_it() {
 }
 
 #[test]
+fn the_cell_that_loads_the_extension_gets_its_line_too() {
+    // `%load_ext gpudoc` at the top of the cell that builds the model (as most notebooks start): the
+    // cell's start went by before the extension's callbacks came; the cell counts from the load.
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &["%load_ext gpudoc\nimport torch\ntorch.cuda.init()\nmodel = torch.empty(2 << 30)"],
+    );
+    let line = cells[0].text.lines().next().unwrap_or("");
+    assert!(
+        line.starts_with("gpudoc: cell 1: allocated +2.00 GiB (2.00 GiB)"),
+        "{:?}",
+        cells[0]
+    );
+    // torch already in use before the load: what the cell allocated after it, not what came before.
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &[
+            "import torch\ntorch.cuda.init()\nearlier = torch.empty(1 << 30)",
+            "%load_ext gpudoc\nmodel = torch.empty(2 << 30)",
+            "more = torch.empty(1 << 30)",
+        ],
+    );
+    assert_eq!(cells[0].text, "");
+    let line = cells[1].text.lines().next().unwrap_or("");
+    assert!(
+        line.starts_with("gpudoc: cell 2: allocated +2.00 GiB (3.00 GiB)"),
+        "{:?}",
+        cells[1]
+    );
+    assert!(
+        cells[2]
+            .text
+            .starts_with("gpudoc: cell 3: allocated +1.00 GiB (4.00 GiB)"),
+        "{:?}",
+        cells[2]
+    );
+}
+
+#[test]
 fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
     let m = Machine::h200s(1);
     let cells = run(

@@ -148,12 +148,14 @@ class Doctor(object):
 
     # -- the callbacks -------------------------------------------------------------------------------
 
-    def pre(self, info=None):
+    def pre(self, info=None, loading=False):
+        """pre_run_cell; or, `loading`, %load_ext in a cell whose start went by before the callbacks came:
+        that cell counts from the load (its end, whichever it is, closes it)."""
         __tracebackhide__ = True
         try:
             torch = self._torch()
             if torch is not None and self._shim(torch) is not None:
-                self.shim.cell_start(info)
+                self.shim.cell_start(self.shim.UNSEEN if loading else info)
             self.start = Start(self._mine(torch), torch is not None)
         except Exception as e:
             self._broken("pre_run_cell", e)
@@ -624,6 +626,9 @@ def load(shell):
     shell.register_magics(GpudocMagics)
     shell.events.register("pre_run_cell", doctor.pre)
     shell.events.register("post_run_cell", doctor.post)
+    # Loaded in a cell (the one that builds the model, often): its line counts from here. Loaded at the
+    # kernel's start (IPython's `extensions` setting), the first cell's start replaces this one.
+    doctor.pre(loading=True)
 
 
 def unload(shell):

@@ -1223,8 +1223,8 @@ def cell_start(info=None, fresh=False, t0=None):
     __tracebackhide__ = True
     try:
         key = info if info is _ANY else id(info)
-        if CELL.open and CELL.key == key:
-            return
+        if CELL.open and (CELL.key == key or key is _ANY):
+            return  # this cell's start was seen (by gpudoc run's hook, when the extension comes later)
         CELL.open, CELL.key, CELL.t0 = True, key, time.time() if t0 is None else t0
         CELL.start, CELL.erased = {}, {}
         if fresh or not S.cuda or S.torch is None:
@@ -1327,6 +1327,7 @@ def watch_cells(shell):
 
 # The key of a cell whose start was not seen: its end, whichever it is, closes it.
 _ANY = object()
+UNSEEN = _ANY
 
 
 def _ipython():
