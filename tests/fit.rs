@@ -70,6 +70,35 @@ fn a_program_that_runs_out_above_80_is_fitted_to_80_in_a_few_runs() {
     );
 }
 
+/// fixtures/fit: `gpudoc fit` on a real model on the H200 (tests/gpu/fit.sh), checked by bare runs.
+#[test]
+fn the_h200_fit_is_the_largest_batch_its_bare_runs_confirm() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fit");
+    let r = read_json(&dir.join("fit.json"));
+    conforms("fit", &r);
+    let a = r["answer"].as_u64().unwrap();
+    assert_eq!(r["smallest_oom"].as_u64(), Some(a + 1), "{r:#}");
+    assert!(r["verified"].as_bool().unwrap());
+    // Without gpudoc: ten steps at the answer, an OOM one above it.
+    let bare = |v: u64| std::fs::read_to_string(dir.join(format!("bare_{v}.log"))).unwrap();
+    assert_eq!(
+        bare(a).lines().filter(|l| l.starts_with("step ")).count(),
+        10
+    );
+    assert!(bare(a + 1).contains("torch.OutOfMemoryError: CUDA out of memory"));
+    // The line the fit drew predicts the answer's measured peak within 1%.
+    let (predicted, measured) = (
+        r["predicted_peak_bytes"].as_f64().unwrap(),
+        r["measured_peak_bytes"].as_f64().unwrap(),
+    );
+    assert!((predicted / measured - 1.0).abs() < 0.01, "{r:#}");
+    // --try expandable_segments on the real fragmentation OOM (tests/gpu/frag.py): it fits with it.
+    let tried = &read_json(&dir.join("try.report.json"))["tried"];
+    assert_eq!(tried["fits_now"], true, "{tried:#}");
+    assert_eq!(tried["before"]["oom_cause"], "fragmentation");
+    assert_eq!(tried["after"]["outcome"], "fits");
+}
+
 #[test]
 fn each_run_is_ended_like_a_ctrl_c_after_its_steps() {
     let m = Machine::h200s(1);

@@ -323,7 +323,33 @@ pub fn render(r: &FitReport) -> String {
             fmt_bytes(l.b_bytes as u64)
         ));
     }
+    o.push_str(&fragmented_above(r));
     o
+}
+
+/// When the smallest value that ran out did so through fragmentation (PyTorch's cache held the memory,
+/// in pieces too small for the request), the answer is the allocator's, not the memory's: that value
+/// may fit with expandable segments, and the `--try` that checks it.
+fn fragmented_above(r: &FitReport) -> String {
+    let Some(h) = r.smallest_oom else {
+        return String::new();
+    };
+    let fragmented = r
+        .runs
+        .iter()
+        .any(|p| p.value == h && p.oom_cause == Some(crate::oom::Cause::Fragmentation));
+    let template: Vec<std::ffi::OsString> = r.command.iter().map(Into::into).collect();
+    let Some(command) = command_for(&template, h).filter(|_| fragmented) else {
+        return String::new();
+    };
+    let command: Vec<String> = command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    format!(
+        "  {h} ran out through fragmentation (memory PyTorch had cached, in pieces too small): it may fit with expandable segments\n  {}\n",
+        remedy::fragmentation_try(&command)
+    )
 }
 
 fn why(stop: Stop) -> &'static str {
@@ -333,5 +359,83 @@ fn why(stop: Stop) -> &'static str {
         Stop::Budget => "the time budget was spent",
         Stop::Failed => "a run failed for another reason than GPU memory",
         Stop::Interrupted => "it was interrupted",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oom::Cause;
+    use search::{Search, Verdict};
+
+    const GIB: u64 = 1 << 30;
+
+    fn probe(value: u64, peak: Option<u64>, cause: Option<Cause>) -> Probe {
+        Probe {
+            value,
+            outcome: if cause.is_some() {
+                Outcome::Oom
+            } else {
+                Outcome::Fits
+            },
+            guided: false,
+            peak_bytes: peak,
+            limit_bytes: Some(139 * GIB),
+            steps: 5,
+            duration_s: 20.0,
+            exit_code: Some(if cause.is_some() { 1 } else { 130 }),
+            classification: if cause.is_some() {
+                Ending::GpuOom
+            } else {
+                Ending::Signal
+            },
+            oom_cause: cause,
+        }
+    }
+
+    /// The H200's fit of tests/gpu/fit_model.py (fixtures/fit): 98 fits, 99 ran out of memory with
+    /// 12.08 GiB cached but unallocated.
+    fn fitted(above: Cause) -> FitReport {
+        let mut s = Search::new(1, 1 << 20, Some(139 * GIB));
+        let runs = vec![
+            probe(1, Some(22 * GIB), None),
+            probe(98, Some(139 * GIB - GIB / 4), None),
+            probe(99, Some(137 * GIB), Some(above)),
+        ];
+        for p in &runs {
+            let v = match p.oom_cause {
+                Some(_) => Verdict::Oom,
+                None => Verdict::Fits(p.peak_bytes),
+            };
+            s.record(p.value, v, false);
+        }
+        let command = ["python3", "train.py", "--batch-size", "{}"].map(String::from);
+        let bounds = Bounds {
+            min: 1,
+            max: 1 << 20,
+            runs: 10,
+            budget_s: 1800.0,
+            steps: Some(5),
+            run_for_s: None,
+        };
+        FitReport::build(command.to_vec(), bounds, &s, runs, Stop::Found, 60.0)
+    }
+
+    #[test]
+    fn a_value_that_ran_out_through_fragmentation_gets_the_try_that_may_fit_it() {
+        let text = render(&fitted(Cause::Fragmentation));
+        assert!(
+            text.contains("98 is the largest value that fits (99 ran out of memory)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  99 ran out through fragmentation (memory PyTorch had cached, in pieces too small): it may fit with expandable segments\n  try: gpudoc run --try expandable_segments -- python3 train.py --batch-size 99 (reruns"
+            ),
+            "{text}"
+        );
+        // The job's own growth: the answer is the memory's, and no remedy is proposed.
+        let text = render(&fitted(Cause::SelfGrowth));
+        assert!(!text.contains("--try"), "{text}");
     }
 }

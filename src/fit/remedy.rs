@@ -151,12 +151,22 @@ pub fn suggestion(oom: &OomReport, command: &[String]) -> Option<String> {
         }
         _ => return None,
     };
+    Some(try_line(&word, &command, &then))
+}
+
+/// `--try expandable_segments` for `command`, which ran out of memory through fragmentation (a fit's
+/// smallest value that ran out: it may fit with the remedy).
+pub fn fragmentation_try(command: &[String]) -> String {
+    try_line("expandable_segments", command, "with the remedy")
+}
+
+fn try_line(word: &str, command: &[String], then: &str) -> String {
     let cmd: Vec<String> = command.iter().map(|a| shell_word(a)).collect();
-    Some(format!(
+    format!(
         "try: gpudoc run --try {} -- {} (reruns it as is and {then}, and compares)",
-        shell_word(&word),
+        shell_word(word),
         cmd.join(" ")
-    ))
+    )
 }
 
 /// Words in a flag's name that say its value sizes the memory of a step: a batch, a sequence.
