@@ -136,6 +136,10 @@ pub struct EndRow {
     pub process_samples: u64,
     pub timeline_bytes: u64,
     pub gpus: Vec<GpuEnd>,
+    /// `--snapshot`'s file, and the shim's snapshot written to it (absent when none was written, and in
+    /// traces from before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<crate::torch::SnapshotFile>,
 }
 
 /// One GPU's numbers that only the end of a run has.
@@ -197,6 +201,7 @@ impl EndRow {
                     unsupported: g.unsupported.clone(),
                 })
                 .collect(),
+            snapshot: ev.torch.as_ref().and_then(|t| t.snapshot_file.clone()),
         }
     }
 

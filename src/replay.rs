@@ -199,9 +199,13 @@ fn from_trace(
         (None, None) => Scanner::new(),
     };
     let mut timeline = trace.timeline;
+    let mut torch = trace.torch;
     let ev = match end {
         Some(e) => {
             e.complete(&mut timeline);
+            if let Some(s) = &e.snapshot {
+                torch.name_snapshot(s.clone());
+            }
             notes.extend(e.notes.iter().cloned());
             Evidence {
                 origin: trace.header.origin.clone(),
@@ -211,7 +215,7 @@ fn from_trace(
                 nvml: e.nvml.clone().or(trace.header.nvml).unwrap_or_default(),
                 rates: e.rates(),
                 timeline,
-                torch: (e.torch_enabled || trace.torch.messages > 0).then_some(trace.torch),
+                torch: (e.torch_enabled || torch.messages > 0).then_some(torch),
                 scanner,
                 host: e.host.clone(),
                 leftovers: e.leftovers.clone(),
@@ -237,7 +241,7 @@ fn from_trace(
                 }),
                 rates: Rates::default(),
                 timeline,
-                torch: (trace.torch.messages > 0).then_some(trace.torch),
+                torch: (torch.messages > 0).then_some(torch),
                 scanner,
                 host: HostOom::default(),
                 leftovers: Vec::new(),

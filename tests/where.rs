@@ -212,16 +212,23 @@ fn snapshot_at_an_oom_is_the_pickle_memory_viz_opens() {
 #[test]
 fn snapshot_of_a_healthy_run_leaves_the_programs_history_off() {
     let m = Machine::h200s(1);
-    let file = m.path("peak.pickle");
+    let (file, trace) = (m.path("peak.pickle"), m.path("run.trace.jsonl"));
     let script = fake_torch().join("model.py");
     let (code, r, out, err) = m.python(
         &[],
-        &["--snapshot", file.to_str().unwrap()],
+        &[
+            "--snapshot",
+            file.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
         &[script.to_str().unwrap(), "40", "--look"],
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(wheres(&r)[0]["snapshot"], file.to_str().unwrap());
     assert!(file.exists());
+    // The trace's replay names the file the run wrote, not the shim's own name for it.
+    assert_eq!(wheres(&common::report(&trace, &[])), wheres(&r));
     // gpudoc recorded memory history until the measured step; the program's own snapshots showed no
     // event and no frame of it, before and after.
     let seen = lines(&out);
@@ -402,21 +409,29 @@ fn h200(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/where/{name}"))
 }
 
-#[test]
-fn the_h200s_records_of_an_oom_in_backward_read_into_the_report() {
-    let r = common::report(h200("oom.trace.jsonl"), &[]);
-    let w = &wheres(&r)[0];
-    // Recorded before the graph walk held its nodes: the pass, the node and the line were right, the
-    // module was not found and the saved tensors were undercounted (the fix: tests above).
+/// The report of an H200 trace whose OOM came in the backward of a softmax, and its record there, whose
+/// module must be `module`.
+fn h200_softmax_oom(trace: &str, module: Value) -> (Value, Value) {
+    let r = common::report(h200(trace), &[]);
+    let w = wheres(&r).remove(0);
     assert_eq!(
         (&w["why"], &w["pass"], &w["node"], &w["module"]),
         (
             &Value::from("oom"),
             &Value::from("backward"),
             &Value::from("SoftmaxBackward0"),
-            &Value::Null
+            &module
         )
     );
+    (r, w)
+}
+
+#[test]
+fn the_h200s_records_of_an_oom_in_backward_read_into_the_report() {
+    // Recorded before the graph walk held its nodes: the pass, the node and the line were right, the
+    // module was not found and the saved tensors were undercounted (the fix: tests above).
+    let (r, w) = h200_softmax_oom("first/oom.trace.jsonl", Value::Null);
+    let w = &w;
     assert_eq!(w["line"]["code"], "loss.backward()");
     assert_eq!(w["allocated_bytes"], 134519579648u64);
     assert_eq!(parts_sum(w), 134519579648);
@@ -442,7 +457,7 @@ fn the_h200s_records_of_an_oom_in_backward_read_into_the_report() {
 
 #[test]
 fn the_h200s_record_of_a_measured_step_adds_up_to_the_programs_own_peak() {
-    let r = common::report(h200("healthy.trace.jsonl"), &[]);
+    let r = common::report(h200("first/healthy.trace.jsonl"), &[]);
     let w = &wheres(&r)[0];
     assert_eq!(
         (&w["why"], &w["step"]),
@@ -450,7 +465,7 @@ fn the_h200s_record_of_a_measured_step_adds_up_to_the_programs_own_peak() {
     );
     // A record without a phase (before phases were measured) is a training step's.
     assert!(w.get("phase").is_none(), "{w}");
-    let own = lines(&std::fs::read_to_string(h200("healthy.stdout")).unwrap());
+    let own = lines(&std::fs::read_to_string(h200("first/healthy.stdout")).unwrap());
     assert_eq!(w["allocated_bytes"], own[11]["peak"]);
     assert_eq!(parts_sum(w), own[11]["peak"].as_u64().unwrap());
     assert_eq!(w["at_backward_bytes"], 44520199680u64);
@@ -469,4 +484,63 @@ fn the_h200s_record_of_a_measured_step_adds_up_to_the_programs_own_peak() {
     // Each block's forward added the same; the peak inside backward grew block by block to the step's.
     assert!(blocks[1..7].iter().all(|b| b.0 == 6901690368), "{blocks:?}");
     assert_eq!(blocks[6].1, own[11]["peak"].as_u64().unwrap());
+}
+
+/// The H200's records of today's shim (tests/gpu/where.sh): an OOM in the backward of a block's attention.
+#[test]
+fn the_h200s_oom_in_backward_names_the_blocks_attention_and_places_what_it_saved() {
+    let (r, w) = h200_softmax_oom("oom.trace.jsonl", Value::from("model.layers.5.attn"));
+    let w = &w;
+    let allocated = w["allocated_bytes"].as_u64().unwrap();
+    assert_eq!(parts_sum(w), allocated);
+    // Every block but the one running holds its attention's saved tensors: most of the memory, and
+    // (nearly) all of it placed in the table's blocks.
+    let saved = w["parts"]["activations"].as_u64().unwrap();
+    assert!(saved * 2 >= allocated, "{saved} of {allocated}");
+    let placed: u64 = w["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["activation_bytes"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(placed * 10 >= saved * 9, "{placed} of {saved}");
+    let text = diagnosis(&r, "oom-before-training").unwrap().to_string();
+    assert!(
+        text.contains("in backward of model.layers.5.attn (SoftmaxBackward0)"),
+        "{text}"
+    );
+    assert!(text.contains("activation checkpointing"), "{text}");
+}
+
+#[test]
+fn the_h200s_measured_step_and_calls_are_the_programs_own_peaks() {
+    let r = common::report(h200("healthy.trace.jsonl"), &[]);
+    let own = lines(&std::fs::read_to_string(h200("healthy.stdout")).unwrap());
+    let (steps, calls): (Vec<&Value>, Vec<&Value>) =
+        own.iter().partition(|o| o.get("step").is_some());
+    let w = wheres(&r);
+    let phases: Vec<&str> = w.iter().map(|w| w["phase"].as_str().unwrap()).collect();
+    assert_eq!(phases, ["training", "evaluation"]);
+    let step = w[0]["step"].as_u64().unwrap() as usize;
+    assert_eq!(w[0]["allocated_bytes"], steps[step - 1]["peak"]);
+    assert_eq!(parts_sum(&w[0]), steps[step - 1]["peak"].as_u64().unwrap());
+    // Six blocks, each adding in forward what it saves for backward.
+    let blocks: Vec<&Value> = w[0]["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["name"].as_str().unwrap().starts_with("model.layers."))
+        .collect();
+    assert_eq!(blocks.len(), 6);
+    for b in blocks {
+        assert!(b["forward_bytes"].as_u64().unwrap() > 6 << 30, "{b}");
+    }
+    assert_eq!(w[1]["allocated_bytes"], calls[0]["peak"]);
+    // Inference alone: one call of the model under inference_mode, its own peak.
+    let r = common::report(h200("infer.trace.jsonl"), &[]);
+    let own = lines(&std::fs::read_to_string(h200("infer.stdout")).unwrap());
+    let w = &wheres(&r)[0];
+    assert_eq!(w["phase"], "inference");
+    assert_eq!(w["allocated_bytes"], own[0]["peak"]);
+    assert_eq!(parts_sum(w), own[0]["peak"].as_u64().unwrap());
 }

@@ -388,9 +388,10 @@ fn write_snapshot(
     if let Err(e) = crate::output::write(target, &bytes) {
         return Some(format!("--snapshot {}: {e}", target.display()));
     }
-    for w in &mut t.inside {
-        w.snapshot = (w.snapshot.as_deref() == Some(name.as_str())).then(|| target.display());
-    }
+    t.name_snapshot(torch::SnapshotFile {
+        shim: name,
+        file: target.display(),
+    });
     None
 }
 

@@ -213,6 +213,16 @@ pub struct TorchTimeline {
     pub hunts: Vec<hunt::Hunt>,
     /// Where the memory went inside the model: at OOMs, and on the measured step.
     pub inside: Vec<inside::Inside>,
+    /// `--snapshot`: the shim's snapshot that went to the user's file, and that file.
+    pub snapshot_file: Option<SnapshotFile>,
+}
+
+/// The allocator snapshot `--snapshot` wrote: the shim's name for it, and the user's file it went to
+/// (recorded in the trace's end row, so that a replay names the file as the run did).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SnapshotFile {
+    pub shim: String,
+    pub file: String,
 }
 
 fn u(v: &serde_json::Value, k: &str) -> u64 {
@@ -220,6 +230,16 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
 }
 
 impl TorchTimeline {
+    /// The shim's snapshot `shim` went to `file`: the record it belongs to names the file, and the
+    /// others none (only one is written).
+    pub fn name_snapshot(&mut self, snapshot: SnapshotFile) {
+        for w in &mut self.inside {
+            w.snapshot = (w.snapshot.as_deref() == Some(snapshot.shim.as_str()))
+                .then(|| snapshot.file.clone());
+        }
+        self.snapshot_file = Some(snapshot);
+    }
+
     /// Applies one line from the shim; whether it was a shim message. `start_unix` turns its wall-clock
     /// times into run time.
     pub fn apply(&mut self, line: &[u8], start_unix: f64) -> bool {
