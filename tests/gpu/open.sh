@@ -9,13 +9,13 @@
 set -u
 start=$SECONDS
 budget=${OPEN_BUDGET_S:-570}
-# name:args  and its limit in seconds (a script past its limit is ended and said TIMED OUT).
-declare -A limit=([fit.sh]=150 [where.sh]=200 [notebook.sh]=220 [others_arrived.sh]=150 [forecast.sh]=200)
+# name:args (or name alone) and its limit in seconds (a script past its limit is ended and said TIMED OUT).
+declare -A limit=([fit.sh:frag]=150 [fit.sh]=330 [where.sh]=220 [notebook.sh]=220 [others_arrived.sh]=150 [forecast.sh]=200)
 (($#)) || set -- "fit.sh:frag" where.sh notebook.sh
 summary=()
 for item in "$@"; do
   name=${item%%:*}; args=; [[ $item == *:* ]] && args=${item#*:}
-  lim=${limit[$name]:-200}
+  lim=${limit[$item]:-${limit[$name]:-200}}
   left=$((budget - (SECONDS - start)))
   if ((left < lim)); then
     summary+=("$name: not started ($left s left, it may take $lim s)"); continue

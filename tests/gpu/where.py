@@ -104,4 +104,5 @@ def main():
         calls(model, ids, n("--eval"), torch.no_grad)
 
 
-main()
+if __name__ == "__main__":
+    main()
