@@ -282,6 +282,29 @@ fn a_nearly_full_gpu_is_diagnosed_by_the_near_capacity_rule_with_its_advice() {
 }
 
 #[test]
+fn an_inference_server_that_fills_its_gpu_on_purpose_is_no_near_capacity_warning() {
+    // A vLLM server takes 90% of the GPU at start (its KV cache): a look at it is no "nearly full" alarm.
+    let m = Machine::h200s(1);
+    let pid = m.orphan(
+        r#"bash -c 'exec -a vllm "$FAKEGPU" alloc --steps 136GiB --hold-ms 20000'"#,
+        None,
+    );
+    let holds = |l: &serde_json::Value| {
+        l["processes"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid))
+    };
+    let line = watch_until(&m, &[], holds);
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let line = line.expect("a line with the server");
+    assert!(
+        line["gpus"][0]["used_bytes"].as_u64().unwrap() >= 136 << 30,
+        "{line:#}"
+    );
+    assert!(by_rule(&line, "near-capacity").is_empty(), "{line:#}");
+}
+
+#[test]
 fn disable_rule_switches_a_look_rule_off() {
     let m = Machine::h200s(1);
     set(&m, 139);

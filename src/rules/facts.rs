@@ -109,6 +109,8 @@ pub struct GpuFacts {
     pub start_used_bytes: i64,
     pub others_peak_bytes: i64,
     pub others_list: String,
+    /// An inference server among the processes holding memory on this GPU (see `serving`).
+    pub server: String,
     pub job_peak_bytes: i64,
     pub job_peak_pct: f64,
     pub job_final_bytes: i64,
@@ -559,6 +561,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "gpu.others_list",
         "string",
         "those processes, in words, the most first: pid, command (in a look: its owner), memory",
+    ),
+    (
+        "gpu.server",
+        "string",
+        "an inference server (as run.server: vllm, sglang, tensorrt_llm, tgi) among the processes holding memory on this GPU, the job's or others'; empty if none (in a look, the only way a server is known)",
     ),
     (
         "gpu.job_peak_bytes",
@@ -1104,6 +1111,11 @@ impl<'a> Ranks<'a> {
 }
 
 fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
+    let mut holding: HashMap<(String, u32), Vec<&str>> = HashMap::new();
+    for p in r.processes.iter().filter(|p| p.peak_bytes > 0) {
+        let on = (host_of(&p.host), p.gpu);
+        holding.entry(on).or_default().push(&p.cmdline);
+    }
     let mut others: HashMap<(String, u32), Vec<Other>> = HashMap::new();
     for p in r.processes.iter().filter(|p| !p.in_job && p.peak_bytes > 0) {
         let who = crate::units::shorten(&p.cmdline, 60);
@@ -1120,6 +1132,10 @@ fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
             let held = others.remove(&(host_of(&g.host), g.index));
             let mut f = one_gpu(r, g);
             (f.others_peak_bytes, f.others_list) = others_facts(held.unwrap_or_default());
+            let on = holding
+                .remove(&(host_of(&g.host), g.index))
+                .unwrap_or_default();
+            f.server = server_among(on);
             when_facts(r, g, steps, &mut f);
             f
         })
@@ -1133,6 +1149,13 @@ fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
         };
     }
     gpus
+}
+
+/// The inference server (its id) among these command lines, if one is: `gpu.server`.
+pub(super) fn server_among<'a>(cmdlines: impl IntoIterator<Item = &'a str>) -> String {
+    super::serving::recognise(cmdlines)
+        .map(|s| s.id.to_string())
+        .unwrap_or_default()
 }
 
 /// A process outside the job on a GPU: its pid, who it is in words, and its memory there.

@@ -5,7 +5,7 @@
 
 use super::facts::{
     Facts, GpuFacts, OomFacts, Other, ProcFacts, RunFacts, gpu_label, job_facts, name_of,
-    others_facts, pct, place,
+    others_facts, pct, place, server_among,
 };
 use crate::orphans::Holder;
 use std::collections::HashMap;
@@ -25,10 +25,15 @@ impl Facts {
     /// judges them; `me` is the watcher's uid.
     pub fn of_look(gpus: &[GpuNow], holders: &[Holder], me: u32) -> Facts {
         let processes: Vec<ProcFacts> = holders.iter().map(|h| holder(h, me)).collect();
-        let mut on_gpu: HashMap<u32, (i64, Vec<Other>)> = HashMap::new();
+        let mut on_gpu: HashMap<u32, OnGpu> = HashMap::new();
         for (h, p) in holders.iter().zip(&processes) {
             for &(gpu, bytes) in h.gpu_bytes.iter().filter(|g| g.1 > 0) {
-                let (job, others) = on_gpu.entry(gpu).or_default();
+                let OnGpu {
+                    job,
+                    others,
+                    cmdlines,
+                } = on_gpu.entry(gpu).or_default();
+                cmdlines.push(&h.cmdline);
                 if p.in_job {
                     *job += bytes as i64;
                 } else if let Some(uid) = h.uid {
@@ -64,11 +69,22 @@ impl Facts {
     }
 }
 
-/// A GPU now: in use, the watcher's processes' memory and other users'.
-fn gpu(g: &GpuNow, (job, others): (i64, Vec<Other>)) -> GpuFacts {
+/// What holds memory on a GPU now: the watcher's processes' bytes, other users' processes, and the
+/// command lines of all.
+#[derive(Default)]
+struct OnGpu<'a> {
+    job: i64,
+    others: Vec<Other>,
+    cmdlines: Vec<&'a str>,
+}
+
+/// A GPU now: in use, the watcher's processes' memory and other users', the server among them.
+fn gpu(g: &GpuNow, on: OnGpu) -> GpuFacts {
     let pct = |b: i64| pct(b, g.total_bytes as i64);
-    let (others_peak_bytes, others_list) = others_facts(others);
+    let (others_peak_bytes, others_list) = others_facts(on.others);
+    let job = on.job;
     GpuFacts {
+        server: server_among(on.cmdlines),
         label: gpu_label("", g.index as i64),
         index: g.index as i64,
         name: g.name.to_string(),
