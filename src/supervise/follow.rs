@@ -11,7 +11,7 @@
 //!   several cores at once. Each stretch is fed with the time its bytes were written, not when they were
 //!   read, so what the observer finds keeps its time.
 
-use super::streams::{Observer, Sieve, Stream, Watching};
+use super::observe::{Observer, Sieve, Stream, Watching};
 use std::fs::File;
 use std::io;
 use std::ops::Range;

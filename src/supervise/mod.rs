@@ -20,6 +20,7 @@ mod follow;
 pub mod guard;
 mod helper;
 pub mod keeper;
+mod observe;
 pub mod signals;
 pub mod streams;
 pub mod tty;
@@ -29,6 +30,7 @@ pub use follow::{Pace, Reader};
 use nix::sys::signal::{SigSet, Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
+pub use observe::{Observer, Sieve, Stream, Watching};
 use signals::{Action, Mode, Pairing, Relay, Seen};
 use std::ffi::OsString;
 use std::io;
@@ -39,7 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-pub use streams::{Observer, Sieve, Stream, Terminal, Watching, Wiring};
+pub use streams::{Terminal, Wiring};
 
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

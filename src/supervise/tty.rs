@@ -13,7 +13,8 @@
 //! What this changes: type-ahead while the command runs goes to the command (or is lost with it), as under
 //! `script` or `ssh`; `tcgetattr` on the command's terminal shows its own pseudo-terminal.
 
-use super::streams::{Moved, Terminal, Watching, copy_chunk};
+use super::observe::Watching;
+use super::streams::{Moved, Terminal, copy_chunk};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
