@@ -274,12 +274,12 @@ fn line_of(code: &str) -> usize {
     1 + script.lines().position(|l| l.trim() == code).unwrap()
 }
 
-#[test]
-fn a_model_run_without_steps_that_keeps_its_outputs_gets_its_line_and_holder() {
-    let (code, r, err) = phases("model_leak");
+/// `phases.py WHAT`, a model_loop keeping its outputs: one steady-growth, its leak hunted at the model's
+/// forward calls, its line `y = net(x)` and holder `outs` named. The report, its hunt and the lines.
+fn hunted_at_forward_calls(what: &str) -> (Value, Value, Vec<String>) {
+    let (code, r, err) = phases(what);
     assert_eq!(code, 0, "{err}");
     assert_eq!(fired(&r), ["steady-growth"], "{err}");
-    // The leak hunt ran at the model's forward calls: no optimizer step in the program.
     let hunts = r["torch"]["processes"][0]["hunts"].as_array().unwrap();
     assert_eq!(hunts.len(), 1, "{hunts:#?}");
     assert_eq!(hunts[0]["clock"], "forwards", "{hunts:#?}");
@@ -293,13 +293,21 @@ fn a_model_run_without_steps_that_keeps_its_outputs_gets_its_line_and_holder() {
         lines[1].starts_with("kept alive by list `outs` (phases.py, in model_loop)"),
         "{lines:#?}"
     );
+    let hunt = hunts[0].clone();
+    (r, hunt, lines)
+}
+
+#[test]
+fn a_model_run_without_steps_that_keeps_its_outputs_gets_its_line_and_holder() {
+    // The leak hunt ran at the model's forward calls: no optimizer step in the program.
+    let (r, hunt, lines) = hunted_at_forward_calls("model_leak");
     assert!(
         lines[2].starts_with("kept alive by the autograd graphs behind the ")
             && lines[2].contains(" tensors with grad_fn in list `outs` (phases.py, in model_loop)"),
         "{lines:#?}"
     );
     // Each output keeps 256 MiB itself and 512 MiB in its graph.
-    let held = hunts[0]["holders"][0]["bytes"].as_f64().unwrap();
+    let held = hunt["holders"][0]["bytes"].as_f64().unwrap();
     let graphs = fact(&r, "steady-growth", "gpu.growth_graph_bytes");
     assert!(graphs > 1.5 * held, "{graphs} behind {held}");
     let msg = message(&r, "steady-growth");
@@ -307,6 +315,60 @@ fn a_model_run_without_steps_that_keeps_its_outputs_gets_its_line_and_holder() {
         msg.contains(" were the autograd graphs behind the tensors held by list `outs` (phases.py, in model_loop), ")
             && msg.ends_with(": no backward ran to free them."),
         "{msg}"
+    );
+}
+
+#[test]
+fn an_evaluation_after_training_that_keeps_its_outputs_gets_its_line_and_holder() {
+    // After 20 optimizer steps, eval() and 45 calls whose outputs are kept with their graphs: the
+    // forward clock counts the evaluated model's calls, and the leak is hunted at them.
+    let (r, _, _) = hunted_at_forward_calls("model_eval_leak");
+    let msg = message(&r, "steady-growth");
+    assert!(
+        msg.starts_with("GPU 0: after the last optimizer step (step 20), "),
+        "{msg}"
+    );
+}
+
+#[test]
+fn training_with_an_evaluation_each_epoch_is_counted_in_steps_and_stays_quiet() {
+    // Three epochs of 20 steps, each followed by 10 evaluation calls under no_grad: no hunt, nothing said.
+    let m = Machine::h200s(1);
+    let trace = m.path("cycles.trace.jsonl");
+    let (code, r, _, err) = m.python(
+        &[],
+        &["--trace", trace.to_str().unwrap()],
+        &[&program("phases.py"), "cycles"],
+    );
+    assert_eq!(code, 0, "{err}");
+    // The forward clock counted the evaluations' calls (its records say `fwd`), never the training's:
+    // each epoch's train() after an evaluation stopped it (1 call before training, 30 evaluation calls).
+    let fwd: Vec<u64> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["m"]["fwd"].as_u64())
+        .collect();
+    assert!(!fwd.is_empty(), "no record at an evaluation's call");
+    assert!(fwd.iter().all(|&n| n <= 31), "{fwd:?}");
+    assert_eq!(fired(&r), Vec::<String>::new(), "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["hunts"].as_array().map_or(0, Vec::len), 0, "{p:#}");
+    assert_eq!(p["steps_total"], 60, "{p:#}");
+    // The same keeping 64 MiB a training step: a step leak, hunted at the steps, not at the
+    // evaluations' calls.
+    let (code, r, err) = phases("cycles_leak");
+    assert_eq!(code, 0, "{err}");
+    assert!(fired(&r).contains(&"step-leak".to_string()), "{err}");
+    let hunts = r["torch"]["processes"][0]["hunts"].as_array().unwrap();
+    assert!(!hunts.is_empty(), "{err}");
+    assert!(hunts.iter().all(|h| h["clock"] == "steps"), "{hunts:#?}");
+    assert!(
+        details(&r, "step-leak")
+            .iter()
+            .any(|l| l.contains("`kept.append(torch.empty(64 * MiB))`")),
+        "{:#?}",
+        details(&r, "step-leak")
     );
 }
 

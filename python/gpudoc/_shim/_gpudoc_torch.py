@@ -130,6 +130,10 @@ class _State(object):
     recorded_peak = {}
     # A call of a program without steps was measured (or will never be).
     inferred = False
+    # torch's Module._call_impl code and Module.__call__, once the forward clock looked (see
+    # _forward_clock_on): None when it never did.
+    call_impl = None
+    module_call = None
 
 
 S = _State()
@@ -146,6 +150,8 @@ class _Forwards(object):
     root = None
     had = False
     mine = None
+    # The clock was given an evaluated module (see _evaluation): a train() ends it.
+    evaluating = False
     # Its pace, as _State's for steps (see _covered, _paced): `last_step` is the call of the last record.
     last_step = 0
     last_t = 0.0
@@ -580,25 +586,33 @@ def _unhook():
 
 
 def _adopt(module):
+    """The outermost module's first call has returned: it is the clock's from now, that call counted."""
     _unhook()
+    if _wrap(module):
+        _on_forward()
+
+
+def _wrap(module):
+    """The clock counts `module`'s calls (its `_compiled_call_impl` is the shim's wrapper); whether it
+    does."""
     d = object.__getattribute__(module, "__dict__")
     if type(d) is not dict or d.get("_compiled_call_impl") is not None \
             or type(module).__call__ is not S.module_call:
         # Compiled with Module.compile, or called its own way: the clock leaves it alone.
         F.on = False
-        return
+        return False
     import weakref
 
     F.root, F.had = weakref.ref(module), "_compiled_call_impl" in d
     F.mine = _forward_wrapper(F.root)
     d["_compiled_call_impl"] = F.mine
-    _on_forward()
+    return True
 
 
 def _forward_clock_off():
     """The clock ends: the discovery hook goes, the outermost module's `_compiled_call_impl` is what it
     was (when still the shim's)."""
-    F.on = False
+    F.on = F.evaluating = False
     _unhook()
     module = F.root() if F.root is not None else None
     F.root = None
@@ -962,15 +976,15 @@ def _on_cuda_init():
         _fail("cuda init", e)
         return
     _forward_clock_on(torch)
-    if WHERE != "off":
+    if WHERE != "off" or HUNT != "off":
         _watch_eval(torch)
 
 
 def _watch_eval(torch):
-    """torch.nn.Module.train under gpudoc's wrapper, for the evaluation phase: the program's first eval()
-    (train(False)) on a module after optimizer steps have run arms a measure of that module's next call.
-    It runs at the program's train() and eval() calls only (once per submodule: torch's train() calls its
-    children's), never on a step's path."""
+    """torch.nn.Module.train under gpudoc's wrapper, for the evaluation phase: an eval() (train(False)) on
+    a module after optimizer steps have run is an evaluation's start (_evaluation). It runs at the
+    program's train() and eval() calls only (once per submodule: torch's train() calls its children's),
+    never on a step's path."""
     try:
         Module = torch.nn.modules.module.Module
         real = Module.__dict__["train"]
@@ -987,14 +1001,38 @@ def _watch_eval(torch):
             return real(self, *args, **kwargs)
         finally:
             depth[0] -= 1
-            if depth[0] == 0 and STEP[0] and not S.measuring and (args[0] if args else kwargs.get(
-                    "mode", True)) is False:
-                _uncollected(lambda: _where("arm_call", self, "evaluation"))
+            mode = args[0] if args else kwargs.get("mode", True)
+            if depth[0] == 0 and STEP[0] and not S.measuring and mode is False:
+                _uncollected(lambda: _evaluation(self))
+            elif depth[0] == 0 and mode is not False and F.evaluating:
+                # train(): the evaluation is over, and its forward clock with it (before the training
+                # step's forward, which the step hook counts).
+                _forward_clock_off()
 
     wrapped = _like(real, train)
     # inspect.signature(Module.train) is torch's own: (self, mode=True).
     wrapped.__wrapped__ = real
     Module.train = wrapped
+
+
+def _evaluation(module):
+    """The program's eval() on `module` after optimizer steps: its next call is measured (once per run,
+    see arm_call), and the forward clock counts its calls until the next optimizer step, so that an
+    evaluation that keeps what its calls make is hunted at them, as a program without steps is (the step
+    hook, its clock, has stopped)."""
+    if WHERE != "off":
+        _where("arm_call", module, "evaluation")
+    if HUNT == "off" or F.on or S.dead or S.hunt is not None or S.module_call is None:
+        return  # a window of steps in progress ends with its steps; the clock never ran (see _forward_clock_on)
+    F.on = True
+    if not _wrap(module):
+        return
+    F.evaluating = True
+    # The evaluation's call is measured above: none of its calls is an inference program's.
+    S.inferred = True
+    FWD[1] = FWD[0] + 1
+    # The next optimizer step is a record, which stops the clock (training resumed).
+    STEP[1] = STEP[0] + 1
 
 
 def _on_exit():
