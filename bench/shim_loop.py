@@ -6,7 +6,9 @@ With BLOCKS_FILE, the time of every block of 100 steps goes there too, one `mono
 each (bench/sampling_cost.py compares blocks with and without gpudoc's sampling). With TOGGLE_SHIM=1 in
 the environment (under `gpudoc run`), gpudoc's step hook is taken out of PyTorch's optimizer hooks for every
 other block and put back for the next, and each line says whether it was in (`1`) or out (`0`): the shim's
-cost within one run, where the run-to-run noise cancels."""
+cost within one run, where the run-to-run noise cancels. With EVAL_EVERY=N in the environment, every N
+steps the model is evaluated: model.eval(), 20 calls under no_grad, model.train() (the evaluation's
+forward clock, docs/framework.md)."""
 import json
 import os
 import sys
@@ -46,10 +48,23 @@ if os.environ.get("TOGGLE_SHIM") == "1":
     shim_hook = next(k for k, f in hooks.items() if getattr(f, "__module__", "") == "gpudoc._shim.torch")
     shim_fn = hooks[shim_hook]
     shim_steps = shim_fn.__globals__["STEP"]
+eval_every = int(os.environ.get("EVAL_EVERY", "0"))
+
+
+def evaluate():
+    model.eval()
+    with torch.no_grad():
+        for _ in range(20):
+            model(x)
+    model.train()
+
+
 t = time.perf_counter()
 b = t
 for i in range(steps):
     step()
+    if eval_every and i % eval_every == eval_every - 1:
+        evaluate()
     if blocks and i % 100 == 99:
         torch.cuda.synchronize()
         now = time.perf_counter()

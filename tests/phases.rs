@@ -421,3 +421,23 @@ fn an_oom_splits_what_the_list_holds_from_the_graphs_behind_it() {
         );
     }
 }
+
+#[test]
+fn the_h200s_evaluation_after_training_names_the_line_and_the_list_that_keep_its_outputs() {
+    // tests/gpu/phases.py eval_keep under today's shim (tests/gpu/eval_clock.sh): 50 training steps, then
+    // model.eval() and 60 calls whose outputs stay on the GPU in `outs`.
+    let trace = fake_torch().join("../phases/eval_keep_clocked.trace.jsonl");
+    let r = common::report(trace, &[]);
+    assert_eq!(fired(&r), ["steady-growth"]);
+    let hunts = r["torch"]["processes"][0]["hunts"].as_array().unwrap();
+    assert_eq!(hunts[0]["clock"], "forwards", "{hunts:#?}");
+    let lines = details(&r, "steady-growth");
+    assert!(
+        lines[0].starts_with("allocated at gpu/phases.py:75 in evaluation `y = model("),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[1].starts_with("kept alive by list `outs` (phases.py, in evaluation)"),
+        "{lines:#?}"
+    );
+}
