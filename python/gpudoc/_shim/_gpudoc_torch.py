@@ -134,6 +134,8 @@ class _State(object):
     # _forward_clock_on): None when it never did.
     call_impl = None
     module_call = None
+    # The optimizer step at which an evaluation last got the forward clock (see _evaluation).
+    evaluated = 0
 
 
 S = _State()
@@ -378,6 +380,9 @@ def _on_step(optimizer, args, kwargs):
     if _compiling is not None and _compiling():
         return
     STEP[0] += 1
+    if F.evaluating:
+        # Training resumed after an evaluation without a train(): the clock ends at this step.
+        _forward_clock_off()
     if STEP[0] < STEP[1]:
         return
     if F.on:
@@ -1022,8 +1027,12 @@ def _evaluation(module):
     hook, its clock, has stopped)."""
     if WHERE != "off":
         _where("arm_call", module, "evaluation")
-    if HUNT == "off" or F.on or S.dead or S.hunt is not None or S.module_call is None:
-        return  # a window of steps in progress ends with its steps; the clock never ran (see _forward_clock_on)
+    if HUNT == "off" or F.on or S.dead or S.hunt is not None or S.module_call is None \
+            or STEP[0] < S.evaluated + WARMUP_STEPS:
+        # A window of steps in progress ends with its steps; the clock never ran (see
+        # _forward_clock_on); a program that calls eval() every few steps is training, not evaluating.
+        return
+    S.evaluated = STEP[0]
     F.on = True
     if not _wrap(module):
         return
@@ -1031,8 +1040,6 @@ def _evaluation(module):
     # The evaluation's call is measured above: none of its calls is an inference program's.
     S.inferred = True
     FWD[1] = FWD[0] + 1
-    # The next optimizer step is a record, which stops the clock (training resumed).
-    STEP[1] = STEP[0] + 1
 
 
 def _on_exit():
@@ -1073,7 +1080,7 @@ def _on_fork():
     S.growth = {}
     S.hunt = None
     S.searches = []
-    S.hunts = S.oom_hunts = S.files = 0
+    S.hunts = S.oom_hunts = S.files = S.evaluated = 0
     _identify()
 
 
