@@ -2,8 +2,9 @@
 //! ran out of memory), and the measured peaks of the runs that fit give a line, peak ≈ a + b·value, that
 //! says where the memory limit is crossed. The search jumps there, then verifies the boundary; a jump the
 //! runs contradict is followed by one plain step (doubling, or halving the bracket; the next value when the
-//! last run fitted with less room left than one unit takes), so a model that does not hold (memory that
-//! grows faster than linearly) costs at most twice the runs of a bisection.
+//! last run fitted with less room left than one unit takes), and runs that keep creeping up make the steps
+//! double, so a model that does not hold (memory that grows faster than linearly, peaks flat under the
+//! limit) costs at most about twice the runs of a bisection.
 
 use serde::{Deserialize, Serialize};
 
@@ -76,6 +77,10 @@ pub struct Search {
     pub points: Vec<(u64, u64)>,
     /// The last run was the line's guess, and its verdict contradicted the line: the next is a plain step.
     contradicted: bool,
+    /// The least the next value adds to `lo`, once a run fit less than twice as high as the last `lo`
+    /// (the line, or the next value after a full run, crept up): that run's step, and twice the last
+    /// stride after each such run; none after a run that doubled `lo` or ran out of memory.
+    stride: u64,
 }
 
 /// What to do next.
@@ -110,12 +115,24 @@ impl Search {
             .map(|(l, limit)| l.peak(value) <= limit);
         match v {
             Verdict::Fits(peak) => {
+                // Peaks that flatten under the limit (PyTorch's cache filling the GPU long before the
+                // job's own need does) make the line say "the next value runs out" at value after value
+                // that fits: steps that double when they keep fitting bound the runs to a bisection's.
+                self.stride = match self.lo {
+                    Some(l) if value < l.saturating_mul(2) => (value.saturating_sub(l))
+                        .max(self.stride.saturating_mul(2))
+                        .max(1),
+                    _ => 0,
+                };
                 self.lo = Some(self.lo.map_or(value, |l| l.max(value)));
                 if let Some(p) = peak {
                     self.points.push((value, p));
                 }
             }
-            Verdict::Oom => self.hi = Some(self.hi.map_or(value, |h| h.min(value))),
+            Verdict::Oom => {
+                self.hi = Some(self.hi.map_or(value, |h| h.min(value)));
+                self.stride = 0;
+            }
         }
         self.contradicted = guided && predicted_fit != Some(matches!(v, Verdict::Fits(_)));
     }
@@ -140,12 +157,18 @@ impl Search {
         if lo >= top {
             return Next::Done(Some(lo));
         }
+        // After a run that crept up (`stride`): past the values run, steps that double; below a value
+        // that ran out, the middle.
+        let floor = match self.hi {
+            Some(h) if self.stride > 0 => lo + (h - lo) / 2,
+            _ => lo.saturating_add(self.stride).min(top),
+        };
         if !self.contradicted
             && let Some(g) = self.guess(lo, top)
         {
             return Next::Run {
-                value: g,
-                guided: true,
+                value: g.max(floor),
+                guided: g >= floor,
             };
         }
         let value = match self.hi {
@@ -154,7 +177,7 @@ impl Search {
             None => lo.saturating_mul(2).clamp(lo + 1, top),
         };
         Next::Run {
-            value,
+            value: value.max(floor),
             guided: false,
         }
     }
@@ -176,6 +199,10 @@ impl Search {
     /// The line's guess of the largest value that fits, within what the runs left open.
     fn guess(&self, lo: u64, top: u64) -> Option<u64> {
         let g = self.line()?.largest_within(self.limit?);
+        // A line that says a value that ran out fits is wrong here already: no run at the value below.
+        if self.hi.is_some_and(|h| g >= h) {
+            return None;
+        }
         Some(g.clamp(lo + 1, top))
     }
 }
@@ -241,6 +268,31 @@ mod tests {
         let (answer, ran) = play(1, 1 << 20, limit, true, peak);
         assert_eq!(answer, Some(98));
         assert!(ran.len() <= 6 && ran.iter().all(|&v| v <= 99), "{ran:?}");
+    }
+
+    #[test]
+    fn peaks_flat_under_the_limit_far_below_the_answer_cost_about_a_bisection_not_a_crawl() {
+        // PyTorch's cache fills the GPU long before the job's own need does: from 83 on every run peaks
+        // 0.3 GiB under the limit (less than a unit's 1.5 GiB: the line says each next value runs out),
+        // and the first OOM is at 400. One value at a time was 110 runs (each a real run of the job).
+        let limit = 139_800 * GIB / 1000;
+        let flat = |at: u64, oom: u64| {
+            move |v: u64| {
+                if v >= oom {
+                    limit + 1
+                } else {
+                    (16 * GIB + v * 3 * GIB / 2).min(at * GIB / 1000)
+                }
+            }
+        };
+        let (answer, ran) = play(1, 1 << 20, limit, true, flat(139_500, 400));
+        assert_eq!(answer, Some(399));
+        assert!(ran.len() <= 2 * 20, "{} runs: {ran:?}", ran.len());
+        // Flat well under the limit: the line's guesses creep up by a few values at a time, each
+        // fitting as it said (75 runs to 4999).
+        let (answer, ran) = play(1, 1 << 20, limit, true, flat(120_000, 5000));
+        assert_eq!(answer, Some(4999));
+        assert!(ran.len() <= 2 * 20, "{} runs: {ran:?}", ran.len());
     }
 
     #[test]
