@@ -278,8 +278,9 @@ pub fn render(r: &FitReport) -> String {
     let Some(a) = r.answer else {
         return match r.stop {
             Stop::NothingFits => format!(
-                "gpudoc fit: nothing fits: {} ran out of GPU memory ({runs})\n",
-                r.bounds.min
+                "gpudoc fit: nothing fits: {} ran out of GPU memory ({runs})\n{}",
+                r.bounds.min,
+                fragmented_above(r)
             ),
             _ => format!(
                 "gpudoc fit: no value ran to the end: {} ({runs})\n",
@@ -396,12 +397,17 @@ mod tests {
     /// The H200's fit of tests/gpu/fit_model.py (fixtures/fit): 98 fits, 99 ran out of memory with
     /// 12.08 GiB cached but unallocated.
     fn fitted(above: Cause) -> FitReport {
-        let mut s = Search::new(1, 1 << 20, Some(139 * GIB));
         let runs = vec![
             probe(1, Some(22 * GIB), None),
             probe(98, Some(139 * GIB - GIB / 4), None),
             probe(99, Some(137 * GIB), Some(above)),
         ];
+        report_of(1, runs, Stop::Found)
+    }
+
+    /// The fit of `--batch-size {}` from `min` that made `runs`.
+    fn report_of(min: u64, runs: Vec<Probe>, stop: Stop) -> FitReport {
+        let mut s = Search::new(min, 1 << 20, Some(139 * GIB));
         for p in &runs {
             let v = match p.oom_cause {
                 Some(_) => Verdict::Oom,
@@ -411,14 +417,14 @@ mod tests {
         }
         let command = ["python3", "train.py", "--batch-size", "{}"].map(String::from);
         let bounds = Bounds {
-            min: 1,
+            min,
             max: 1 << 20,
             runs: 10,
             budget_s: 1800.0,
             steps: Some(5),
             run_for_s: None,
         };
-        FitReport::build(command.to_vec(), bounds, &s, runs, Stop::Found, 60.0)
+        FitReport::build(command.to_vec(), bounds, &s, runs, stop, 60.0)
     }
 
     #[test]
@@ -437,5 +443,27 @@ mod tests {
         // The job's own growth: the answer is the memory's, and no remedy is proposed.
         let text = render(&fitted(Cause::SelfGrowth));
         assert!(!text.contains("--try"), "{text}");
+    }
+
+    #[test]
+    fn a_min_that_ran_out_through_fragmentation_gets_the_try_too() {
+        // `--min 8`, and 8 ran out with the memory cached in pieces: nothing fits as is, and 8 is the
+        // value expandable segments may make fit.
+        let r = report_of(
+            8,
+            vec![probe(8, Some(87 * GIB), Some(Cause::Fragmentation))],
+            Stop::NothingFits,
+        );
+        let text = render(&r);
+        assert!(
+            text.starts_with("gpudoc fit: nothing fits: 8 ran out of GPU memory (1 runs, "),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  8 ran out through fragmentation (memory PyTorch had cached, in pieces too small): it may fit with expandable segments\n  try: gpudoc run --try expandable_segments -- python3 train.py --batch-size 8 (reruns"
+            ),
+            "{text}"
+        );
     }
 }
