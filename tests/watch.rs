@@ -281,20 +281,29 @@ fn a_nearly_full_gpu_is_diagnosed_by_the_near_capacity_rule_with_its_advice() {
     assert_eq!(d[0]["facts"]["gpu.peak_used_bytes"], 139u64 << 30);
 }
 
+/// A process whose command line starts with `name` holding `size` on GPU 0 for 20 s, left running.
+fn playing(m: &Machine, name: &str, size: &str) -> u32 {
+    m.orphan(
+        &format!(r#"bash -c 'exec -a {name} "$FAKEGPU" alloc --steps {size} --hold-ms 20000'"#),
+        None,
+    )
+}
+
+/// Whether a watch line lists every one of `pids`.
+fn lists(pids: &[u32]) -> impl Fn(&serde_json::Value) -> bool + '_ {
+    move |l| {
+        l["processes"]
+            .as_array()
+            .is_some_and(|ps| pids.iter().all(|pid| ps.iter().any(|p| p["pid"] == *pid)))
+    }
+}
+
 #[test]
 fn an_inference_server_that_fills_its_gpu_on_purpose_is_no_near_capacity_warning() {
     // A vLLM server takes 90% of the GPU at start (its KV cache): a look at it is no "nearly full" alarm.
     let m = Machine::h200s(1);
-    let pid = m.orphan(
-        r#"bash -c 'exec -a vllm "$FAKEGPU" alloc --steps 136GiB --hold-ms 20000'"#,
-        None,
-    );
-    let holds = |l: &serde_json::Value| {
-        l["processes"]
-            .as_array()
-            .is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid))
-    };
-    let line = watch_until(&m, &[], holds);
+    let pid = playing(&m, "vllm", "136GiB");
+    let line = watch_until(&m, &[], lists(&[pid]));
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let line = line.expect("a line with the server");
     assert!(
@@ -302,6 +311,27 @@ fn an_inference_server_that_fills_its_gpu_on_purpose_is_no_near_capacity_warning
         "{line:#}"
     );
     assert!(by_rule(&line, "near-capacity").is_empty(), "{line:#}");
+}
+
+#[test]
+fn a_process_beside_an_inference_server_is_still_warned_that_the_gpu_is_nearly_full() {
+    // vLLM took 126 GiB of GPU 0; a training job has the 14 GiB it left. The server fills its share on
+    // purpose, but the job beside it runs out at its next allocation: near capacity, in a look and in
+    // the job's own run.
+    let m = Machine::h200s(1);
+    let server = playing(&m, "vllm", "126GiB");
+    let job = playing(&m, "python", "10GiB");
+    let line = watch_until(&m, &[], lists(&[server, job]));
+    unsafe { libc::kill(job as i32, libc::SIGKILL) };
+    let line = line.expect("a line with the server and the job");
+    assert_eq!(by_rule(&line, "near-capacity").len(), 1, "{line:#}");
+    let (_, r, err) = m.run_sh(&[], r#""$FAKEGPU" alloc --steps 11GiB --hold-ms 500"#);
+    unsafe { libc::kill(server as i32, libc::SIGKILL) };
+    assert!(
+        common::diagnosis(&r, "near-capacity").is_some(),
+        "{err}\n{:#}",
+        r["diagnoses"]
+    );
 }
 
 #[test]

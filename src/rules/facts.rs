@@ -565,7 +565,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "gpu.server",
         "string",
-        "an inference server (as run.server: vllm, sglang, tensorrt_llm, tgi) among the processes holding memory on this GPU, the job's or others'; empty if none (in a look, the only way a server is known)",
+        "an inference server (as run.server: vllm, sglang, tensorrt_llm, tgi) whose processes are all that hold memory on this GPU, the job's or others'; empty if none, or if any other process holds memory there (it has only what the server left; in a look, the only way a server is known)",
     ),
     (
         "gpu.job_peak_bytes",
@@ -1151,9 +1151,18 @@ fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
     gpus
 }
 
-/// The inference server (its id) among these command lines, if one is: `gpu.server`.
+/// The inference server (its id) holding a GPU, from the command lines of the processes holding memory
+/// there: `gpu.server`. Only when the server's processes are all there is: any other process (a training
+/// job, a notebook) has only what the server left it, and its next allocation can run out.
 pub(super) fn server_among<'a>(cmdlines: impl IntoIterator<Item = &'a str>) -> String {
-    super::serving::recognise(cmdlines)
+    let lines: Vec<&str> = cmdlines.into_iter().collect();
+    if !lines
+        .iter()
+        .all(|l| super::serving::recognise([*l]).is_some())
+    {
+        return String::new();
+    }
+    super::serving::recognise(lines)
         .map(|s| s.id.to_string())
         .unwrap_or_default()
 }
