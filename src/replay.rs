@@ -200,12 +200,10 @@ fn from_trace(
     };
     let mut timeline = trace.timeline;
     let mut torch = trace.torch;
+    torch.name_snapshot(end.as_ref().and_then(|e| e.snapshot.clone()));
     let ev = match end {
         Some(e) => {
             e.complete(&mut timeline);
-            if let Some(s) = &e.snapshot {
-                torch.name_snapshot(s.clone());
-            }
             notes.extend(e.notes.iter().cloned());
             Evidence {
                 origin: trace.header.origin.clone(),

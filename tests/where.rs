@@ -210,6 +210,38 @@ fn snapshot_at_an_oom_is_the_pickle_memory_viz_opens() {
 }
 
 #[test]
+fn a_snapshot_that_could_not_be_written_is_named_nowhere_but_in_the_note() {
+    // The disk filled up (/dev/full): the shim took the snapshot, gpudoc could not write it.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("run.trace.jsonl");
+    let limit = LIMIT.to_string();
+    let (code, r, _, err) = model(
+        &[("FAKE_TORCH_LIMIT", &limit)],
+        &[
+            "--snapshot",
+            "/dev/full",
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        3,
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    let note = "--snapshot /dev/full: No space left on device";
+    let replay = common::report(&trace, &[]);
+    for r in [&r, &replay] {
+        let w = &wheres(r)[0];
+        assert_eq!(
+            (&w["why"], &w["snapshot"]),
+            (&Value::from("oom"), &Value::Null)
+        );
+        assert!(r["notes"].to_string().contains(note), "{}", r["notes"]);
+    }
+    assert!(err.contains(note), "{err}");
+    assert!(!err.contains("allocator snapshot at"), "{err}");
+}
+
+#[test]
 fn snapshot_of_a_healthy_run_leaves_the_programs_history_off() {
     let m = Machine::h200s(1);
     let (file, trace) = (m.path("peak.pickle"), m.path("run.trace.jsonl"));
@@ -447,7 +479,9 @@ fn the_h200s_records_of_an_oom_in_backward_read_into_the_report() {
         ("model.embed", "model.layers.0", "model.head")
     );
     assert_eq!(w["modules"][8]["parameter_bytes"], 131072000);
-    assert_eq!(w["snapshot"], "snapshot-532-1.pickle");
+    // The shim took a snapshot (snapshot-532-1.pickle, its own name); the trace, older than the end
+    // row's record of the file it went to, does not say which file: none is claimed.
+    assert_eq!(w["snapshot"], Value::Null);
     let text = diagnosis(&r, "oom-before-training").unwrap().to_string();
     assert!(
         text.contains("in backward (SoftmaxBackward0), at gpu/where.py:77 `loss.backward()`"),

@@ -386,12 +386,13 @@ fn write_snapshot(
         ));
     };
     if let Err(e) = crate::output::write(target, &bytes) {
+        t.name_snapshot(None);
         return Some(format!("--snapshot {}: {e}", target.display()));
     }
-    t.name_snapshot(torch::SnapshotFile {
+    t.name_snapshot(Some(torch::SnapshotFile {
         shim: name,
         file: target.display(),
-    });
+    }));
     None
 }
 

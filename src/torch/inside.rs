@@ -48,8 +48,8 @@ pub struct Inside {
     /// On the measured step: allocated memory when backward started.
     #[serde(alias = "at_backward")]
     pub at_backward_bytes: Option<u64>,
-    /// With `--snapshot`: the allocator's snapshot (the file gpudoc wrote, in the report; the shim's
-    /// file name before).
+    /// With `--snapshot`: the allocator's snapshot (the file gpudoc wrote, in the report, none when it
+    /// could not be written; the shim's name for it in the shim's message).
     pub snapshot: Option<String>,
     /// Seconds the shim took for it.
     pub analysis_s: f64,

@@ -231,13 +231,16 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
 
 impl TorchTimeline {
     /// The shim's snapshot `shim` went to `file`: the record it belongs to names the file, and the
-    /// others none (only one is written).
-    pub fn name_snapshot(&mut self, snapshot: SnapshotFile) {
+    /// others none (only one is written). `None`: no file was written (it could not be, or an older
+    /// trace does not say which): no record names one, as the shim's own name is no file of the user's.
+    pub fn name_snapshot(&mut self, snapshot: Option<SnapshotFile>) {
         for w in &mut self.inside {
-            w.snapshot = (w.snapshot.as_deref() == Some(snapshot.shim.as_str()))
-                .then(|| snapshot.file.clone());
+            w.snapshot = snapshot
+                .as_ref()
+                .filter(|s| w.snapshot.as_deref() == Some(s.shim.as_str()))
+                .map(|s| s.file.clone());
         }
-        self.snapshot_file = Some(snapshot);
+        self.snapshot_file = snapshot;
     }
 
     /// Applies one line from the shim; whether it was a shim message. `start_unix` turns its wall-clock
