@@ -424,21 +424,12 @@ fn an_oom_in_a_cell_after_training_cells_is_placed_after_their_steps() {
     assert!(!text.contains("[oom-before-training]"), "{text}");
 }
 
-#[test]
-fn a_kernel_under_gpudoc_run_reports_its_cells() {
+/// `cells` run as a notebook whose kernel is a process of a job of `gpudoc run --json`: each cell's
+/// outputs, the run's report and gpudoc's stderr.
+fn under_gpudoc_run(cells: &[&str]) -> (Vec<Cell>, Value, String) {
     let m = Machine::h200s(1);
     let json = m.path("report.json");
-    let c = notebook(
-        &m,
-        &[
-            "import torch\ntorch.cuda.init()\nkept = torch.empty(2 << 30)",
-            "x = torch.empty(30 << 30)\ndel x",
-            "def forward(size, n):\n    h = torch.empty(size)\n    torch.cuda._oom(n, free=None)\nforward(100 << 30, 64 << 30)",
-            "%load_ext gpudoc",
-            "forward(1 << 30, 64 << 30)",
-        ],
-    );
-    // The same notebook, its kernel a process of a job of gpudoc run's.
+    let c = notebook(&m, cells);
     let args: Vec<_> = c.get_args().map(|a| a.to_os_string()).collect();
     let envs: Vec<_> = c
         .get_envs()
@@ -454,9 +445,31 @@ fn a_kernel_under_gpudoc_run_reports_its_cells() {
         .args(args)
         .output()
         .unwrap();
-    let cells = cells_of(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(cells.len(), 5, "{err}");
+    let got = cells_of(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(got.len(), cells.len(), "{err}");
+    (got, common::read_json(&json), err)
+}
+
+/// The numbers of the notebook cells a report's first process recorded, in order.
+fn cell_numbers(r: &Value) -> Vec<u64> {
+    r["torch"]["processes"][0]["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["n"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_kernel_under_gpudoc_run_reports_its_cells() {
+    let (cells, r, err) = under_gpudoc_run(&[
+        "import torch\ntorch.cuda.init()\nkept = torch.empty(2 << 30)",
+        "x = torch.empty(30 << 30)\ndel x",
+        "def forward(size, n):\n    h = torch.empty(size)\n    torch.cuda._oom(n, free=None)\nforward(100 << 30, 64 << 30)",
+        "%load_ext gpudoc",
+        "forward(1 << 30, 64 << 30)",
+    ]);
     // The extension, loaded late, reads the cells through gpudoc run's shim, and its explanation of the
     // second OOM names the first one's traceback as what filled the GPU.
     let second = &cells[4].text;
@@ -466,15 +479,8 @@ fn a_kernel_under_gpudoc_run_reports_its_cells() {
         ),
         "{second}"
     );
-    let r = common::read_json(&json);
     let p = &r["torch"]["processes"][0];
-    let numbers: Vec<u64> = p["cells"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["n"].as_u64().unwrap())
-        .collect();
-    assert_eq!(numbers, vec![1, 2, 3, 4, 5], "{}", p["cells"]);
+    assert_eq!(cell_numbers(&r), vec![1, 2, 3, 4, 5], "{}", p["cells"]);
     assert_eq!(p["cells"][1]["peak_allocated_bytes"], 32u64 << 30);
     assert_eq!(p["cells"][2]["ok"], false);
     // gpudoc run's own summary places the peak and the OOMs in their cells: the last one's peak is the
@@ -486,4 +492,31 @@ fn a_kernel_under_gpudoc_run_reports_its_cells() {
         "{err}"
     );
     assert!(err.contains("(cell 5) · device peak"), "{err}");
+}
+
+#[test]
+fn a_capture_cell_gets_its_line_after_the_capture_under_its_own_number() {
+    // %%capture runs its body as a cell of its own (IPython numbers it as the next cell): its memory is
+    // the capture cell's, said after it, in the extension's line and in gpudoc run's report.
+    let (cells, r, err) = under_gpudoc_run(&[
+        "import torch\ntorch.cuda.init()\nk = torch.empty(1 << 30)",
+        "%load_ext gpudoc",
+        "%%capture cap\nm = torch.empty(2 << 30)",
+        "print(repr(cap.stdout))",
+        "n = torch.empty(1 << 30)",
+    ]);
+    assert!(
+        cells[2]
+            .text
+            .starts_with("gpudoc: cell 3: allocated +2.00 GiB (3.00 GiB)"),
+        "{cells:?}"
+    );
+    assert_eq!(cells[3].text, "''\n", "{cells:?}");
+    assert!(
+        cells[4]
+            .text
+            .starts_with("gpudoc: cell 5: allocated +1.00 GiB (4.00 GiB)"),
+        "{cells:?}"
+    );
+    assert_eq!(cell_numbers(&r), vec![1, 2, 3, 4, 5], "{err}");
 }

@@ -145,6 +145,8 @@ class Doctor(object):
         # The last cell that raised: (its number, what it raised).
         self.error = None
         self.said = set()
+        # Cells the running cell runs (%%capture's body): part of it.
+        self.nested = set()
 
     # -- the callbacks -------------------------------------------------------------------------------
 
@@ -152,6 +154,11 @@ class Doctor(object):
         """pre_run_cell; or, `loading`, %load_ext in a cell whose start went by before the callbacks came:
         that cell counts from the load (its end, whichever it is, closes it)."""
         __tracebackhide__ = True
+        if self.start is not None and not loading and getattr(info, "store_history", True) is False:
+            # A cell the running cell runs (%%capture runs its body as one, which IPython numbers as the
+            # next cell): its memory is the running cell's, said at that cell's end.
+            self.nested.add(id(info))
+            return
         try:
             torch = self._torch()
             if torch is not None and self._shim(torch) is not None:
@@ -162,6 +169,10 @@ class Doctor(object):
 
     def post(self, result=None):
         __tracebackhide__ = True
+        nested = id(getattr(result, "info", None))
+        if nested in self.nested:
+            self.nested.discard(nested)
+            return
         try:
             start, self.start = self.start, None
             if start is not None:

@@ -1243,6 +1243,8 @@ class _Cell(object):
     # The last cell that ended (its key) and its records, for whoever asks again (both callbacks may).
     ended = None
     last = []
+    # The keys of cells the running cell runs (%%capture runs its body as a cell of its own).
+    nested = frozenset()
     # The notebook extension's copy of every message (a list; None: no copy kept).
     copies = None
 
@@ -1270,6 +1272,11 @@ def cell_start(info=None, fresh=False, t0=None):
         key = info if info is _ANY else id(info)
         if CELL.open and (CELL.key == key or key is _ANY):
             return  # this cell's start was seen (by gpudoc run's hook, when the extension comes later)
+        if CELL.open and getattr(info, "store_history", True) is False:
+            # A cell the running cell runs (%%capture's body; IPython numbers it as the next cell): it is
+            # part of the running cell, which its end does not close.
+            CELL.nested = CELL.nested | {key}
+            return
         CELL.open, CELL.key, CELL.t0 = True, key, time.time() if t0 is None else t0
         CELL.start, CELL.erased = {}, {}
         if fresh or not S.cuda or S.torch is None:
@@ -1296,6 +1303,9 @@ def cell_end(result=None):
     try:
         info = getattr(result, "info", None)
         key = id(info)
+        if key in CELL.nested:
+            CELL.nested = CELL.nested - {key}
+            return []
         if CELL.ended == key and not CELL.open:
             return CELL.last
         if not CELL.open or CELL.key not in (key, _ANY):
