@@ -204,6 +204,30 @@ fn the_cell_that_loads_the_extension_gets_its_line_too() {
 }
 
 #[test]
+fn loading_the_extension_again_after_unloading_it_counts_the_loading_cell_from_the_load() {
+    // The unloading cell's end went by unseen: the cell that loads it again is counted from its load,
+    // not from the unloading cell's start, and with PyTorch's part.
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &[
+            "%load_ext gpudoc\nimport torch\ntorch.cuda.init()",
+            "%unload_ext gpudoc\na = torch.empty(1 << 30)",
+            "b = torch.empty(1 << 30)",
+            "%load_ext gpudoc\nc = torch.empty(1 << 30)",
+        ],
+    );
+    assert_eq!((&cells[1].text, &cells[2].text), (&"".into(), &"".into()));
+    assert!(
+        cells[3]
+            .text
+            .starts_with("gpudoc: cell 4: allocated +1.00 GiB (3.00 GiB)"),
+        "{:?}",
+        cells[3]
+    );
+}
+
+#[test]
 fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
     let m = Machine::h200s(1);
     let cells = run(
@@ -408,20 +432,25 @@ fn a_compiled_optimizer_step_runs_in_a_notebook_with_the_extension() {
 
 #[test]
 fn an_oom_in_a_cell_after_training_cells_is_placed_after_their_steps() {
-    let m = Machine::h200s(1);
-    let cells = run(
-        &m,
-        &[
+    // Also with the extension reloaded between them: what the earlier cells showed it is kept.
+    for between in [None, Some("%reload_ext gpudoc")] {
+        let m = Machine::h200s(1);
+        let mut cells = vec![
             "%load_ext gpudoc\nimport torch\nfrom torch.optim.optimizer import Optimizer\ntorch.cuda.init()\nopt = Optimizer()",
             "w = torch.empty(4 << 30)\nfor _ in range(30):\n    opt.step()",
-            "import time\ntime.sleep(1)\nouts = [torch.empty(8 << 30) for _ in range(12)]\ntorch.cuda._oom(64 << 30, free=None)",
-        ],
-    );
-    let text = &cells[2].text;
-    // The steps ran a cell before, a second earlier: the engine still sees them, and the OOM came after
-    // them (an evaluation keeping its outputs).
-    assert!(text.contains("[oom-after-training]"), "{text}");
-    assert!(!text.contains("[oom-before-training]"), "{text}");
+        ];
+        cells.extend(between);
+        cells.push("import time\ntime.sleep(1)\nouts = [torch.empty(8 << 30) for _ in range(12)]\ntorch.cuda._oom(64 << 30, free=None)");
+        let cells = run(&m, &cells);
+        let text = &cells.last().unwrap().text;
+        // The steps ran a cell before, a second earlier: the engine still sees them, and the OOM came
+        // after them (an evaluation keeping its outputs).
+        assert!(text.contains("[oom-after-training]"), "{between:?}: {text}");
+        assert!(
+            !text.contains("[oom-before-training]"),
+            "{between:?}: {text}"
+        );
+    }
 }
 
 /// `cells` run as a notebook whose kernel is a process of a job of `gpudoc run --json`: each cell's

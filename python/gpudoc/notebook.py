@@ -145,6 +145,9 @@ class Doctor(object):
         # The last cell that raised: (its number, what it raised).
         self.error = None
         self.said = set()
+        # The callbacks are registered (%load_ext; %unload_ext takes them back, and this is kept for the
+        # next load: the steps and runs of earlier cells still count).
+        self.loaded = False
         # Cells the running cell runs (%%capture's body): part of it.
         self.nested = set()
 
@@ -181,6 +184,14 @@ class Doctor(object):
             self._broken("post_run_cell", e)
         finally:
             self.full = self.quiet = False
+
+    def unloaded(self):
+        """%unload_ext: the running cell's end will not be seen here; the shim loaded here, fed by these
+        callbacks only, closes it (gpudoc run's own callbacks still see it end)."""
+        self.loaded, self.start = False, None
+        self.nested.clear()
+        if self.shim is not None and self.shim.own:
+            self.shim.CELL.open = False
 
     def _post(self, result, start):
         torch = self._torch()
@@ -605,6 +616,7 @@ def show_html(page):
     display(HTML("<div>%s</div>" % frame))
 
 
+# One per shell, kept after %unload_ext for the next load (%reload_ext): what earlier cells taught it.
 _DOCTORS = {}
 
 
@@ -612,9 +624,12 @@ def load(shell):
     """%load_ext gpudoc: registers the magics and the callbacks (again: nothing more)."""
     from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-    if id(shell) in _DOCTORS:
+    doctor = _DOCTORS.get(id(shell))
+    if doctor is not None and doctor.loaded:
         return
-    doctor = _DOCTORS[id(shell)] = Doctor(shell)
+    if doctor is None:
+        doctor = _DOCTORS[id(shell)] = Doctor(shell)
+    doctor.loaded = True
 
     @magics_class
     class GpudocMagics(Magics):
@@ -643,10 +658,11 @@ def load(shell):
 
 
 def unload(shell):
-    doctor = _DOCTORS.pop(id(shell), None)
-    if doctor is not None:
+    doctor = _DOCTORS.get(id(shell))
+    if doctor is not None and doctor.loaded:
         shell.events.unregister("pre_run_cell", doctor.pre)
         shell.events.unregister("post_run_cell", doctor.post)
+        doctor.unloaded()
 
 
 def run_cell_code(shell, cell):

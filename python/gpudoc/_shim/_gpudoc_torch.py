@@ -1282,7 +1282,10 @@ def cell_start(info=None, fresh=False, t0=None):
         if fresh or not S.cuda or S.torch is None:
             return
         # The devices in use as the last cell's end found them: one that gets its first allocation in
-        # this cell had nothing before it, which its end record says.
+        # this cell had nothing before it, which its end record says. A start that went by unseen (the
+        # extension loading) may come after cells no callback saw: the devices are read again.
+        if key is _ANY:
+            S.devices = None
         for d in S.devices if S.devices is not None else _devices():
             stats = S.orig_stats(d)
             a, r = _cur(stats, "allocated_bytes"), _cur(stats, "reserved_bytes")
