@@ -55,7 +55,8 @@ const KNOWN: [Known; 4] = [
         id: "tensorrt_llm",
         label: "TensorRT-LLM",
         programs: &["trtllm-serve"],
-        prefixes: &["tensorrt_llm."],
+        // Its server's module only: `tensorrt_llm.commands.build` builds an engine and holds no KV cache.
+        prefixes: &["tensorrt_llm.commands.serve"],
         flag: "--kv_cache_free_gpu_memory_fraction",
         default: Some(0.9),
     },
@@ -101,10 +102,30 @@ fn names(k: &Known, args: &[&str]) -> bool {
     let first = args.first().copied().unwrap_or("");
     program(first)
         || module(first)
-        || args.windows(2).any(|w| w[0] == "-m" && module(w[1]))
+        || python_module(args).is_some_and(module)
         // `python /usr/bin/vllm serve`: a script run by its interpreter.
         || (first.rsplit('/').next().unwrap_or("").starts_with("python")
             && args.get(1).is_some_and(|a| program(a)))
+}
+
+/// The module a Python interpreter in `args` runs with its own `-m` (`env X=1 python3 -u -m vllm...`,
+/// `conda run -n env python -m ...`): its options come before the script, and a `-m` after the script
+/// (`python train.py -m vllm.cfg`) is the script's.
+fn python_module<'a>(args: &[&'a str]) -> Option<&'a str> {
+    let at = args
+        .iter()
+        .position(|a| a.rsplit('/').next().unwrap_or(a).starts_with("python"))?;
+    let mut i = at + 1;
+    while let Some(&a) = args.get(i) {
+        match a {
+            "-m" => return args.get(i + 1).copied(),
+            // Options that take the next argument as their value.
+            "-W" | "-X" | "-Q" => i += 2,
+            _ if a.starts_with('-') => i += 1,
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// `flag` and its value in `args` (`--flag 0.8` or `--flag=0.8`; `-` and `_` alike, as the servers'
@@ -208,6 +229,20 @@ mod tests {
     }
 
     #[test]
+    fn a_module_run_by_an_interpreter_behind_options_or_a_launcher_is_recognised() {
+        for line in [
+            "env CUDA_VISIBLE_DEVICES=0 python3 -W ignore -u -m vllm.entrypoints.openai.api_server",
+            "conda run -n serve python -m vllm.entrypoints.openai.api_server --model m",
+            "/opt/venv/bin/python3.11 -X dev -m vllm.entrypoints.cli.main serve m",
+        ] {
+            assert_eq!(of(&[line]).map(|s| s.0), Some("vllm"), "{line}");
+        }
+        let trt =
+            "python3 -m tensorrt_llm.commands.serve m --kv_cache_free_gpu_memory_fraction 0.8";
+        assert_eq!(of(&[trt]).map(|s| s.0), Some("tensorrt_llm"));
+    }
+
+    #[test]
     fn look_alikes_are_no_server() {
         for line in [
             "python train.py --output-dir vllm_runs",
@@ -215,6 +250,9 @@ mod tests {
             "python3 bench_vllm.py --gpu-memory-utilization 0.9",
             "python -m torch.distributed.run --nproc-per-node 2 train.py",
             "sglang_client.py",
+            "python train.py -m vllm.cfg",
+            "python3 -u bench.py -m sglang.launch_server",
+            "python -m tensorrt_llm.commands.build --checkpoint_dir c --output_dir e",
         ] {
             assert_eq!(of(&[line]), None, "{line}");
         }
