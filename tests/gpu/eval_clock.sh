@@ -3,7 +3,8 @@
 # evaluations after 50 training steps under gpudoc run (eval_keep keeps its detached outputs, eval_oom its
 # outputs with their graphs until the OOM: the leak's line and holder must be named), then the cost:
 # bench/shim_loop.py fast with an evaluation every 100 steps (EVAL_EVERY=100), bare and under gpudoc,
-# 3 alternated rounds. Expects .device/gpudoc; leaves $OUT/eval_clock.tar.gz and prints the diagnoses.
+# ROUNDS alternated rounds (the first argument, default 3). Expects .device/gpudoc; leaves
+# $OUT/eval_clock.tar.gz and prints the diagnoses.
 set -u
 export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
 G=$PWD/.device/gpudoc; chmod +x $G
@@ -24,7 +25,8 @@ for d in r["diagnoses"]:
         print("      " + l[:300])
 PY
 done
-for i in 1 2 3; do
+ROUNDS=${1:-3}
+for i in $(seq "$ROUNDS"); do
   EVAL_EVERY=100 timeout 90 python3 bench/shim_loop.py fast 3000 >> $R/loop-bare.jsonl 2>>$R/loop.err
   EVAL_EVERY=100 timeout 90 $G run -q --json $R/loop-gpudoc-$i.report.json -- python3 bench/shim_loop.py fast 3000 \
     >> $R/loop-gpudoc.jsonl 2>>$R/loop.err
@@ -35,7 +37,8 @@ R = "/tmp/evalclock"
 for name in ("bare", "gpudoc"):
     v = [json.loads(l)["steps_per_s"] for l in open(f"{R}/loop-{name}.jsonl")]
     print(f"{name:7} steps/s {[round(x, 1) for x in v]}")
-for i in (1, 2, 3):
+import glob
+for i in range(1, len(glob.glob(f"{R}/loop-gpudoc-*.report.json")) + 1):
     r = json.load(open(f"{R}/loop-gpudoc-{i}.report.json"))
     p = r["torch"]["processes"][0]
     print(f"  run {i}: diagnoses {[d['rule'] for d in r['diagnoses']]}, hunts {len(p.get('hunts', []))}, shim {p.get('shim_cost_pct')}%")
