@@ -77,11 +77,13 @@ static THC: LazyLock<Regex> = LazyLock::new(|| {
 // The CUDA runtime's and driver's names for an allocation that failed, as programs print them (not
 // PyTorch's hint "Search for `cudaErrorMemoryAllocation' in ..."; darknet's `CUDA Error: out of memory`);
 // RAPIDS' memory manager (RMM, under cuDF and cuML) throws `std::bad_alloc: out_of_memory` when cudaMalloc
-// fails. spconv's tensors (cumm's tensorview) check each call as `cuda failed with error 2 out of memory`
-// (`cuda execution failed with error 2` in spconv 1): error 2 is cudaErrorMemoryAllocation.
+// fails. TensorFlow and XLA on ROCm name HIP's error `HIP_ERROR_OutOfMemory` where CUDA's driver says
+// `CUDA_ERROR_OUT_OF_MEMORY`. spconv's tensors (cumm's tensorview) check each call as `cuda failed with
+// error 2 out of memory` (`cuda execution failed with error 2` in spconv 1): error 2 is
+// cudaErrorMemoryAllocation.
 static CUDA_RUNTIME: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"CUDA (?:driver )?(?i:error): ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|\bcuda (?:execution )?failed with error 2 out of memory|(std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY)",
+        r"CUDA (?:driver )?(?i:error): ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|\bcuda (?:execution )?failed with error 2 out of memory|(std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY)",
     )
 });
 // CuPy's memory pool: `out of memory to allocate N bytes` (before v7), `Out of memory allocating N bytes
