@@ -115,10 +115,12 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
             let vendor = oom.event.text.vendor;
             let gpu = match (oom.gpu, vendor.nvml_sees()) {
                 (Some(g), _) => Some(format!("GPU {g}")),
-                (None, false) => Some(match oom.event.text.gpu {
-                    Some(d) => format!("{} GPU {d}", vendor.names().0),
-                    None => format!("an {} GPU", vendor.names().0),
-                }),
+                (None, false) => Some(
+                    oom.event
+                        .text
+                        .gpu
+                        .map_or_else(|| vendor.one(), |d| vendor.numbered(d)),
+                ),
                 (None, true) => None,
             };
             let on = match (gpu, oom.event.rank) {
@@ -127,7 +129,7 @@ fn render_headline(o: &mut String, r: &Report, p: Paint) {
                 (None, Some(rank)) => format!("{host} (rank {rank})"),
                 (None, None) => host,
             };
-            let what = p.bad(&format!("ran out of GPU memory{on}"));
+            let what = p.bad(&format!("ran out of {} memory{on}", vendor.chip()));
             // A notebook's cell (the kernel runs on after it), or a trace that ends without its end row.
             let end = if r.exit.code.is_none() && r.exit.signal.is_none() {
                 String::new()
@@ -641,10 +643,11 @@ fn render_oom(o: &mut String, oom: &OomReport, one_look: bool, p: Paint) {
     render_oom_request(o, oom, p);
     let vendor = oom.event.text.vendor;
     if !vendor.nvml_sees() {
-        let (brand, platform) = vendor.names();
         let _ = writeln!(
             o,
-            "  {platform}: NVML cannot see an {brand} GPU, so the numbers are the text's alone"
+            "  {}: NVML cannot see {}, so the numbers are the text's alone",
+            vendor.names().1,
+            vendor.one()
         );
     }
     render_oom_holders(o, oom);

@@ -808,3 +808,24 @@ fn llama_cpp_filling_the_gpu_is_told_fewer_layers_and_a_smaller_context() {
     );
     assert!(!advice.contains("gradient checkpointing"), "{advice}");
 }
+
+#[test]
+fn a_tpu_is_named_as_googles_and_nvmls_gpus_are_not_blamed() {
+    let m = Machine::h200s(1);
+    let _other = m.orphan(r#""$FAKEGPU" alloc --steps 100GiB --hold-ms 4000"#, None);
+    // A program larger than the TPU's HBM: too big, said of the TPU, not of NVML's GPU 0.
+    let (r, err) = unseen_gpu_oom(&m, "tpu_colabfold_hbm_space", "google");
+    assert_eq!(r["oom"]["cause"], "too_big");
+    assert!(common::diagnosis(&r, "oom-others").is_none());
+    assert!(
+        err.contains("ran out of TPU memory on a Google TPU")
+            && err.contains("XLA: NVML cannot see a Google TPU"),
+        "{err}"
+    );
+    // A buffer the HBM had no room for: what was asked and what was free, nobody blamed.
+    let (r, _) = unseen_gpu_oom(&m, "tpu_colab_bad_statusor_hbm", "google");
+    assert_eq!(
+        json!([r["oom"]["requested_bytes"], r["oom"]["free_bytes"]]),
+        json!([135790592u64, 81967186u64])
+    );
+}

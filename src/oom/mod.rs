@@ -99,7 +99,8 @@ pub struct OomReport {
     #[schemars(schema_with = "event_fields::schema")]
     pub event: OomEvent,
     /// The GPU it happened on (NVML's index): the text's device mapped through the job's visible GPUs,
-    /// else the only GPU the job used; `null` for an AMD, Intel or Apple GPU, which NVML cannot see.
+    /// else the only GPU the job used; `null` for an AMD, Intel or Apple GPU or a TPU, which NVML cannot
+    /// see.
     pub gpu: Option<u32>,
     pub cause: Cause,
     /// The cause with its numbers, in words.
@@ -250,8 +251,8 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
     let t = &e.text;
     let at = (e.at_s * 1e6) as Micros;
     let allocator = allocator_at(ev.torch_ooms, e.at_s);
-    // NVML sees NVIDIA GPUs only: an AMD, Intel or Apple GPU's device number names none of them, and
-    // NVML's view of the GPUs it does see says nothing of the one that ran out.
+    // NVML sees NVIDIA GPUs only: the device number of an AMD, Intel or Apple GPU or a TPU names none of
+    // them, and NVML's view of the GPUs it does see says nothing of the one that ran out.
     let unseen = !t.vendor.nvml_sees();
     let gpu = (!unseen)
         .then(|| gpu_of_text(t.gpu, allocator.as_ref(), ev))

@@ -10,7 +10,9 @@
 
 use super::engines;
 pub use super::text::{Kind, OomText, Opened, TextProcess, Vendor, size_bytes};
-use super::text::{cap_grouped, cap_size, cap_u32, cap_u64, empty, re, with_exception};
+use super::text::{
+    cap_grouped, cap_size, cap_u32, cap_u64, cap_xla_size, empty, re, with_exception,
+};
 use regex::Regex;
 use std::sync::LazyLock;
 
@@ -130,6 +132,20 @@ static XLA_REQUEST: LazyLock<Regex> = LazyLock::new(|| {
 });
 static XLA_ASYNC: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?:gpu_async_(\d+) )?cuMemAllocAsync failed to allocate (\d+) bytes"));
+// XLA on a TPU: a buffer its HBM had no room for (`Error allocating device buffer: Attempting to allocate
+// 129.50M. That was not possible. There are 78.17M free.; (0x0x0_HBM0)`; PyTorch/XLA before: `Attempting
+// to reserve X at the bottom of memory`), or a program larger than the HBM (`Ran out of memory in memory
+// space hbm. Used 9.08G of 7.48G hbm.`). Sizes as XLA prints them: binary units, one letter.
+static TPU_BUFFER: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i:resource[_ ]exhausted): (?:Error allocating device buffer: )?Attempting to (?:allocate|reserve) XSIZE(?: at the bottom of memory)?\. That was not possible\. There are XSIZE free",
+    )
+});
+static TPU_PROGRAM: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i:resource[_ ]exhausted): Ran out of memory in memory space hbm\. Used XSIZE of XSIZE hbm",
+    )
+});
 static FREE_TOTAL: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i:Free memory/Total memory): (\d+)/(\d+)"));
 static BFC: LazyLock<Regex> = LazyLock::new(|| {
@@ -205,7 +221,7 @@ pub fn fields_read(t: &OomText) -> usize {
 type Opener = fn(&str) -> Option<Opened>;
 
 /// The openers, most specific first.
-const OPENERS: [Opener; 26] = [
+const OPENERS: [Opener; 27] = [
     open_torch,
     open_torch_async,
     open_mps,
@@ -221,6 +237,7 @@ const OPENERS: [Opener; 26] = [
     engines::open_onnxruntime_arena,
     engines::open_mxnet,
     open_exla,
+    open_tpu,
     open_thc,
     open_xla,
     open_xla_request,
@@ -270,8 +287,9 @@ pub fn refine(t: &mut OomText, text: &str) -> bool {
                 t.total_bytes = t.total_bytes.or(cap_u64(&c, 2));
             }
             let asynchronous = t.format == "xla-async";
+            let tpu = t.format == "xla-tpu";
             t.complete = t.requested_bytes.is_some()
-                && (t.gpu.is_some() || asynchronous)
+                && (t.gpu.is_some() || asynchronous || tpu)
                 && (!asynchronous || t.total_bytes.is_some());
             t.requested_bytes.is_some() && (!asynchronous || t.total_bytes.is_some())
         }
@@ -493,6 +511,28 @@ fn open_xla(line: &str) -> Option<Opened> {
         .captures(line)
         .and_then(|d| cap_u32(&d, 1).or_else(|| cap_u32(&d, 2)));
     t.complete = t.requested_bytes.is_some() && t.gpu.is_some();
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+/// XLA's TPU texts: what was asked for and what the HBM had free, or what the program needed of it.
+fn open_tpu(line: &str) -> Option<Opened> {
+    let mut t = empty(Kind::Xla, "xla-tpu");
+    t.vendor = Vendor::Google;
+    let c = match TPU_BUFFER.captures(line) {
+        Some(c) => {
+            t.requested_bytes = cap_xla_size(&c, 1);
+            t.free_bytes = cap_xla_size(&c, 3);
+            c
+        }
+        None => {
+            let c = TPU_PROGRAM.captures(line)?;
+            t.requested_bytes = cap_xla_size(&c, 1);
+            t.total_bytes = cap_xla_size(&c, 3);
+            c
+        }
+    };
+    // A TPU chip is named by its coordinates, not by a number any GPU tool knows.
+    t.complete = t.requested_bytes.is_some();
     Some(with_exception(t, line, c.get(0).unwrap().start()))
 }
 

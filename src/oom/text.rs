@@ -63,6 +63,9 @@ pub enum Vendor {
     Intel,
     /// Apple silicon through PyTorch's MPS backend (`MPS backend out of memory`).
     Apple,
+    /// Google's TPUs through XLA (JAX, PyTorch/XLA, TensorFlow): their memory is HBM (`(0x0x0_HBM0)`,
+    /// `memory space hbm`).
+    Google,
 }
 
 impl Vendor {
@@ -71,13 +74,39 @@ impl Vendor {
         self == Vendor::Nvidia
     }
 
-    /// How messages name a GPU NVML cannot see: the vendor, and the platform PyTorch runs on it through.
+    /// What the device is: a GPU, or Google's TPU.
+    pub fn chip(self) -> &'static str {
+        match self {
+            Vendor::Google => "TPU",
+            _ => "GPU",
+        }
+    }
+
+    /// One such device, unnumbered: "an AMD GPU", "a Google TPU".
+    pub fn one(self) -> String {
+        let brand = self.names().0;
+        let a = if brand.starts_with(['A', 'E', 'I', 'O', 'U']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("{a} {brand} {}", self.chip())
+    }
+
+    /// Device `d` of this vendor, as its text numbers it: "AMD GPU 3".
+    pub fn numbered(self, d: u32) -> String {
+        format!("{} {} {d}", self.names().0, self.chip())
+    }
+
+    /// How messages name a GPU NVML cannot see: the vendor, and the platform PyTorch (or JAX) runs on it
+    /// through.
     pub fn names(self) -> (&'static str, &'static str) {
         match self {
             Vendor::Nvidia => ("NVIDIA", "CUDA"),
             Vendor::Amd => ("AMD", "ROCm"),
             Vendor::Intel => ("Intel", "XPU"),
             Vendor::Apple => ("Apple", "MPS"),
+            Vendor::Google => ("Google", "XLA"),
         }
     }
 }
@@ -134,10 +163,12 @@ pub struct OomText {
 }
 
 const SIZE: &str = r"(\d+(?:\.\d+)?) ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b";
+/// XLA's sizes: `129.50M`, `1.60G`, `0B` (binary units).
+const XSIZE: &str = r"(\d+(?:\.\d+)?)([KMGT]?)B?\b";
 
 /// A built-in pattern, `SIZE` standing for a size with its unit.
 pub(super) fn re(s: &str) -> Regex {
-    Regex::new(&s.replace("SIZE", SIZE)).expect("a valid built-in pattern")
+    Regex::new(&s.replace("XSIZE", XSIZE).replace("SIZE", SIZE)).expect("a valid built-in pattern")
 }
 
 static EXCEPTION: LazyLock<Regex> =
@@ -160,6 +191,19 @@ pub fn size_bytes(num: &str, unit: &str) -> Option<u64> {
 
 pub(super) fn cap_size(c: &regex::Captures, i: usize) -> Option<u64> {
     size_bytes(c.get(i)?.as_str(), c.get(i + 1)?.as_str())
+}
+
+/// XLA's size (`129.50M`, `0B`; `XSIZE` in a pattern) → bytes: one letter for a binary unit.
+pub(super) fn cap_xla_size(c: &regex::Captures, i: usize) -> Option<u64> {
+    let unit = match c.get(i + 1).map_or("", |u| u.as_str()) {
+        "" => "B",
+        "K" => "KiB",
+        "M" => "MiB",
+        "G" => "GiB",
+        "T" => "TiB",
+        _ => return None,
+    };
+    size_bytes(c.get(i)?.as_str(), unit)
 }
 
 pub(super) fn cap_u64(c: &regex::Captures, i: usize) -> Option<u64> {

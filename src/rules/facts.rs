@@ -1758,8 +1758,8 @@ impl OomFacts {
     }
 }
 
-/// The OOM's GPU as messages name it; a GPU NVML cannot see (AMD, Intel, Apple) by its vendor and the text's
-/// device number ("Intel GPU 0 (XPU)").
+/// The OOM's GPU as messages name it; a GPU NVML cannot see (AMD, Intel, Apple, a TPU) by its vendor and
+/// the text's device number ("Intel GPU 0 (XPU)").
 fn oom_label(o: &crate::oom::OomReport, host: &str) -> String {
     let t = &o.event.text;
     if t.vendor.nvml_sees() {
@@ -1770,11 +1770,11 @@ fn oom_label(o: &crate::oom::OomReport, host: &str) -> String {
     } else {
         format!(" on {host}")
     };
-    let (vendor, platform) = t.vendor.names();
-    match t.gpu {
-        Some(d) => format!("{vendor} GPU {d}{on} ({platform})"),
-        None => format!("an {vendor} GPU{on} ({platform})"),
-    }
+    let platform = t.vendor.names().1;
+    let device = t
+        .gpu
+        .map_or_else(|| t.vendor.one(), |d| t.vendor.numbered(d));
+    format!("{device}{on} ({platform})")
 }
 
 /// The failing process (or any, when it is not known which), and the time of the OOM the report is about
