@@ -82,10 +82,14 @@ static THC: LazyLock<Regex> = LazyLock::new(|| {
 // fails. TensorFlow and XLA on ROCm name HIP's error `HIP_ERROR_OutOfMemory` where CUDA's driver says
 // `CUDA_ERROR_OUT_OF_MEMORY`. spconv's tensors (cumm's tensorview) check each call as `cuda failed with
 // error 2 out of memory` (`cuda execution failed with error 2` in spconv 1): error 2 is
-// cudaErrorMemoryAllocation.
+// cudaErrorMemoryAllocation. So it is in a glog check (Caffe's `Check failed: error == cudaSuccess (2 vs.
+// 0)  out of memory`, old Paddle's `(0 vs. 2) Cuda Error: out of memory`). OpenCV's CUDA module raises
+// `(-217:Gpu API call) out of memory in function 'allocate'` (2.4: `Gpu API call (out of memory)`),
+// OptiX `OPTIX_ERROR_DEVICE_OUT_OF_MEMORY`, Blender's Cycles `System is out of GPU [and shared host]
+// memory`.
 static CUDA_RUNTIME: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"CUDA (?:driver )?(?i:error): ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|\bcuda (?:execution )?failed with error 2 out of memory|(std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY)",
+        r"CUDA (?:driver )?(?i:error): ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|\bcuda (?:execution )?failed with error 2 out of memory|\((?:2 vs\. 0|0 vs\. 2)\)\s+(?:Cuda Error: )?out of memory|\(-217:Gpu API call\) out of memory|Gpu API call \(out of memory\)|OPTIX_ERROR_DEVICE_OUT_OF_MEMORY|System is out of GPU (?:and shared host )?memory|(std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY)",
     )
 });
 // CuPy's memory pool: `out of memory to allocate N bytes` (before v7), `Out of memory allocating N bytes
@@ -166,11 +170,12 @@ static TF_GPU: LazyLock<Regex> =
 /// The op's placement in the `[[Node: ...]]` line that follows TensorFlow 1's error.
 static TF_NODE_DEVICE: LazyLock<Regex> =
     LazyLock::new(|| re(r#"_device="[^"]*?(?:device:GPU:|/gpu:)(\d+)""#));
-/// Host memory that failed: pinned (page-locked) allocations through CUDA or HIP, and ONNX Runtime's
-/// pinned arena. They say "CUDA_ERROR_OUT_OF_MEMORY" too, but the GPU's memory was not what ran out.
+/// Host memory that failed: pinned (page-locked) allocations through CUDA or HIP, ONNX Runtime's pinned
+/// arena, OpenCV's page-locked `HostMem` (`cuda_host_mem.cpp`). They say "CUDA_ERROR_OUT_OF_MEMORY" too,
+/// but the GPU's memory was not what ran out.
 static HOST: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"on host: |pinned host memory|of pinned memory|\b(?:cuMemHostAlloc|cuMemAllocHost|cudaHostAlloc|cudaMallocHost|hipHostMalloc)\b|CachingHostAllocator|CudaPinned",
+        r"on host: |pinned host memory|of pinned memory|\b(?:cuMemHostAlloc|cuMemAllocHost|cudaHostAlloc|cudaMallocHost|hipHostMalloc)\b|CachingHostAllocator|CudaPinned|cuda_host_mem\.cpp",
     )
 });
 /// Words only ROCm's texts have.

@@ -30,7 +30,7 @@ const ROOT_CAUSE_LINES: u8 = 12;
 /// Words that every OOM report the parser reads contains, as programs spell them. A line with none of
 /// them is never parsed. Spelled out rather than matched case-insensitively, so the search runs on the
 /// vectorized multi-pattern searcher (Teddy), at several gigabytes a second.
-pub const NEEDLES: [&str; 20] = [
+pub const NEEDLES: [&str; 21] = [
     "out of memory",
     "Out of memory",
     "OUT OF MEMORY",
@@ -56,6 +56,8 @@ pub const NEEDLES: [&str; 20] = [
     "Not enough memory",
     // Intel's Level Zero (`UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY`).
     "OUT_OF_DEVICE_MEMORY",
+    // Blender's Cycles: `System is out of GPU memory`.
+    "out of GPU",
 ];
 
 /// The longest word of [`NEEDLES`] less one: how far a word can reach back over the start of a stretch.
