@@ -310,8 +310,8 @@ fn too_big(f: &Figures) -> Verdict {
         ));
     }
     let (limit, what) = match (f.allowed, f.total) {
-        (Some(a), _) if req > a => (a, "the memory this process may use"),
-        (_, Some(t)) if req > t => (t, "the whole GPU"),
+        (Some(a), _) if req > a => (a, "the memory this process may use".to_string()),
+        (_, Some(t)) if req > t => (t, format!("the whole {}", f.vendor.chip())),
         _ => return None,
     };
     Some((
@@ -507,6 +507,22 @@ mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn one_allocation_larger_than_a_tpu_says_tpu() {
+        let f = Figures {
+            requested: Some(10 * GIB),
+            total: Some(8 * GIB),
+            vendor: Vendor::Google,
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::TooBig);
+        assert!(
+            why.ends_with("is larger than the whole TPU (8.00 GiB)"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn a_cap_is_named_when_the_gpu_had_room() {
