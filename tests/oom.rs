@@ -27,6 +27,22 @@ fn scan_file(path: &Path) -> Scanner {
     s
 }
 
+/// gpudoc's reading of a command that exited with code 1 after writing the text `s` scanned, over
+/// `timeline`.
+fn exited_with_text(
+    s: &Scanner,
+    timeline: &Timeline,
+) -> (Ending, Option<oom::OomReport>, Option<HostOom>) {
+    oom::classify(&Evidence {
+        end: ProcessEnd::Exited(1),
+        scanner: s,
+        timeline,
+        host: HostOom::default(),
+        torch_ooms: &[],
+        cuda_visible_devices: None,
+    })
+}
+
 fn text_of(name: &Path) -> PathBuf {
     let base = name.to_str().unwrap().trim_end_matches(".expected.json");
     [".txt", ".stderr"]
@@ -50,14 +66,7 @@ fn bless_h200_expectations() {
         };
         let s = scan_file(&path);
         let first = s.first().unwrap();
-        let (_, report, _) = oom::classify(&Evidence {
-            end: ProcessEnd::Exited(1),
-            scanner: &s,
-            timeline: &Timeline::default(),
-            host: HostOom::default(),
-            torch_ooms: &[],
-            cuda_visible_devices: None,
-        });
+        let (_, report, _) = exited_with_text(&s, &Timeline::default());
         let want = json!({
             "text": first.text, "rank": first.rank, "reports": s.events.len(),
             "cause": report.unwrap().cause, "first_failure": s.first_failure,
@@ -87,14 +96,7 @@ fn bless_new_real_texts() {
         match s.first() {
             None => want["oom"] = Value::Null,
             Some(first) => {
-                let (_, report, _) = oom::classify(&Evidence {
-                    end: ProcessEnd::Exited(1),
-                    scanner: &s,
-                    timeline: &Timeline::default(),
-                    host: HostOom::default(),
-                    torch_ooms: &[],
-                    cuda_visible_devices: None,
-                });
+                let (_, report, _) = exited_with_text(&s, &Timeline::default());
                 let report = report.unwrap();
                 want["text"] = json!(first.text);
                 want["rank"] = json!(first.rank);
@@ -138,14 +140,7 @@ fn every_fixture_parses_to_its_exact_numbers() {
             assert_eq!(json!(first.rank), want["rank"], "{name}");
             assert_eq!(json!(s.events.len()), want["reports"], "{name}");
             assert_eq!(json!(s.first_failure), want["first_failure"], "{name}");
-            let (ending, report, _) = oom::classify(&Evidence {
-                end: ProcessEnd::Exited(1),
-                scanner: &s,
-                timeline: &Timeline::default(),
-                host: HostOom::default(),
-                torch_ooms: &[],
-                cuda_visible_devices: None,
-            });
+            let (ending, report, _) = exited_with_text(&s, &Timeline::default());
             assert_eq!(ending, Ending::GpuOom, "{name}");
             let report = report.unwrap();
             assert_eq!(json!(report.cause), want["cause"], "{name}");
@@ -178,14 +173,7 @@ fn real_h200_runs_replayed_from_their_traces() {
         for e in &mut s.events {
             e.at_s = at;
         }
-        let (ending, report, _) = oom::classify(&Evidence {
-            end: ProcessEnd::Exited(1),
-            scanner: &s,
-            timeline: &timeline,
-            host: HostOom::default(),
-            torch_ooms: &[],
-            cuda_visible_devices: None,
-        });
+        let (ending, report, _) = exited_with_text(&s, &timeline);
         let r = report.unwrap();
         assert_eq!(ending, Ending::GpuOom);
         assert_eq!((name, r.cause), (name, want), "{}", r.explanation);
