@@ -339,8 +339,11 @@ fn fragmented_above(r: &FitReport) -> String {
         .runs
         .iter()
         .any(|p| p.value == h && p.oom_cause == Some(crate::oom::Cause::Fragmentation));
+    if !fragmented {
+        return String::new();
+    }
     let template: Vec<std::ffi::OsString> = r.command.iter().map(Into::into).collect();
-    let Some(command) = command_for(&template, h).filter(|_| fragmented) else {
+    let Some(command) = command_for(&template, h) else {
         return String::new();
     };
     let command: Vec<String> = command

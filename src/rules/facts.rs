@@ -1111,19 +1111,19 @@ impl<'a> Ranks<'a> {
 }
 
 fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
+    // Per GPU: the command lines of every process holding memory there, and those outside the job.
     let mut holding: HashMap<(String, u32), Vec<&str>> = HashMap::new();
+    let mut others: HashMap<(String, u32), Vec<Other>> = HashMap::new();
     for p in r.processes.iter().filter(|p| p.peak_bytes > 0) {
         let on = (host_of(&p.host), p.gpu);
+        if !p.in_job {
+            let who = crate::units::shorten(&p.cmdline, 60);
+            others
+                .entry(on.clone())
+                .or_default()
+                .push((p.pid, who, p.peak_bytes));
+        }
         holding.entry(on).or_default().push(&p.cmdline);
-    }
-    let mut others: HashMap<(String, u32), Vec<Other>> = HashMap::new();
-    for p in r.processes.iter().filter(|p| !p.in_job && p.peak_bytes > 0) {
-        let who = crate::units::shorten(&p.cmdline, 60);
-        let other = (p.pid, who, p.peak_bytes);
-        others
-            .entry((host_of(&p.host), p.gpu))
-            .or_default()
-            .push(other);
     }
     let mut gpus: Vec<GpuFacts> = r
         .gpus
@@ -1155,14 +1155,17 @@ fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
 /// there: `gpu.server`. Only when the server's processes are all there is: any other process (a training
 /// job, a notebook) has only what the server left it, and its next allocation can run out.
 pub(super) fn server_among<'a>(cmdlines: impl IntoIterator<Item = &'a str>) -> String {
-    let lines: Vec<&str> = cmdlines.into_iter().collect();
-    if !lines
+    // Each line a server's, or none is named; among them, as `recognise` prefers: one that gives its
+    // setting, else the first.
+    let servers: Option<Vec<_>> = cmdlines
+        .into_iter()
+        .map(|l| super::serving::recognise([l]))
+        .collect();
+    let servers = servers.unwrap_or_default();
+    servers
         .iter()
-        .all(|l| super::serving::recognise([*l]).is_some())
-    {
-        return String::new();
-    }
-    super::serving::recognise(lines)
+        .find(|s| s.setting.is_some())
+        .or(servers.first())
         .map(|s| s.id.to_string())
         .unwrap_or_default()
 }
