@@ -25,6 +25,61 @@ pub const CANNOT_EXECUTE: u8 = 126;
 /// `gpudoc run`: the command was not found.
 pub const NOT_FOUND: u8 = 127;
 
+/// The codes as the man page's EXIT STATUS lists them: which command, the code, what it means.
+pub const TABLE: [(&str, &str, &str); 12] = [
+    (
+        "run",
+        "the command's code",
+        "the command exited normally (0 included)",
+    ),
+    (
+        "run",
+        "128+N",
+        "the command died of signal N (137 for SIGKILL, 143 for SIGTERM)",
+    ),
+    (
+        "run",
+        "122",
+        "the command succeeded but the memory gate failed",
+    ),
+    (
+        "run",
+        "123",
+        "--stop-on: gpudoc ended the job because a named rule was told during the run (whatever the \
+         command's own code after the SIGINT)",
+    ),
+    (
+        "run",
+        "125",
+        "gpudoc itself failed: a bad flag or value, an unwritable --json/--trace path, a broken rule file, a \
+         corrupt baseline, a --max-peak for a GPU that is not there (all before the command runs), an \
+         internal error",
+    ),
+    (
+        "run",
+        "126",
+        "the command was found but could not be executed",
+    ),
+    ("run", "127", "the command was not found"),
+    ("orphans", "1", "leftovers were found and are still there"),
+    ("fit", "1", "not even --min fits"),
+    (
+        "fit",
+        "3",
+        "the runs or the time budget were spent before the answer was verified",
+    ),
+    (
+        "fit",
+        "4",
+        "a run failed for a reason other than GPU memory",
+    ),
+    (
+        "others",
+        "2",
+        "bad input: an unknown flag, an unreadable or corrupt file, a broken rule file",
+    ),
+];
+
 /// A failure of gpudoc itself: the message `main` prints once, and the code it exits with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -59,5 +114,34 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_names_every_code_gpudoc_chooses() {
+        let own = [
+            ("orphans", LEFTOVERS),
+            ("others", USAGE),
+            ("fit", FIT_NOTHING_FITS),
+            ("fit", FIT_UNSETTLED),
+            ("fit", FIT_RUN_FAILED),
+            ("run", GATE_FAILED),
+            ("run", STOPPED),
+            ("run", GPUDOC_FAILED),
+            ("run", CANNOT_EXECUTE),
+            ("run", NOT_FOUND),
+        ];
+        for (command, code) in own {
+            assert!(
+                TABLE
+                    .iter()
+                    .any(|&(c, k, _)| c == command && k == code.to_string()),
+                "exit code {code} of {command} is not in TABLE"
+            );
+        }
     }
 }

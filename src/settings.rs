@@ -18,6 +18,45 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The variables gpudoc reads, as the man page's ENVIRONMENT lists them (docs/run.md's table says more).
+pub const VARIABLES: [(&str, &str); 9] = [
+    (
+        crate::gpu::LIB_ENV,
+        "the NVML library to load (default libnvidia-ml.so.1)",
+    ),
+    (
+        "NO_COLOR",
+        "non-empty: no colours unless --color always (CLICOLOR and CLICOLOR_FORCE as usual)",
+    ),
+    ("CI", "set: no live status line"),
+    (
+        "GITHUB_ACTIONS",
+        "true: the memory gate's verdicts as workflow annotations",
+    ),
+    (
+        "CUDA_VISIBLE_DEVICES",
+        "the GPUs the job is given (indices or UUIDs): the ones gpudoc run samples (all, when unset or a \
+         MIG instance). An entry that is no GPU of the machine is said in the summary and the report's \
+         notes: CUDA stops there, so the job has the GPUs before it, or none (then gpudoc samples all)",
+    ),
+    (
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "the job's allocator settings, which --try adds its remedy to",
+    ),
+    (
+        "SLURM_JOB_ID",
+        "with SLURM_STEP_ID and SLURM_NODEID: recorded in the report, for merging a job's nodes",
+    ),
+    (
+        "XDG_CACHE_HOME",
+        "where the PyTorch shim is kept when the installed package's cannot be used (~/.cache)",
+    ),
+    (
+        "XDG_STATE_HOME",
+        "where gpudoc run records what it left running, for gpudoc orphans (~/.local/state)",
+    ),
+];
+
 /// What gpudoc reads of its environment, once.
 #[derive(Debug, Clone, Default)]
 pub struct Env {

@@ -121,3 +121,24 @@ fn the_man_page_has_every_subcommand_and_option() {
         String::from_utf8_lossy(&man.stdout)
     );
 }
+
+#[test]
+fn the_man_page_says_the_exit_codes_and_the_environment() {
+    let out = Command::new(gpudoc_bin()).arg("man").output().unwrap();
+    let page = String::from_utf8(out.stdout).unwrap();
+    let section = |name: &str| {
+        let at = page
+            .find(&format!(".SH \"{name}\"\n"))
+            .unwrap_or_else(|| panic!("no {name} section"));
+        let rest = &page[at + 5..];
+        rest[..rest.find(".SH ").unwrap_or(rest.len())].to_string()
+    };
+    let codes = section("EXIT STATUS");
+    for code in ["122 (run)", "125 (run)", "127 (run)", "1 (orphans)", "3 (fit)", "2 (others)"] {
+        assert!(codes.contains(code), "EXIT STATUS lacks {code}:\n{codes}");
+    }
+    let vars = section("ENVIRONMENT");
+    for var in ["GPUDOC_NVML_LIB", "NO_COLOR", "CUDA_VISIBLE_DEVICES", "XDG_STATE_HOME"] {
+        assert!(vars.contains(&var.replace('-', "\\-")), "ENVIRONMENT lacks {var}");
+    }
+}

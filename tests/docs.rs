@@ -272,3 +272,24 @@ fn the_readme_gives_the_sampling_rates_gpudoc_uses() {
     );
     assert!(text.contains(&want), "README.md should say: {want}");
 }
+
+#[test]
+fn run_md_lists_every_exit_code_and_variable() {
+    let codes = gpudoc::exit::TABLE
+        .iter()
+        .filter(|(cmd, _, _)| *cmd == "run")
+        .map(|(_, code, what)| vec![code.to_string(), what.to_string()]);
+    section(
+        "docs/run.md",
+        "exit-codes",
+        &table(&["code", "meaning"], codes),
+    );
+    let vars = gpudoc::settings::VARIABLES
+        .iter()
+        .map(|(v, what)| vec![format!("`{v}`"), what.to_string()]);
+    section(
+        "docs/run.md",
+        "environment",
+        &table(&["variable", "meaning"], vars),
+    );
+}

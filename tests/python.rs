@@ -18,7 +18,14 @@ fn python_unit_tests_pass() {
         python.display()
     );
     let out = Command::new(&python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/python",
+        ])
         .current_dir(root)
         // The package from the source tree, never an installed copy; no .pyc files left in it.
         .env("PYTHONPATH", root.join("python"))

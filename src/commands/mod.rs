@@ -89,6 +89,20 @@ fn man_page(out: &mut Vec<u8>) -> std::io::Result<()> {
         );
         out.extend_from_slice(line.replace('-', "\\-").as_bytes());
     }
+    man_table(
+        out,
+        "EXIT STATUS",
+        exit::TABLE
+            .iter()
+            .map(|(cmd, code, what)| (format!("{code} ({cmd})"), what.to_string())),
+    );
+    man_table(
+        out,
+        "ENVIRONMENT",
+        crate::settings::VARIABLES
+            .iter()
+            .map(|(v, what)| (v.to_string(), what.to_string())),
+    );
     top.render_version_section(out)?;
     for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
         let name = format!("gpudoc {}", sub.get_name());
@@ -99,6 +113,15 @@ fn man_page(out: &mut Vec<u8>) -> std::io::Result<()> {
         man.render_options_section(out)?;
     }
     Ok(())
+}
+
+/// A man page section of tagged paragraphs: a term, then what it means.
+fn man_table(out: &mut Vec<u8>, title: &str, rows: impl Iterator<Item = (String, String)>) {
+    out.extend_from_slice(format!(".SH \"{title}\"\n").as_bytes());
+    for (term, what) in rows {
+        let text = format!(".TP\n\\fB{term}\\fR\n{what}\n");
+        out.extend_from_slice(text.replace('-', "\\-").as_bytes());
+    }
 }
 
 /// clap prints its own message; help and version are successes. `run`'s own failures must not look like
