@@ -134,11 +134,26 @@ fn the_man_page_says_the_exit_codes_and_the_environment() {
         rest[..rest.find(".SH ").unwrap_or(rest.len())].to_string()
     };
     let codes = section("EXIT STATUS");
-    for code in ["122 (run)", "125 (run)", "127 (run)", "1 (orphans)", "3 (fit)", "2 (others)"] {
+    for code in [
+        "122 (run)",
+        "125 (run)",
+        "127 (run)",
+        "1 (orphans)",
+        "3 (fit)",
+        "2 (others)",
+    ] {
         assert!(codes.contains(code), "EXIT STATUS lacks {code}:\n{codes}");
     }
     let vars = section("ENVIRONMENT");
-    for var in ["GPUDOC_NVML_LIB", "NO_COLOR", "CUDA_VISIBLE_DEVICES", "XDG_STATE_HOME"] {
-        assert!(vars.contains(&var.replace('-', "\\-")), "ENVIRONMENT lacks {var}");
+    for var in [
+        "GPUDOC_NVML_LIB",
+        "NO_COLOR",
+        "CUDA_VISIBLE_DEVICES",
+        "XDG_STATE_HOME",
+    ] {
+        assert!(
+            vars.contains(&var.replace('-', "\\-")),
+            "ENVIRONMENT lacks {var}"
+        );
     }
 }

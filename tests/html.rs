@@ -32,6 +32,11 @@ fn page(name: &str, files: &[PathBuf]) -> (PathBuf, Value) {
 
 /// The page as Chromium leaves it after its scripts ran, and what Chromium logged.
 fn open(html: &Path, hash: &str, shot: Option<&str>) -> (String, String) {
+    open_sized(html, hash, shot, "1300,2400")
+}
+
+/// `open` in a window of `size` ("W,H").
+fn open_sized(html: &Path, hash: &str, shot: Option<&str>, size: &str) -> (String, String) {
     let url = format!("file://{}{hash}", html.display());
     let mut c = Command::new("chromium");
     c.args([
@@ -43,8 +48,8 @@ fn open(html: &Path, hash: &str, shot: Option<&str>) -> (String, String) {
         "--enable-logging=stderr",
         "--v=0",
         "--virtual-time-budget=5000",
-        "--window-size=1300,2400",
     ]);
+    c.arg(format!("--window-size={size}"));
     // No network: a page that needed one would fail to draw.
     c.arg("--host-resolver-rules=MAP * ~NOTFOUND");
     match shot {
@@ -154,6 +159,41 @@ fn an_h200_oom_is_drawn_with_its_moment_and_diagnoses() {
         dom.contains("class=\"diag sev-error linked active\""),
         "the card is marked"
     );
+}
+
+/// The README's picture (docs/img/html-report.png) is this page's top, taken by this test: the diagnoses it
+/// shows are listed beside it (html-report.txt), and a page whose diagnoses differ fails here until
+/// `GPUDOC_BLESS=1 cargo test --test html` takes the picture again, so it never shows what gpudoc no longer
+/// says.
+#[test]
+fn the_readmes_picture_shows_what_the_page_says_now() {
+    let (html, r) = page("readme", &[fixture("oom/h200/grow_oom.trace.jsonl")]);
+    open_sized(&html, "", Some("readme"), "1200,992");
+    let shown: String = r["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            format!(
+                "{} [{}] {}\n",
+                d["severity"].as_str().unwrap(),
+                d["rule"].as_str().unwrap(),
+                d["title"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let img = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/img");
+    if std::env::var_os("GPUDOC_BLESS").is_some() {
+        std::fs::copy(shots().join("readme.png"), img.join("html-report.png")).unwrap();
+        std::fs::write(img.join("html-report.txt"), &shown).unwrap();
+    }
+    let said = std::fs::read_to_string(img.join("html-report.txt")).unwrap_or_default();
+    assert_eq!(
+        said, shown,
+        "docs/img/html-report.png is stale: GPUDOC_BLESS=1 cargo test --test html"
+    );
+    let png = std::fs::read(img.join("html-report.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
 }
 
 #[test]
