@@ -52,13 +52,16 @@ fn text_of(name: &Path) -> PathBuf {
         .unwrap_or_else(|| panic!("no text for {}", name.display()))
 }
 
-/// With GPUDOC_BLESS, writes the expected parse of every H200 recording's stderr (recorded by
+/// Writes the expected parse of every H200 recording's stderr (not a test: run it by name, as its `ignore`
+/// says) (recorded by
 /// tests/gpu/record_fixtures.sh): review the diff against the texts before committing it.
 #[test]
+#[ignore = "writes fixtures: GPUDOC_BLESS=1 cargo test --test oom -- --ignored bless_h200_expectations"]
 fn bless_h200_expectations() {
-    if std::env::var_os("GPUDOC_BLESS").is_none() {
-        return;
-    }
+    assert!(
+        std::env::var_os("GPUDOC_BLESS").is_some(),
+        "set GPUDOC_BLESS=1: this writes fixtures"
+    );
     for entry in std::fs::read_dir(fixtures().join("h200")).unwrap() {
         let path = entry.unwrap().path();
         let Some(base) = path.to_str().unwrap().strip_suffix(".stderr") else {
@@ -76,13 +79,15 @@ fn bless_h200_expectations() {
     }
 }
 
-/// With GPUDOC_BLESS, writes the parse of every real text whose expected file holds only its `url` and
-/// `project` (a text just added): review it against the text before committing it.
+/// Writes the parse of every real text whose expected file holds only its `url` and `project` (a text just
+/// added; not a test: run it by name, as its `ignore` says): review it against the text before committing it.
 #[test]
+#[ignore = "writes fixtures: GPUDOC_BLESS=1 cargo test --test oom -- --ignored bless_new_real_texts"]
 fn bless_new_real_texts() {
-    if std::env::var_os("GPUDOC_BLESS").is_none() {
-        return;
-    }
+    assert!(
+        std::env::var_os("GPUDOC_BLESS").is_some(),
+        "set GPUDOC_BLESS=1: this writes fixtures"
+    );
     for entry in std::fs::read_dir(fixtures().join("real")).unwrap() {
         let path = entry.unwrap().path();
         if !path.to_str().unwrap().ends_with(".expected.json") {
