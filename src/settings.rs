@@ -114,10 +114,7 @@ impl Env {
                 .unwrap_or_else(|_| crate::gpu::DEFAULT_LIB.to_string()),
             pythonpath: std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()),
             tmpdir: std::env::temp_dir(),
-            cache_home: std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"))),
+            cache_home: xdg_home("XDG_CACHE_HOME", ".cache"),
             installed_packages: installed_packages(),
             dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
                 .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
@@ -711,18 +708,35 @@ fn runs_dir(env: &Env) -> Option<PathBuf> {
     Some(env.leftovers.as_ref()?.parent()?.join("live"))
 }
 
-/// The user's state folder: `$XDG_STATE_HOME` (absolute, as the XDG spec requires), else
-/// `$HOME/.local/state`.
+/// The user's state folder: `$XDG_STATE_HOME`, else `~/.local/state` (see [`xdg_home`]).
 fn state_home() -> Option<PathBuf> {
-    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
-    std::env::var_os("XDG_STATE_HOME")
-        .and_then(absolute)
+    xdg_home("XDG_STATE_HOME", ".local/state")
+}
+
+/// An XDG base folder: `$var` where it is absolute (as the XDG spec requires) and gpudoc may make its
+/// folder there ([`crate::private::yours`]), else `within` the effective user's home ([`user_home`]).
+fn xdg_home(var: &str, within: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && crate::private::yours(p).is_ok())
+        .or_else(|| Some(user_home()?.join(within)))
+}
+
+/// The effective user's home: `$HOME` when it is theirs, else their home in the user database. Run as
+/// root with another user's HOME (`sudo -E`, a root container with the home mounted), a folder gpudoc made
+/// there would be root's and stand in the user's way: root's own home is used instead.
+fn user_home() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let euid = nix::unistd::geteuid();
+    let theirs = |p: &PathBuf| {
+        p.is_absolute() && std::fs::metadata(p).is_ok_and(|m| m.uid() == euid.as_raw())
+    };
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(theirs)
         .or_else(|| {
-            Some(
-                std::env::var_os("HOME")
-                    .and_then(absolute)?
-                    .join(".local/state"),
-            )
+            let user = nix::unistd::User::from_uid(euid).ok()??;
+            Some(user.dir).filter(theirs)
         })
 }
 
