@@ -120,7 +120,7 @@ pub struct RunArgs {
     pub metrics: Option<String>,
     /// With --metrics: keep serving this long after the job ends (at most 1h; less if gpudoc is asked to
     /// end), so a scraper sees its end.
-    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DUR", requires = "metrics")]
     pub metrics_linger: Duration,
     /// The job's name: its entry in a --baseline file, a label on every metric (`job_name`), and in the
     /// report.

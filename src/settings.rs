@@ -449,6 +449,10 @@ fn tolerance(t: &str) -> Result<(f64, u64), String> {
             return Err(refuse("an empty part"));
         }
         if let Some(p) = part.strip_suffix('%') {
+            // One spelling, the help's (5%): `5 %` is said, not guessed at.
+            if p.ends_with(char::is_whitespace) {
+                return Err(refuse(&format!("a space before % (write {}%)", p.trim())));
+            }
             if pct.replace(percentage(part, p)?).is_some() {
                 return Err(refuse("a second percentage"));
             }

@@ -284,6 +284,11 @@ fn a_tolerance_that_cant_be_meant_is_refused_before_the_job() {
             [&base[..], &["--tolerance", ",5%"]].concat(),
             "an empty part",
         ),
+        (
+            [&base[..], &["--tolerance", "5 %"]].concat(),
+            "a space before % (write 5%)",
+        ),
+        (vec!["--metrics-linger", "5s"], "--metrics"),
     ] {
         let out = m
             .gpudoc()
