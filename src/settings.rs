@@ -56,6 +56,8 @@ pub struct Env {
     pub alloc_conf: Option<String>,
     /// Slurm's ids of the job, step and node, as set (`SLURM_JOB_ID`, `SLURM_STEP_ID`, `SLURM_NODEID`).
     pub slurm: crate::origin::Slurm,
+    /// The launch that started gpudoc, as `VARIABLE=id` ([`crate::origin::LAUNCH_IDS`]).
+    pub launch: Option<String>,
     /// Where `gpudoc run` records the processes it left running, for `gpudoc orphans`:
     /// `$XDG_STATE_HOME/gpudoc/leftovers.json`, else `~/.local/state/gpudoc/leftovers.json`; `None`
     /// without either.
@@ -128,6 +130,10 @@ impl Env {
                 step_id: std::env::var("SLURM_STEP_ID").ok(),
                 node_id: std::env::var("SLURM_NODEID").ok(),
             },
+            launch: crate::origin::LAUNCH_IDS.iter().find_map(|var| {
+                let id = std::env::var(var).ok().filter(|v| !v.is_empty())?;
+                Some(format!("{var}={id}"))
+            }),
             leftovers: state_home().map(|d| d.join("gpudoc").join("leftovers.json")),
         }
     }

@@ -573,6 +573,7 @@ fn origin(s: &RunSettings) -> crate::origin::Origin {
         name: s.name.clone(),
         slurm: s.env.slurm.clone(),
         cuda_visible_devices: s.env.visible_devices.clone(),
+        launch: s.env.launch.clone(),
     }
 }
 
