@@ -431,6 +431,10 @@ pub struct OrphansArgs {
     /// memory.
     #[arg(long, requires = "kill")]
     pub detached: bool,
+    /// With --kill, also end what a `gpudoc run` recorded it left running that holds no GPU memory or
+    /// device file (a tmux server, tensorboard or Jupyter server started from a run).
+    #[arg(long, requires = "kill")]
+    pub without_gpu: bool,
     /// Write the listing (and what was ended) as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

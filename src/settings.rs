@@ -671,8 +671,8 @@ pub struct OrphansSettings {
     pub yes: bool,
     pub grace: Duration,
     pub all_users: bool,
-    /// `--detached`: also end what was detached on purpose.
-    pub detached: bool,
+    /// `--detached`, `--without-gpu`: what `--kill` ends beyond the leftovers.
+    pub widen: crate::orphans::Widen,
     pub json: Option<Target>,
     /// A person can be asked (stdin and stderr are terminals).
     pub can_ask: bool,
@@ -699,7 +699,10 @@ impl OrphansSettings {
             yes: a.yes,
             grace: a.grace,
             all_users: a.all_users,
-            detached: a.detached,
+            widen: crate::orphans::Widen {
+                detached: a.detached,
+                without_gpu: a.without_gpu,
+            },
             json,
             can_ask: env.stdin_tty && env.stderr_tty,
             paint: env.paint(color, table_tty),
