@@ -22,6 +22,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, Default)]
 pub struct Env {
     pub stdin_tty: bool,
+    /// fd 0 is a regular file (`< data.txt`): `--try` gives it to both of its runs.
+    pub stdin_file: bool,
+    /// fd 0 is a pipe or socket (`seq 1000 | gpudoc ...`): `--try` says its input went to the first run.
+    pub stdin_pipe: bool,
     pub stdout_tty: bool,
     pub stderr_tty: bool,
     /// `CI` is set: no live line.
@@ -101,8 +105,14 @@ impl Env {
             std::io::stdout().is_terminal(),
             std::io::stderr().is_terminal(),
         );
+        // SAFETY: fstat on fd 0; a closed one fails, and is neither.
+        let stdin = nix::sys::stat::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(0) })
+            .ok()
+            .map(|st| st.st_mode & libc::S_IFMT);
         Env {
             stdin_tty: std::io::stdin().is_terminal(),
+            stdin_file: stdin == Some(libc::S_IFREG),
+            stdin_pipe: matches!(stdin, Some(libc::S_IFIFO | libc::S_IFSOCK)),
             stdout_tty,
             stderr_tty,
             wiring: Wiring::of_this_process(stdout_tty, stderr_tty),
