@@ -397,7 +397,6 @@ mod tests {
             "{e}"
         );
         // Unless one Slurm step says it is one launch.
-        let mut a = a;
         for r in [&mut a, &mut b] {
             r.origin.slurm.job_id = Some("77".into());
             r.origin.slurm.step_id = Some("0".into());
