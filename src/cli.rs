@@ -120,7 +120,7 @@ pub struct RunArgs {
     pub metrics: Option<String>,
     /// With --metrics: keep serving this long after the job ends (at most 1h; less if gpudoc is asked to
     /// end), so a scraper sees its end.
-    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DUR", requires = "metrics")]
     pub metrics_linger: Duration,
     /// The job's name: its entry in a --baseline file, a label on every metric (`job_name`), and in the
     /// report.
@@ -431,6 +431,10 @@ pub struct OrphansArgs {
     /// memory.
     #[arg(long, requires = "kill")]
     pub detached: bool,
+    /// With --kill, also end what a `gpudoc run` recorded it left running that holds no GPU memory or
+    /// device file (a tmux server, tensorboard or Jupyter server started from a run).
+    #[arg(long, requires = "kill")]
+    pub without_gpu: bool,
     /// Write the listing (and what was ended) as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

@@ -14,9 +14,10 @@ pub const LAUNCH_SLACK_S: f64 = 5.0;
 /// Why two of the reports given are not parts of one job.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "{other} is not part of the job of {first}: {what}. Only the reports of one job's nodes merge (the same \
-     Slurm job and step, the same --name, runs that overlap in time); give unrelated runs to `gpudoc report` \
-     one at a time, or set them side by side with `gpudoc compare`"
+    "{other} is not part of the job of {first}: {what}. Only the reports of one job's nodes merge (what \
+     says they are one job: the same Slurm job and step, the same --name or launcher's id, or ranks of one \
+     world; and runs that overlap in time); give unrelated runs to `gpudoc report` one at a time, or set \
+     them side by side with `gpudoc compare`"
 )]
 pub struct NotOneJob {
     pub first: String,
@@ -26,8 +27,10 @@ pub struct NotOneJob {
 }
 
 /// Checks that `parts` (each report with the file it came from) are parts of one job: the same Slurm job
-/// and step and the same `--name` as the first, and run at the same time (one launch: there was a moment,
-/// give or take [`LAUNCH_SLACK_S`], when all of them ran), unless one Slurm step says they are one launch.
+/// and step, `--name` and launcher's id as the first; something that says they are one job (one of those
+/// given, or ranks no two of them share: [`one_world`]), as runs that merely started together are not;
+/// and run at the same time (one launch: there was a moment, give or take [`LAUNCH_SLACK_S`], when all of
+/// them ran), unless one Slurm step says they are one launch.
 pub fn one_job(parts: &[(&str, &Report)]) -> Result<(), NotOneJob> {
     let Some(&(first, a)) = parts.first() else {
         return Ok(());
@@ -43,6 +46,7 @@ pub fn one_job(parts: &[(&str, &Report)]) -> Result<(), NotOneJob> {
             ("Slurm job", &x.slurm.job_id, &y.slurm.job_id),
             ("Slurm step", &x.slurm.step_id, &y.slurm.step_id),
             ("--name", &x.name, &y.name),
+            ("launcher's id", &x.launch, &y.launch),
         ] {
             if p != q {
                 let say =
@@ -55,6 +59,35 @@ pub fn one_job(parts: &[(&str, &Report)]) -> Result<(), NotOneJob> {
     if one_step {
         return Ok(());
     }
+    let said = a.origin.slurm.job_id.is_some()
+        || a.origin.name.is_some()
+        || a.origin.launch.is_some()
+        || one_world(parts.iter().map(|p| p.1));
+    if !said && parts.len() > 1 {
+        return Err(differs(
+            parts[1].0,
+            "nothing says they are one job: neither has a --name, a Slurm job or a launcher's id, and \
+             their PyTorch processes did not report ranks of one world"
+                .into(),
+        ));
+    }
+    overlap(parts)
+}
+
+/// Whether the reports' PyTorch processes reported ranks of one world: each report some, no rank in two.
+fn one_world<'a>(reports: impl Iterator<Item = &'a Report>) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in reports {
+        let ranks = ranks(r);
+        if ranks.is_empty() || !ranks.iter().all(|k| seen.insert(*k)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The runs had a moment, give or take [`LAUNCH_SLACK_S`], when all of them ran.
+fn overlap(parts: &[(&str, &Report)]) -> Result<(), NotOneJob> {
     let end = |r: &Report| r.started_unix_s + r.duration_s;
     let late = parts
         .iter()
@@ -185,6 +218,7 @@ fn common_origin(reports: &[Report]) -> crate::origin::Origin {
             node_id: None,
         },
         cuda_visible_devices: None,
+        launch: all(&|o| o.launch.clone()),
     }
 }
 
@@ -247,7 +281,8 @@ fn add_host(out: &mut Report, r: &Report, host: &str, shift: f64) {
         .extend(r.notes.iter().map(|n| format!("{host}: {n}")));
 }
 
-fn host_run(r: &Report, host: &str) -> HostRun {
+/// The ranks a report's PyTorch processes reported (their `RANK`), sorted, each once.
+fn ranks(r: &Report) -> Vec<i64> {
     let mut ranks: Vec<i64> = r
         .torch
         .processes
@@ -257,6 +292,10 @@ fn host_run(r: &Report, host: &str) -> HostRun {
         .collect();
     ranks.sort_unstable();
     ranks.dedup();
+    ranks
+}
+
+fn host_run(r: &Report, host: &str) -> HostRun {
     HostRun {
         origin: crate::origin::Origin {
             host: host.into(),
@@ -267,7 +306,7 @@ fn host_run(r: &Report, host: &str) -> HostRun {
         exit_code: r.exit.code,
         classification: r.exit.classification,
         gpus: r.gpus.iter().map(|g| g.index).collect(),
-        ranks,
+        ranks: ranks(r),
     }
 }
 
@@ -315,10 +354,38 @@ mod tests {
     }
 
     #[test]
+    fn runs_that_merely_started_together_do_not_merge() {
+        let (mut a, mut b) = (report("node-a", 100.0), report("node-b", 101.0));
+        let e = one_job(&[("a.json", &a), ("b.json", &b)]).unwrap_err();
+        assert!(e.what.starts_with("nothing says they are one job"), "{e}");
+        // Ranks of one world say so; a rank in both does not.
+        let rank = |r: &mut Report, k: i64| r.torch.processes[0].rank = Some(k.into());
+        rank(&mut a, 0);
+        rank(&mut b, 0);
+        assert!(one_job(&[("a.json", &a), ("b.json", &b)]).is_err());
+        rank(&mut b, 1);
+        assert_eq!(one_job(&[("a.json", &a), ("b.json", &b)]), Ok(()));
+        // So does one launcher's id, and not two.
+        let (mut a, mut b) = (report("node-a", 100.0), report("node-b", 101.0));
+        a.origin.launch = Some("TORCHELASTIC_RUN_ID=5".into());
+        let e = one_job(&[("a.json", &a), ("b.json", &b)]).unwrap_err();
+        assert_eq!(e.what, "launcher's id `TORCHELASTIC_RUN_ID=5` and none");
+        b.origin.launch = a.origin.launch.clone();
+        assert_eq!(one_job(&[("a.json", &a), ("b.json", &b)]), Ok(()));
+        assert_eq!(
+            merge(vec![a, b]).unwrap().origin.launch.as_deref(),
+            Some("TORCHELASTIC_RUN_ID=5")
+        );
+    }
+
+    #[test]
     fn only_parts_of_one_job_merge() {
-        let a = report("node-a", 100.0);
+        let mut a = report("node-a", 100.0);
         let duration = a.duration_s;
         let mut b = report("node-b", 101.0);
+        for r in [&mut a, &mut b] {
+            r.origin.name = Some("llama".into());
+        }
         assert_eq!(one_job(&[("a.json", &a), ("b.json", &b)]), Ok(()));
         // A run started long after the other ended: another launch.
         b.started_unix_s = 100.0 + duration + 3600.0;
@@ -330,7 +397,6 @@ mod tests {
             "{e}"
         );
         // Unless one Slurm step says it is one launch.
-        let mut a = a;
         for r in [&mut a, &mut b] {
             r.origin.slurm.job_id = Some("77".into());
             r.origin.slurm.step_id = Some("0".into());
@@ -343,8 +409,9 @@ mod tests {
         b.origin.name = Some("other".into());
         let e = one_job(&[("a.json", &a), ("b.json", &b)]).unwrap_err();
         assert!(
-            e.to_string()
-                .starts_with("b.json is not part of the job of a.json: --name none and `other`."),
+            e.to_string().starts_with(
+                "b.json is not part of the job of a.json: --name `llama` and `other`."
+            ),
             "{e}"
         );
     }

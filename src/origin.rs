@@ -14,7 +14,14 @@ pub struct Origin {
     pub slurm: Slurm,
     /// `CUDA_VISIBLE_DEVICES` as the job was started: how its CUDA device ordinals map to GPUs.
     pub cuda_visible_devices: Option<String>,
+    /// The id of the launch that started gpudoc, the same on every node of one job: torchrun's
+    /// `TORCHELASTIC_RUN_ID` (`torchrun --no-python gpudoc run ...`) or PMIx's `PMIX_NAMESPACE` (`mpirun
+    /// gpudoc run ...`), as `name=value`.
+    pub launch: Option<String>,
 }
+
+/// The environment variables that name one launch, the same on all of its nodes.
+pub const LAUNCH_IDS: [&str; 2] = ["TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE"];
 
 /// Slurm's ids, when the run was part of a Slurm job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -25,7 +25,11 @@ fn file(dir: &Path, pid: u32) -> PathBuf {
 
 /// Writes (or replaces) this run's file.
 pub fn publish(dir: &Path, p: &Published) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    // The first run to make the state folder may be one that publishes: it is made private as the
+    // leftovers' record would make it.
+    for d in dir.parent().into_iter().chain([dir]) {
+        crate::private::make(d).map_err(std::io::Error::other)?;
+    }
     let tmp = dir.join(format!(".{}.json.tmp", p.pid));
     std::fs::write(&tmp, serde_json::to_vec(p).map_err(std::io::Error::other)?)?;
     std::fs::rename(&tmp, file(dir, p.pid))
@@ -47,4 +51,29 @@ pub fn read(dir: &Path) -> Vec<Published> {
         .filter_map(|e| serde_json::from_slice::<Published>(&std::fs::read(e.path()).ok()?).ok())
         .filter(|p| crate::procs::read(p.pid).is_some_and(|i| i.start_ticks == p.start_ticks))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn the_first_run_to_publish_makes_the_state_folder_private() {
+        let d = tempfile::tempdir().unwrap();
+        let gpudoc = d.path().join("state/gpudoc");
+        let me = crate::procs::read(std::process::id()).unwrap();
+        let p = Published {
+            pid: me.pid,
+            start_ticks: me.start_ticks,
+            command: "python3 train.py".into(),
+            started_unix_s: 1.0,
+            forecasts: Vec::new(),
+        };
+        publish(&gpudoc.join("live"), &p).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(&gpudoc), 0o700, "the leftovers' folder");
+        assert_eq!(mode(&gpudoc.join("live")), 0o700);
+        assert_eq!(read(&gpudoc.join("live")), [p]);
+    }
 }

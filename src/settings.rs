@@ -61,6 +61,10 @@ pub const VARIABLES: [(&str, &str); 9] = [
 #[derive(Debug, Clone, Default)]
 pub struct Env {
     pub stdin_tty: bool,
+    /// fd 0 is a regular file (`< data.txt`): `--try` gives it to both of its runs.
+    pub stdin_file: bool,
+    /// fd 0 is a pipe or socket (`seq 1000 | gpudoc ...`): `--try` says its input went to the first run.
+    pub stdin_pipe: bool,
     pub stdout_tty: bool,
     pub stderr_tty: bool,
     /// `CI` is set: no live line.
@@ -95,6 +99,8 @@ pub struct Env {
     pub alloc_conf: Option<String>,
     /// Slurm's ids of the job, step and node, as set (`SLURM_JOB_ID`, `SLURM_STEP_ID`, `SLURM_NODEID`).
     pub slurm: crate::origin::Slurm,
+    /// The launch that started gpudoc, as `VARIABLE=id` ([`crate::origin::LAUNCH_IDS`]).
+    pub launch: Option<String>,
     /// Where `gpudoc run` records the processes it left running, for `gpudoc orphans`:
     /// `$XDG_STATE_HOME/gpudoc/leftovers.json`, else `~/.local/state/gpudoc/leftovers.json`; `None`
     /// without either.
@@ -138,8 +144,14 @@ impl Env {
             std::io::stdout().is_terminal(),
             std::io::stderr().is_terminal(),
         );
+        // SAFETY: fstat on fd 0; a closed one fails, and is neither.
+        let stdin = nix::sys::stat::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(0) })
+            .ok()
+            .map(|st| st.st_mode & libc::S_IFMT);
         Env {
             stdin_tty: std::io::stdin().is_terminal(),
+            stdin_file: stdin == Some(libc::S_IFREG),
+            stdin_pipe: matches!(stdin, Some(libc::S_IFIFO | libc::S_IFSOCK)),
             stdout_tty,
             stderr_tty,
             wiring: Wiring::of_this_process(stdout_tty, stderr_tty),
@@ -153,10 +165,7 @@ impl Env {
                 .unwrap_or_else(|_| crate::gpu::DEFAULT_LIB.to_string()),
             pythonpath: std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()),
             tmpdir: std::env::temp_dir(),
-            cache_home: std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"))),
+            cache_home: xdg_home("XDG_CACHE_HOME", ".cache"),
             installed_packages: installed_packages(),
             dev_prefix: std::env::var(crate::orphans::DEV_PREFIX_ENV)
                 .unwrap_or_else(|_| crate::orphans::DEV_PREFIX.into()),
@@ -170,6 +179,10 @@ impl Env {
                 step_id: std::env::var("SLURM_STEP_ID").ok(),
                 node_id: std::env::var("SLURM_NODEID").ok(),
             },
+            launch: crate::origin::LAUNCH_IDS.iter().find_map(|var| {
+                let id = std::env::var(var).ok().filter(|v| !v.is_empty())?;
+                Some(format!("{var}={id}"))
+            }),
             leftovers: state_home().map(|d| d.join("gpudoc").join("leftovers.json")),
         }
     }
@@ -491,6 +504,10 @@ fn tolerance(t: &str) -> Result<(f64, u64), String> {
             return Err(refuse("an empty part"));
         }
         if let Some(p) = part.strip_suffix('%') {
+            // One spelling, the help's (5%): `5 %` is said, not guessed at.
+            if p.ends_with(char::is_whitespace) {
+                return Err(refuse(&format!("a space before % (write {}%)", p.trim())));
+            }
             if pct.replace(percentage(part, p)?).is_some() {
                 return Err(refuse("a second percentage"));
             }
@@ -703,8 +720,8 @@ pub struct OrphansSettings {
     pub yes: bool,
     pub grace: Duration,
     pub all_users: bool,
-    /// `--detached`: also end what was detached on purpose.
-    pub detached: bool,
+    /// `--detached`, `--without-gpu`: what `--kill` ends beyond the leftovers.
+    pub widen: crate::orphans::Widen,
     pub json: Option<Target>,
     /// A person can be asked (stdin and stderr are terminals).
     pub can_ask: bool,
@@ -731,7 +748,10 @@ impl OrphansSettings {
             yes: a.yes,
             grace: a.grace,
             all_users: a.all_users,
-            detached: a.detached,
+            widen: crate::orphans::Widen {
+                detached: a.detached,
+                without_gpu: a.without_gpu,
+            },
             json,
             can_ask: env.stdin_tty && env.stderr_tty,
             paint: env.paint(color, table_tty),
@@ -750,18 +770,35 @@ fn runs_dir(env: &Env) -> Option<PathBuf> {
     Some(env.leftovers.as_ref()?.parent()?.join("live"))
 }
 
-/// The user's state folder: `$XDG_STATE_HOME` (absolute, as the XDG spec requires), else
-/// `$HOME/.local/state`.
+/// The user's state folder: `$XDG_STATE_HOME`, else `~/.local/state` (see [`xdg_home`]).
 fn state_home() -> Option<PathBuf> {
-    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
-    std::env::var_os("XDG_STATE_HOME")
-        .and_then(absolute)
+    xdg_home("XDG_STATE_HOME", ".local/state")
+}
+
+/// An XDG base folder: `$var` where it is absolute (as the XDG spec requires) and gpudoc may make its
+/// folder there ([`crate::private::yours`]), else `within` the effective user's home ([`user_home`]).
+fn xdg_home(var: &str, within: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && crate::private::yours(p).is_ok())
+        .or_else(|| Some(user_home()?.join(within)))
+}
+
+/// The effective user's home: `$HOME` when it is theirs, else their home in the user database. Run as
+/// root with another user's HOME (`sudo -E`, a root container with the home mounted), a folder gpudoc made
+/// there would be root's and stand in the user's way: root's own home is used instead.
+fn user_home() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let euid = nix::unistd::geteuid();
+    let theirs = |p: &PathBuf| {
+        p.is_absolute() && std::fs::metadata(p).is_ok_and(|m| m.uid() == euid.as_raw())
+    };
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(theirs)
         .or_else(|| {
-            Some(
-                std::env::var_os("HOME")
-                    .and_then(absolute)?
-                    .join(".local/state"),
-            )
+            let user = nix::unistd::User::from_uid(euid).ok()??;
+            Some(user.dir).filter(theirs)
         })
 }
 

@@ -588,7 +588,7 @@ fn render_peak(o: &mut String, pid: u32, w: &crate::torch::inside::Inside, p: Pa
 }
 
 /// Descendants still running after the command exited, and what `--kill-orphans` did to them.
-fn render_leftovers(o: &mut String, r: &Report, p: Paint) {
+pub fn render_leftovers(o: &mut String, r: &Report, p: Paint) {
     for orphan in &r.orphans {
         let held: u64 = orphan.gpu_bytes.iter().map(|&(_, b)| b).sum();
         let ended = orphan

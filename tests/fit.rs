@@ -619,3 +619,143 @@ fn ctrl_c_typed_on_the_terminal_stops_the_fit_after_its_run() {
         "{out}"
     );
 }
+
+/// A job that leaves two processes holding GPU memory: one it started with `nohup` (1 GiB), one it did not
+/// (2 GiB).
+const LEAVES_TWO: &str = r#"nohup "$FAKEGPU" alloc --steps 1GiB --hold-ms 20001 >/dev/null 2>&1 &
+( "$FAKEGPU" alloc --steps 2GiB --hold-ms 20002 >/dev/null & ); sleep 0.5"#;
+
+#[test]
+fn try_ends_what_each_run_leaves_and_charges_no_run_with_an_earlier_ones() {
+    let m = Machine::h200s(1);
+    let json = m.path("r.json");
+    let out = m
+        .gpudoc()
+        .args(["run", "--try", "expandable_segments", "--json"])
+        .arg(&json)
+        .args(["--", "sh", "-c", LEAVES_TWO])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (first, last) = (read_json(&m.path("r.as-is.json")), read_json(&json));
+    let left = |r: &serde_json::Value| -> Vec<(u64, String)> {
+        r["orphans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let outcome = o["ended"]["outcome"].as_str().unwrap_or("none");
+                (o["pid"].as_u64().unwrap(), outcome.to_string())
+            })
+            .collect()
+    };
+    let (first_left, last_left) = (left(&first), left(&last));
+    for (pid, _) in &last_left {
+        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+    }
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // Each run's leftovers are ended after it, but for the one it detached on purpose ...
+    let outcomes = |l: &[(u64, String)]| {
+        let mut o: Vec<String> = l.iter().map(|x| x.1.clone()).collect();
+        o.sort();
+        o
+    };
+    assert_eq!(outcomes(&first_left), ["ended", "skipped"], "{first:#}");
+    assert_eq!(outcomes(&last_left), ["ended", "skipped"], "{last:#}");
+    // ... which is ended before the remedy's run, and not counted as that run's.
+    let spared = first_left.iter().find(|x| x.1 == "skipped").unwrap().0;
+    assert!(
+        stderr.contains(&format!(
+            "before the next run, ended what an earlier one left running: pid {spared} "
+        )),
+        "{stderr}"
+    );
+    let tried = &last["tried"];
+    assert_eq!(
+        tried["after"]["peak_bytes"], tried["before"]["peak_bytes"],
+        "{tried:#}"
+    );
+    assert_eq!(last_left.len(), 2, "only the remedy's run's own: {last:#}");
+    // What the last run left running is said, and recorded for `gpudoc orphans`.
+    let kept = last_left.iter().find(|x| x.1 == "skipped").unwrap().0;
+    assert!(stderr.contains("the last run left running"), "{stderr}");
+    let record = std::fs::read_to_string(m.path("state/gpudoc/leftovers.json")).unwrap();
+    assert!(record.contains(&format!("\"pid\": {kept}")), "{record}");
+}
+
+#[test]
+fn try_gives_a_file_input_to_both_runs_and_says_where_a_pipes_went() {
+    let m = Machine::h200s(1);
+    let input = m.path("input.txt");
+    std::fs::write(&input, "1\n2\n3\n").unwrap();
+    let counts = |stdin: std::process::Stdio| {
+        let out = m
+            .gpudoc()
+            .args(["run", "-q", "--try", "expandable_segments"])
+            .args(["--", "sh", "-c", "wc -l"])
+            .stdin(stdin)
+            .output()
+            .unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (seen, _) = counts(std::fs::File::open(&input).unwrap().into());
+    assert_eq!(seen, "3 3", "each run reads the file from its start");
+    let mut feed = std::process::Command::new("printf")
+        .arg("1\\n2\\n3\\n")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (seen, stderr) = counts(feed.stdout.take().unwrap().into());
+    feed.wait().unwrap();
+    assert_eq!(seen, "3 0", "a pipe is read once");
+    assert!(
+        stderr.contains("the command's input is a pipe, which can be read once"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn fit_ends_a_runs_nohup_helper_before_the_next_and_says_and_records_the_last_ones() {
+    let m = Machine::h200s(1);
+    let out = m
+        .gpudoc()
+        .args(["fit", "--max", "2", "--for", "10s", "--no-torch", "--"])
+        .args([
+            "sh",
+            "-c",
+            r#"nohup "$FAKEGPU" alloc --steps {}GiB --hold-ms 20000 >/dev/null 2>&1 & sleep 0.3"#,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let record = std::fs::read_to_string(m.path("state/gpudoc/leftovers.json")).unwrap_or_default();
+    let kept: Vec<u32> = serde_json::from_str::<serde_json::Value>(&record)
+        .map(|r| {
+            r["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["pid"].as_u64().unwrap() as u32)
+                .collect()
+        })
+        .unwrap_or_default();
+    for pid in &kept {
+        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+    }
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("before the next run, ended what an earlier one left running: pid "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the last run left running"), "{stderr}");
+    assert!(stderr.contains("detached on purpose"), "{stderr}");
+    assert_eq!(kept.len(), 1, "the last run's helper is recorded: {record}");
+}

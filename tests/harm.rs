@@ -284,6 +284,11 @@ fn a_tolerance_that_cant_be_meant_is_refused_before_the_job() {
             [&base[..], &["--tolerance", ",5%"]].concat(),
             "an empty part",
         ),
+        (
+            [&base[..], &["--tolerance", "5 %"]].concat(),
+            "a space before % (write 5%)",
+        ),
+        (vec!["--metrics-linger", "5s"], "--metrics"),
     ] {
         let out = m
             .gpudoc()
@@ -897,5 +902,34 @@ fn a_stream_closed_when_gpudoc_starts_is_closed_for_the_command_too() {
         let bare = run("");
         assert!(!bare.contains("status 0"), "{what}: {bare}");
         assert_eq!(run(r#""$GPUDOC" run -q --"#), bare, "{what}");
+    }
+}
+
+#[test]
+fn as_root_with_another_users_home_nothing_is_made_in_it() {
+    if !is_root() {
+        return; // only root can be given a home it does not own
+    }
+    let m = Machine::h200s(1);
+    let home = m.path("alice");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    // `sudo -E`: root, with the user's HOME (and XDG folders named in it); the job leaves a process
+    // running, so the leftovers are recorded.
+    for xdg in [false, true] {
+        let mut c = quiet_sh(&m, "sleep 2 &");
+        c.env("HOME", &home)
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("XDG_CACHE_HOME");
+        if xdg {
+            c.env("XDG_STATE_HOME", home.join(".local/state"))
+                .env("XDG_CACHE_HOME", home.join(".cache"));
+        }
+        assert!(c.status().unwrap().success());
+        let made: Vec<_> = std::fs::read_dir(&home).unwrap().flatten().collect();
+        assert!(
+            made.is_empty(),
+            "xdg {xdg}: made in the user's home: {made:?}"
+        );
     }
 }

@@ -270,10 +270,9 @@ fn unrelated_runs_are_refused_naming_the_files_and_what_differs() {
     let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/runs");
     let err = refused(&[runs]);
     assert!(
-        err.contains("healthy.report.json") && err.contains("did not run at the same time"),
+        err.contains("is not part of the job of") && err.contains("nothing says they are one job"),
         "{err}"
     );
-    // Two runs given other names, though at the same time.
     let dir = tempfile::tempdir().unwrap();
     let [a, b] = <[PathBuf; 2]>::try_from(job(
         dir.path(),
@@ -283,6 +282,16 @@ fn unrelated_runs_are_refused_naming_the_files_and_what_differs() {
         ],
     ))
     .unwrap();
+    // Two runs that merely started together: no name, Slurm step, launcher or ranks says they are one job.
+    let (na, nb) = (dir.path().join("na.json"), dir.path().join("nb.json"));
+    for (from, to) in [(&a, &na), (&b, &nb)] {
+        let mut r: Value = read_json(from);
+        r["origin"]["name"] = Value::Null;
+        std::fs::write(to, r.to_string()).unwrap();
+    }
+    let err = refused(&[na, nb]);
+    assert!(err.contains("nothing says they are one job"), "{err}");
+    // Two runs given other names, though at the same time.
     let mut other: Value = read_json(&b);
     other["origin"]["name"] = "gpt".into();
     std::fs::write(&b, other.to_string()).unwrap();

@@ -331,8 +331,9 @@ fn a_command_that_dies_of_oom_gets_its_cause_and_numbers() {
 
 #[test]
 fn an_earlier_runs_oom_in_an_appended_log_is_not_this_runs() {
-    // `>> log` opens the file with O_APPEND, whose offset stays 0 until the first write: what was in the
-    // log before this run is not this run's output.
+    // `>> log` opens the file with O_APPEND, whose offset stays 0 until the first write; `1<> log` opens it
+    // to read and write, from 0, without truncating: the command writes over the earlier run's text, and
+    // what it has not written over yet is not this run's output.
     let m = common::Machine::h200s(1);
     let text = fixtures().join("h200/torch_fragmentation.stderr");
     let log = m.path("train.log");
@@ -340,6 +341,9 @@ fn an_earlier_runs_oom_in_an_appended_log_is_not_this_runs() {
         (">> {log} 2>&1", "echo step 1; exit 1", "failure"),
         ("2>> {log}", "echo step 1 >&2; exit 1", "failure"),
         (">> {log} 2>&1", "cat '{text}' >&2; exit 1", "gpu_oom"),
+        ("1<> {log} 2>&1", "echo step 1; exit 1", "failure"),
+        ("2<> {log}", "echo step 1 >&2; exit 1", "failure"),
+        ("1<> {log} 2>&1", "cat '{text}' >&2; exit 1", "gpu_oom"),
     ] {
         std::fs::copy(&text, &log).unwrap();
         let json = m.path("r.json");

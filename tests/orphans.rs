@@ -7,6 +7,7 @@ use common::Machine;
 use fake_nvml::state::{GIB, Proc, State};
 use gpudoc::orphans::end::{self, Ended, Policy};
 use serde_json::Value;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -575,6 +576,53 @@ fn run_kill_orphans_in_a_script_ends_the_leftovers() {
     let o = &r["orphans"][0];
     assert_eq!(o["ended"]["outcome"], "ended", "{r:#}");
     assert!(!alive(o["pid"].as_u64().unwrap() as u32));
+    script.kill().unwrap();
+    script.wait().unwrap();
+}
+
+#[test]
+fn a_recorded_leftover_that_holds_no_gpu_is_ended_only_when_asked() {
+    // A tmux server first started from a run: every session made on it later dies with it.
+    let (m, dev) = machine();
+    let json = m.path("report.json");
+    let mut script = m
+        .shell(&format!(
+            r#""$GPUDOC" run -q --json {} -- sh -c 'sleep 30 & sleep 0.3'; echo ran; sleep 30"#,
+            json.display()
+        ))
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(common::line_of(&mut script), "ran\n");
+    let r = common::read_json(&json);
+    let pid = r["orphans"][0]["pid"].as_u64().unwrap() as u32;
+    let (code, v, err) = orphans(&m, &dev, &["--kill", "--yes", "--grace", "1s"]);
+    assert_eq!(holder(&v, pid)["verdict"], "orphan", "listed: {v:#}");
+    let ended = &v["ended"][0];
+    assert_eq!(
+        (ended["pid"].as_u64(), &ended["outcome"]),
+        (Some(u64::from(pid)), &"skipped".into()),
+        "{v:#}"
+    );
+    assert!(
+        ended["why"].as_str().unwrap().contains("--without-gpu"),
+        "{v:#}"
+    );
+    assert!(
+        err.contains(&format!("not pid {pid}: holds no GPU memory")),
+        "{err}"
+    );
+    assert_eq!(code, 0, "not a leftover to end: {err}");
+    assert!(alive(pid));
+    let (code, v, err) = orphans(
+        &m,
+        &dev,
+        &["--kill", "--yes", "--grace", "1s", "--without-gpu"],
+    );
+    assert_eq!(v["ended"][0]["outcome"], "ended", "{v:#}");
+    assert_eq!(code, 0, "{err}");
+    assert!(!alive(pid));
     script.kill().unwrap();
     script.wait().unwrap();
 }

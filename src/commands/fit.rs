@@ -25,6 +25,7 @@ pub fn run(mut s: FitSettings) -> Result<ExitCode, Failure> {
     let mut search = Search::new(s.bounds.min, s.bounds.max, None);
     let mut probes: Vec<Probe> = Vec::new();
     let mut signal = None;
+    let mut last: Option<Ran> = None;
     let stop = loop {
         let (value, guided) = match search.next() {
             Next::Done(Some(_)) => break Stop::Found,
@@ -37,10 +38,10 @@ pub fn run(mut s: FitSettings) -> Result<ExitCode, Failure> {
         if Instant::now() >= deadline {
             break Stop::Budget;
         }
-        let Ran {
-            probe, signal: by, ..
-        } = probe(&mut s, value, guided, deadline)?;
-        signal = by;
+        let ran = probe(&mut s, value, guided, deadline)?;
+        signal = ran.signal;
+        let probe = ran.probe.clone();
+        last = Some(ran);
         crate::say!(
             "{}",
             fit::render_probe(probes.len() + 1, s.bounds.runs, &probe)
@@ -58,6 +59,9 @@ pub fn run(mut s: FitSettings) -> Result<ExitCode, Failure> {
             Outcome::Interrupted => break Stop::Interrupted,
         }
     };
+    if let Some(r) = &mut last {
+        after_the_last(&s.run, r);
+    }
     let command = s
         .template
         .iter()
@@ -101,15 +105,19 @@ struct Ran {
     timeline: Option<crate::timeline::Timeline>,
     fragmentation: Option<u64>,
     signal: Option<i32>,
+    /// gpudoc was started ignoring SIGHUP: so may the job's leftovers be.
+    hup_ignored: bool,
 }
 
 fn ran(s: &RunSettings, value: u64, guided: bool, end: EndWhen) -> Result<Ran, Failure> {
+    say_ended_before(&super::run::end_earlier_leftovers());
     let super::run::Measured {
         report,
         timeline,
         child,
         ended,
         interrupted,
+        hup_ignored,
         ..
     } = super::run::measure(s, Some(end))?;
     let probe = Probe::of(
@@ -132,7 +140,37 @@ fn ran(s: &RunSettings, value: u64, guided: bool, end: EndWhen) -> Result<Ran, F
         report,
         timeline,
         signal,
+        hup_ignored,
     })
+}
+
+/// Says what an earlier run left running that gpudoc ended before the next run.
+fn say_ended_before(ended: &[(crate::procs::ProcInfo, crate::orphans::end::EndResult)]) {
+    for (p, r) in ended {
+        crate::sayln!(
+            "gpudoc: before the next run, ended what an earlier one left running: pid {} {}: {}",
+            p.pid,
+            crate::units::shorten(&p.cmdline, 60),
+            r.result.describe()
+        );
+    }
+}
+
+/// After the last run, what it left running and gpudoc did not end (detached on purpose, `nohup`) is said
+/// and recorded for `gpudoc orphans`, as `gpudoc run` does.
+fn after_the_last(s: &RunSettings, r: &mut Ran) {
+    use crate::orphans::end::Ended;
+    super::run::record_leftovers(s, &mut r.report, r.hup_ignored);
+    let kept = r
+        .report
+        .orphans
+        .iter()
+        .any(|o| !matches!(o.ended, Some(Ended::Ended { .. } | Ended::Gone)));
+    if kept {
+        let mut o = String::new();
+        crate::summary::render_leftovers(&mut o, &r.report, s.paint);
+        crate::say!("gpudoc: the last run left running:\n{o}");
+    }
 }
 
 /// A fit or `--try` that something else interrupted ends as `gpudoc run` does, once its results are out:
@@ -173,6 +211,9 @@ pub fn try_remedy(
         after: None,
         deadline: Instant::now() + budget,
     };
+    // What each run leaves running is ended after it (docs/fit.md), as `gpudoc fit` ends its runs'.
+    s.kill_orphans = true;
+    let input = Input::at_start(&s);
     s.command = before_cmd;
     let asked = Outputs::take(&mut s);
     asked.as_is().put(&mut s);
@@ -185,7 +226,10 @@ pub fn try_remedy(
         }
         s.command = after_cmd;
         s.extra_env = remedy.env(users.as_deref());
-        Some(ran(&s, 0, false, end)?)
+        let note = input.again();
+        let mut after = ran(&s, 0, false, end)?;
+        after.report.notes.extend(note);
+        Some(after)
     } else {
         None
     };
@@ -201,11 +245,13 @@ pub fn try_remedy(
         before: tried_run(&before),
         after: after.as_ref().map(tried_run),
     };
+    let mut last = after.unwrap_or(before);
+    after_the_last(&s, &mut last);
     let Ran {
         mut report,
         timeline,
         ..
-    } = after.unwrap_or(before);
+    } = last;
     report.tried = Some(tried);
     failed.extend(super::run::write_outputs(&s, &report, timeline.as_ref()));
     for f in &failed {
@@ -216,6 +262,50 @@ pub fn try_remedy(
     }
     die_of(signal);
     Ok(ExitCode::from(code))
+}
+
+/// The command's input, which both of `--try`'s runs get: a file is given to each from where it was at the
+/// start; a pipe can be read once, so the remedy's run reads on where the first stopped, and is told so.
+enum Input {
+    /// A regular file, at this offset when gpudoc started.
+    File(i64),
+    /// A pipe or socket (`seq 1000 | gpudoc run --try ...`).
+    Pipe,
+    /// A terminal (typed input goes to the run that reads it), /dev/null, or nothing.
+    Other,
+}
+
+impl Input {
+    fn at_start(s: &RunSettings) -> Input {
+        if s.env.stdin_pipe {
+            return Input::Pipe;
+        }
+        // SAFETY: lseek on fd 0 with SEEK_CUR and 0 moves nothing.
+        match unsafe { libc::lseek(0, 0, libc::SEEK_CUR) } {
+            at if s.env.stdin_file && at >= 0 => Input::File(at),
+            _ => Input::Other,
+        }
+    }
+
+    /// Before the remedy's run: a file back to where it was, or what is said of a pipe (for the report
+    /// too).
+    fn again(&self) -> Option<String> {
+        match self {
+            Input::File(at) => {
+                // SAFETY: lseek on fd 0, which stays open; a failure leaves it where the first run left it.
+                unsafe { libc::lseek(0, *at, libc::SEEK_SET) };
+                None
+            }
+            Input::Pipe => {
+                let note = "the command's input is a pipe, which can be read once: what the first run \
+                            read of it went to that run, and the remedy's run reads on from where it \
+                            stopped (give it from a file, `< FILE`, and each run reads all of it)";
+                crate::sayln!("gpudoc run --try: {note}");
+                Some(note.to_string())
+            }
+            Input::Other => None,
+        }
+    }
 }
 
 /// The files a run writes (`--json`, `--trace`, `--snapshot`, `--tensorboard`, `--html`), as the user

@@ -2,7 +2,7 @@
 
 use crate::exit::{self, Failure};
 use crate::orphans::end::{self, EndResult, Ended, Policy};
-use crate::orphans::{self, Holder, Listing, Verdict};
+use crate::orphans::{self, Holder, Listing};
 use crate::output::{self, Target};
 use crate::settings::OrphansSettings;
 use crate::units::{fmt_bytes, shorten};
@@ -38,7 +38,7 @@ pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
     let targets: Vec<Holder> = listing
         .holders
         .iter()
-        .filter(|h| h.is_target(s.detached))
+        .filter(|h| h.is_target(s.widen))
         .cloned()
         .collect();
     let Killed { ended, freed } = if s.kill {
@@ -102,20 +102,15 @@ fn kill(
     let policy = Policy::here(s.all_users);
     let (allowed, refused): (Vec<&Holder>, Vec<&Holder>) =
         targets.iter().partition(|h| policy.refuse(h).is_none());
-    // Detached on purpose and not asked for by name: said, never signalled.
-    let spared: Vec<&Holder> = listing
+    // Detached on purpose, or holding no GPU, and not asked for by their flag: said, never signalled.
+    let spared = listing
         .holders
         .iter()
-        .filter(|h| h.verdict == Verdict::Detached && h.total_bytes() > 0 && !s.detached)
-        .collect();
+        .filter_map(|h| Some((h.pid, h.spared(s.widen)?.to_string())));
     let mut ended: Vec<EndResult> = refused
         .iter()
         .map(|h| (h.pid, policy.refuse(h).unwrap_or_default()))
-        .chain(
-            spared
-                .iter()
-                .map(|h| (h.pid, orphans::DETACHED.to_string())),
-        )
+        .chain(spared)
         .map(|(pid, why)| EndResult {
             pid,
             result: Ended::Skipped { why },

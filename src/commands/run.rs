@@ -96,7 +96,8 @@ pub(crate) struct Measured {
     /// Kept until gpudoc's own work is done (see [`supervise::Child`]).
     pub child: supervise::Child,
     metrics: Option<live_metrics::Metrics>,
-    hup_ignored: bool,
+    /// gpudoc was started ignoring SIGHUP (`nohup gpudoc ...`): so may the job's processes be.
+    pub hup_ignored: bool,
     /// Why gpudoc ended the job itself, when an [`crate::fit::ender::Ender`] did (`gpudoc fit`).
     pub ended: Option<crate::fit::ender::Ended>,
     /// The signal by which someone asked the job to end (a Ctrl-C), if anyone did: `gpudoc fit` stops.
@@ -520,9 +521,34 @@ fn end_leftovers(leftovers: &[ProcInfo], hup_ignored: bool) -> Vec<EndResult> {
     r
 }
 
+/// Before another run of the same command (`gpudoc fit`, `--try`): ends whatever earlier runs left running
+/// that is still there, those detached on purpose (`nohup`) included, which `--kill-orphans` spared. Each
+/// would hold memory the next run needs and be counted as that run's (it is gpudoc's descendant, as the
+/// job's processes are), and each run would start another. What was ended, to be said.
+pub(crate) fn end_earlier_leftovers() -> Vec<(ProcInfo, EndResult)> {
+    supervise::reap_all();
+    let left = crate::procs::descendants(std::process::id());
+    if left.is_empty() {
+        return Vec::new();
+    }
+    let holders: Vec<_> = left
+        .iter()
+        .map(|p| crate::orphans::describe(p.pid, Vec::new(), Vec::new()))
+        .collect();
+    let ended = crate::orphans::end::end(
+        &holders,
+        ORPHAN_GRACE,
+        &crate::orphans::end::Policy::here(false),
+    );
+    supervise::reap_all();
+    left.into_iter()
+        .filter_map(|p| Some((p.clone(), ended.iter().find(|r| r.pid == p.pid)?.clone())))
+        .collect()
+}
+
 /// Records what the job left running (and `--kill-orphans` did not end), so `gpudoc orphans` knows them for
 /// certain; a record that can't be written is a note of the report, never a failure of the run.
-fn record_leftovers(s: &RunSettings, report: &mut Report, hup_ignored: bool) {
+pub(crate) fn record_leftovers(s: &RunSettings, report: &mut Report, hup_ignored: bool) {
     use crate::orphans::record::{Entry, Here};
     let left: Vec<_> = report
         .orphans
@@ -573,6 +599,7 @@ fn origin(s: &RunSettings) -> crate::origin::Origin {
         name: s.name.clone(),
         slurm: s.env.slurm.clone(),
         cuda_visible_devices: s.env.visible_devices.clone(),
+        launch: s.env.launch.clone(),
     }
 }
 

@@ -44,6 +44,18 @@ const SUBREAPERS: [&str; 7] = [
 /// Why a process detached on purpose is not ended.
 pub const DETACHED: &str = "detached on purpose (it ignores SIGHUP, as under nohup): `gpudoc orphans --kill --detached` ends it";
 
+/// Why a recorded leftover that holds no GPU is not ended.
+pub const HOLDS_NO_GPU: &str = "holds no GPU memory or device (a tmux server, tensorboard or Jupyter server started from a run, say): `gpudoc orphans --kill --without-gpu` ends it";
+
+/// What `--kill` ends beyond the leftovers, each asked for by its flag.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Widen {
+    /// `--detached`: what was detached on purpose (`nohup`) and holds GPU memory.
+    pub detached: bool,
+    /// `--without-gpu`: what a `gpudoc run` recorded it left that holds no GPU memory or device.
+    pub without_gpu: bool,
+}
+
 /// What gpudoc makes of a GPU-holding process.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
@@ -97,21 +109,39 @@ impl Holder {
         self.gpu_bytes.iter().map(|&(_, b)| b).sum()
     }
 
-    /// Leftovers are what `--kill` ends: orphans that hold GPU memory, and whatever a `gpudoc run` recorded
-    /// it left (it said so, and pointed here). An orphan with only a device file open (an NVML-reading
-    /// tool, say) holds nothing worth ending.
+    /// Leftovers are what `--kill` ends: orphans that hold GPU memory, and what a `gpudoc run` recorded it
+    /// left (it said so, and pointed here) that holds GPU memory or a device. An orphan with only a device
+    /// file open (an NVML-reading tool, say) holds nothing worth ending; nor does a recorded one that holds
+    /// no GPU at all: a tmux server first started from a run serves every session made on it since.
     pub fn is_leftover(&self) -> bool {
         self.verdict == Verdict::Orphan && self.worth_ending()
     }
 
-    /// What `--kill` ends: the leftovers, and with `detached` (`--detached`) what was detached on purpose
-    /// and is as worth ending.
-    pub fn is_target(&self, detached: bool) -> bool {
-        self.is_leftover() || (detached && self.verdict == Verdict::Detached && self.worth_ending())
+    /// What `--kill` ends: the leftovers, and what `widen`'s flags ask for too (what is spared without
+    /// them, and not with them).
+    pub fn is_target(&self, widen: Widen) -> bool {
+        self.is_leftover()
+            || (self.spared(Widen::default()).is_some() && self.spared(widen).is_none())
+    }
+
+    /// Why `--kill` leaves a process that a flag would have it end (the flag named), when `widen` does not
+    /// ask for it.
+    pub fn spared(&self, widen: Widen) -> Option<&'static str> {
+        let recorded_idle = self.verdict == Verdict::Orphan
+            && self.left_by.is_some()
+            && self.total_bytes() == 0
+            && self.devices.is_empty();
+        if self.verdict == Verdict::Detached && self.worth_ending() && !widen.detached {
+            Some(DETACHED)
+        } else if recorded_idle && !widen.without_gpu {
+            Some(HOLDS_NO_GPU)
+        } else {
+            None
+        }
     }
 
     fn worth_ending(&self) -> bool {
-        self.total_bytes() > 0 || self.left_by.is_some()
+        self.total_bytes() > 0 || (self.left_by.is_some() && !self.devices.is_empty())
     }
 }
 

@@ -10,7 +10,7 @@ use crate::procs;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// The file's format.
@@ -48,8 +48,8 @@ struct File {
 pub enum RecordError {
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
-    #[error("{}: not yours (owned by uid {owner}): not used", path.display())]
-    NotYours { path: PathBuf, owner: u32 },
+    #[error(transparent)]
+    Folder(#[from] crate::private::FolderError),
 }
 
 /// Where this machine is: its boot and this process's PID namespace.
@@ -163,25 +163,7 @@ impl Record {
     /// `sudo` that kept the user's HOME).
     fn folder(&self) -> Result<PathBuf, RecordError> {
         let dir = self.path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        if !dir.exists() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|source| RecordError::Io {
-                    path: dir.clone(),
-                    source,
-                })?;
-        }
-        let owner = fs::metadata(&dir)
-            .map_err(|source| RecordError::Io {
-                path: dir.clone(),
-                source,
-            })?
-            .uid();
-        if owner != nix::unistd::geteuid().as_raw() {
-            return Err(RecordError::NotYours { path: dir, owner });
-        }
+        crate::private::make(&dir)?;
         Ok(dir)
     }
 }

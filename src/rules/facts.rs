@@ -767,7 +767,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "process.leftover",
         "bool",
-        "in a look, a leftover `gpudoc orphans --kill` would end: an orphan holding GPU memory, or what a `gpudoc run` recorded it left running (false in a run, whose leftovers are run.orphans)",
+        "in a look, a leftover `gpudoc orphans --kill` would end: an orphan holding GPU memory, or what a `gpudoc run` recorded it left running that holds GPU memory or a device file (false in a run, whose leftovers are run.orphans)",
     ),
     (
         "process.helper",

@@ -285,19 +285,61 @@ pub(super) fn open(like: RawFd, threads: usize) -> io::Result<Vec<File>> {
     Ok(files)
 }
 
+/// Where the command's output begins in the file, and where it may end.
+pub(super) struct Start {
+    /// The offset its first byte goes to.
+    pub at: u64,
+    /// Where an earlier run's bytes lie past `at`, which the command writes over in place.
+    in_place: Option<InPlace>,
+}
+
+/// A file the command writes over from its start without truncating it (`1<> log`, a file opened to read
+/// and write): the earlier run's bytes past what the command has written so far are not this run's, and an
+/// OOM text among them must not be read as this run's. The command writes through a description shared with
+/// gpudoc's fd (it inherited it), whose offset says how far it has written.
+struct InPlace {
+    /// A duplicate of gpudoc's fd: the same description, so the same offset.
+    fd: std::os::fd::OwnedFd,
+    /// The file's size when the command started: where the earlier bytes end.
+    old_end: u64,
+}
+
+impl InPlace {
+    /// How much of the file's `size` bytes holds this run's: up to the command's offset while that is still
+    /// inside the earlier bytes; all of them once it has written past them.
+    fn written(&self, size: u64) -> u64 {
+        // SAFETY: lseek on a descriptor we own; SEEK_CUR with 0 moves nothing.
+        let cur =
+            unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&self.fd), 0, libc::SEEK_CUR) };
+        match u64::try_from(cur) {
+            Ok(cur) if cur < self.old_end => cur.min(size),
+            _ => size,
+        }
+    }
+}
+
 /// Where the command's output to gpudoc's fd `like` begins in the file: the descriptor's offset, or, when
 /// it was opened for appending (`>> log`), the file's size now. An O_APPEND descriptor's offset moves to the
 /// end only at its first write, so before that it still says 0, and what an earlier run left in the log
 /// would be read as this run's. A process outside the job that appends to the same file while it runs
 /// cannot be told apart: a file does not record who wrote what.
-pub(super) fn output_start(like: RawFd) -> u64 {
+pub(super) fn output_start(like: RawFd) -> Start {
     // SAFETY: fcntl, lseek and fstat on gpudoc's own fd, which stays open.
     let appending = unsafe { libc::fcntl(like, libc::F_GETFL) } & libc::O_APPEND != 0;
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(like) };
+    let size = nix::sys::stat::fstat(fd).map_or(0, |st| st.st_size.max(0) as u64);
     if appending {
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(like) };
-        return nix::sys::stat::fstat(fd).map_or(0, |st| st.st_size.max(0) as u64);
+        return Start {
+            at: size,
+            in_place: None,
+        };
     }
-    (unsafe { libc::lseek(like, 0, libc::SEEK_CUR) }).max(0) as u64
+    let at = (unsafe { libc::lseek(like, 0, libc::SEEK_CUR) }).max(0) as u64;
+    let in_place = (size > at)
+        .then(|| fd.try_clone_to_owned().ok())
+        .flatten()
+        .map(|fd| InPlace { fd, old_end: size });
+    Start { at, in_place }
 }
 
 /// gpudoc's fd `like` opened anew for reading, without moving the file's access time where the kernel
@@ -333,11 +375,12 @@ fn read_full(file: &File, buf: &mut [u8], at: u64) -> usize {
 pub(super) fn follow(
     stream: Stream,
     files: &[File],
-    from: u64,
+    start: Start,
     observer: &Watching,
     exited: &AtomicBool,
     (pace, drain_max): (Pace, Duration),
 ) {
+    let (from, mut in_place) = (start.at, start.in_place);
     let mut r = Reader::new(files, stream, from, pace);
     let mut deadline: Option<Instant> = None;
     let mut wait = FOLLOW_EVERY;
@@ -348,16 +391,20 @@ pub(super) fn follow(
         if done && *deadline.get_or_insert_with(|| Instant::now() + drain_max) < Instant::now() {
             return;
         }
-        let Ok(size) = files[0].metadata().map(|m| m.len()) else {
+        let Ok(mut size) = files[0].metadata().map(|m| m.len()) else {
             return;
         };
         let now = Instant::now();
         if size < r.pos {
-            // Truncated: read on from its new end.
+            // Truncated: read on from its new end; the earlier run's bytes are gone.
+            in_place = None;
             r = Reader::new(files, stream, size, r.pace);
             if let Some(obs) = observer.lock().unwrap().as_mut() {
                 obs.skipped(stream);
             }
+        }
+        if let Some(p) = &in_place {
+            size = p.written(size).max(r.pos);
         }
         if size != seen_size {
             (seen_size, grew_at) = (size, now);
@@ -468,7 +515,10 @@ mod tests {
                 follow(
                     Stream::Stderr,
                     std::slice::from_ref(&file),
-                    0,
+                    Start {
+                        at: 0,
+                        in_place: None,
+                    },
                     &obs,
                     &exited,
                     (Pace::DEFAULT, Duration::from_secs(2)),

@@ -165,7 +165,7 @@ pub(super) enum Source {
         stream: Stream,
         files: Arc<[std::fs::File]>,
         pace: super::follow::Pace,
-        from: u64,
+        from: super::follow::Start,
     },
 }
 

@@ -7,7 +7,7 @@
 //! when its files are this binary's, byte for byte). [`shim_folder`] is the one place that decides.
 
 use super::SHIM;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Where a shim may already be.
@@ -96,9 +96,11 @@ fn in_cache(cache: &Path) -> Result<Option<PathBuf>, Refused> {
     }
     let uid = nix::unistd::geteuid().as_raw();
     if !base.exists() {
-        std::fs::create_dir_all(cache)?;
-        // Another gpudoc may make it at the same time: that one is checked like any other.
-        let _ = std::fs::DirBuilder::new().mode(0o700).create(&base);
+        // Nothing is made in a folder of another user's (a root run with the user's HOME).
+        crate::private::make(&base).map_err(|e| match e {
+            crate::private::FolderError::NotYours { .. } => Refused::Unsafe(e.to_string()),
+            crate::private::FolderError::Io { .. } => Refused::Unavailable,
+        })?;
     }
     check_parent(cache, uid, true)?;
     check_parent(&base, uid, false)?;
