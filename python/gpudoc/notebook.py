@@ -148,8 +148,9 @@ class Doctor(object):
         # The callbacks are registered (%load_ext; %unload_ext takes them back, and this is kept for the
         # next load: the steps and runs of earlier cells still count).
         self.loaded = False
-        # Cells the running cell runs (%%capture's body): part of it.
+        # Cells the running cell runs (%%capture's body): part of it; the first error one raised.
         self.nested = set()
+        self.inner = None
 
     # -- the callbacks -------------------------------------------------------------------------------
 
@@ -157,33 +158,56 @@ class Doctor(object):
         """pre_run_cell; or, `loading`, %load_ext in a cell whose start went by before the callbacks came:
         that cell counts from the load (its end, whichever it is, closes it)."""
         __tracebackhide__ = True
+        try:
+            self._pre(info, loading)
+        except KeyboardInterrupt:
+            # An interrupt while gpudoc works drops that work, silently: raised out of a callback, IPython
+            # prints it as the callback's error and makes it the last exception (sys.last_value, %tb,
+            # %debug) in place of the user's.
+            pass
+        except Exception as e:
+            self._broken("pre_run_cell", e)
+
+    def _pre(self, info, loading):
+        raw = getattr(info, "raw_cell", None)
+        if type(raw) is str and is_full(raw.splitlines()):
+            self.full = True
         if self.start is not None and not loading and getattr(info, "store_history", True) is False:
             # A cell the running cell runs (%%capture runs its body as one, which IPython numbers as the
             # next cell): its memory is the running cell's, said at that cell's end.
             self.nested.add(id(info))
             return
-        try:
-            torch = self._torch()
-            if torch is not None and self._shim(torch) is not None:
-                self.shim.cell_start(self.shim.UNSEEN if loading else info)
-            self.start = Start(self._mine(torch), torch is not None)
-        except Exception as e:
-            self._broken("pre_run_cell", e)
+        torch = self._torch()
+        if torch is not None and self._shim(torch) is not None:
+            self.shim.cell_start(self.shim.UNSEEN if loading else info)
+        self.start = Start(self._mine(torch), torch is not None)
 
     def post(self, result=None):
         __tracebackhide__ = True
-        nested = id(getattr(result, "info", None))
-        if nested in self.nested:
-            self.nested.discard(nested)
-            return
         try:
-            start, self.start = self.start, None
-            if start is not None:
-                self._post(result, start)
+            if self._nested(result):
+                return
+            try:
+                start, self.start = self.start, None
+                if start is not None:
+                    self._post(result, start)
+            finally:
+                self.full = self.quiet = False
+                self.inner = None
+        except KeyboardInterrupt:
+            pass  # as in pre: gpudoc's work is dropped, silently
         except Exception as e:
             self._broken("post_run_cell", e)
-        finally:
-            self.full = self.quiet = False
+
+    def _nested(self, result):
+        """Whether `result` is the end of a cell the running cell ran (see _pre); what it raised is the
+        running cell's to explain (an OOM in %%capture's body)."""
+        key = id(getattr(result, "info", None))
+        if key not in self.nested:
+            return False
+        self.nested.discard(key)
+        self.inner = self.inner or getattr(result, "error_in_exec", None)
+        return True
 
     def unloaded(self):
         """%unload_ext: the running cell's end will not be seen here; the shim loaded here, fed by these
@@ -204,7 +228,7 @@ class Doctor(object):
         mine = self._mine(torch)
         self._drain()
         n = getattr(result, "execution_count", None)
-        error = getattr(result, "error_in_exec", None)
+        error = getattr(result, "error_in_exec", None) or self.inner
         for rec in recs:
             runs = self.runs.setdefault((rec["id"], rec["dev"]), [])
             runs.append((rec["n"], rec["a0"], rec["a"]))
@@ -640,8 +664,10 @@ def load(shell):
             diagnosis of it, its HTML report inline."""
             __tracebackhide__ = True
             if cell is not None:
+                # Reached only where IPython did not run the body as the cell itself (see unwrap): run
+                # as %%capture runs its body, a cell of its own, part of this one.
                 doctor.full = True
-                run_cell_code(self.shell, cell)
+                self.shell.run_cell(cell, store_history=False)
             elif line.strip() == "free":
                 doctor.free()
             elif line.strip() == "":
@@ -652,6 +678,9 @@ def load(shell):
     shell.register_magics(GpudocMagics)
     shell.events.register("pre_run_cell", doctor.pre)
     shell.events.register("post_run_cell", doctor.post)
+    cleanup = getattr(shell, "input_transformers_cleanup", None)
+    if cleanup is not None and unwrap not in cleanup:
+        cleanup.append(unwrap)
     # Loaded in a cell (the one that builds the model, often): its line counts from here. Loaded at the
     # kernel's start (IPython's `extensions` setting), the first cell's start replaces this one.
     doctor.pre(loading=True)
@@ -662,26 +691,33 @@ def unload(shell):
     if doctor is not None and doctor.loaded:
         shell.events.unregister("pre_run_cell", doctor.pre)
         shell.events.unregister("post_run_cell", doctor.post)
+        cleanup = getattr(shell, "input_transformers_cleanup", None)
+        if cleanup is not None and unwrap in cleanup:
+            cleanup.remove(unwrap)
         doctor.unloaded()
 
 
-def run_cell_code(shell, cell):
-    """The body of a %%gpudoc cell, run in the notebook's namespace as the cell's own code (its file is the
-    cell's, so tracebacks and gpudoc's holders name the cell)."""
-    __tracebackhide__ = True
-    code = shell.transform_cell(cell)
-    n = _running_cell(shell)
-    name = shell.compile.cache(code, n) if hasattr(shell.compile, "cache") else "<gpudoc cell>"
-    exec(shell.compile(code, name, "exec"), shell.user_ns)
+# The first line of a cell gpudoc diagnoses in full.
+FULL = "%%gpudoc"
 
 
-def _running_cell(shell):
-    """The number of the cell running now (the one its code's file is cached under)."""
-    files = getattr(shell.compile, "_filename_map", {})
-    f = sys._getframe(1)
-    while f is not None:
-        n = files.get(f.f_code.co_filename)
-        if n is not None:
-            return n
-        f = f.f_back
-    return 0
+def is_full(lines):
+    """Whether a cell (its lines) is a %%gpudoc cell: its first line that is not blank is %%gpudoc alone."""
+    first = next((x for x in lines if x.strip()), "")
+    return first.strip() == FULL
+
+
+def unwrap(lines):
+    """IPython's input transformer for %%gpudoc (IPython's `input_transformers_cleanup`, which runs before
+    it reads a cell magic): the %%gpudoc line becomes an empty one, and IPython runs the body as any cell,
+    itself: its last expression displayed (Out), top-level await, its own tracebacks and line numbers.
+    pre_run_cell reads the %%gpudoc from the raw cell."""
+    if not is_full(lines):
+        return lines
+    at = next(i for i, x in enumerate(lines) if x.strip())
+    return lines[:at] + ["\n"] + lines[at + 1:]
+
+
+# IPython's check of whether a cell is complete (a terminal's Enter) passes over transformers with side
+# effects: it still sees %%gpudoc, a cell magic's header, and waits for the blank line that ends one.
+unwrap.has_side_effects = True

@@ -1294,6 +1294,10 @@ def cell_start(info=None, fresh=False, t0=None):
                 _keep(d, stats)
                 _fold(S.folded, d, stats)
                 S.orig_reset(d)
+    except KeyboardInterrupt:
+        # An interrupt during gpudoc's callback drops its work, silently: raised, IPython would print it as
+        # the callback's error and make it the last exception (%tb, %debug) in place of the user's.
+        CELL.open = False
     except Exception as e:
         _fail("cell start", e)
 
@@ -1324,6 +1328,8 @@ def cell_end(result=None):
         for d, stats in _in_use():
             CELL.last.append(_cell_record(d, stats, n, ok, cell, src))
         return CELL.last
+    except KeyboardInterrupt:
+        return []  # as in cell_start
     except Exception as e:
         _fail("cell end", e)
         return []
@@ -1362,10 +1368,16 @@ def _cell_record(d, stats, n, ok, cell, src):
             "pa": peaks[0], "pr": peaks[1], "uuid": S.uuids.get(d)}
 
 
+# Line magics that run the rest of their line as the cell's code: a cell's first line of code may be one.
+_CODE_MAGICS = ("%time ", "%timeit ", "%prun ", "%run ")
+
+
 def _first_line(text):
+    """A cell's name: its first line of code; a comment, a cell magic's line (%%gpudoc, %%capture) and a
+    line magic that runs none of the cell's code (%load_ext) are none."""
     for line in text.splitlines():
         line = line.strip()
-        if line and not line.startswith(("#", "%")):
+        if line and (not line.startswith(("#", "%")) or line.startswith(_CODE_MAGICS)):
             return line[:60]
     return ""
 
