@@ -449,7 +449,7 @@ class Doctor(object):
             return
         before, mine0 = self.allocator(torch), self._mine(torch)
         dropped = []
-        frames = drop_traceback(self.shim.hunt())
+        frames, keepers = drop_traceback(self.shim.hunt())
         gc.collect()
         after_tb = self.allocator(torch)
         if frames:
@@ -463,6 +463,11 @@ class Doctor(object):
         torch.cuda.empty_cache()
         after = self.allocator(torch)
         print(free_text(dropped, reserved - sum(r for _, _, r in after), after, mine0, self._mine(torch)))
+        if keepers is not None:
+            names = ", ".join("`%s`" % k for k in keepers)
+            print("  the last traceback's frames are kept: %s holds it (%s)" % (
+                names or "an object of the notebook's",
+                "del %s to drop them" % ", ".join(keepers) if keepers else "%gpudoc names it"))
         for held in self.held.values():
             held.pop("traceback", None)
             held.pop("output", None)
@@ -577,9 +582,16 @@ def is_oom(error):
 
 
 def drop_traceback(hunt):
-    """Clears the frames of the last exception's traceback (their locals: the functions have returned)
-    and forgets the exception; the number of frames cleared."""
-    cleared = 0
+    """Forgets the last exception as IPython and Python keep it for %debug and %tb, and clears the frames of
+    its traceback (their locals: the functions have returned) unless the notebook holds it too (a
+    traceback or exception the user saved: its frames are the user's). The number of frames cleared, and
+    the notebook's names that keep it (None: nothing of the user's does)."""
+    last = getattr(sys, "last_value", None)
+    chain = [last] if last is not None else []
+    tb = getattr(sys, "last_traceback", None)
+    while tb is not None and len(chain) < hunt.MAX_TB_FRAMES:
+        chain.append(tb)
+        tb = tb.tb_next
     # IPython's traceback printer keeps the last traceback it printed (AutoFormattedTB.tb, for %debug,
     # which reads sys.last_traceback when it is gone): with it, the frames would outlive their clearing,
     # and a frame keeps its function, whose closure cells keep the call's arguments (torch's
@@ -591,7 +603,15 @@ def drop_traceback(hunt):
                 printer.tb = None
             except Exception:
                 pass
-    for f in hunt.traceback_frames():
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    keepers = _kept_by_notebook(shell, chain)
+    if keepers is not None:
+        return 0, keepers
+    cleared = 0
+    # (No closure here refers to `last`: its cell would hold the exception from this frame, unseen.)
+    for f in [t.tb_frame for t in chain[1 if last is not None else 0:]]:
         if not f.f_code.co_flags & 0x2:
             continue  # a module's or a cell's own frame: its names are the notebook's
         # Before Python 3.13 a frame whose f_locals was read (IPython's traceback does) keeps a copy of its
@@ -604,10 +624,33 @@ def drop_traceback(hunt):
         if type(copy) is dict:
             copy.clear()
         cleared += 1
-    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, name):
-            delattr(sys, name)
-    return cleared
+    return cleared, None
+
+
+def _kept_by_notebook(shell, chain):
+    """The notebook's names that hold the exception or an entry of its traceback (`chain`), once Python's
+    and IPython's own references are gone; [] when something else of the user's does (a list, another
+    exception's __context__); None when nothing does. One pass over the heap (gc.get_referrers), as the
+    collection %gpudoc free runs after it."""
+    import gc
+
+    ours = set(id(o) for o in chain)
+    running = set()
+    f = sys._getframe()
+    while f is not None:
+        running.add(id(f))
+        f = f.f_back
+    held = []
+    for r in gc.get_referrers(*chain):
+        if id(r) in ours or id(r) in running or r is chain:
+            continue  # the chain itself (an exception's traceback, an entry's next), gpudoc's frames
+        if type(r).__name__ == "ExecutionResult":
+            continue  # IPython's record of the cell that raised (shell.last_execution_result)
+        held.append(r)
+    if not held:
+        return None
+    ns = getattr(shell, "user_ns", None) or {}
+    return [k for k, v in list(ns.items()) if id(v) in ours and not k.startswith("_")]
 
 
 def free_text(dropped, cache, after, mine0, mine):

@@ -139,3 +139,35 @@ def test_an_interrupt_during_the_shims_own_cell_callbacks_leaves_the_users_excep
     """)
     assert got is True, text
     assert "Error in callback" not in text, text
+
+
+OOM_IN_F = "def f(n):\\n    notes = 'x'\\n    t = torch.empty(100 << 20)\\n    torch.cuda._oom(n, free=None)\\nf(64 << 30)"
+
+
+def test_gpudoc_free_keeps_the_frames_of_a_traceback_the_user_saved(tmp_path):
+    text, got = in_shell(tmp_path, """
+        cell("%s")
+        cell("import sys\\nsaved = sys.last_traceback")
+        cell("%%gpudoc free")
+        tb = shell.user_ns["saved"]
+        while tb.tb_frame.f_code.co_name != "f":
+            tb = tb.tb_next
+        print("RESULT " + json.dumps(sorted(tb.tb_frame.f_locals)))
+    """ % OOM_IN_F)
+    assert got == ["n", "notes", "t"], text
+    assert "the last traceback's frames are kept: `saved` holds it (del saved to drop them)" in text, text
+
+
+def test_gpudoc_free_clears_the_frames_of_a_traceback_only_ipython_holds(tmp_path):
+    text, got = in_shell(tmp_path, """
+        r = cell("%s")
+        tb = r.error_in_exec.__traceback__
+        while tb.tb_frame.f_code.co_name != "f":
+            tb = tb.tb_next
+        frame = tb.tb_frame
+        del r, tb
+        cell("%%gpudoc free")
+        print("RESULT " + json.dumps(sorted(frame.f_locals)))
+    """ % OOM_IN_F)
+    assert got == [], text
+    assert "gpudoc: dropped the last traceback's frames (100.00 MiB)" in text, text
