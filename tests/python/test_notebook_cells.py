@@ -141,7 +141,8 @@ def test_an_interrupt_during_the_shims_own_cell_callbacks_leaves_the_users_excep
     assert "Error in callback" not in text, text
 
 
-OOM_IN_F = "def f(n):\\n    notes = 'x'\\n    t = torch.empty(100 << 20)\\n    torch.cuda._oom(n, free=None)\\nf(64 << 30)"
+OOM_IN_F = ("def f(n):\\n    notes = 'x'\\n    t = torch.empty(100 << 20)\\n    torch.cuda._oom(n, free=None)\\n"
+            "f(64 << 30)")
 
 
 def test_gpudoc_free_keeps_the_frames_of_a_traceback_the_user_saved(tmp_path):
@@ -171,3 +172,24 @@ def test_gpudoc_free_clears_the_frames_of_a_traceback_only_ipython_holds(tmp_pat
     """ % OOM_IN_F)
     assert got == [], text
     assert "gpudoc: dropped the last traceback's frames (100.00 MiB)" in text, text
+
+
+def test_the_holders_search_walks_a_large_dict_subclass_in_slices(tmp_path):
+    # A slice whose time is up at its first look at the clock: it stops within a few dozen items, also in
+    # a dict of its own with a million numbers (none of which it goes into, so none counted as a step).
+    text, got = in_shell(tmp_path, """
+        cell("class Table(dict):\\n    pass\\nbig = Table((i, i) for i in range(10 ** 6))")
+        hunt = gpudoc.notebook._DOCTORS[id(shell)].shim.hunt()
+        taken, real = [0], hunt._next
+
+        def counted(entry):
+            taken[0] += 1
+            return real(entry)
+
+        hunt._next = counted
+        search = hunt.Search(sys.modules["torch"], 0, None, skip=())
+        search.run(0.0)
+        print("RESULT " + json.dumps([taken[0], search.done]))
+    """)
+    taken, done = got
+    assert not done and taken < 1000, text

@@ -21,6 +21,7 @@ the program.
 """
 import collections
 import gc
+import itertools
 import linecache
 import os
 import sys
@@ -322,6 +323,11 @@ class Search(object):
         container left for the end at `floor`) or time is up (True)."""
         kinds, seen, steps, floor = self.kinds, self.seen, 0, max(1, self.floor)
         while len(stack) >= floor:
+            # Every child counts toward the deadline, those not gone into too: a container of a million
+            # ints or strings is walked in slices as any other.
+            steps += 1
+            if steps & 63 == 0 and time.perf_counter() > deadline:
+                return True
             entry = stack[-1]
             child = _next(entry)
             if child is _END:
@@ -334,7 +340,8 @@ class Search(object):
                 continue
             if stop.here(child, t):
                 continue
-            if not self.floor and t in _CONTAINERS and len(child) > BIG:
+            base = _base_of(t)
+            if not self.floor and base is not None and base.__len__(child) > BIG:
                 labels = stack[0][0].labels()
                 self.later.append((stack[0][0].key, labels[stack[0][2] - 1] if stack[0][2] else None,
                                    [(id(e[0]), e[2]) for e in stack] + [(id(child), 0)]))
@@ -345,9 +352,6 @@ class Search(object):
                 seen.add(id(child))
             stack.append(_open(child))
             self.visited += 1
-            steps += 1
-            if steps & 63 == 0 and time.perf_counter() > deadline:
-                return True
         return False
 
     def _suspect(self, t, stack):
@@ -668,7 +672,28 @@ def _open(o):
         return [o, "iter", 0, iter(dict.values(o))]
     if t is set or t is frozenset or t is collections.deque:
         return [o, "iter", 0, iter(o)]
+    base = _base_of(t)
+    if base is not None:
+        # A subclass of a builtin container (a dict of its own): its items through the builtin's own
+        # iterator, which runs none of the subclass's code and goes a slice at a time (gc.get_referents
+        # lists a million items at once), then its attributes.
+        items = dict.values(o) if base is dict else base.__iter__(o)
+        d = _instance_dict(o)
+        return [o, "iter", 0, itertools.chain(items, (d,) if d is not None else ())]
     return [o, "refs", 0, gc.get_referents(o)]
+
+
+def _base_of(t):
+    """The builtin container type `t` is or derives from, else None (issubclass of builtin types runs none
+    of the program's code)."""
+    if t in _CONTAINERS:
+        return t
+    if not issubclass(t, _CONTAINERS):
+        return None
+    for base in _CONTAINERS:
+        if issubclass(t, base):
+            return base
+    return None
 
 
 def _next(entry):
