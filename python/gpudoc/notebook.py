@@ -349,11 +349,13 @@ class Doctor(object):
 
     # -- holders ------------------------------------------------------------------------------------
 
-    def search(self, torch, device, budget=SEARCH_S):
+    def search(self, torch, device, budget=SEARCH_S, enough=None):
         """What holds tensors on `device`: each name (the notebook's variables, its output cache, the last
-        traceback's frames) with its bytes, most first; and the Search (its totals)."""
+        traceback's frames) with its bytes, most first; and the Search (its totals). `enough`: the device's
+        live bytes, when the names that hold them all are enough (not every name that holds them)."""
         hunt = self.shim.hunt()
         s = hunt.Search(torch, device, None, skip=(id(self), id(self.shim.S)))
+        s.enough = enough
         s.run(budget)
         return s
 
@@ -364,7 +366,10 @@ class Doctor(object):
         for rec in recs:
             if rec["a"] - rec["a0"] < GREW and not everything:
                 continue
-            found = self.holdings(self.search(torch, rec["dev"], budget), rec["a"])
+            # A cell's line names what holds what grew: once every live tensor is found, a data set of a
+            # million items further on the notebook's names is not walked.
+            s = self.search(torch, rec["dev"], budget, enough=None if everything else rec["a"])
+            found = self.holdings(s, rec["a"])
             before = self.held.get(rec["dev"], {})
             self.held[rec["dev"]] = dict((key, b) for key, b, _ in found)
             lines += [text for key, b, text in found if everything or b - before.get(key, 0) >= GREW][:5]

@@ -193,3 +193,23 @@ def test_the_holders_search_walks_a_large_dict_subclass_in_slices(tmp_path):
     """)
     taken, done = got
     assert not done and taken < 1000, text
+
+
+def test_a_cells_holders_are_found_without_walking_a_large_table_past_them(tmp_path):
+    # Once every live tensor is found (`kept`, then `outs`), the million items of `big` are not walked:
+    # the cell waits for its search as long as without the table.
+    text, taken = in_shell(tmp_path, """
+        cell("class Table(dict):\\n    pass\\nbig = Table((i, i) for i in range(10 ** 6))\\nouts = []")
+        hunt = gpudoc.notebook._DOCTORS[id(shell)].shim.hunt()
+        taken, real = [0], hunt._next
+
+        def counted(entry):
+            taken[0] += 1
+            return real(entry)
+
+        hunt._next = counted
+        cell("outs.append(torch.empty(2 << 20))")
+        print("RESULT " + json.dumps(taken[0]))
+    """)
+    assert "`outs` holds 2.00 MiB (del outs when done with it)" in text, text
+    assert taken < 10000, text

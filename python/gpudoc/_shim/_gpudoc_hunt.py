@@ -239,6 +239,8 @@ class Search(object):
         self.done, self.visited, self.spent = False, 0, 0.0
         # The device's live tensors at an OOM (see at_oom).
         self.allocated = None
+        # The device's live tensors, when finding them all is enough (no name is needed past them).
+        self.enough = None
 
     def run(self, budget):
         """One slice of at most `budget` seconds; whether the search is over."""
@@ -258,7 +260,7 @@ class Search(object):
     def _slice(self, deadline):
         roots = self.roots(self.skip)
         stop = _Stops(self.skip)
-        while not (self.ranges is not None and len(self.covered) == len(self.ranges)):
+        while not self._complete():
             stack = self._resume(roots)
             if stack is None:
                 if not self.later:
@@ -278,6 +280,13 @@ class Search(object):
             else:
                 self.finished.add(self.key)
         self.done = True
+
+    def _complete(self):
+        """Nothing is left to find: every range covered, or tensors found for all `enough` bytes (each
+        storage may be up to 511 bytes under its block: the allocator rounds to 512)."""
+        if self.ranges is not None:
+            return len(self.covered) == len(self.ranges)
+        return self.enough is not None and sum(self.bytes.values()) + 512 * len(self.storages) >= self.enough
 
     def _resume(self, roots):
         """The stack at the saved path: the root it was in (the first root not searched yet, when none),
