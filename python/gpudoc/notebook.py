@@ -639,6 +639,8 @@ def _kept_by_notebook(shell, chain):
     collection %gpudoc free runs after it."""
     import gc
 
+    if not chain:
+        return None
     ours = set(id(o) for o in chain)
     running = set()
     f = sys._getframe()

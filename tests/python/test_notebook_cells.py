@@ -32,6 +32,19 @@ def cell_records():
     return [m for m in doctor.messages if m.get("k") == "cell"]
 
 
+# The holders' search (the shim's hunt module), counting the items it takes from containers.
+def counting_items():
+    hunt = gpudoc.notebook._DOCTORS[id(shell)].shim.hunt()
+    taken, real = [0], hunt._next
+
+    def counted(entry):
+        taken[0] += 1
+        return real(entry)
+
+    hunt._next = counted
+    return hunt, taken
+
+
 cell("%load_ext gpudoc\\nimport torch\\ntorch.cuda.init()\\nkept = torch.empty(2 << 20)")
 """
 
@@ -179,14 +192,7 @@ def test_the_holders_search_walks_a_large_dict_subclass_in_slices(tmp_path):
     # a dict of its own with a million numbers (none of which it goes into, so none counted as a step).
     text, got = in_shell(tmp_path, """
         cell("class Table(dict):\\n    pass\\nbig = Table((i, i) for i in range(10 ** 6))")
-        hunt = gpudoc.notebook._DOCTORS[id(shell)].shim.hunt()
-        taken, real = [0], hunt._next
-
-        def counted(entry):
-            taken[0] += 1
-            return real(entry)
-
-        hunt._next = counted
+        hunt, taken = counting_items()
         search = hunt.Search(sys.modules["torch"], 0, None, skip=())
         search.run(0.0)
         print("RESULT " + json.dumps([taken[0], search.done]))
@@ -200,14 +206,7 @@ def test_a_cells_holders_are_found_without_walking_a_large_table_past_them(tmp_p
     # the cell waits for its search as long as without the table.
     text, taken = in_shell(tmp_path, """
         cell("class Table(dict):\\n    pass\\nbig = Table((i, i) for i in range(10 ** 6))\\nouts = []")
-        hunt = gpudoc.notebook._DOCTORS[id(shell)].shim.hunt()
-        taken, real = [0], hunt._next
-
-        def counted(entry):
-            taken[0] += 1
-            return real(entry)
-
-        hunt._next = counted
+        hunt, taken = counting_items()
         cell("outs.append(torch.empty(2 << 20))")
         print("RESULT " + json.dumps(taken[0]))
     """)
