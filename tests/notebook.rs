@@ -9,12 +9,14 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// One executed cell: what it printed, the error it raised ("Name: value"), the HTML it displayed.
+/// One executed cell: what it printed, the error it raised ("Name: value"), the HTML it displayed, its
+/// Out (text/plain).
 #[derive(Debug)]
 struct Cell {
     text: String,
     error: Option<String>,
     html: Option<String>,
+    result: Option<String>,
 }
 
 fn python_dir() -> PathBuf {
@@ -58,6 +60,7 @@ fn cells_of(stdout: &[u8]) -> Vec<Cell> {
             text: v["text"].as_str().unwrap_or("").to_string(),
             error: v["error"].as_str().map(String::from),
             html: v["html"].as_str().map(String::from),
+            result: v["result"].as_str().map(String::from),
         })
         .collect()
 }
@@ -159,6 +162,32 @@ fn after_each_cell_the_notebook_says_what_changed_and_what_holds_it() {
     assert!(
         html.starts_with("<div><iframe srcdoc=\"&lt;!DOCTYPE html&gt;"),
         "{html:.200}"
+    );
+}
+
+#[test]
+fn a_gpudoc_cell_runs_in_a_kernel_as_any_cell_does() {
+    // ipykernel runs a cell with top-level await on its own event loop; %%gpudoc's body is that cell.
+    let m = Machine::h200s(1);
+    let cells = run(
+        &m,
+        &[
+            "%load_ext gpudoc\nimport torch\ntorch.cuda.init()",
+            "%%gpudoc\nimport asyncio\nawait asyncio.sleep(0)\nx = torch.empty(1 << 30)\n41 + 1",
+        ],
+    );
+    let full = &cells[1];
+    assert_eq!(
+        (full.error.as_deref(), full.result.as_deref()),
+        (None, Some("42")),
+        "{}",
+        full.text
+    );
+    assert!(
+        full.text
+            .contains("gpudoc: notebook ran cell 2 (`import asyncio`)"),
+        "{}",
+        full.text
     );
 }
 

@@ -583,6 +583,8 @@ f, m = torch.nn.Module.train, torch.nn.Module()
 print("train", f.__module__, f.__name__, f.__qualname__, f.__doc__, m.train() is m, m.eval().training)
 import inspect
 print("signature", inspect.signature(f))
+# What is read of the function itself, not of what it wraps: torch's parameters, no __wrapped__.
+print("own", inspect.signature(f, follow_wrapped=False), hasattr(f, "__wrapped__"), f.__defaults__, f.__kwdefaults__, f.__annotations__)
 "#),
     );
     let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));
@@ -602,7 +604,7 @@ print("signature", inspect.signature(f))
     assert_eq!(
         gl[4..],
         bl[4..],
-        "torch._C's functions look like torch's own"
+        "torch._C's functions and Module.train look like torch's own"
     );
 }
 

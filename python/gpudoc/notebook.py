@@ -148,8 +148,9 @@ class Doctor(object):
         # The callbacks are registered (%load_ext; %unload_ext takes them back, and this is kept for the
         # next load: the steps and runs of earlier cells still count).
         self.loaded = False
-        # Cells the running cell runs (%%capture's body): part of it.
+        # Cells the running cell runs (%%capture's body): part of it; the first error one raised.
         self.nested = set()
+        self.inner = None
 
     # -- the callbacks -------------------------------------------------------------------------------
 
@@ -157,33 +158,56 @@ class Doctor(object):
         """pre_run_cell; or, `loading`, %load_ext in a cell whose start went by before the callbacks came:
         that cell counts from the load (its end, whichever it is, closes it)."""
         __tracebackhide__ = True
+        try:
+            self._pre(info, loading)
+        except KeyboardInterrupt:
+            # An interrupt while gpudoc works drops that work, silently: raised out of a callback, IPython
+            # prints it as the callback's error and makes it the last exception (sys.last_value, %tb,
+            # %debug) in place of the user's.
+            pass
+        except Exception as e:
+            self._broken("pre_run_cell", e)
+
+    def _pre(self, info, loading):
+        raw = getattr(info, "raw_cell", None)
+        if type(raw) is str and is_full(raw.splitlines()):
+            self.full = True
         if self.start is not None and not loading and getattr(info, "store_history", True) is False:
             # A cell the running cell runs (%%capture runs its body as one, which IPython numbers as the
             # next cell): its memory is the running cell's, said at that cell's end.
             self.nested.add(id(info))
             return
-        try:
-            torch = self._torch()
-            if torch is not None and self._shim(torch) is not None:
-                self.shim.cell_start(self.shim.UNSEEN if loading else info)
-            self.start = Start(self._mine(torch), torch is not None)
-        except Exception as e:
-            self._broken("pre_run_cell", e)
+        torch = self._torch()
+        if torch is not None and self._shim(torch) is not None:
+            self.shim.cell_start(self.shim.UNSEEN if loading else info)
+        self.start = Start(self._mine(torch), torch is not None)
 
     def post(self, result=None):
         __tracebackhide__ = True
-        nested = id(getattr(result, "info", None))
-        if nested in self.nested:
-            self.nested.discard(nested)
-            return
         try:
-            start, self.start = self.start, None
-            if start is not None:
-                self._post(result, start)
+            if self._nested(result):
+                return
+            try:
+                start, self.start = self.start, None
+                if start is not None:
+                    self._post(result, start)
+            finally:
+                self.full = self.quiet = False
+                self.inner = None
+        except KeyboardInterrupt:
+            pass  # as in pre: gpudoc's work is dropped, silently
         except Exception as e:
             self._broken("post_run_cell", e)
-        finally:
-            self.full = self.quiet = False
+
+    def _nested(self, result):
+        """Whether `result` is the end of a cell the running cell ran (see _pre); what it raised is the
+        running cell's to explain (an OOM in %%capture's body)."""
+        key = id(getattr(result, "info", None))
+        if key not in self.nested:
+            return False
+        self.nested.discard(key)
+        self.inner = self.inner or getattr(result, "error_in_exec", None)
+        return True
 
     def unloaded(self):
         """%unload_ext: the running cell's end will not be seen here; the shim loaded here, fed by these
@@ -204,7 +228,7 @@ class Doctor(object):
         mine = self._mine(torch)
         self._drain()
         n = getattr(result, "execution_count", None)
-        error = getattr(result, "error_in_exec", None)
+        error = getattr(result, "error_in_exec", None) or self.inner
         for rec in recs:
             runs = self.runs.setdefault((rec["id"], rec["dev"]), [])
             runs.append((rec["n"], rec["a0"], rec["a"]))
@@ -325,11 +349,13 @@ class Doctor(object):
 
     # -- holders ------------------------------------------------------------------------------------
 
-    def search(self, torch, device, budget=SEARCH_S):
+    def search(self, torch, device, budget=SEARCH_S, enough=None):
         """What holds tensors on `device`: each name (the notebook's variables, its output cache, the last
-        traceback's frames) with its bytes, most first; and the Search (its totals)."""
+        traceback's frames) with its bytes, most first; and the Search (its totals). `enough`: the device's
+        live bytes, when the names that hold them all are enough (not every name that holds them)."""
         hunt = self.shim.hunt()
         s = hunt.Search(torch, device, None, skip=(id(self), id(self.shim.S)))
+        s.enough = enough
         s.run(budget)
         return s
 
@@ -340,7 +366,10 @@ class Doctor(object):
         for rec in recs:
             if rec["a"] - rec["a0"] < GREW and not everything:
                 continue
-            found = self.holdings(self.search(torch, rec["dev"], budget), rec["a"])
+            # A cell's line names what holds what grew: once every live tensor is found, a data set of a
+            # million items further on the notebook's names is not walked.
+            s = self.search(torch, rec["dev"], budget, enough=None if everything else rec["a"])
+            found = self.holdings(s, rec["a"])
             before = self.held.get(rec["dev"], {})
             self.held[rec["dev"]] = dict((key, b) for key, b, _ in found)
             lines += [text for key, b, text in found if everything or b - before.get(key, 0) >= GREW][:5]
@@ -425,7 +454,7 @@ class Doctor(object):
             return
         before, mine0 = self.allocator(torch), self._mine(torch)
         dropped = []
-        frames = drop_traceback(self.shim.hunt())
+        frames, keepers = drop_traceback(self.shim.hunt())
         gc.collect()
         after_tb = self.allocator(torch)
         if frames:
@@ -439,6 +468,11 @@ class Doctor(object):
         torch.cuda.empty_cache()
         after = self.allocator(torch)
         print(free_text(dropped, reserved - sum(r for _, _, r in after), after, mine0, self._mine(torch)))
+        if keepers is not None:
+            names = ", ".join("`%s`" % k for k in keepers)
+            print("  the last traceback's frames are kept: %s holds it (%s)" % (
+                names or "an object of the notebook's",
+                "del %s to drop them" % ", ".join(keepers) if keepers else "%gpudoc names it"))
         for held in self.held.values():
             held.pop("traceback", None)
             held.pop("output", None)
@@ -553,9 +587,16 @@ def is_oom(error):
 
 
 def drop_traceback(hunt):
-    """Clears the frames of the last exception's traceback (their locals: the functions have returned)
-    and forgets the exception; the number of frames cleared."""
-    cleared = 0
+    """Forgets the last exception as IPython and Python keep it for %debug and %tb, and clears the frames of
+    its traceback (their locals: the functions have returned) unless the notebook holds it too (a
+    traceback or exception the user saved: its frames are the user's). The number of frames cleared, and
+    the notebook's names that keep it (None: nothing of the user's does)."""
+    last = getattr(sys, "last_value", None)
+    chain = [last] if last is not None else []
+    tb = getattr(sys, "last_traceback", None)
+    while tb is not None and len(chain) < hunt.MAX_TB_FRAMES:
+        chain.append(tb)
+        tb = tb.tb_next
     # IPython's traceback printer keeps the last traceback it printed (AutoFormattedTB.tb, for %debug,
     # which reads sys.last_traceback when it is gone): with it, the frames would outlive their clearing,
     # and a frame keeps its function, whose closure cells keep the call's arguments (torch's
@@ -567,7 +608,15 @@ def drop_traceback(hunt):
                 printer.tb = None
             except Exception:
                 pass
-    for f in hunt.traceback_frames():
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    keepers = _kept_by_notebook(shell, chain)
+    if keepers is not None:
+        return 0, keepers
+    cleared = 0
+    # (No closure here refers to `last`: its cell would hold the exception from this frame, unseen.)
+    for f in [t.tb_frame for t in chain[1 if last is not None else 0:]]:
         if not f.f_code.co_flags & 0x2:
             continue  # a module's or a cell's own frame: its names are the notebook's
         # Before Python 3.13 a frame whose f_locals was read (IPython's traceback does) keeps a copy of its
@@ -580,10 +629,35 @@ def drop_traceback(hunt):
         if type(copy) is dict:
             copy.clear()
         cleared += 1
-    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, name):
-            delattr(sys, name)
-    return cleared
+    return cleared, None
+
+
+def _kept_by_notebook(shell, chain):
+    """The notebook's names that hold the exception or an entry of its traceback (`chain`), once Python's
+    and IPython's own references are gone; [] when something else of the user's does (a list, another
+    exception's __context__); None when nothing does. One pass over the heap (gc.get_referrers), as the
+    collection %gpudoc free runs after it."""
+    import gc
+
+    if not chain:
+        return None
+    ours = set(id(o) for o in chain)
+    running = set()
+    f = sys._getframe()
+    while f is not None:
+        running.add(id(f))
+        f = f.f_back
+    held = []
+    for r in gc.get_referrers(*chain):
+        if id(r) in ours or id(r) in running or r is chain:
+            continue  # the chain itself (an exception's traceback, an entry's next), gpudoc's frames
+        if type(r).__name__ == "ExecutionResult":
+            continue  # IPython's record of the cell that raised (shell.last_execution_result)
+        held.append(r)
+    if not held:
+        return None
+    ns = getattr(shell, "user_ns", None) or {}
+    return [k for k, v in list(ns.items()) if id(v) in ours and not k.startswith("_")]
 
 
 def free_text(dropped, cache, after, mine0, mine):
@@ -640,8 +714,10 @@ def load(shell):
             diagnosis of it, its HTML report inline."""
             __tracebackhide__ = True
             if cell is not None:
+                # Reached only where IPython did not run the body as the cell itself (see unwrap): run
+                # as %%capture runs its body, a cell of its own, part of this one.
                 doctor.full = True
-                run_cell_code(self.shell, cell)
+                self.shell.run_cell(cell, store_history=False)
             elif line.strip() == "free":
                 doctor.free()
             elif line.strip() == "":
@@ -652,6 +728,9 @@ def load(shell):
     shell.register_magics(GpudocMagics)
     shell.events.register("pre_run_cell", doctor.pre)
     shell.events.register("post_run_cell", doctor.post)
+    cleanup = getattr(shell, "input_transformers_cleanup", None)
+    if cleanup is not None and unwrap not in cleanup:
+        cleanup.append(unwrap)
     # Loaded in a cell (the one that builds the model, often): its line counts from here. Loaded at the
     # kernel's start (IPython's `extensions` setting), the first cell's start replaces this one.
     doctor.pre(loading=True)
@@ -662,26 +741,33 @@ def unload(shell):
     if doctor is not None and doctor.loaded:
         shell.events.unregister("pre_run_cell", doctor.pre)
         shell.events.unregister("post_run_cell", doctor.post)
+        cleanup = getattr(shell, "input_transformers_cleanup", None)
+        if cleanup is not None and unwrap in cleanup:
+            cleanup.remove(unwrap)
         doctor.unloaded()
 
 
-def run_cell_code(shell, cell):
-    """The body of a %%gpudoc cell, run in the notebook's namespace as the cell's own code (its file is the
-    cell's, so tracebacks and gpudoc's holders name the cell)."""
-    __tracebackhide__ = True
-    code = shell.transform_cell(cell)
-    n = _running_cell(shell)
-    name = shell.compile.cache(code, n) if hasattr(shell.compile, "cache") else "<gpudoc cell>"
-    exec(shell.compile(code, name, "exec"), shell.user_ns)
+# The first line of a cell gpudoc diagnoses in full.
+FULL = "%%gpudoc"
 
 
-def _running_cell(shell):
-    """The number of the cell running now (the one its code's file is cached under)."""
-    files = getattr(shell.compile, "_filename_map", {})
-    f = sys._getframe(1)
-    while f is not None:
-        n = files.get(f.f_code.co_filename)
-        if n is not None:
-            return n
-        f = f.f_back
-    return 0
+def is_full(lines):
+    """Whether a cell (its lines) is a %%gpudoc cell: its first line that is not blank is %%gpudoc alone."""
+    first = next((x for x in lines if x.strip()), "")
+    return first.strip() == FULL
+
+
+def unwrap(lines):
+    """IPython's input transformer for %%gpudoc (IPython's `input_transformers_cleanup`, which runs before
+    it reads a cell magic): the %%gpudoc line becomes an empty one, and IPython runs the body as any cell,
+    itself: its last expression displayed (Out), top-level await, its own tracebacks and line numbers.
+    pre_run_cell reads the %%gpudoc from the raw cell."""
+    if not is_full(lines):
+        return lines
+    at = next(i for i, x in enumerate(lines) if x.strip())
+    return lines[:at] + ["\n"] + lines[at + 1:]
+
+
+# IPython's check of whether a cell is complete (a terminal's Enter) passes over transformers with side
+# effects: it still sees %%gpudoc, a cell magic's header, and waits for the blank line that ends one.
+unwrap.has_side_effects = True

@@ -21,6 +21,7 @@ the program.
 """
 import collections
 import gc
+import itertools
 import linecache
 import os
 import sys
@@ -238,6 +239,8 @@ class Search(object):
         self.done, self.visited, self.spent = False, 0, 0.0
         # The device's live tensors at an OOM (see at_oom).
         self.allocated = None
+        # The device's live tensors, when finding them all is enough (no name is needed past them).
+        self.enough = None
 
     def run(self, budget):
         """One slice of at most `budget` seconds; whether the search is over."""
@@ -257,7 +260,7 @@ class Search(object):
     def _slice(self, deadline):
         roots = self.roots(self.skip)
         stop = _Stops(self.skip)
-        while not (self.ranges is not None and len(self.covered) == len(self.ranges)):
+        while not self._complete():
             stack = self._resume(roots)
             if stack is None:
                 if not self.later:
@@ -277,6 +280,13 @@ class Search(object):
             else:
                 self.finished.add(self.key)
         self.done = True
+
+    def _complete(self):
+        """Nothing is left to find: every range covered, or tensors found for all `enough` bytes (each
+        storage may be up to 511 bytes under its block: the allocator rounds to 512)."""
+        if self.ranges is not None:
+            return len(self.covered) == len(self.ranges)
+        return self.enough is not None and sum(self.bytes.values()) + 512 * len(self.storages) >= self.enough
 
     def _resume(self, roots):
         """The stack at the saved path: the root it was in (the first root not searched yet, when none),
@@ -322,6 +332,11 @@ class Search(object):
         container left for the end at `floor`) or time is up (True)."""
         kinds, seen, steps, floor = self.kinds, self.seen, 0, max(1, self.floor)
         while len(stack) >= floor:
+            # Every child counts toward the deadline, those not gone into too: a container of a million
+            # ints or strings is walked in slices as any other.
+            steps += 1
+            if steps & 63 == 0 and time.perf_counter() > deadline:
+                return True
             entry = stack[-1]
             child = _next(entry)
             if child is _END:
@@ -334,7 +349,8 @@ class Search(object):
                 continue
             if stop.here(child, t):
                 continue
-            if not self.floor and t in _CONTAINERS and len(child) > BIG:
+            base = _base_of(t)
+            if not self.floor and base is not None and base.__len__(child) > BIG:
                 labels = stack[0][0].labels()
                 self.later.append((stack[0][0].key, labels[stack[0][2] - 1] if stack[0][2] else None,
                                    [(id(e[0]), e[2]) for e in stack] + [(id(child), 0)]))
@@ -345,9 +361,6 @@ class Search(object):
                 seen.add(id(child))
             stack.append(_open(child))
             self.visited += 1
-            steps += 1
-            if steps & 63 == 0 and time.perf_counter() > deadline:
-                return True
         return False
 
     def _suspect(self, t, stack):
@@ -668,7 +681,28 @@ def _open(o):
         return [o, "iter", 0, iter(dict.values(o))]
     if t is set or t is frozenset or t is collections.deque:
         return [o, "iter", 0, iter(o)]
+    base = _base_of(t)
+    if base is not None:
+        # A subclass of a builtin container (a dict of its own): its items through the builtin's own
+        # iterator, which runs none of the subclass's code and goes a slice at a time (gc.get_referents
+        # lists a million items at once), then its attributes.
+        items = dict.values(o) if base is dict else base.__iter__(o)
+        d = _instance_dict(o)
+        return [o, "iter", 0, itertools.chain(items, (d,) if d is not None else ())]
     return [o, "refs", 0, gc.get_referents(o)]
+
+
+def _base_of(t):
+    """The builtin container type `t` is or derives from, else None (issubclass of builtin types runs none
+    of the program's code)."""
+    if t in _CONTAINERS:
+        return t
+    if not issubclass(t, _CONTAINERS):
+        return None
+    for base in _CONTAINERS:
+        if issubclass(t, base):
+            return base
+    return None
 
 
 def _next(entry):

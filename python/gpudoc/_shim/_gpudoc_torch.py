@@ -989,35 +989,74 @@ def _watch_eval(torch):
     """torch.nn.Module.train under gpudoc's wrapper, for the evaluation phase: an eval() (train(False)) on
     a module after optimizer steps have run is an evaluation's start (_evaluation). It runs at the
     program's train() and eval() calls only (once per submodule: torch's train() calls its children's),
-    never on a step's path."""
+    never on a step's path. The wrapper has torch's parameters (see _same_parameters)."""
     try:
         Module = torch.nn.modules.module.Module
         real = Module.__dict__["train"]
+        wrapped = _same_parameters(real, _TRAIN, [0], _trained)
     except Exception:
         return
-    depth = [0]
+    Module.train = wrapped
 
-    def train(self, *args, **kwargs):
+
+def _trained(args, kwargs, depth):
+    """After the program's train(self, mode): the evaluation's start, or its end."""
+    self, mode = args[0], args[1] if len(args) > 1 else kwargs.get("mode", True)
+    if depth[0] == 0 and STEP[0] and not S.measuring and mode is False:
+        _uncollected(lambda: _evaluation(self))
+    elif depth[0] == 0 and mode is not False and F.evaluating:
+        # train(): the evaluation is over, and its forward clock with it (before the training step's
+        # forward, which the step hook counts).
+        _forward_clock_off()
+
+
+# The wrapper of Module.train, made with torch's own parameters ({params}: `self, mode`), so that what a
+# program reads of it (inspect.signature, its defaults and annotations) is torch's, with no __wrapped__.
+_TRAIN = """
+def _make(_real, _depth, _after):
+    def train({params}):
         __tracebackhide__ = True
         if _compiling is not None and _compiling():
-            return real(self, *args, **kwargs)
-        depth[0] += 1
+            return _real({call})
+        _depth[0] += 1
         try:
-            return real(self, *args, **kwargs)
+            return _real({call})
         finally:
-            depth[0] -= 1
-            mode = args[0] if args else kwargs.get("mode", True)
-            if depth[0] == 0 and STEP[0] and not S.measuring and mode is False:
-                _uncollected(lambda: _evaluation(self))
-            elif depth[0] == 0 and mode is not False and F.evaluating:
-                # train(): the evaluation is over, and its forward clock with it (before the training
-                # step's forward, which the step hook counts).
-                _forward_clock_off()
+            _depth[0] -= 1
+            _after({args}, {kwargs}, _depth)
+    return train
+"""
 
-    wrapped = _like(real, train)
-    # inspect.signature(Module.train) is torch's own: (self, mode=True).
-    wrapped.__wrapped__ = real
-    Module.train = wrapped
+
+def _same_parameters(real, template, *make):
+    """A wrapper of the Python function `real` with its parameters (names, kinds, defaults, annotations),
+    its name, module and doc, from `template`'s `_make(real, *make)`; its source is in linecache under a
+    name of gpudoc's, for a traceback through it and inspect.getsource."""
+    import linecache
+
+    code = real.__code__
+    n, k, names = code.co_argcount, code.co_kwonlyargcount, code.co_varnames
+    pos, kw = list(names[:n]), list(names[n:n + k])
+    star = names[n + k] if code.co_flags & 0x04 else None
+    stars = names[n + k + bool(star)] if code.co_flags & 0x08 else None
+    params = pos[:code.co_posonlyargcount] + (["/"] if code.co_posonlyargcount else []) \
+        + pos[code.co_posonlyargcount:] + (["*" + star] if star else ["*"] if kw else []) + kw \
+        + (["**" + stars] if stars else [])
+    keywords = ["%s=%s" % (x, x) for x in kw] + (["**" + stars] if stars else [])
+    call = pos + (["*" + star] if star else []) + keywords
+    src = template.format(params=", ".join(params), call=", ".join(call),
+                          args="(%s)" % "".join(x + ", " for x in pos) + (" + " + star if star else ""),
+                          kwargs="dict(%s)" % ", ".join(keywords))
+    filename = "<gpudoc's wrapper of %s.%s>" % (real.__module__, real.__qualname__)
+    ns = {}
+    exec(compile(src, filename, "exec"), globals(), ns)
+    fn = _like(real, ns["_make"](real, *make))
+    for key in ("__defaults__", "__kwdefaults__", "__annotations__", "__type_params__"):
+        if hasattr(real, key):
+            setattr(fn, key, getattr(real, key))
+    fn.__dict__.update(real.__dict__)
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    return fn
 
 
 def _evaluation(module):
@@ -1294,6 +1333,10 @@ def cell_start(info=None, fresh=False, t0=None):
                 _keep(d, stats)
                 _fold(S.folded, d, stats)
                 S.orig_reset(d)
+    except KeyboardInterrupt:
+        # An interrupt during gpudoc's callback drops its work, silently: raised, IPython would print it as
+        # the callback's error and make it the last exception (%tb, %debug) in place of the user's.
+        CELL.open = False
     except Exception as e:
         _fail("cell start", e)
 
@@ -1324,6 +1367,8 @@ def cell_end(result=None):
         for d, stats in _in_use():
             CELL.last.append(_cell_record(d, stats, n, ok, cell, src))
         return CELL.last
+    except KeyboardInterrupt:
+        return []  # as in cell_start
     except Exception as e:
         _fail("cell end", e)
         return []
@@ -1362,10 +1407,16 @@ def _cell_record(d, stats, n, ok, cell, src):
             "pa": peaks[0], "pr": peaks[1], "uuid": S.uuids.get(d)}
 
 
+# Line magics that run the rest of their line as the cell's code: a cell's first line of code may be one.
+_CODE_MAGICS = ("%time ", "%timeit ", "%prun ", "%run ")
+
+
 def _first_line(text):
+    """A cell's name: its first line of code; a comment, a cell magic's line (%%gpudoc, %%capture) and a
+    line magic that runs none of the cell's code (%load_ext) are none."""
     for line in text.splitlines():
         line = line.strip()
-        if line and not line.startswith(("#", "%")):
+        if line and (not line.startswith(("#", "%")) or line.startswith(_CODE_MAGICS)):
             return line[:60]
     return ""
 
