@@ -188,26 +188,41 @@ def _self_of(frame, hunt):
 
 
 def _saved(node):
-    """The tensors an autograd node saved for backward (a C++ node's `_saved_*`, a Python Function's
-    `saved_tensors`)."""
+    """(tensors, hooked, unread): what an autograd node saved for backward, read without unpacking it.
+    Unpacking (`_saved_*`, a Function's `saved_tensors`) runs the program's saved-tensor unpack hooks:
+    non-reentrant checkpointing would recompute its blocks there and fail at backward ("Unpack is being
+    triggered for a tensor that was already unpacked once"), save_on_cpu would copy each tensor back to
+    the GPU. The raw saved tensors (`_raw_saved_*`, torch's SavedTensor) give the tensor itself where no
+    hook packed it (`data`), and where one did, what the pack hook returned (`unpack_hook` set; nothing
+    of the program's runs): the tensors that object is, or holds one level down, are what the node keeps
+    (save_on_cpu's copy on the host, nothing for checkpointing). `hooked`: the saved tensors packed by
+    hooks; `unread`: those of a torch whose SavedTensor has no `data` (never unpacked: not counted)."""
     t = type(node)
     names = _saved_names.get(t)
     if names is None:
-        names = [a for a in dir(node) if a.startswith("_saved_")]
-        if hasattr(node, "saved_tensors"):
-            names.append("saved_tensors")
+        names = [a for a in dir(node) if a.startswith("_raw_saved_")]
         _saved_names[t] = names
-    out = []
+    out, hooked, unread = [], 0, 0
     for a in names:
         try:
             v = getattr(node, a)
         except Exception:
             continue  # released after its backward ran
-        if type(v) in (tuple, list):
-            out.extend(v)
-        else:
-            out.append(v)
-    return out
+        for raw in (v if type(v) in (tuple, list) else (v,)):
+            try:
+                data = raw.data
+                hook = raw.unpack_hook
+            except AttributeError:
+                unread += 1
+                continue
+            except Exception:
+                continue  # released, or hooks torch cannot say anything of
+            if hook is None:
+                out.append(data)
+                continue
+            hooked += 1
+            out.extend(data if type(data) in (tuple, list) else (data,))
+    return out, hooked, unread
 
 
 class Graph(object):
@@ -219,6 +234,8 @@ class Graph(object):
 
     def __init__(self, starts, params, deadline):
         self.nodes, self.spans, self.deadline = [], {}, deadline
+        # Saved tensors packed by the program's hooks, and those not read at all (see _saved).
+        self.hooked = self.unread = 0
         # The gradients the parameters had when walked: storage address -> bytes.
         self.grads = {}
         seen, stack, prefixes = {}, [n for n in starts if n is not None], {}
@@ -284,13 +301,25 @@ class Graph(object):
         per = {}
         for i, (node, seq) in enumerate(self.nodes):
             name = owner(seq) if owner is not None and seq is not None else None
-            for t in _saved(node):
+            tensors, hooked, unread = _saved(node)
+            self.hooked += hooked
+            self.unread += unread
+            for t in tensors:
                 n = parts.add("activations", t)
                 if n and name is not None:
                     per[name] = per.get(name, 0) + n
             if (i & 127) == 127 and time.perf_counter() > self.deadline:
                 break
         return per
+
+
+def _saved_note(out, hooked, unread):
+    """The record says how many saved tensors the program's hooks had packed (counted as what the hook
+    kept) and how many were not read at all (see _saved)."""
+    if hooked:
+        out["saved_hooked"] = hooked
+    if unread:
+        out["saved_unread"] = unread
 
 
 def _seq(node):
@@ -415,6 +444,7 @@ def at_oom(torch, hunt, device, allocated, snapshot_to=None):
     program.count(parts)
     rows = choose_rows(program)
     per = graph.saved(parts, graph.owners([n for n, _ in rows]))
+    _saved_note(out, graph.hooked, graph.unread)
     del graph
     out["parts"] = parts.result(allocated)
     out["rows"] = _row_params(program, rows, device, torch, per)
@@ -593,6 +623,7 @@ class Measure(object):
         self.before, self.fwd, self.bwd = {}, {}, {}
         self.current, self.marks, self.top = None, 0, 0
         self.activations, self.at_backward, self.saved = None, None, {}
+        self.hooked = self.unread = 0
         # The table's modules as their backward started (ids), the one whose backward the peak came in
         # (an index there; -1: before the first, in forward or the loss), the gradients before backward.
         self.bwd_order, self.peak_at, self.grads_before = [], -1, 0
@@ -694,6 +725,7 @@ class Measure(object):
         parts.known(self.weights, "parameters")
         graph = Graph([node], self.params, time.perf_counter() + WALK_S)
         self.saved = graph.saved(parts, graph.owners(self.order))
+        self.hooked, self.unread = graph.hooked, graph.unread
         if backward:
             self.grads_before = sum(graph.grads.values())
         return parts
@@ -782,6 +814,7 @@ class Measure(object):
             rows.append(row)
         out = {"k": "where", "why": "peak", "phase": self.phase, "dev": self.device, "t": time.time(),
                "allocated": peak, "parts": parts.result(peak), "rows": rows}
+        _saved_note(out, self.hooked, self.unread)
         if snapshot_to is not None:
             out["snapshot"] = snapshot_to()
         return out
