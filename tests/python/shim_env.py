@@ -40,7 +40,9 @@ class Shim(object):
             return [json.loads(line) for line in f if line.strip()]
 
     def remove(self):
-        """torch's functions the shim wrapped are torch's again, and its modules leave sys.modules."""
+        """torch's functions the shim wrapped are torch's again (the forward clock's hooks gone), and its
+        modules leave sys.modules."""
+        self.torch._forward_clock_off()
         S = self.torch.S
         C = S.torch._C if S.torch is not None else None
         if C is not None and getattr(S, "orig_stats", None) is not None:

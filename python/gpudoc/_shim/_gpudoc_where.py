@@ -642,7 +642,12 @@ class Measure(object):
         c = self.shim._compiling
         if c is not None and c():
             return
-        i = id(module)
+        try:
+            self._before(id(module))
+        except Exception as e:
+            self.shim._where_failed(e)  # never the program's call that raises it
+
+    def _before(self, i):
         if self.call is not None and not self.begun:
             if i != self.call:
                 return
@@ -661,7 +666,12 @@ class Measure(object):
         c = self.shim._compiling
         if c is not None and c():
             return
-        i = id(module)
+        try:
+            self._after(id(module), output)
+        except Exception as e:
+            self.shim._where_failed(e)  # never the program's call that raises it
+
+    def _after(self, i, output):
         if self.call is not None and not self.begun:
             return
         row, root = i in self.names and i in self.before, i in self.roots and self.call is None
