@@ -155,6 +155,8 @@ class _Forwards(object):
     cls = None
     # The calls of that class's `__call__` in one forward call of the model (see MIN_FORWARD_S).
     calls = 1
+    # The optimizer steps counted when the clock began (see _on_forward).
+    step = 0
     # The clock was given an evaluated module (see _evaluation): a train() ends it.
     evaluating = False
     # Its pace, as _State's for steps (see _covered, _paced): `last_step` is the call of the last record.
@@ -188,7 +190,7 @@ FWD = [0, 1]
 TRACED = [False]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
 # traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
-# and is not run by the compiled code (a compiled optimizer step is not counted).
+# and is not run by the compiled code (the step hook counts a compiled step all the same: see _on_step).
 _compiling = None
 
 
@@ -381,6 +383,11 @@ def _on_step(optimizer, args, kwargs):
     """The optimizer's step post-hook. Most steps only count; every Nth is recorded."""
     __tracebackhide__ = True
     if _compiling is not None and _compiling():
+        # Dynamo traces this into a compiled step: the count alone, a list's item, which it replays
+        # after each run of the compiled code (no guard on it, no graph break, no recompile: torch 2.15,
+        # tests/python/test_shim_compiled.py). The records wait for a step run in Python, the forward
+        # clock sees that steps ran (_on_forward), and the exit record has them all.
+        STEP[0] += 1
         return
     STEP[0] += 1
     if F.evaluating:
@@ -497,6 +504,11 @@ def _on_forward():
     first optimizer step ends, go without it."""
     __tracebackhide__ = True
     FWD[0] += 1
+    if STEP[0] != F.step:
+        # Optimizer steps ran since the clock began (compiled ones, which call no Python of the shim's
+        # and so could not end it): training, whose clock they are.
+        _forward_clock_off()
+        return
     if FWD[0] < FWD[1]:
         return
     if S.dead or not S.cuda:
@@ -617,6 +629,7 @@ def _wrap(module):
 
     try:
         F.calls = sum(1 for m in module.modules() if type(m) is cls)
+        F.step = STEP[0]
         F.root, F.cls = weakref.ref(module), weakref.ref(cls)
         cls.__call__ = _clocked_call
     except Exception:
