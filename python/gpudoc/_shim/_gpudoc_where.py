@@ -34,6 +34,12 @@ MAX_ROWS = 48
 # The parts of allocated memory, in the order they are counted (a storage is counted once, in the first).
 PARTS = ("parameters", "gradients", "optimizer_state", "activations")
 _CO_NEWLOCALS = 0x2
+# Looking for the program's models and optimizers among its names: at most this many names of one
+# module's globals and attributes of one object (an object with millions of attributes is data, not a
+# trainer: reading them all took 11 s at 6 million), and at most LOOK_S in all.
+MAX_NAMES = 20000
+MAX_ATTRS = 1000
+LOOK_S = 0.05
 _saved_names = {}
 
 
@@ -97,6 +103,7 @@ class Program(object):
         Optimizer = torch.optim.Optimizer
         found, optimizers = [], []
         seen = set()
+        deadline = time.perf_counter() + LOOK_S
 
         def look(name, v, deep):
             if id(v) in seen:
@@ -109,13 +116,17 @@ class Program(object):
             elif deep:
                 d = hunt._instance_dict(v) if type(v).__module__ not in ("builtins", "torch") else None
                 if d is not None:
-                    for k, x in list(d.items()):
+                    for k, x in _first(d, MAX_ATTRS):
                         if type(k) is str:
                             look(name + "." + k, x, False)
 
         for _, pairs in _names(hunt):
-            for k, v in pairs:
+            for i, (k, v) in enumerate(pairs):
                 look(k, v, True)
+                if (i & 63) == 63 and time.perf_counter() > deadline:
+                    break
+            if time.perf_counter() > deadline:
+                break
         if extra_optimizer is not None and id(extra_optimizer) not in seen:
             optimizers.append(extra_optimizer)
         inside = set()
@@ -174,7 +185,18 @@ def _names(hunt):
             f = f.f_back
     mods = sorted(hunt._user_modules().values(), key=lambda m: m[2] != "__main__")
     for d, label, _ in mods:
-        yield label, [(k, v) for k, v in list(d.items()) if type(k) is str and not k.startswith("__")]
+        yield label, [(k, v) for k, v in _first(d, MAX_NAMES) if type(k) is str and not k.startswith("__")]
+
+
+def _first(d, n):
+    """The first `n` items of the dict `d` (its own method: none of the program's code runs), without
+    copying the rest; none when another thread changes it meanwhile."""
+    import itertools
+
+    try:
+        return list(itertools.islice(dict.items(d), n))
+    except RuntimeError:
+        return []
 
 
 def _self_of(frame, hunt):
