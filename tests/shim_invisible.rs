@@ -903,3 +903,56 @@ print("__call__" in vars(type(net)), net._compiled_call_impl, "_compiled_call_im
         "True\nFalse None True\n"
     );
 }
+
+#[test]
+fn the_shims_modules_are_compiled_at_import_torch_even_without_bytecode_writing() {
+    let m = Machine::h200s(1);
+    // PYTHONDONTWRITEBYTECODE is about the program's files: the shim's own folder gets the bytecode of
+    // every module of the shim's at `import torch`, so the step that first loads the hunt's or the
+    // where-walk's reads it instead of compiling it (17 ms of a step).
+    let script = write(&m, "imports.py", &one_step(""));
+    let g = under(
+        &m,
+        &[],
+        &script,
+        &[
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("XDG_CACHE_HOME", m.path("cache").to_str().unwrap()),
+        ],
+    );
+    assert!(g.status.success(), "{}", text(&g));
+    let shim = std::fs::read_dir(m.path("cache/gpudoc"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("shim-")
+        })
+        .expect("the shim's folder in the cache");
+    let mut compiled: Vec<String> = std::fs::read_dir(shim.join("__pycache__"))
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .split('.')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    compiled.sort();
+    assert_eq!(
+        compiled,
+        [
+            "_gpudoc_hunt",
+            "_gpudoc_site",
+            "_gpudoc_torch",
+            "_gpudoc_where"
+        ]
+    );
+    // The program's own folder: no bytecode, as asked.
+    assert!(!m.path("__pycache__").exists());
+}

@@ -44,6 +44,8 @@ class Shim(object):
         modules leave sys.modules."""
         self.torch._forward_clock_off()
         S = self.torch.S
+        if S.where_module is not None:
+            S.where_module.close(self.torch)  # a measure's hooks, left by a test that failed
         C = S.torch._C if S.torch is not None else None
         if C is not None and getattr(S, "orig_stats", None) is not None:
             C._cuda_memoryStats, C._cuda_resetPeakMemoryStats = S.orig_stats, S.orig_reset
@@ -57,3 +59,20 @@ def shim(tmp_path):
     s = Shim(tmp_path, torch)
     yield s
     s.remove()
+
+
+def _stats(device=0):
+    return {"allocated_bytes": {"all": {"current": 0, "peak": 0}},
+            "reserved_bytes": {"all": {"current": 0, "peak": 0}}}
+
+
+@pytest.fixture
+def cuda(shim, monkeypatch):
+    """The shim's hooks module as after CUDA's start, the allocator's readings played (no CUDA here:
+    allocated and reserved stay 0)."""
+    T = shim.torch
+    monkeypatch.setattr(T.S, "orig_stats", _stats)
+    monkeypatch.setattr(T.S, "orig_reset", lambda device=0: None)
+    monkeypatch.setattr(T.S, "cuda", True)
+    monkeypatch.setattr(T.S, "devices", [0])
+    return T

@@ -5,7 +5,7 @@ import errno
 
 import pytest
 
-from shim_env import shim  # noqa: F401  (the fixture)
+from shim_env import cuda, shim  # noqa: F401  (the fixtures)
 
 torch = pytest.importorskip("torch")
 
@@ -14,21 +14,11 @@ def _disk_full(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def _stats(device=0):
-    return {"allocated_bytes": {"all": {"current": 0, "peak": 0}},
-            "reserved_bytes": {"all": {"current": 0, "peak": 0}}}
-
-
 @pytest.fixture
-def cuda(shim, monkeypatch):
+def full_disk(cuda, monkeypatch):
     """The shim as after CUDA's start, its writes failing as on a full disk."""
-    T = shim.torch
-    monkeypatch.setattr(T.S, "orig_stats", _stats)
-    monkeypatch.setattr(T.S, "orig_reset", lambda device=0: None)
-    monkeypatch.setattr(T.S, "cuda", True)
-    monkeypatch.setattr(T.S, "devices", [0])
-    monkeypatch.setattr(T, "_send_big", _disk_full)
-    return T
+    monkeypatch.setattr(cuda, "_send_big", _disk_full)
+    return cuda
 
 
 def _model():
@@ -36,55 +26,55 @@ def _model():
     return torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(6)])
 
 
-def test_a_measured_call_whose_record_cannot_be_written_leaves_the_call_alone(cuda):
+def test_a_measured_call_whose_record_cannot_be_written_leaves_the_call_alone(full_disk):
     model, x = _model(), torch.randn(2, 4)
     expected = model(x)
-    assert cuda._where("arm_call", model, "inference") is True
-    assert cuda.S.measuring
+    assert full_disk._where("arm_call", model, "inference") is True
+    assert full_disk.S.measuring
     out = model(x)  # the measured call: its record's write fails
     assert torch.equal(out, expected)
-    assert not cuda.S.measuring
+    assert not full_disk.S.measuring
     # Its hooks are gone: the next calls run as without gpudoc.
     from torch.nn.modules import module
     assert not module._global_forward_hooks and not module._global_forward_pre_hooks
     assert torch.equal(model(x), expected)
 
 
-def test_a_failing_clock_never_reaches_the_model_call(cuda, monkeypatch):
+def test_a_failing_clock_never_reaches_the_model_call(full_disk, monkeypatch):
     model, x = _model(), torch.randn(2, 4)
-    cuda._forward_clock_on(torch)
+    full_disk._forward_clock_on(torch)
     model(x)
-    assert cuda.F.root() is model
-    monkeypatch.setattr(cuda, "_on_forward", _disk_full)
+    assert full_disk.F.root() is model
+    monkeypatch.setattr(full_disk, "_on_forward", _disk_full)
     model(x)
-    assert cuda.F.root is None  # the clock went quiet
+    assert full_disk.F.root is None  # the clock went quiet
     assert "__call__" not in vars(type(model))
 
 
-def test_a_failing_evaluation_start_never_reaches_eval(cuda, monkeypatch):
+def test_a_failing_evaluation_start_never_reaches_eval(full_disk, monkeypatch):
     model = _model()
-    cuda._watch_eval(torch)
+    full_disk._watch_eval(torch)
     try:
-        cuda.STEP[0] = 50
-        monkeypatch.setattr(cuda, "_evaluation", _disk_full)
+        full_disk.STEP[0] = 50
+        monkeypatch.setattr(full_disk, "_evaluation", _disk_full)
         model.eval()
         assert not model.training
-        assert cuda.S.dead
+        assert full_disk.S.dead
     finally:
         torch.nn.Module.train = torch.nn.Module.train.__wrapped__
 
 
-def test_a_failing_step_record_never_reaches_the_step(cuda, monkeypatch):
+def test_a_failing_step_record_never_reaches_the_step(full_disk, monkeypatch):
     p = torch.nn.Parameter(torch.ones(2))
     opt = torch.optim.SGD([p], lr=1.0)
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    handle = register_optimizer_step_post_hook(cuda._on_step)
+    handle = register_optimizer_step_post_hook(full_disk._on_step)
     try:
-        monkeypatch.setattr(cuda, "_step_where", _disk_full)
+        monkeypatch.setattr(full_disk, "_step_where", _disk_full)
         p.grad = torch.ones(2)
         opt.step()
         assert torch.equal(p.detach(), torch.zeros(2))
-        assert cuda.S.dead
+        assert full_disk.S.dead
     finally:
         handle.remove()

@@ -49,11 +49,16 @@ def start(loader, code, site):
                 try:
                     ext = sys.modules["_frozen_importlib_external"]
                     path_ = os.path.join(here, "_gpudoc_torch.py")
-                    code = ext.SourceFileLoader("gpudoc._shim.torch", path_).get_code("gpudoc._shim.torch")
+                    loader_ = ext.SourceFileLoader("gpudoc._shim.torch", path_)
+                    code = loader_.get_code("gpudoc._shim.torch")
+                    if sys.dont_write_bytecode:
+                        cache(loader_, code)
                     # A module in sys.modules, not a bare dict: Dynamo, tracing a compiled step into
                     # the step hook, finds the hook's globals by importing their __name__.
                     hooks = type(sys)("gpudoc._shim.torch")
                     hooks.__file__ = "<gpudoc> " + path_
+                    # The same writer for the modules it loads later (_precompile).
+                    hooks._cache = cache
                     sys.modules[hooks.__name__] = hooks
                     exec(code, hooks.__dict__)
                     return hooks.find_spec(self, name, path, target, here, setting)

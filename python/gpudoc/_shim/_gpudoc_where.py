@@ -641,7 +641,7 @@ class Measure(object):
         self.weights = Parts(torch, device)
         program.count_weights(self.weights)
         # The call measured: its module's id, and whether it has begun.
-        self.call, self.begun = (id(module) if module is not None else None), False
+        self.call, self.begun, self.missed = (id(module) if module is not None else None), False, 0
         self.before, self.fwd, self.bwd = {}, {}, {}
         self.current, self.marks, self.top = None, 0, 0
         self.activations, self.at_backward, self.saved = None, None, {}
@@ -672,6 +672,12 @@ class Measure(object):
     def _before(self, i):
         if self.call is not None and not self.begun:
             if i != self.call:
+                # An evaluation that calls a method of the model (`model.embed(x)`) never calls the
+                # module armed: after MAX_MISSED other calls the hooks go (every module's call takes
+                # torch's hook path while they are there).
+                self.missed += 1
+                if self.missed > MAX_MISSED:
+                    self.done(None)
                 return
             t0 = time.perf_counter()
             self.begun = True
@@ -890,6 +896,8 @@ W = _State()
 # Snapshots written per process at most (each OOM's, then the measured step's), and OOMs looked at (a
 # program that probes for its largest batch may fail many times: the first few).
 MAX_SNAPSHOTS = 4
+# Module calls that are not the armed one before a measured call gives up (see Measure._before).
+MAX_MISSED = 64
 MAX_OOMS = 8
 # Events memory history keeps for --snapshot (each a few KB of host memory at most).
 SNAPSHOT_ENTRIES = 100000
@@ -966,7 +974,8 @@ def arm_call(shim, module, phase):
         if measure is not None:
             measure.close()
         _stop(shim)
-        shim._send_big(out)
+        if out is not None:
+            shim._send_big(out)
 
     with shim.OURS:
         W.measure = Measure(S.torch, shim._hunt_module(), shim, None, (shim._devices() or [0])[0],
