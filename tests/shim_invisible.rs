@@ -950,7 +950,8 @@ fn the_shims_modules_are_compiled_at_import_torch_even_without_bytecode_writing(
             "_gpudoc_hunt",
             "_gpudoc_site",
             "_gpudoc_torch",
-            "_gpudoc_where"
+            "_gpudoc_where",
+            "sitecustomize"
         ]
     );
     // The program's own folder: no bytecode, as asked.
