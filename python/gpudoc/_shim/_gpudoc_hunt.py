@@ -349,7 +349,7 @@ class Search(object):
                 continue
             if stop.here(child, t):
                 continue
-            base = _base_of(t)
+            base = _base(t)
             if not self.floor and base is not None and base.__len__(child) > BIG:
                 labels = stack[0][0].labels()
                 self.later.append((stack[0][0].key, labels[stack[0][2] - 1] if stack[0][2] else None,
@@ -670,39 +670,43 @@ class _Stops(object):
         return False
 
 
+# Py_TPFLAGS_*_SUBCLASS: the built-in a class derives from, read from its flags without running its code.
+_SUBCLASS_FLAGS = ((1 << 29, dict), (1 << 25, list), (1 << 26, tuple))
+
+
+def _base(t):
+    """The built-in container `t` is or derives from (a defaultdict, OrderedDict or Counter is a dict, a
+    namedtuple a tuple), else None. Its contents are read through the built-in's own methods, never the
+    subclass's code, and a large one is walked in slices as the built-in's are: gc.get_referents of a
+    dict subclass lists its millions of entries in one call (a pause in proportion to the heap)."""
+    if t in _CONTAINERS:
+        return t
+    flags = t.__flags__
+    for flag, base in _SUBCLASS_FLAGS:
+        if flags & flag:
+            return base
+    if issubclass(t, (set, frozenset, collections.deque)):
+        return next(b for b in (set, frozenset, collections.deque) if issubclass(t, b))
+    return None
+
+
 def _open(o):
     """A container's entry on the search's stack: [object, how its contents are read, position, aux]."""
     t = type(o)
     if t is _Root:
         return [o, "root", 0, None]
-    if t is list or t is tuple:
-        return [o, "seq", 0, None]
-    if t is dict:
-        return [o, "iter", 0, iter(dict.values(o))]
-    if t is set or t is frozenset or t is collections.deque:
-        return [o, "iter", 0, iter(o)]
-    base = _base_of(t)
+    base = _base(t)
+    if base is list or base is tuple:
+        # aux: the built-in whose methods read a subclass's items (None: the built-in itself).
+        return [o, "seq", 0, None if base is t else base]
+    if base is dict:
+        values = iter(dict.values(o))
+        own = _instance_dict(o) if base is not t else None
+        # A subclass's own attributes after its entries (what get_referents would have listed too).
+        return [o, "iter", 0, itertools.chain(values, (own,)) if own else values]
     if base is not None:
-        # A subclass of a builtin container (a dict of its own): its items through the builtin's own
-        # iterator, which runs none of the subclass's code and goes a slice at a time (gc.get_referents
-        # lists a million items at once), then its attributes.
-        items = dict.values(o) if base is dict else base.__iter__(o)
-        d = _instance_dict(o)
-        return [o, "iter", 0, itertools.chain(items, (d,) if d is not None else ())]
+        return [o, "iter", 0, base.__iter__(o)]
     return [o, "refs", 0, gc.get_referents(o)]
-
-
-def _base_of(t):
-    """The builtin container type `t` is or derives from, else None (issubclass of builtin types runs none
-    of the program's code)."""
-    if t in _CONTAINERS:
-        return t
-    if not issubclass(t, _CONTAINERS):
-        return None
-    for base in _CONTAINERS:
-        if issubclass(t, base):
-            return base
-    return None
 
 
 def _next(entry):
@@ -710,6 +714,8 @@ def _next(entry):
     entry[2] = pos + 1
     try:
         if mode == "seq":
+            if aux is not None:
+                return aux.__getitem__(o, pos) if pos < aux.__len__(o) else _END
             return o[pos] if pos < len(o) else _END
         if mode == "iter":
             return next(aux, _END)
@@ -736,9 +742,8 @@ def _find(names, name):
 def _skip(entry, pos):
     """Moves an entry to `pos`, as if that many children were read."""
     if entry[1] == "iter":
-        for _ in range(pos):
-            if next(entry[3], _END) is _END:
-                break
+        # Consumed in C (itertools' "consume"): a resumed slice of a large dict skips fast.
+        next(itertools.islice(entry[3], pos, pos), None)
     entry[2] = pos
 
 

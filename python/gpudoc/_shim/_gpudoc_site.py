@@ -13,6 +13,12 @@ def start(loader, code, site):
     here = os.path.dirname(os.path.abspath(code.co_filename))
     if loader is not None and sys.dont_write_bytecode:
         cache(loader, code)
+        # sitecustomize.py's own bytecode too (its module code is two frames up): Python reads a cached
+        # .pyc under PYTHONDONTWRITEBYTECODE, and compiled it at every start (0.4 ms) without one.
+        own, f = site.get("__loader__"), sys._getframe(2)
+        if f.f_code.co_name == "<module>" and f.f_code.co_filename == getattr(own, "path", None):
+            cache(own, f.f_code)
+        del f
 
     def mine(p):
         return os.path.isfile(os.path.join(p or ".", ".gpudoc-shim"))
@@ -49,11 +55,16 @@ def start(loader, code, site):
                 try:
                     ext = sys.modules["_frozen_importlib_external"]
                     path_ = os.path.join(here, "_gpudoc_torch.py")
-                    code = ext.SourceFileLoader("gpudoc._shim.torch", path_).get_code("gpudoc._shim.torch")
+                    loader_ = ext.SourceFileLoader("gpudoc._shim.torch", path_)
+                    code = loader_.get_code("gpudoc._shim.torch")
+                    if sys.dont_write_bytecode:
+                        cache(loader_, code)
                     # A module in sys.modules, not a bare dict: Dynamo, tracing a compiled step into
                     # the step hook, finds the hook's globals by importing their __name__.
                     hooks = type(sys)("gpudoc._shim.torch")
                     hooks.__file__ = "<gpudoc> " + path_
+                    # The same writer for the modules it loads later (_precompile).
+                    hooks._cache = cache
                     sys.modules[hooks.__name__] = hooks
                     exec(code, hooks.__dict__)
                     return hooks.find_spec(self, name, path, target, here, setting)

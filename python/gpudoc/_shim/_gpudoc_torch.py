@@ -39,9 +39,11 @@ BUDGET = 0.003
 MAX_STRIDE = 4096
 # Records measured before the stride adapts.
 ADAPT_AFTER = 5
-# Forward calls closer together than this go without the forward clock: its wrapper's own call, paid at
+# Forward calls closer together than this go without the forward clock: its `__call__`'s own cost, paid at
 # every forward call of the outermost module (O(1): a call, a weakref, a counter; 0.7-1.3 us measured on
-# the 2-core dev machine with Python 3.8-3.12), would be over BUDGET (1.3 us of 300 us is 0.43%).
+# the 2-core dev machine with Python 3.8-3.12), would be over BUDGET (1.3 us of 300 us is 0.43%). Each
+# submodule of the model's own class pays its identity check too (a Sequential of Sequentials): this
+# much more apart per such module (bench/clock_call.py).
 MIN_FORWARD_S = 0.0003
 # The devices in use are looked for again every this many records.
 RESCAN_EVERY = 64
@@ -147,11 +149,14 @@ class _Forwards(object):
     on = False
     # The global forward hook looking for the outermost module, while it looks.
     discover = None
-    # The outermost module (weakly: the clock never keeps the program's model alive), and what its
-    # `_compiled_call_impl` was (None, or absent from its __dict__).
+    # The outermost module and its class, whose `__call__` is the shim's meanwhile (weakly: the clock
+    # never keeps the program's model alive).
     root = None
-    had = False
-    mine = None
+    cls = None
+    # The calls of that class's `__call__` in one forward call of the model (see MIN_FORWARD_S).
+    calls = 1
+    # The optimizer steps counted when the clock began (see _on_forward).
+    step = 0
     # The clock was given an evaluated module (see _evaluation): a train() ends it.
     evaluating = False
     # Its pace, as _State's for steps (see _covered, _paced): `last_step` is the call of the last record.
@@ -185,7 +190,7 @@ FWD = [0, 1]
 TRACED = [False]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
 # traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
-# and is not run by the compiled code (a compiled optimizer step is not counted).
+# and is not run by the compiled code (the step hook counts a compiled step all the same: see _on_step).
 _compiling = None
 
 
@@ -378,6 +383,11 @@ def _on_step(optimizer, args, kwargs):
     """The optimizer's step post-hook. Most steps only count; every Nth is recorded."""
     __tracebackhide__ = True
     if _compiling is not None and _compiling():
+        # Dynamo traces this into a compiled step: the count alone, a list's item, which it replays
+        # after each run of the compiled code (no guard on it, no graph break, no recompile: torch 2.15,
+        # tests/python/test_shim_compiled.py). The records wait for a step run in Python, the forward
+        # clock sees that steps ran (_on_forward), and the exit record has them all.
+        STEP[0] += 1
         return
     STEP[0] += 1
     if F.evaluating:
@@ -391,7 +401,10 @@ def _on_step(optimizer, args, kwargs):
     if S.dead or not S.cuda:
         STEP[1] = STEP[0] + 1
         return
-    _uncollected(lambda: _step_where(optimizer))
+    try:
+        _uncollected(lambda: _step_where(optimizer))
+    except Exception as e:
+        _fail("step hook", e)  # never the program's `opt.step()` that raises it
 
 
 def _step_where(optimizer):
@@ -484,13 +497,18 @@ def _hunt_tick(clock, t1):
 
 
 def _on_forward():
-    """The outermost module's forward call has returned (its `_compiled_call_impl`, _forward_wrapper). The
+    """The outermost module's forward call has returned (its class's `__call__`, _clocked_call). The
     forward clock of a program without optimizer steps (inference, generation, serving, evaluation):
     most calls only count; every Nth is a reading of the allocator, N chosen as the step hook's is; a
     leak hunt runs at the same place. Fast loops it cannot keep under budget, and every program once its
     first optimizer step ends, go without it."""
     __tracebackhide__ = True
     FWD[0] += 1
+    if STEP[0] != F.step:
+        # Optimizer steps ran since the clock began (compiled ones, which call no Python of the shim's
+        # and so could not end it): training, whose clock they are.
+        _forward_clock_off()
+        return
     if FWD[0] < FWD[1]:
         return
     if S.dead or not S.cuda:
@@ -503,7 +521,7 @@ def _forward_record():
     t0 = time.perf_counter()
     try:
         covered = _covered(F, FWD, t0)
-        if F.records > 2 and F.period < MIN_FORWARD_S:
+        if F.records > 2 and F.period < MIN_FORWARD_S * F.calls:
             # The wrapper's own call, paid at every forward, would be over budget (told from the third
             # record on: past ADAPT_AFTER the next record may be MAX_STRIDE calls away).
             _forward_clock_off()
@@ -538,21 +556,22 @@ def _has_grads(module):
     return False
 
 
-def _forward_wrapper(ref):
-    """What the outermost module's `_compiled_call_impl` becomes: torch's Module.__call__ calls it in place
-    of `_call_impl` (torch 2.2 and later), and it calls `_call_impl` itself, then the clock. Pickling and
-    copying a module leave it out (Module.__getstate__ drops that attribute). The module is referred to
-    weakly: its own __dict__ holds this, and a cycle would keep a dropped model's memory until the
-    collector runs. Its cost at a call that is no record: see MIN_FORWARD_S."""
-
-    def _call_impl(*args, **kwargs):
-        __tracebackhide__ = True
-        out = ref()._call_impl(*args, **kwargs)
-        if _compiling is None or not _compiling():
+def _clocked_call(self, *args, **kwargs):
+    """The `__call__` of the outermost module's class while the forward clock runs (see _wrap): torch's
+    Module.__call__, then the clock when `self` is that module. Nothing is put into the module itself:
+    a copy, a `__dict__` clone, a DataParallel replica or a pickle of it computes as the program's own
+    (a copy calls this too, and is told apart by identity). Its cost at a call that is no record: see
+    MIN_FORWARD_S."""
+    __tracebackhide__ = True
+    out = S.module_call(self, *args, **kwargs)
+    root = F.root
+    if root is not None and root() is self and (_compiling is None or not _compiling()):
+        try:
             _on_forward()
-        return out
-
-    return _call_impl
+        except Exception as e:
+            _fail("forward clock", e)
+            _forward_clock_off()
+    return out
 
 
 def _outermost(module, args, output):
@@ -598,37 +617,40 @@ def _adopt(module):
 
 
 def _wrap(module):
-    """The clock counts `module`'s calls (its `_compiled_call_impl` is the shim's wrapper); whether it
-    does."""
+    """The clock counts `module`'s calls (its class's `__call__` is _clocked_call); whether it does."""
+    cls = type(module)
     d = object.__getattribute__(module, "__dict__")
     if type(d) is not dict or d.get("_compiled_call_impl") is not None \
-            or type(module).__call__ is not S.module_call:
+            or cls.__call__ is not S.module_call or "__call__" in cls.__dict__:
         # Compiled with Module.compile, or called its own way: the clock leaves it alone.
         F.on = False
         return False
     import weakref
 
-    F.root, F.had = weakref.ref(module), "_compiled_call_impl" in d
-    F.mine = _forward_wrapper(F.root)
-    d["_compiled_call_impl"] = F.mine
+    try:
+        F.calls = sum(1 for m in module.modules() if type(m) is cls)
+        F.step = STEP[0]
+        F.root, F.cls = weakref.ref(module), weakref.ref(cls)
+        cls.__call__ = _clocked_call
+    except Exception:
+        F.root = F.cls = None
+        F.on = False
+        return False
     return True
 
 
 def _forward_clock_off():
-    """The clock ends: the discovery hook goes, the outermost module's `_compiled_call_impl` is what it
-    was (when still the shim's)."""
+    """The clock ends: the discovery hook goes, the outermost module's class calls as torch's again
+    (when its `__call__` is still the shim's)."""
     F.on = F.evaluating = False
     _unhook()
-    module = F.root() if F.root is not None else None
-    F.root = None
-    if module is not None:
-        d = object.__getattribute__(module, "__dict__")
-        if d.get("_compiled_call_impl") is F.mine:
-            if F.had:
-                d["_compiled_call_impl"] = None
-            else:
-                del d["_compiled_call_impl"]
-    F.mine = None
+    cls = F.cls() if F.cls is not None else None
+    F.root = F.cls = None
+    if cls is not None and cls.__dict__.get("__call__") is _clocked_call:
+        try:
+            del cls.__call__
+        except Exception:
+            pass
 
 
 def _forward_clock_on(torch):
@@ -731,8 +753,29 @@ def _search(budget):
 def _hunt_module():
     """_gpudoc_hunt.py, beside this file, loaded as this one is (by path, under its own name)."""
     if S.hunt_module is None:
-        S.hunt_module = _load(S.here, "_gpudoc_hunt.py", "gpudoc._shim.hunt")
+        S.hunt_module = _load(S.here, *LATER[0])
     return S.hunt_module
+
+
+# The shim's modules loaded later, on a step (_load): compiled at `import torch` (_precompile).
+LATER = (("_gpudoc_hunt.py", "gpudoc._shim.hunt"), ("_gpudoc_where.py", "gpudoc._shim.where"))
+
+
+def _precompile():
+    """The shim's modules loaded later are compiled into their folder's __pycache__ now, at `import
+    torch`, also under PYTHONDONTWRITEBYTECODE (which is about the program's files; this folder is
+    gpudoc's; the start-up part's `cache`): loading one on a step reads its bytecode instead of compiling
+    it (17 ms of the step that first loaded them). Nothing is run."""
+    cache = globals().get("_cache")
+    ext = sys.modules["_frozen_importlib_external"]
+    for filename, name in LATER:
+        try:
+            loader = ext.SourceFileLoader(name, os.path.join(S.here, filename))
+            code = loader.get_code(name)
+            if sys.dont_write_bytecode and cache is not None:
+                cache(loader, code)
+        except Exception:
+            pass
 
 
 def _load(here, filename, name):
@@ -753,18 +796,24 @@ def _where(name, *args):
     A failure is said once, and nothing more is measured."""
     try:
         if S.where_module is None:
-            S.where_module = _load(S.here, "_gpudoc_where.py", "gpudoc._shim.where")
+            S.where_module = _load(S.here, *LATER[1])
         return getattr(S.where_module, name)(sys.modules[__name__], *args)
     except Exception as e:
-        S.measured, S.where_peak = True, 0
-        if S.measuring:
-            S.measuring = False
-            _where("close")
-        try:
-            _send('{"k":"where","error":%s,"dev":%d,"t":%.6f' % (
-                json.dumps("%s: %s" % (type(e).__name__, e)), (S.devices or [0])[0], time.time()))
-        except Exception:
-            pass
+        _where_failed(e)
+
+
+def _where_failed(e):
+    """Measuring failed (in _where, or in a hook of a Measure's): its hooks go, the failure is said once,
+    and nothing more is measured."""
+    S.measured, S.where_peak = True, 0
+    if S.measuring:
+        S.measuring = False
+        _where("close")
+    try:
+        _send('{"k":"where","error":%s,"dev":%d,"t":%.6f' % (
+            json.dumps("%s: %s" % (type(e).__name__, e)), (S.devices or [0])[0], time.time()))
+    except Exception:
+        pass
 
 
 def _can_hunt():
@@ -1002,12 +1051,15 @@ def _watch_eval(torch):
 def _trained(args, kwargs, depth):
     """After the program's train(self, mode): the evaluation's start, or its end."""
     self, mode = args[0], args[1] if len(args) > 1 else kwargs.get("mode", True)
-    if depth[0] == 0 and STEP[0] and not S.measuring and mode is False:
-        _uncollected(lambda: _evaluation(self))
-    elif depth[0] == 0 and mode is not False and F.evaluating:
-        # train(): the evaluation is over, and its forward clock with it (before the training step's
-        # forward, which the step hook counts).
-        _forward_clock_off()
+    try:
+        if depth[0] == 0 and STEP[0] and not S.measuring and mode is False:
+            _uncollected(lambda: _evaluation(self))
+        elif depth[0] == 0 and mode is not False and F.evaluating:
+            # train(): the evaluation is over, and its forward clock with it (before the training step's
+            # forward, which the step hook counts).
+            _forward_clock_off()
+    except Exception as e:
+        _fail("evaluation", e)  # never the program's `eval()` that raises it
 
 
 # The wrapper of Module.train, made with torch's own parameters ({params}: `self, mode`), so that what a
@@ -1140,6 +1192,8 @@ def _install_peaks(torch):
 def _install(torch):
     """Puts the hooks in place once torch is imported."""
     _install_peaks(torch)
+    if HUNT != "off" or WHERE != "off":
+        _precompile()
     C = torch._C
     if HUNT != "off":
         for name in ("_cuda_record_memory_history", "_cuda_record_memory_history_legacy",

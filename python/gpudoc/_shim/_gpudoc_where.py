@@ -34,6 +34,12 @@ MAX_ROWS = 48
 # The parts of allocated memory, in the order they are counted (a storage is counted once, in the first).
 PARTS = ("parameters", "gradients", "optimizer_state", "activations")
 _CO_NEWLOCALS = 0x2
+# Looking for the program's models and optimizers among its names: at most this many names of one
+# module's globals and attributes of one object (an object with millions of attributes is data, not a
+# trainer: reading them all took 11 s at 6 million), and at most LOOK_S in all.
+MAX_NAMES = 20000
+MAX_ATTRS = 1000
+LOOK_S = 0.05
 _saved_names = {}
 
 
@@ -97,6 +103,7 @@ class Program(object):
         Optimizer = torch.optim.Optimizer
         found, optimizers = [], []
         seen = set()
+        deadline = time.perf_counter() + LOOK_S
 
         def look(name, v, deep):
             if id(v) in seen:
@@ -109,13 +116,17 @@ class Program(object):
             elif deep:
                 d = hunt._instance_dict(v) if type(v).__module__ not in ("builtins", "torch") else None
                 if d is not None:
-                    for k, x in list(d.items()):
+                    for k, x in _first(d, MAX_ATTRS):
                         if type(k) is str:
                             look(name + "." + k, x, False)
 
         for _, pairs in _names(hunt):
-            for k, v in pairs:
+            for i, (k, v) in enumerate(pairs):
                 look(k, v, True)
+                if (i & 63) == 63 and time.perf_counter() > deadline:
+                    break
+            if time.perf_counter() > deadline:
+                break
         if extra_optimizer is not None and id(extra_optimizer) not in seen:
             optimizers.append(extra_optimizer)
         inside = set()
@@ -174,7 +185,18 @@ def _names(hunt):
             f = f.f_back
     mods = sorted(hunt._user_modules().values(), key=lambda m: m[2] != "__main__")
     for d, label, _ in mods:
-        yield label, [(k, v) for k, v in list(d.items()) if type(k) is str and not k.startswith("__")]
+        yield label, [(k, v) for k, v in _first(d, MAX_NAMES) if type(k) is str and not k.startswith("__")]
+
+
+def _first(d, n):
+    """The first `n` items of the dict `d` (its own method: none of the program's code runs), without
+    copying the rest; none when another thread changes it meanwhile."""
+    import itertools
+
+    try:
+        return list(itertools.islice(dict.items(d), n))
+    except RuntimeError:
+        return []
 
 
 def _self_of(frame, hunt):
@@ -188,26 +210,41 @@ def _self_of(frame, hunt):
 
 
 def _saved(node):
-    """The tensors an autograd node saved for backward (a C++ node's `_saved_*`, a Python Function's
-    `saved_tensors`)."""
+    """(tensors, hooked, unread): what an autograd node saved for backward, read without unpacking it.
+    Unpacking (`_saved_*`, a Function's `saved_tensors`) runs the program's saved-tensor unpack hooks:
+    non-reentrant checkpointing would recompute its blocks there and fail at backward ("Unpack is being
+    triggered for a tensor that was already unpacked once"), save_on_cpu would copy each tensor back to
+    the GPU. The raw saved tensors (`_raw_saved_*`, torch's SavedTensor) give the tensor itself where no
+    hook packed it (`data`), and where one did, what the pack hook returned (`unpack_hook` set; nothing
+    of the program's runs): the tensors that object is, or holds one level down, are what the node keeps
+    (save_on_cpu's copy on the host, nothing for checkpointing). `hooked`: the saved tensors packed by
+    hooks; `unread`: those of a torch whose SavedTensor has no `data` (never unpacked: not counted)."""
     t = type(node)
     names = _saved_names.get(t)
     if names is None:
-        names = [a for a in dir(node) if a.startswith("_saved_")]
-        if hasattr(node, "saved_tensors"):
-            names.append("saved_tensors")
+        names = [a for a in dir(node) if a.startswith("_raw_saved_")]
         _saved_names[t] = names
-    out = []
+    out, hooked, unread = [], 0, 0
     for a in names:
         try:
             v = getattr(node, a)
         except Exception:
             continue  # released after its backward ran
-        if type(v) in (tuple, list):
-            out.extend(v)
-        else:
-            out.append(v)
-    return out
+        for raw in (v if type(v) in (tuple, list) else (v,)):
+            try:
+                data = raw.data
+                hook = raw.unpack_hook
+            except AttributeError:
+                unread += 1
+                continue
+            except Exception:
+                continue  # released, or hooks torch cannot say anything of
+            if hook is None:
+                out.append(data)
+                continue
+            hooked += 1
+            out.extend(data if type(data) in (tuple, list) else (data,))
+    return out, hooked, unread
 
 
 class Graph(object):
@@ -219,6 +256,8 @@ class Graph(object):
 
     def __init__(self, starts, params, deadline):
         self.nodes, self.spans, self.deadline = [], {}, deadline
+        # Saved tensors packed by the program's hooks, and those not read at all (see _saved).
+        self.hooked = self.unread = 0
         # The gradients the parameters had when walked: storage address -> bytes.
         self.grads = {}
         seen, stack, prefixes = {}, [n for n in starts if n is not None], {}
@@ -284,13 +323,25 @@ class Graph(object):
         per = {}
         for i, (node, seq) in enumerate(self.nodes):
             name = owner(seq) if owner is not None and seq is not None else None
-            for t in _saved(node):
+            tensors, hooked, unread = _saved(node)
+            self.hooked += hooked
+            self.unread += unread
+            for t in tensors:
                 n = parts.add("activations", t)
                 if n and name is not None:
                     per[name] = per.get(name, 0) + n
             if (i & 127) == 127 and time.perf_counter() > self.deadline:
                 break
         return per
+
+
+def _saved_note(out, hooked, unread):
+    """The record says how many saved tensors the program's hooks had packed (counted as what the hook
+    kept) and how many were not read at all (see _saved)."""
+    if hooked:
+        out["saved_hooked"] = hooked
+    if unread:
+        out["saved_unread"] = unread
 
 
 def _seq(node):
@@ -415,6 +466,7 @@ def at_oom(torch, hunt, device, allocated, snapshot_to=None):
     program.count(parts)
     rows = choose_rows(program)
     per = graph.saved(parts, graph.owners([n for n, _ in rows]))
+    _saved_note(out, graph.hooked, graph.unread)
     del graph
     out["parts"] = parts.result(allocated)
     out["rows"] = _row_params(program, rows, device, torch, per)
@@ -589,10 +641,11 @@ class Measure(object):
         self.weights = Parts(torch, device)
         program.count_weights(self.weights)
         # The call measured: its module's id, and whether it has begun.
-        self.call, self.begun = (id(module) if module is not None else None), False
+        self.call, self.begun, self.missed = (id(module) if module is not None else None), False, 0
         self.before, self.fwd, self.bwd = {}, {}, {}
         self.current, self.marks, self.top = None, 0, 0
         self.activations, self.at_backward, self.saved = None, None, {}
+        self.hooked = self.unread = 0
         # The table's modules as their backward started (ids), the one whose backward the peak came in
         # (an index there; -1: before the first, in forward or the loss), the gradients before backward.
         self.bwd_order, self.peak_at, self.grads_before = [], -1, 0
@@ -611,9 +664,20 @@ class Measure(object):
         c = self.shim._compiling
         if c is not None and c():
             return
-        i = id(module)
+        try:
+            self._before(id(module))
+        except Exception as e:
+            self.shim._where_failed(e)  # never the program's call that raises it
+
+    def _before(self, i):
         if self.call is not None and not self.begun:
             if i != self.call:
+                # An evaluation that calls a method of the model (`model.embed(x)`) never calls the
+                # module armed: after MAX_MISSED other calls the hooks go (every module's call takes
+                # torch's hook path while they are there).
+                self.missed += 1
+                if self.missed > MAX_MISSED:
+                    self.done(None)
                 return
             t0 = time.perf_counter()
             self.begun = True
@@ -630,7 +694,12 @@ class Measure(object):
         c = self.shim._compiling
         if c is not None and c():
             return
-        i = id(module)
+        try:
+            self._after(id(module), output)
+        except Exception as e:
+            self.shim._where_failed(e)  # never the program's call that raises it
+
+    def _after(self, i, output):
         if self.call is not None and not self.begun:
             return
         row, root = i in self.names and i in self.before, i in self.roots and self.call is None
@@ -694,6 +763,7 @@ class Measure(object):
         parts.known(self.weights, "parameters")
         graph = Graph([node], self.params, time.perf_counter() + WALK_S)
         self.saved = graph.saved(parts, graph.owners(self.order))
+        self.hooked, self.unread = graph.hooked, graph.unread
         if backward:
             self.grads_before = sum(graph.grads.values())
         return parts
@@ -782,6 +852,7 @@ class Measure(object):
             rows.append(row)
         out = {"k": "where", "why": "peak", "phase": self.phase, "dev": self.device, "t": time.time(),
                "allocated": peak, "parts": parts.result(peak), "rows": rows}
+        _saved_note(out, self.hooked, self.unread)
         if snapshot_to is not None:
             out["snapshot"] = snapshot_to()
         return out
@@ -825,6 +896,8 @@ W = _State()
 # Snapshots written per process at most (each OOM's, then the measured step's), and OOMs looked at (a
 # program that probes for its largest batch may fail many times: the first few).
 MAX_SNAPSHOTS = 4
+# Module calls that are not the armed one before a measured call gives up (see Measure._before).
+MAX_MISSED = 64
 MAX_OOMS = 8
 # Events memory history keeps for --snapshot (each a few KB of host memory at most).
 SNAPSHOT_ENTRIES = 100000
@@ -901,7 +974,8 @@ def arm_call(shim, module, phase):
         if measure is not None:
             measure.close()
         _stop(shim)
-        shim._send_big(out)
+        if out is not None:
+            shim._send_big(out)
 
     with shim.OURS:
         W.measure = Measure(S.torch, shim._hunt_module(), shim, None, (shim._devices() or [0])[0],

@@ -1,0 +1,78 @@
+"""The shim's modules loaded against the real torch of target/py-venv, as a GPU run puts them in place (the
+same loader, `_load`, under their own names in sys.modules), with the pipe going to a file the test
+reads. Imported by the test_shim_*.py files (a module beside them, not conftest.py: one place per helper)."""
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.join(ROOT, "python", "gpudoc", "_shim")
+NAMES = ("gpudoc._shim.torch", "gpudoc._shim.hunt", "gpudoc._shim.where")
+
+
+class Shim(object):
+    """The loaded modules (`torch`: _gpudoc_torch.py; `hunt`, `where`) and the pipe's file."""
+
+    def __init__(self, tmp_path, torch):
+        for name in NAMES:
+            sys.modules.pop(name, None)
+        ext = sys.modules["_frozen_importlib_external"]
+        path = os.path.join(HERE, "_gpudoc_torch.py")
+        code = ext.SourceFileLoader(NAMES[0], path).get_code(NAMES[0])
+        shim = type(sys)(NAMES[0])
+        shim.__file__ = "<gpudoc> " + path
+        sys.modules[NAMES[0]] = shim
+        exec(code, shim.__dict__)
+        self.pipe = str(tmp_path / "pipe")
+        open(self.pipe, "w").close()
+        shim.S.pipe, shim.S.here = self.pipe, HERE
+        shim._install_peaks(torch)
+        self.torch = shim
+        self.hunt = shim._hunt_module()
+        self.hunt._prepare(torch)
+        self.where = shim._load(HERE, "_gpudoc_where.py", NAMES[2])
+        shim.S.where_module = self.where
+
+    def messages(self):
+        with open(self.pipe) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def remove(self):
+        """torch's functions the shim wrapped are torch's again (the forward clock's hooks gone), and its
+        modules leave sys.modules."""
+        self.torch._forward_clock_off()
+        S = self.torch.S
+        if S.where_module is not None:
+            S.where_module.close(self.torch)  # a measure's hooks, left by a test that failed
+        C = S.torch._C if S.torch is not None else None
+        if C is not None and getattr(S, "orig_stats", None) is not None:
+            C._cuda_memoryStats, C._cuda_resetPeakMemoryStats = S.orig_stats, S.orig_reset
+        for name in NAMES:
+            sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def shim(tmp_path):
+    torch = pytest.importorskip("torch")
+    s = Shim(tmp_path, torch)
+    yield s
+    s.remove()
+
+
+def _stats(device=0):
+    return {"allocated_bytes": {"all": {"current": 0, "peak": 0}},
+            "reserved_bytes": {"all": {"current": 0, "peak": 0}}}
+
+
+@pytest.fixture
+def cuda(shim, monkeypatch):
+    """The shim's hooks module as after CUDA's start, the allocator's readings played (no CUDA here:
+    allocated and reserved stay 0)."""
+    T = shim.torch
+    monkeypatch.setattr(T.S, "orig_stats", _stats)
+    monkeypatch.setattr(T.S, "orig_reset", lambda device=0: None)
+    monkeypatch.setattr(T.S, "cuda", True)
+    monkeypatch.setattr(T.S, "devices", [0])
+    return T

@@ -1,0 +1,35 @@
+"""A measured call that never comes gives its hooks back (issue 42, item 7): an evaluation that calls a
+method of the model (`model.embed(x)`), never the model, ran every module call under two global hooks
+until the next training record. Real torch on the CPU."""
+import pytest
+
+from shim_env import cuda, shim  # noqa: F401  (the fixtures)
+
+torch = pytest.importorskip("torch")
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 2)
+
+    def embed(self, x):
+        return self.emb(x)
+
+    def forward(self, x):
+        return self.head(self.emb(x))
+
+
+def test_an_evaluation_that_never_calls_the_model_gives_the_hooks_back(shim, cuda):
+    from torch.nn.modules import module
+
+    model, x = Net(), torch.randn(2, 4)
+    assert cuda._where("arm_call", model, "evaluation") is True
+    assert module._global_forward_pre_hooks and cuda.S.measuring
+    for _ in range(getattr(cuda.S.where_module, "MAX_MISSED", 64) + 1):
+        model.embed(x)
+    assert not module._global_forward_pre_hooks and not module._global_forward_hooks
+    assert not cuda.S.measuring
+    # Nothing was sent for a call that never came.
+    assert [m for m in shim.messages() if m.get("k") == "where"] == []

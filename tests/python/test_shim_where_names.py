@@ -1,0 +1,34 @@
+"""Looking for the program's models among its names is bounded (issue 42, item 6): an object with
+millions of attributes made each measured step read them all (11 s at 6 million). Real torch."""
+import sys
+
+import pytest
+
+from shim_env import shim  # noqa: F401  (the fixture)
+
+torch = pytest.importorskip("torch")
+
+
+class Trainer(object):
+    pass
+
+
+def test_an_object_with_a_million_attributes_is_not_read_whole(shim):
+    trainer = Trainer()
+    trainer.model = torch.nn.Linear(2, 2)  # found: among the first attributes
+    for i in range(1000000):
+        setattr(trainer, "a%d" % i, i)
+    looks = [0]
+
+    def profile(frame, event, arg):
+        # Each name or attribute looked at is one call of Program's `look`.
+        if event == "call" and frame.f_code.co_name == "look":
+            looks[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        program = shim.where.Program(torch, shim.hunt)
+    finally:
+        sys.setprofile(None)
+    assert [n for n, _ in program.roots] == ["trainer.model"]
+    assert looks[0] < 100000
