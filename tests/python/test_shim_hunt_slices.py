@@ -65,3 +65,32 @@ def test_a_large_container_of_any_kind_is_walked_in_slices(shim, monkeypatch, ki
     assert gc_.longest < 1000
     if n > hunt.BIG:
         assert slices > 1  # left for the end and walked over several slices
+
+
+def test_slices_read_the_modules_once_while_none_is_imported(shim, monkeypatch):
+    """Each slice used to scan sys.modules twice (~1,300 modules with torch: milliseconds a slice, the
+    hunt's pause); the scan is kept while no module is imported, and redone once one is."""
+    hunt = shim.hunt
+    scans = [0]
+    real = hunt.is_user
+
+    def counting(f):
+        scans[0] += 1
+        return real(f)
+
+    monkeypatch.setattr(hunt, "is_user", counting)
+    hunt._SCAN[0] = -1
+    names = {"big": collections.OrderedDict((i, [i]) for i in range(hunt.BIG * 2))}
+    root = hunt._Root("m", ("m", id(names)), "test", obj=names)
+    search = hunt.Search(torch, 0, None, (), roots=lambda skip: [root])
+    search.run(0.0005)
+    first = scans[0]
+    slices = 1
+    while not search.run(0.0005) and slices < 10000:
+        slices += 1
+    assert slices > 5
+    assert scans[0] == first, "a slice scanned sys.modules again"
+    import json.tool  # noqa: F401  (a module imported between slices)
+
+    hunt._Stops(set())
+    assert scans[0] > first, "a newly imported module was not seen"

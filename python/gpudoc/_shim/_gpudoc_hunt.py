@@ -643,14 +643,8 @@ class _Stops(object):
 
     def __init__(self, skip):
         self.skip = skip
-        self.module_dicts = set()
-        self.user_modules = set()
-        for name, m in list(sys.modules.items()):
-            try:
-                self.module_dicts.add(id(object.__getattribute__(m, "__dict__")))
-            except Exception:
-                continue
-        self.user_modules = set(_user_modules())
+        self.module_dicts, users = _scan_modules()
+        self.user_modules = set(_user_modules(users))
 
     def here(self, o, t):
         i = id(o)
@@ -1015,11 +1009,39 @@ LOCALS = _Lazy()
 _CONTAINERS = (list, tuple, set, frozenset, dict, collections.deque)
 
 
-def _user_modules():
-    """id(module dict) -> (its dict, file name, module name) for __main__ and the program's own modules."""
+# The last scan of sys.modules, kept while its length stays (an import adds to it; a search reads it at
+# every slice, and a scan of a program with torch's ~1,300 modules takes milliseconds): the length, the ids
+# of every module's dict, the names of the program's own modules. Ids and names only: nothing is held.
+_SCAN = [-1, frozenset(), ()]
+
+
+def _scan_modules():
+    """(ids of every module's dict, names of __main__ and the program's own modules), as of now."""
+    n = len(sys.modules)
+    if _SCAN[0] != n:
+        dicts, users = set(), []
+        for name, m in list(sys.modules.items()):
+            try:
+                d = object.__getattribute__(m, "__dict__")
+            except Exception:
+                continue
+            dicts.add(id(d))
+            if not issubclass(type(m), types.ModuleType):
+                continue
+            f = d.get("__file__")
+            if name == "__main__" or (type(f) is str and is_user(f)):
+                users.append(name)
+        _SCAN[:] = [n, frozenset(dicts), tuple(users)]
+    return _SCAN[1], _SCAN[2]
+
+
+def _user_modules(names=None):
+    """id(module dict) -> (its dict, file name, module name) for __main__ and the program's own modules
+    (`names`: as _scan_modules gave them)."""
     mods = {}
-    for name, m in list(sys.modules.items()):
-        if not issubclass(type(m), types.ModuleType):
+    for name in _scan_modules()[1] if names is None else names:
+        m = sys.modules.get(name)
+        if m is None or not issubclass(type(m), types.ModuleType):
             continue
         try:
             d = object.__getattribute__(m, "__dict__")
@@ -1028,8 +1050,7 @@ def _user_modules():
         f = d.get("__file__")
         if name == "__main__" and f is None and sys.argv and str(sys.argv[0]).endswith(".py"):
             f = str(sys.argv[0])  # Python takes a script's __file__ off __main__ once it has run (exit)
-        if name == "__main__" or (type(f) is str and is_user(f)):
-            mods[id(d)] = (d, os.path.basename(f) if type(f) is str else name, name)
+        mods[id(d)] = (d, os.path.basename(f) if type(f) is str else name, name)
     return mods
 
 
