@@ -64,6 +64,46 @@ fn ctrl_c_quits_too() {
 }
 
 #[test]
+fn a_signal_that_stops_it_is_its_death() {
+    // A supervisor or a script's `timeout` reads 128+N (or 124), not a clean 0, as of any program that
+    // dies of a signal.
+    use std::os::unix::process::ExitStatusExt;
+    let m = Machine::h200s(1);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let mut child = m
+            .gpudoc()
+            .args(["watch", "--interval", "100ms"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Its first line: it is looking, its handlers are in place.
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
+    }
+}
+
+#[test]
+fn under_timeout_on_a_terminal_it_ends_when_the_time_is_up() {
+    // `timeout` runs gpudoc in a process group of its own, in the terminal's background: the screen's raw
+    // mode would stop it (SIGTTOU), drawing nothing and never taking the timeout's SIGTERM. It writes
+    // lines instead, and ends at the timeout.
+    let m = Machine::h200s(1);
+    // The shell stays (no exec): `timeout` leads a group of its own only when it does not lead the session.
+    let c = m.shell(r#"timeout 2 "$GPUDOC" watch --interval 200ms; echo "timeout said $?""#);
+    let mut t = Term::start(c);
+    t.expect("\"gpus\"");
+    let (code, out) = t.finish();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("timeout said 124"), "{out}");
+}
+
+#[test]
 fn on_a_pipe_it_prints_a_json_line_per_change() {
     let m = Machine::h200s(1);
     set(&m, 3);
