@@ -407,16 +407,7 @@ fn a_full_screen_program_gets_single_keys() {
 fn ctrl_z_in_a_shell_stops_the_job_and_fg_continues_it() {
     let m = Machine::h200s(1);
     let count = Counter::new(&m);
-    let mut bash = Command::new("bash");
-    bash.args(["--norc", "--noprofile", "-i"])
-        .env("PS1", "$ ")
-        .env("GPUDOC", common::gpudoc_bin())
-        .env("GPUDOC_NVML_LIB", common::fake_lib())
-        .env("FAKE_NVML_STATE", m.state_path())
-        .env("NO_COLOR", "1")
-        .env_remove("CI");
-    let mut t = Term::start(bash);
-    t.expect("$ ");
+    let mut t = interactive_bash(&m);
     let script = m.path("count.sh");
     std::fs::write(&script, count.script()).unwrap();
     let cmd = format!("\"$GPUDOC\" run -q --no-torch -- sh {}\r", script.display());
@@ -434,6 +425,50 @@ fn ctrl_z_in_a_shell_stops_the_job_and_fg_continues_it() {
     assert!(!count.advancing(), "Ctrl-C ended it");
     t.type_bytes(b"exit\r");
     t.finish();
+}
+
+/// An interactive bash on a new terminal, with gpudoc's path in `$GPUDOC` and the fake GPUs.
+fn interactive_bash(m: &Machine) -> Term {
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("GPUDOC", common::gpudoc_bin())
+        .env("GPUDOC_NVML_LIB", common::fake_lib())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .env("NO_COLOR", "1")
+        .env_remove("CI");
+    let mut t = Term::start(bash);
+    t.expect("$ ");
+    t
+}
+
+#[test]
+fn a_job_sent_to_the_background_ends_as_done_not_stopped() {
+    // Ctrl-Z, then `bg`: when the job ends, gpudoc is in the background; giving the terminal its modes
+    // back from there stopped the guard (SIGTTOU), and `wait` never returned.
+    let m = Machine::h200s(1);
+    let mut t = interactive_bash(&m);
+    t.type_bytes(b"\"$GPUDOC\" run -q --no-torch -- sh -c 'echo up-$((1+1)); sleep 1.5; echo done-$((2+2))'\r");
+    // What the command prints, not the line typed (the shell echoes it).
+    t.expect("up-2");
+    // In its sleep: a stop key typed while `sh` forks may stop the new process alone.
+    std::thread::sleep(Duration::from_millis(300));
+    t.type_bytes(b"\x1a");
+    t.expect("Stopped");
+    t.type_bytes(b"bg\r");
+    t.expect("done-4");
+    // gpudoc leaves within a second of its command (it drains and reports).
+    t.type_bytes(b"sleep 1.5; jobs; echo listed-$((3+3))\r");
+    t.expect("listed-6");
+    let after = t.seen_after("done-4");
+    t.type_bytes(b"kill -9 %1 2>/dev/null\r");
+    t.expect_times("$ ", 5);
+    let _ = t.child.kill();
+    let _ = t.finish();
+    assert!(
+        after.contains("Done") && !after.contains("Stopped"),
+        "gpudoc stopped itself: {after}"
+    );
 }
 
 /// The PIDs of processes whose command line is exactly `cmdline`.

@@ -576,7 +576,7 @@ impl Child {
     /// The guard was continued: so is the job, if it is stopped; on its own terminal it gets the keys
     /// back when the shell gave gpudoc the foreground.
     fn resume(&self, w: &mut Waiting) {
-        let foreground = self.guard_in_foreground();
+        let foreground = guard::in_foreground();
         if job_stopped(self.pid.as_raw()) {
             if let Some(p) = &self.pty
                 && foreground
@@ -593,14 +593,6 @@ impl Child {
             p.take_back();
         }
         w.stopped_by_us = false;
-    }
-
-    /// Whether the user's terminal's foreground is the guard's process group.
-    fn guard_in_foreground(&self) -> bool {
-        let Some(g) = &self.guard else { return true };
-        procfs::process::Process::new(g.pid)
-            .and_then(|p| p.stat())
-            .is_ok_and(|s| s.tpgid == s.pgrp)
     }
 
     /// A guard stopped by SIGSTOP (which it cannot take) stops the job.

@@ -58,10 +58,14 @@ pub fn detect() -> Option<Saved> {
 }
 
 impl Saved {
-    /// Gives the user's terminal its modes back.
+    /// Gives the user's terminal its modes back, if gpudoc is in its foreground: a background gpudoc
+    /// never touches the modes (the shell that has the terminal set its own, and the guard would stop
+    /// for it, SIGTTOU: "Stopped (tty output)" where the job was done).
     pub fn restore(&self) {
-        // SAFETY: tcsetattr with modes read from the same terminal.
-        unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &self.termios) };
+        if super::guard::in_foreground() {
+            // SAFETY: tcsetattr with modes read from the same terminal.
+            unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &self.termios) };
+        }
         crate::say::set_raw_terminal(false);
     }
 
