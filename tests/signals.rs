@@ -518,6 +518,27 @@ fn killing_every_gpudoc_process_at_once_still_ends_the_job() {
 }
 
 #[test]
+fn killing_every_gpudoc_process_at_once_gives_the_terminal_its_modes_back() {
+    // Under a shell that does not repair the terminal (dash), a `pkill -9 gpudoc` left it raw: no echo,
+    // no line editing. The keeper, which survives, gives back the modes gpudoc changed.
+    let m = Machine::h200s(1);
+    let mut t = on_terminal(&m, "echo ready-$((1+1)); sleep 30");
+    t.expect("ready-2");
+    let cooked =
+        |t: &Term| t.modes().c_lflag & (libc::ICANON | libc::ECHO) == libc::ICANON | libc::ECHO;
+    assert!(!cooked(&t), "gpudoc puts the terminal in raw mode");
+    // Let the keeper note the job (it looks every half second).
+    std::thread::sleep(Duration::from_millis(700));
+    let guard = t.child.id() as i32;
+    let gpudoc = common::gpudoc_under(guard as u32);
+    kill(Pid::from_raw(gpudoc), Signal::SIGKILL).unwrap();
+    kill(Pid::from_raw(guard), Signal::SIGKILL).unwrap();
+    let back = common::within(Duration::from_secs(5), || cooked(&t));
+    let _ = t.finish();
+    assert!(back, "the terminal stays raw");
+}
+
+#[test]
 fn what_a_job_leaves_running_outlives_a_gpudoc_that_ends_as_it_should() {
     // Reported, not ended (that is --kill-orphans'): the keeper leaves with the guard, ending nothing.
     let m = Machine::h200s(1);

@@ -98,7 +98,7 @@ pub unsafe fn split() -> std::io::Result<()> {
     // the write end: the pipe closes only when both are gone). Best effort: without it, what the job
     // detached outlives a `pkill -9 gpudoc`, as it did before.
     let (keep_r, keep_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let _ = super::keeper::start(guard.as_raw() as u32, keep_r.as_raw_fd());
+    let _ = super::keeper::start(guard.as_raw() as u32, keep_r.as_raw_fd(), terminal.as_ref());
     drop(keep_r);
     // SAFETY: single-threaded (the caller's promise).
     match unsafe { fork() }.map_err(std::io::Error::from)? {

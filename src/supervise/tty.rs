@@ -71,14 +71,66 @@ impl Saved {
 
     /// Raw mode: every byte typed reaches gpudoc as it is, every byte written reaches the screen as it is.
     fn raw(&self) {
-        let mut t = self.termios;
-        // SAFETY: cfmakeraw edits our copy; tcsetattr applies it to our terminal.
-        unsafe {
-            libc::cfmakeraw(&mut t);
-            libc::tcsetattr(0, libc::TCSADRAIN, &t);
-        }
+        let t = self.raw_modes();
+        // SAFETY: tcsetattr applies our modes to our terminal.
+        unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &t) };
         crate::say::set_raw_terminal(true);
     }
+
+    /// The modes gpudoc sets while the command runs.
+    fn raw_modes(&self) -> libc::termios {
+        let mut t = self.termios;
+        // SAFETY: cfmakeraw edits our copy.
+        unsafe { libc::cfmakeraw(&mut t) };
+        t
+    }
+
+    /// The saved modes as text, for the job keeper's command line ([`Saved::from_text`]).
+    pub fn to_text(&self) -> String {
+        // SAFETY: termios is plain data; we read its bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&self.termios as *const libc::termios).cast::<u8>(),
+                std::mem::size_of::<libc::termios>(),
+            )
+        };
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Modes written by [`Saved::to_text`] (by the same binary).
+    pub fn from_text(text: &str) -> Option<Saved> {
+        let n = std::mem::size_of::<libc::termios>();
+        if text.len() != 2 * n || !text.is_ascii() {
+            return None;
+        }
+        let bytes = (0..n)
+            .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        // SAFETY: any bytes make a termios (plain integers); the length is the struct's.
+        let termios = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<libc::termios>()) };
+        Some(Saved { termios })
+    }
+
+    /// Gives terminal `fd` its modes back if it still has the ones gpudoc set (no shell or program has
+    /// set its own since): what the job keeper does when every gpudoc process was killed at once.
+    pub fn restore_if_raw(&self, fd: RawFd) {
+        let raw = self.raw_modes();
+        // SAFETY: tcgetattr fills our struct; tcsetattr applies saved modes to the same terminal.
+        unsafe {
+            let mut now: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(fd, &mut now) == 0 && same_modes(&now, &raw) {
+                libc::tcsetattr(fd, libc::TCSADRAIN, &self.termios);
+            }
+        }
+    }
+}
+
+fn same_modes(a: &libc::termios, b: &libc::termios) -> bool {
+    a.c_iflag == b.c_iflag
+        && a.c_oflag == b.c_oflag
+        && a.c_cflag == b.c_cflag
+        && a.c_lflag == b.c_lflag
+        && a.c_cc == b.c_cc
 }
 
 /// What the main thread and the relay tell each other.

@@ -118,6 +118,16 @@ impl Term {
         self.child
     }
 
+    /// The terminal's modes now (a pty master reads its terminal's).
+    pub fn modes(&self) -> libc::termios {
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        assert_eq!(
+            unsafe { libc::tcgetattr(self.master.as_raw_fd(), &mut t) },
+            0
+        );
+        t
+    }
+
     pub fn type_bytes(&mut self, b: &[u8]) {
         self.master.write_all(b).unwrap();
     }
