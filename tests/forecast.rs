@@ -197,6 +197,34 @@ fn stop_on_step_leak_ends_a_leaking_job_early_with_123() {
 }
 
 #[test]
+fn stop_on_reaches_a_wrapped_commands_whole_process_group() {
+    // Under `bash -c '...; ...'` (a launcher, `sh train.sh`) the command is a shell that waits: a SIGINT to
+    // it alone never reached Python, and 20 s later the tree was SIGKILLed "after a third Ctrl-C".
+    let m = Machine::h200s(1);
+    let json = m.path("report.json");
+    let script = format!(
+        r#""$GPUDOC" run --json '{}' --stop-on step-leak -- bash -c "python3 '{}' leak 4000 0.05; echo after" 2>&1"#,
+        json.display(),
+        fake_torch().join("forecast.py").display()
+    );
+    let started = Instant::now();
+    let out = m
+        .shell(&script)
+        .env("PYTHONPATH", fake_torch())
+        .output()
+        .unwrap();
+    let took = started.elapsed().as_secs_f64();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let r = read_json(&json);
+    assert!(out.contains("KeyboardInterrupt"), "{out}");
+    // bash got the SIGINT too, as from the terminal's Ctrl-C: it dies of it once Python has.
+    assert_eq!(r["exit"]["signal"], 2, "{:#}\n{out}", r["exit"]);
+    assert_eq!(r["exit"]["killed_by_gpudoc"], false);
+    assert!(!out.contains("after a third Ctrl-C"), "{out}");
+    assert!(took < 60.0, "took {took} s");
+}
+
+#[test]
 fn stop_on_names_only_rules_judged_during_the_run() {
     let m = Machine::h200s(1);
     let out = m

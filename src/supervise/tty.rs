@@ -13,13 +13,15 @@
 //! What this changes: type-ahead while the command runs goes to the command (or is lost with it), as under
 //! `script` or `ssh`; `tcgetattr` on the command's terminal shows its own pseudo-terminal.
 
+use super::Writes;
 use super::observe::Watching;
 use super::streams::{Moved, Terminal, copy_chunk};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// The user's terminal as gpudoc found it: its modes (given back at the end, and whenever the job
@@ -137,8 +139,11 @@ fn same_modes(a: &libc::termios, b: &libc::termios) -> bool {
 pub struct Ctl {
     /// The relay reads the user's keys (off while the job is stopped or in the background).
     input: AtomicBool,
-    /// Ctrl-C keys typed while they made a signal.
-    pub presses: AtomicUsize,
+    /// Ctrl-C keys typed while they made a signal, as they came: when, and whether the job had written
+    /// since the one before (it answered it). Keys read together are one press: the job had no time to
+    /// answer between them.
+    pub presses: Mutex<Vec<(Instant, bool)>>,
+    writes: Mutex<Writes>,
     /// The user's terminal hung up (reading it ended).
     pub hung_up: AtomicBool,
     wake_r: OwnedFd,
@@ -177,7 +182,8 @@ impl Pty {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
         let ctl = Arc::new(Ctl {
             input: AtomicBool::new(true),
-            presses: AtomicUsize::new(0),
+            presses: Mutex::new(Vec::new()),
+            writes: Mutex::new(Writes::default()),
             hung_up: AtomicBool::new(false),
             wake_r,
             wake_w,
@@ -380,8 +386,10 @@ fn take_keys(master: RawFd, ctl: &Ctl, keys: &mut Vec<u8>, buf: &mut [u8]) {
     if unsafe { libc::tcgetattr(master, &mut t) } == 0 && t.c_lflag & libc::ISIG != 0 {
         let intr = t.c_cc[libc::VINTR];
         let susp = t.c_cc[libc::VSUSP];
-        let presses = typed.iter().filter(|&&b| b == intr && b != 0).count();
-        ctl.presses.fetch_add(presses, Ordering::SeqCst);
+        if intr != 0 && typed.contains(&intr) {
+            let answered = ctl.writes.lock().unwrap().wrote();
+            ctl.presses.lock().unwrap().push((Instant::now(), answered));
+        }
         if susp != 0 && typed.contains(&susp) {
             ctl.input.store(false, Ordering::SeqCst);
         }
