@@ -427,6 +427,28 @@ fn ctrl_z_in_a_shell_stops_the_job_and_fg_continues_it() {
     t.finish();
 }
 
+#[test]
+fn ctrl_c_stops_a_script_that_loops_over_gpudoc_run() {
+    // The user's terminal is raw while the command runs: the script's shell never saw the Ctrl-C, and
+    // the loop went on to its next run. Without gpudoc the terminal signals its whole foreground group.
+    let m = Machine::h200s(1);
+    let script = m.path("sweep.sh");
+    std::fs::write(
+        &script,
+        "for i in 1 2 3; do\n  \"$GPUDOC\" run -q --no-torch -- sh -c 'echo \"run $0\"; sleep 5' \"$i\"\ndone\necho loop-over\n",
+    )
+    .unwrap();
+    let mut t = Term::start(m.shell(&format!("bash {}", script.display())));
+    t.expect("run 1");
+    t.type_bytes(b"\x03");
+    let (code, out) = t.finish();
+    assert!(
+        !out.contains("run 2") && !out.contains("loop-over"),
+        "{out}"
+    );
+    assert_eq!(code, 130, "{out}");
+}
+
 /// An interactive bash on a new terminal, with gpudoc's path in `$GPUDOC` and the fake GPUs.
 fn interactive_bash(m: &Machine) -> Term {
     let mut bash = Command::new("bash");

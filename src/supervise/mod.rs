@@ -617,7 +617,30 @@ impl Child {
         let presses = std::mem::take(&mut *p.ctl.presses.lock().unwrap());
         for (at, answered) in presses {
             o.interrupted.get_or_insert(libc::SIGINT);
+            self.interrupt_callers();
             self.press(o, w, at, answered);
+        }
+    }
+
+    /// A Ctrl-C typed on the command's own terminal reaches what runs gpudoc too, as the user's terminal
+    /// gives it to its whole foreground group: every other process of the guard's process group (a script
+    /// looping over `gpudoc run`, `make`), which the raw terminal no longer signals. Such a shell then
+    /// stops once gpudoc dies of the command's SIGINT, as it would without gpudoc.
+    fn interrupt_callers(&self) {
+        let Some(g) = &self.guard else { return };
+        if !guard::in_foreground() {
+            return;
+        }
+        let Ok(group) = nix::unistd::getpgid(Some(Pid::from_raw(g.pid))) else {
+            return;
+        };
+        let Ok(all) = procfs::process::all_processes() else {
+            return;
+        };
+        for p in all.flatten() {
+            if p.pid != g.pid && p.stat().is_ok_and(|s| s.pgrp == group.as_raw()) {
+                let _ = kill(Pid::from_raw(p.pid), Signal::SIGINT);
+            }
         }
     }
 
