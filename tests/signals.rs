@@ -449,6 +449,37 @@ fn ctrl_c_stops_a_script_that_loops_over_gpudoc_run() {
     assert_eq!(code, 130, "{out}");
 }
 
+#[test]
+fn a_ctrl_c_never_waits_behind_output_a_stalled_terminal_does_not_take() {
+    // An ssh connection that stops reading: gpudoc blocks writing the command's output to it, and a key
+    // typed meanwhile reached the command only once the terminal read again.
+    let m = Machine::h200s(1);
+    let got = m.path("got");
+    let program = format!(
+        r#"
+import signal, sys
+def caught(*_):
+    open({:?}, "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGINT, caught)
+print("ready", flush=True)
+while True:
+    print("x" * 200, flush=True)
+"#,
+        got.display().to_string()
+    );
+    let mut t = python_on_terminal(&m, &program);
+    t.expect("ready");
+    t.stall(true);
+    // Every buffer between the command and the terminal fills.
+    std::thread::sleep(Duration::from_millis(500));
+    t.type_bytes(b"\x03");
+    let reached = common::within(Duration::from_secs(3), || got.exists());
+    t.stall(false);
+    let _ = t.finish();
+    assert!(reached, "the Ctrl-C waited for the terminal to read");
+}
+
 /// An interactive bash on a new terminal, with gpudoc's path in `$GPUDOC` and the fake GPUs.
 fn interactive_bash(m: &Machine) -> Term {
     let mut bash = Command::new("bash");

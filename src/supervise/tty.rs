@@ -251,8 +251,9 @@ pub enum Ended {
 /// Passes bytes both ways between the user's terminal and the command's until every holder of the
 /// command's terminal has closed it (or, once the command exited, it stays quiet): the command's output
 /// to fd 1 through the live line's [`Terminal`], seen by the observer; the user's keys from fd 0 while
-/// [`Ctl`] allows. If the user's terminal goes away, its output is read and dropped, so the command
-/// never blocks writing.
+/// [`Ctl`] allows, on a thread of their own, so that a key (a Ctrl-C) never waits behind output a stalled
+/// terminal (an ssh connection that stopped reading) does not take. If the user's terminal goes away, its
+/// output is read and dropped, so the command never blocks writing.
 pub fn relay(
     master: &OwnedFd,
     ctl: &Ctl,
@@ -260,27 +261,40 @@ pub fn relay(
     observer: &Watching,
     exited: &AtomicBool,
 ) -> Ended {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let keys = std::thread::Builder::new()
+            .name("gpudoc-keys".into())
+            .spawn_scoped(scope, || pass_keys(master, ctl, &done));
+        let end = pass_output(master, term, observer, exited);
+        done.store(true, Ordering::SeqCst);
+        ctl.wake();
+        if let Ok(k) = keys {
+            let _ = k.join();
+        }
+        end
+    })
+}
+
+/// The command's output to the user's terminal, until its terminal is closed or quiet after its exit.
+fn pass_output(
+    master: &OwnedFd,
+    term: Option<&Terminal>,
+    observer: &Watching,
+    exited: &AtomicBool,
+) -> Ended {
     let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
     let mut buf = vec![0u8; 64 * 1024];
-    let mut keys: Vec<u8> = Vec::new();
     let mut screen_gone = false;
     let mut quiet_since: Option<Instant> = None;
     loop {
-        let reading = ctl.input.load(Ordering::SeqCst)
-            && !ctl.hung_up.load(Ordering::SeqCst)
-            && keys.len() < PENDING_KEYS;
-        let (from_job, to_job, woken, typed) = match wait(
-            master.as_fd(),
-            ctl.wake_r.as_fd(),
-            !keys.is_empty(),
-            reading,
-        ) {
-            Some(ready) => ready,
-            None => continue,
+        let mut fds = [PollFd::new(master.as_fd(), PollFlags::POLLIN)];
+        let from_job = match poll(&mut fds, PollTimeout::from(100u16)) {
+            Ok(_) => fds[0].revents().is_some_and(|r| {
+                r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
+            }),
+            Err(_) => continue,
         };
-        if woken {
-            drain_pipe(ctl.wake_r.as_fd());
-        }
         if from_job {
             let dest = (!screen_gone).then_some(&mut *out);
             match pass(master.as_fd(), dest, term, &mut buf) {
@@ -303,6 +317,28 @@ pub fn relay(
                 return Ended::StillHeld;
             }
         }
+    }
+}
+
+/// The user's keys to the command's terminal while [`Ctl`] allows, until `done`.
+fn pass_keys(master: &OwnedFd, ctl: &Ctl, done: &AtomicBool) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut keys: Vec<u8> = Vec::new();
+    while !done.load(Ordering::SeqCst) {
+        let reading = ctl.input.load(Ordering::SeqCst)
+            && !ctl.hung_up.load(Ordering::SeqCst)
+            && keys.len() < PENDING_KEYS;
+        let Some((to_job, woken, typed)) = wait(
+            master.as_fd(),
+            ctl.wake_r.as_fd(),
+            !keys.is_empty(),
+            reading,
+        ) else {
+            continue;
+        };
+        if woken {
+            drain_pipe(ctl.wake_r.as_fd());
+        }
         if typed {
             take_keys(master.as_raw_fd(), ctl, &mut keys, &mut buf);
         }
@@ -312,25 +348,29 @@ pub fn relay(
     }
 }
 
-/// Waits for the command's output, room for keys, a wake-up or a key: which are ready.
+/// Waits for room for keys, a wake-up or a key: which are ready.
 fn wait(
     master: BorrowedFd,
     wake: BorrowedFd,
     keys_waiting: bool,
     reading: bool,
-) -> Option<(bool, bool, bool, bool)> {
+) -> Option<(bool, bool, bool)> {
     // SAFETY: fd 0 stays open for gpudoc's whole life.
     let stdin = unsafe { BorrowedFd::borrow_raw(0) };
-    let mut m = PollFlags::POLLIN;
-    if keys_waiting {
-        m |= PollFlags::POLLOUT;
-    }
-    let mut fds = vec![PollFd::new(master, m), PollFd::new(wake, PollFlags::POLLIN)];
+    let room = if keys_waiting {
+        PollFlags::POLLOUT
+    } else {
+        PollFlags::empty()
+    };
+    let mut fds = vec![
+        PollFd::new(master, room),
+        PollFd::new(wake, PollFlags::POLLIN),
+    ];
     if reading {
         fds.push(PollFd::new(stdin, PollFlags::POLLIN));
     }
     match poll(&mut fds, PollTimeout::from(100u16)) {
-        Ok(0) => Some((false, false, false, false)),
+        Ok(0) => Some((false, false, false)),
         Ok(_) => {
             let got = |i: usize, f: PollFlags| {
                 fds.get(i)
@@ -339,7 +379,6 @@ fn wait(
             };
             let hup = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
             Some((
-                got(0, hup),
                 got(0, PollFlags::POLLOUT),
                 got(1, PollFlags::POLLIN),
                 reading && got(2, hup),
