@@ -8,6 +8,13 @@ use common::{Machine, conforms, fake_torch, read_json};
 
 /// `gpudoc fit --json fit.json [extra] -- python3 batch.py --batch-size {}`: (exit code, result, stderr).
 fn fit(m: &Machine, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let batch = fake_torch().join("batch.py");
+    let batch = batch.to_str().unwrap();
+    fit_of(m, extra, &["python3", batch, "--batch-size", "{}"])
+}
+
+/// `gpudoc fit --json fit.json [extra] -- command...` with the fake torch: (exit code, result, stderr).
+fn fit_of(m: &Machine, extra: &[&str], command: &[&str]) -> (i32, serde_json::Value, String) {
     let json = m.path("fit.json");
     let out = m
         .gpudoc()
@@ -16,9 +23,7 @@ fn fit(m: &Machine, extra: &[&str]) -> (i32, serde_json::Value, String) {
         .arg(&json)
         .args(extra)
         .arg("--")
-        .arg("python3")
-        .arg(fake_torch().join("batch.py"))
-        .args(["--batch-size", "{}"])
+        .args(command)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -116,18 +121,8 @@ fn each_run_is_ended_like_a_ctrl_c_after_its_steps() {
 /// `gpudoc fit --json fit.json --steps 3 --max 1 -- args...` run on `m` with the fake torch: (result,
 /// stderr).
 fn fit_cmd(m: &Machine, args: &[&str]) -> (serde_json::Value, String) {
-    let json = m.path("fit.json");
-    let out = m
-        .gpudoc()
-        .env("PYTHONPATH", fake_torch())
-        .args(["fit", "--json"])
-        .arg(&json)
-        .args(["--steps", "3", "--max", "1", "--"])
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (read_json(&json), stderr)
+    let (_, result, stderr) = fit_of(m, &["--steps", "3", "--max", "1"], args);
+    (result, stderr)
 }
 
 #[test]
