@@ -141,9 +141,9 @@ pub struct RunArgs {
     /// No live status line and no summary (errors still print).
     #[arg(short, long)]
     pub quiet: bool,
-    /// End the job early, as Ctrl-C would (SIGINT; SIGKILL to its tree if it goes on), once one of these
-    /// rules is told during the run (a rule judged live: step-leak, steady-growth, near-capacity,
-    /// stray-context, others-arrived); gpudoc then exits 123.
+    /// End the job early, as Ctrl-C would (SIGINT to its process group; then SIGTERM, then SIGKILL to its
+    /// tree, if it goes on), once one of these rules is told during the run (a rule judged live:
+    /// step-leak, steady-growth, near-capacity, stray-context, others-arrived); gpudoc then exits 123.
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     pub stop_on: Vec<String>,
     /// Run the command twice, as is and with a remedy that needs no code change, and compare them:

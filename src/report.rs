@@ -139,7 +139,8 @@ pub struct Exit {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub core_dumped: bool,
-    /// gpudoc killed the job after a third Ctrl-C.
+    /// gpudoc killed the job: after three quick Ctrl-C presses it did not answer, or at the end of
+    /// `--stop-on`'s steps.
     pub killed_by_gpudoc: bool,
     /// `--stop-on`: the rule whose live diagnosis made gpudoc end the job (SIGINT first, as Ctrl-C).
     #[serde(default, skip_serializing_if = "Option::is_none")]

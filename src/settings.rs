@@ -67,6 +67,9 @@ pub struct Env {
     pub stdin_pipe: bool,
     pub stdout_tty: bool,
     pub stderr_tty: bool,
+    /// gpudoc's process group is its terminal's foreground (stdin's): false for a background job (`&`,
+    /// `timeout`'s own group), whose changes to the terminal's modes would stop it (SIGTTOU).
+    pub foreground: bool,
     /// `CI` is set: no live line.
     pub ci: bool,
     /// `GITHUB_ACTIONS=true`: the gate prints workflow commands.
@@ -152,6 +155,8 @@ impl Env {
             stdin_tty: std::io::stdin().is_terminal(),
             stdin_file: stdin == Some(libc::S_IFREG),
             stdin_pipe: matches!(stdin, Some(libc::S_IFIFO | libc::S_IFSOCK)),
+            // SAFETY: tcgetpgrp and getpgrp only read.
+            foreground: unsafe { libc::tcgetpgrp(0) == libc::getpgrp() },
             stdout_tty,
             stderr_tty,
             wiring: Wiring::of_this_process(stdout_tty, stderr_tty),
@@ -841,8 +846,18 @@ impl WatchSettings {
                     "--format tui needs a terminal on stdin and stdout",
                 ));
             }
+            Some(cli::WatchFormat::Tui) if !env.foreground => {
+                return Err(Failure::new(
+                    exit::USAGE,
+                    "--format tui needs the terminal's foreground (under timeout: timeout --foreground)",
+                ));
+            }
             Some(f) => Some(f),
-            None if env.stdout_tty && env.stdin_tty => Some(cli::WatchFormat::Tui),
+            // In the background (`timeout N gpudoc watch`, `&`) the screen's raw mode would stop gpudoc
+            // (SIGTTOU) until someone brings it to the foreground: lines, which touch no mode, instead.
+            None if env.stdout_tty && env.stdin_tty && env.foreground => {
+                Some(cli::WatchFormat::Tui)
+            }
             None if metrics.is_some() => None,
             None => Some(cli::WatchFormat::Jsonl),
         };

@@ -22,8 +22,9 @@ fn end_of_command(r: &Report) -> String {
     match r.exit.signal {
         Some(sig) => {
             let name = crate::report::signal_name(sig);
-            let by = if r.exit.killed_by_gpudoc {
-                " (gpudoc, after a third Ctrl-C)"
+            // `--stop-on`'s kill is said with its rule (`ending`).
+            let by = if r.exit.killed_by_gpudoc && r.exit.stopped_on.is_none() {
+                " (gpudoc, after Ctrl-C presses it did not answer)"
             } else {
                 ""
             };

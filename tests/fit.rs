@@ -8,6 +8,13 @@ use common::{Machine, conforms, fake_torch, read_json};
 
 /// `gpudoc fit --json fit.json [extra] -- python3 batch.py --batch-size {}`: (exit code, result, stderr).
 fn fit(m: &Machine, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let batch = fake_torch().join("batch.py");
+    let batch = batch.to_str().unwrap();
+    fit_of(m, extra, &["python3", batch, "--batch-size", "{}"])
+}
+
+/// `gpudoc fit --json fit.json [extra] -- command...` with the fake torch: (exit code, result, stderr).
+fn fit_of(m: &Machine, extra: &[&str], command: &[&str]) -> (i32, serde_json::Value, String) {
     let json = m.path("fit.json");
     let out = m
         .gpudoc()
@@ -16,9 +23,7 @@ fn fit(m: &Machine, extra: &[&str]) -> (i32, serde_json::Value, String) {
         .arg(&json)
         .args(extra)
         .arg("--")
-        .arg("python3")
-        .arg(fake_torch().join("batch.py"))
-        .args(["--batch-size", "{}"])
+        .args(command)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -111,6 +116,81 @@ fn each_run_is_ended_like_a_ctrl_c_after_its_steps() {
     let steps = first["steps"].as_u64().unwrap();
     assert!((3..10).contains(&steps), "{steps}");
     assert_eq!(r["answer"], 2);
+}
+
+/// `gpudoc fit --json fit.json --steps 3 --max 1 -- args...` run on `m` with the fake torch: (result,
+/// stderr).
+fn fit_cmd(m: &Machine, args: &[&str]) -> (serde_json::Value, String) {
+    let (_, result, stderr) = fit_of(m, &["--steps", "3", "--max", "1"], args);
+    (result, stderr)
+}
+
+#[test]
+fn a_wrapped_command_gets_the_ctrl_c_at_the_end_of_a_run() {
+    // Under a shell that waits (`bash -c '...; ...'`, `sh train.sh`) a SIGINT to the shell alone never
+    // reached Python: the run was ended by SIGTERM to the shell 5 s later, Python left running.
+    let m = Machine::h200s(1);
+    let batch = fake_torch().join("batch.py");
+    let script = format!(
+        "python3 '{}' --batch-size {{}}; echo after",
+        batch.display()
+    );
+    let (r, stderr) = fit_cmd(&m, &["bash", "-c", &script]);
+    let first = &r["runs"][0];
+    assert!(stderr.contains("KeyboardInterrupt"), "{stderr}");
+    assert_eq!(first["outcome"], "fits", "{stderr}");
+    assert_eq!(first["exit_code"], 130, "{stderr}");
+    assert!(!stderr.contains("SIGTERM"), "{stderr}");
+}
+
+/// batch.py's loop at the command's value, run by `python3 -c` with `handler` as its KeyboardInterrupt
+/// handler's body (indented by four spaces).
+fn loop_handling_ctrl_c(handler: &str) -> Vec<String> {
+    let program = format!(
+        "import runpy, signal, sys, time\n\
+         sys.argv = ['batch.py', '--batch-size', sys.argv[1]]\n\
+         try:\n    runpy.run_path({:?}, run_name='__main__')\n\
+         except KeyboardInterrupt:\n{handler}\n",
+        fake_torch().join("batch.py").display().to_string()
+    );
+    ["python3", "-c", &program, "{}"].map(String::from).to_vec()
+}
+
+#[test]
+fn a_checkpoint_saved_on_ctrl_c_is_never_cut_short() {
+    // The handler writes 80,000 bytes over 8 s: SIGTERM 5 s after the SIGINT cut it at 50,000.
+    let m = Machine::h200s(1);
+    let ckpt = m.path("ckpt");
+    let handler = format!(
+        "    with open({:?}, 'wb') as f:\n        for i in range(8):\n            f.write(b'x' * 10000); f.flush(); time.sleep(1)",
+        ckpt.display().to_string()
+    );
+    let args = loop_handling_ctrl_c(&handler);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (r, stderr) = fit_cmd(&m, &args);
+    assert_eq!(std::fs::metadata(&ckpt).unwrap().len(), 80_000, "{stderr}");
+    assert_eq!(r["runs"][0]["outcome"], "fits", "{stderr}");
+    assert!(!stderr.contains("SIGTERM"), "{stderr}");
+}
+
+#[test]
+fn a_run_that_does_not_end_on_ctrl_c_is_no_fit() {
+    // It ignores the SIGINT and sits silent: gpudoc goes on to SIGTERM, says so, and does not count the
+    // run as a fit.
+    let m = Machine::h200s(1);
+    let args =
+        loop_handling_ctrl_c("    signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (r, stderr) = fit_cmd(&m, &args);
+    let first = &r["runs"][0];
+    assert_eq!(first["outcome"], "failed", "{stderr}");
+    assert_eq!(first["exit_code"], 143, "{stderr}");
+    assert!(
+        stderr
+            .contains("gpudoc: the job still runs 5 s after SIGINT: SIGTERM to its process group"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("did not end on SIGINT"), "{stderr}");
 }
 
 #[test]

@@ -23,12 +23,22 @@ fn job_into(
     steps: u32,
     sleep: f64,
 ) -> (i32, Value, String, f64) {
+    let forecast = fake_torch().join("forecast.py");
+    let command = format!(
+        "python3 '{}' {mode} {steps} {sleep} {redirect}",
+        forecast.display()
+    );
+    gpudoc_run(extra, &command)
+}
+
+/// `gpudoc run --json report.json extra -- command` in a shell, with the fake torch: (exit code,
+/// report, what the shell wrote on stdout, seconds taken).
+fn gpudoc_run(extra: &str, command: &str) -> (i32, Value, String, f64) {
     let m = Machine::h200s(1);
     let json = m.path("report.json");
     let script = format!(
-        r#""$GPUDOC" run --json '{}' {extra} -- python3 '{}' {mode} {steps} {sleep} {redirect}"#,
-        json.display(),
-        fake_torch().join("forecast.py").display()
+        r#""$GPUDOC" run --json '{}' {extra} -- {command}"#,
+        json.display()
     );
     let started = Instant::now();
     let out = m
@@ -194,6 +204,24 @@ fn stop_on_step_leak_ends_a_leaking_job_early_with_123() {
         out.contains("ended by gpudoc (--stop-on step-leak)"),
         "{out}"
     );
+}
+
+#[test]
+fn stop_on_reaches_a_wrapped_commands_whole_process_group() {
+    // Under `bash -c '...; ...'` (a launcher, `sh train.sh`) the command is a shell that waits: a SIGINT to
+    // it alone never reached Python, and 20 s later the tree was SIGKILLed "after a third Ctrl-C".
+    let forecast = fake_torch().join("forecast.py");
+    let command = format!(
+        r#"bash -c "python3 '{}' leak 4000 0.05; echo after" 2>&1"#,
+        forecast.display()
+    );
+    let (_, r, out, took) = gpudoc_run("--stop-on step-leak", &command);
+    assert!(out.contains("KeyboardInterrupt"), "{out}");
+    // bash got the SIGINT too, as from the terminal's Ctrl-C: it dies of it once Python has.
+    assert_eq!(r["exit"]["signal"], 2, "{:#}\n{out}", r["exit"]);
+    assert_eq!(r["exit"]["killed_by_gpudoc"], false);
+    assert!(!out.contains("after a third Ctrl-C"), "{out}");
+    assert!(took < 60.0, "took {took} s");
 }
 
 #[test]

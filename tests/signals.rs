@@ -407,16 +407,7 @@ fn a_full_screen_program_gets_single_keys() {
 fn ctrl_z_in_a_shell_stops_the_job_and_fg_continues_it() {
     let m = Machine::h200s(1);
     let count = Counter::new(&m);
-    let mut bash = Command::new("bash");
-    bash.args(["--norc", "--noprofile", "-i"])
-        .env("PS1", "$ ")
-        .env("GPUDOC", common::gpudoc_bin())
-        .env("GPUDOC_NVML_LIB", common::fake_lib())
-        .env("FAKE_NVML_STATE", m.state_path())
-        .env("NO_COLOR", "1")
-        .env_remove("CI");
-    let mut t = Term::start(bash);
-    t.expect("$ ");
+    let mut t = interactive_bash(&m);
     let script = m.path("count.sh");
     std::fs::write(&script, count.script()).unwrap();
     let cmd = format!("\"$GPUDOC\" run -q --no-torch -- sh {}\r", script.display());
@@ -434,6 +425,103 @@ fn ctrl_z_in_a_shell_stops_the_job_and_fg_continues_it() {
     assert!(!count.advancing(), "Ctrl-C ended it");
     t.type_bytes(b"exit\r");
     t.finish();
+}
+
+#[test]
+fn ctrl_c_stops_a_script_that_loops_over_gpudoc_run() {
+    // The user's terminal is raw while the command runs: the script's shell never saw the Ctrl-C, and
+    // the loop went on to its next run. Without gpudoc the terminal signals its whole foreground group.
+    let m = Machine::h200s(1);
+    let script = m.path("sweep.sh");
+    std::fs::write(
+        &script,
+        "for i in 1 2 3; do\n  \"$GPUDOC\" run -q --no-torch -- sh -c 'echo \"run $0\"; sleep 5' \"$i\"\ndone\necho loop-over\n",
+    )
+    .unwrap();
+    let mut t = Term::start(m.shell(&format!("bash {}", script.display())));
+    t.expect("run 1");
+    t.type_bytes(b"\x03");
+    let (code, out) = t.finish();
+    assert!(
+        !out.contains("run 2") && !out.contains("loop-over"),
+        "{out}"
+    );
+    assert_eq!(code, 130, "{out}");
+}
+
+#[test]
+fn a_ctrl_c_never_waits_behind_output_a_stalled_terminal_does_not_take() {
+    // An ssh connection that stops reading: gpudoc blocks writing the command's output to it, and a key
+    // typed meanwhile reached the command only once the terminal read again.
+    let m = Machine::h200s(1);
+    let got = m.path("got");
+    let program = format!(
+        r#"
+import signal, sys
+def caught(*_):
+    open({:?}, "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGINT, caught)
+print("ready", flush=True)
+while True:
+    print("x" * 200, flush=True)
+"#,
+        got.display().to_string()
+    );
+    let mut t = python_on_terminal(&m, &program);
+    t.expect("ready");
+    t.stall(true);
+    // Every buffer between the command and the terminal fills.
+    std::thread::sleep(Duration::from_millis(500));
+    t.type_bytes(b"\x03");
+    let reached = common::within(Duration::from_secs(3), || got.exists());
+    t.stall(false);
+    let _ = t.finish();
+    assert!(reached, "the Ctrl-C waited for the terminal to read");
+}
+
+/// An interactive bash on a new terminal, with gpudoc's path in `$GPUDOC` and the fake GPUs.
+fn interactive_bash(m: &Machine) -> Term {
+    let mut bash = Command::new("bash");
+    bash.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("GPUDOC", common::gpudoc_bin())
+        .env("GPUDOC_NVML_LIB", common::fake_lib())
+        .env("FAKE_NVML_STATE", m.state_path())
+        .env("NO_COLOR", "1")
+        .env_remove("CI");
+    let mut t = Term::start(bash);
+    t.expect("$ ");
+    t
+}
+
+#[test]
+fn a_job_sent_to_the_background_ends_as_done_not_stopped() {
+    // Ctrl-Z, then `bg`: when the job ends, gpudoc is in the background; giving the terminal its modes
+    // back from there stopped the guard (SIGTTOU), and `wait` never returned.
+    let m = Machine::h200s(1);
+    let mut t = interactive_bash(&m);
+    t.type_bytes(b"\"$GPUDOC\" run -q --no-torch -- sh -c 'echo up-$((1+1)); sleep 1.5; echo done-$((2+2))'\r");
+    // What the command prints, not the line typed (the shell echoes it).
+    t.expect("up-2");
+    // In its sleep: a stop key typed while `sh` forks may stop the new process alone.
+    std::thread::sleep(Duration::from_millis(300));
+    t.type_bytes(b"\x1a");
+    t.expect("Stopped");
+    t.type_bytes(b"bg\r");
+    t.expect("done-4");
+    // gpudoc leaves within a second of its command (it drains and reports).
+    t.type_bytes(b"sleep 1.5; jobs; echo listed-$((3+3))\r");
+    t.expect("listed-6");
+    let after = t.seen_after("done-4");
+    t.type_bytes(b"kill -9 %1 2>/dev/null\r");
+    t.expect_times("$ ", 5);
+    let _ = t.child.kill();
+    let _ = t.finish();
+    assert!(
+        after.contains("Done") && !after.contains("Stopped"),
+        "gpudoc stopped itself: {after}"
+    );
 }
 
 /// The PIDs of processes whose command line is exactly `cmdline`.
@@ -480,6 +568,27 @@ fn killing_every_gpudoc_process_at_once_still_ends_the_job() {
         let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
     }
     assert!(left.is_empty(), "still running: {left:?}");
+}
+
+#[test]
+fn killing_every_gpudoc_process_at_once_gives_the_terminal_its_modes_back() {
+    // Under a shell that does not repair the terminal (dash), a `pkill -9 gpudoc` left it raw: no echo,
+    // no line editing. The keeper, which survives, gives back the modes gpudoc changed.
+    let m = Machine::h200s(1);
+    let mut t = on_terminal(&m, "echo ready-$((1+1)); sleep 30");
+    t.expect("ready-2");
+    let cooked =
+        |t: &Term| t.modes().c_lflag & (libc::ICANON | libc::ECHO) == libc::ICANON | libc::ECHO;
+    assert!(!cooked(&t), "gpudoc puts the terminal in raw mode");
+    // Let the keeper note the job (it looks every half second).
+    std::thread::sleep(Duration::from_millis(700));
+    let guard = t.child.id() as i32;
+    let gpudoc = common::gpudoc_under(guard as u32);
+    kill(Pid::from_raw(gpudoc), Signal::SIGKILL).unwrap();
+    kill(Pid::from_raw(guard), Signal::SIGKILL).unwrap();
+    let back = common::within(Duration::from_secs(5), || cooked(&t));
+    let _ = t.finish();
+    assert!(back, "the terminal stays raw");
 }
 
 #[test]

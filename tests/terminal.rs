@@ -1,5 +1,5 @@
-//! `gpudoc run` on a terminal: the command still sees one, Ctrl-C reaches it once, a third Ctrl-C kills
-//! the job, and the live line shows and goes away. gpudoc runs here in a session of its own with a
+//! `gpudoc run` on a terminal: the command still sees one, Ctrl-C reaches it once, a third quick Ctrl-C it
+//! did not answer kills the job, and the live line shows and goes away. gpudoc runs here in a session of its own with a
 //! pseudo-terminal as its controlling terminal, as in an interactive shell.
 
 mod common;
@@ -49,28 +49,61 @@ fn the_command_sees_a_terminal_and_ctrl_c_reaches_it_once() {
 }
 
 #[test]
-fn a_second_ctrl_c_is_the_jobs_and_a_third_kills_it() {
-    // A job that catches Ctrl-C to save its work gets every press, as without gpudoc; the second is told
-    // what a third does; the third ends it and everything it started.
+fn three_quick_ctrl_c_the_job_does_not_answer_kill_it() {
+    // A job stuck in a call (a hung collective) writes nothing when Ctrl-C'd: it gets every press, as
+    // without gpudoc; the second unanswered one is told what a third does; the third ends it and
+    // everything it started.
     let m = Machine::h200s(1);
     let json = m.path("r.json");
-    let script = r#"trap 'echo caught' INT; echo ready; while :; do sleep 0.02; done"#;
+    let script = r#"trap 'n=$((n+1))' INT; echo ready; while :; do sleep 0.02; done"#;
     let mut t = Term::start(gpudoc_sh(&m, &["--json", json.to_str().unwrap()], script));
     t.expect("ready");
-    for n in 1..=2 {
-        t.type_bytes(b"\x03");
-        t.expect_times("caught", n);
-    }
-    t.expect("one more ends it");
+    t.type_bytes(b"\x03");
+    // Keys read together are one press: the job had no time to answer between them.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.type_bytes(b"\x03");
+    t.expect("one more within 3 s");
     t.type_bytes(b"\x03");
     let (code, out) = t.finish();
     assert_eq!(code, 128 + 9, "{out}");
     let r = common::read_json(&json);
     assert_eq!(r["exit"]["killed_by_gpudoc"], true);
     assert!(
-        out.contains("killed by SIGKILL (gpudoc, after a third Ctrl-C)"),
+        out.contains("killed by SIGKILL (gpudoc, after Ctrl-C presses it did not answer)"),
         "{out}"
     );
+}
+
+#[test]
+fn a_job_that_answers_each_ctrl_c_gets_every_one() {
+    // A REPL, pdb, a shell, a server asking "Shutdown?": each press is answered, none is the last.
+    let m = Machine::h200s(1);
+    let program = r#"
+import time
+n = 0
+print("ready", flush=True)
+while n < 4:
+    try:
+        time.sleep(30)
+    except KeyboardInterrupt:
+        n += 1
+        print("caught", n, flush=True)
+print("done after", n, flush=True)
+"#;
+    let mut c = m.gpudoc();
+    c.args(["run", "--no-torch", "--", "python3", "-c", program]);
+    let mut t = Term::start(c);
+    t.expect("ready");
+    for n in 1..=4 {
+        // As a user types them: apart, each within a second of the last.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        t.type_bytes(b"\x03");
+        t.expect(&format!("caught {n}"));
+    }
+    let (code, out) = t.finish();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("done after 4"), "{out}");
+    assert!(!out.contains("one more"), "{out}");
 }
 
 #[test]

@@ -63,17 +63,55 @@ fn ctrl_c_quits_too() {
     assert!(out.contains(LEAVE_ALTERNATE_SCREEN), "{out:?}");
 }
 
-#[test]
-fn on_a_pipe_it_prints_a_json_line_per_change() {
-    let m = Machine::h200s(1);
-    set(&m, 3);
-    let mut child = m
-        .gpudoc()
+/// `gpudoc watch --interval 100ms` on `m`, its JSON lines on a pipe.
+fn on_a_pipe(m: &Machine) -> std::process::Child {
+    m.gpudoc()
         .args(["watch", "--interval", "100ms"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_signal_that_stops_it_is_its_death() {
+    // A supervisor or a script's `timeout` reads 128+N (or 124), not a clean 0, as of any program that
+    // dies of a signal.
+    use std::os::unix::process::ExitStatusExt;
+    let m = Machine::h200s(1);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let mut child = on_a_pipe(&m);
+        // Its first line: it is looking, its handlers are in place.
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
+    }
+}
+
+#[test]
+fn under_timeout_on_a_terminal_it_ends_when_the_time_is_up() {
+    // `timeout` runs gpudoc in a process group of its own, in the terminal's background: the screen's raw
+    // mode would stop it (SIGTTOU), drawing nothing and never taking the timeout's SIGTERM. It writes
+    // lines instead, and ends at the timeout.
+    let m = Machine::h200s(1);
+    // The shell stays (no exec): `timeout` leads a group of its own only when it does not lead the session.
+    let c = m.shell(r#"timeout 2 "$GPUDOC" watch --interval 200ms; echo "timeout said $?""#);
+    let mut t = Term::start(c);
+    t.expect("\"gpus\"");
+    let (code, out) = t.finish();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("timeout said 124"), "{out}");
+}
+
+#[test]
+fn on_a_pipe_it_prints_a_json_line_per_change() {
+    let m = Machine::h200s(1);
+    set(&m, 3);
+    let mut child = on_a_pipe(&m);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut next =
         || -> serde_json::Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
@@ -91,7 +129,8 @@ fn on_a_pipe_it_prints_a_json_line_per_change() {
     // Nothing changed since: no line until the next change.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
-    assert!(status.success());
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
 }
 
 #[test]

@@ -124,7 +124,7 @@ fn ran(s: &RunSettings, value: u64, guided: bool, end: EndWhen) -> Result<Ran, F
         value,
         guided,
         &report,
-        ended.map(|e| e.why),
+        ended.as_ref(),
         interrupted.is_some(),
     );
     // Asked to end (a Ctrl-C: the job got it too), or killed by a signal gpudoc did not send.

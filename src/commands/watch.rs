@@ -12,7 +12,7 @@ use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyModifiers};
 use crossterm::{cursor, execute, queue, terminal};
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -65,8 +65,12 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
         None => None,
     };
     let stop = Arc::new(AtomicBool::new(false));
+    // Which signal stopped it: once the terminal is given back, gpudoc dies of it (a signal death is a
+    // signal death: a script's `timeout` or a supervisor sees 124 or 128+N, not a clean 0).
+    let caught = Arc::new(AtomicUsize::new(0));
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         let _ = signal_hook::flag::register(sig, stop.clone());
+        let _ = signal_hook::flag::register_usize(sig, caught.clone(), sig as usize);
     }
     let result = match s.output {
         Some(WatchFormat::Tui) => tui(&s, &look, &latest, &stop),
@@ -81,6 +85,10 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
     };
     if let Some(server) = server {
         server.stop();
+    }
+    let sig = caught.load(Ordering::SeqCst);
+    if sig != 0 {
+        crate::supervise::guard::die_of(sig as i32);
     }
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),

@@ -1,15 +1,19 @@
-//! Ends a probe run of `gpudoc fit` once it has run far enough, as a user's Ctrl-C would: SIGINT first
-//! (Python raises KeyboardInterrupt, a training script's own handler saves or cleans up), then SIGTERM,
-//! then SIGKILL, each [`GRACE`] apart. Steps are read live from the shim's timeline (the optimizer's step
-//! records, [`crate::torch::TorchTimeline`]), the same one `gpudoc run` fills.
+//! Ends a probe run of `gpudoc fit` once it has run far enough, as a user's Ctrl-C would: SIGINT to its
+//! process group first (Python raises KeyboardInterrupt, a training script's own handler saves or cleans
+//! up), then SIGTERM, then SIGKILL, each once the job has written nothing for [`GRACE`] (a handler saving
+//! a checkpoint gets the time it takes: [`crate::supervise::signals::Ending`]), each said. Steps are read
+//! live from the shim's timeline (the optimizer's step records, [`crate::torch::TorchTimeline`]), the same
+//! one `gpudoc run` fills.
 
+use crate::supervise::signals::Ending;
+use crate::supervise::{Writes, end_step};
 use crate::torch::TorchTimeline;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long the job gets after each signal before the next, stronger one.
+/// How long the job must write nothing after each signal before the next, stronger one.
 pub const GRACE: Duration = Duration::from_secs(5);
 /// How often the step count is looked at (the shim's pipe is read every 20 ms).
 const LOOK_EVERY: Duration = Duration::from_millis(20);
@@ -42,6 +46,14 @@ pub struct Ended {
     pub why: Why,
     /// Signals sent, in order (SIGINT, then SIGTERM and SIGKILL if the job did not end).
     pub signals: Vec<i32>,
+}
+
+impl Ended {
+    /// The job did not end at the SIGINT: gpudoc went on to SIGTERM or SIGKILL, which may have cut its
+    /// handler's work short.
+    pub fn forced(&self) -> bool {
+        self.signals.len() > 1
+    }
 }
 
 /// The thread that watches the run and ends it.
@@ -112,31 +124,21 @@ fn watch(
             break why;
         }
     };
-    let mut signals = Vec::new();
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGKILL] {
-        signal_job(pid, sig);
-        signals.push(sig);
-        match stopped.recv_timeout(GRACE) {
+    let mut ending = Ending::new(GRACE);
+    let mut writes = Writes::default();
+    loop {
+        if ending.due(Instant::now(), writes.wrote()).is_some() {
+            end_step(pid, &ending);
+        }
+        match stopped.recv_timeout(LOOK_EVERY * 10) {
             Err(RecvTimeoutError::Timeout) => {}
             _ => break,
         }
     }
-    Some(Ended { why, signals })
-}
-
-/// Signals the job as the terminal's Ctrl-C would: its whole process group when it leads one of its own
-/// (on its own terminal), else its main process alone (it shares gpudoc's group, and gpudoc must not
-/// signal itself).
-fn signal_job(pid: u32, sig: i32) {
-    let pid = pid as libc::pid_t;
-    // SAFETY: getpgid and kill with a pid of our own child and a valid signal.
-    unsafe {
-        if libc::getpgid(pid) == pid {
-            libc::kill(-pid, sig);
-        } else {
-            libc::kill(pid, sig);
-        }
-    }
+    Some(Ended {
+        why,
+        signals: ending.sent().to_vec(),
+    })
 }
 
 #[cfg(test)]

@@ -46,20 +46,23 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// What the run's report says of `value`; `ended`: why gpudoc ended it, if it did; `interrupted`:
+    /// What the run's report says of `value`; `ended`: how gpudoc ended it, if it did (a run it had to
+    /// take past SIGINT, to SIGTERM or SIGKILL, is no clean fit: it failed, said as such); `interrupted`:
     /// someone asked the job to end (a Ctrl-C), whatever the job then made of it (a script that catches
     /// KeyboardInterrupt may exit 0).
     pub fn of(
         value: u64,
         guided: bool,
         r: &Report,
-        ended: Option<ender::Why>,
+        ended: Option<&ender::Ended>,
         interrupted: bool,
     ) -> Probe {
         let ending = r.exit.classification;
-        let outcome = match (ending, ended) {
+        let forced = ended.is_some_and(ender::Ended::forced);
+        let outcome = match (ending, ended.map(|e| e.why)) {
             _ if interrupted => Outcome::Interrupted,
             (Ending::GpuOom, _) => Outcome::Oom,
+            (_, Some(why)) if forced && why != ender::Why::Budget => Outcome::Failed,
             (Ending::Success, _) => Outcome::Fits,
             (_, Some(ender::Why::Budget)) => Outcome::Cut,
             (_, Some(_)) => Outcome::Fits,
@@ -109,6 +112,12 @@ impl Probe {
                 Some(c) => format!("out of memory ({})", c.words()),
                 None => "out of memory".into(),
             },
+            // A run whose death by signal is not an interruption: gpudoc's SIGTERM or SIGKILL after its
+            // SIGINT did not end it.
+            Outcome::Failed if self.classification == Ending::Signal => format!(
+                "did not end on SIGINT; gpudoc ended it (exit {})",
+                self.exit_code.map_or("?".into(), |c| c.to_string())
+            ),
             Outcome::Failed => format!(
                 "failed (exit {}) without a GPU out-of-memory error",
                 self.exit_code.map_or("?".into(), |c| c.to_string())

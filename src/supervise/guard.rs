@@ -53,6 +53,20 @@ pub fn start() -> Option<&'static Start> {
     START.get()
 }
 
+/// Whether the user's terminal's foreground is the guard's process group (asked in the guard or in
+/// gpudoc): only then are the terminal's modes gpudoc's to change. From the background (`bg` after a
+/// Ctrl-Z) a change would stop the guard (SIGTTOU) and set modes under the shell that has the terminal.
+pub fn in_foreground() -> bool {
+    match START.get() {
+        // gpudoc leads a session of its own: the terminal is the guard's.
+        Some(s) => procfs::process::Process::new(s.guard)
+            .and_then(|p| p.stat())
+            .is_ok_and(|st| st.tpgid == st.pgrp),
+        // SAFETY: tcgetpgrp and getpgrp only read.
+        None => unsafe { libc::tcgetpgrp(0) == libc::getpgrp() },
+    }
+}
+
 /// The signals the guard and gpudoc take: those they relay or forward, SIGCHLD, and the relay's own.
 pub(super) fn handled() -> SigSet {
     // SAFETY: sigemptyset and sigaddset on a set we own, with valid signal numbers (nix's Signal has no
@@ -84,7 +98,7 @@ pub unsafe fn split() -> std::io::Result<()> {
     // the write end: the pipe closes only when both are gone). Best effort: without it, what the job
     // detached outlives a `pkill -9 gpudoc`, as it did before.
     let (keep_r, keep_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let _ = super::keeper::start(guard.as_raw() as u32, keep_r.as_raw_fd());
+    let _ = super::keeper::start(guard.as_raw() as u32, keep_r.as_raw_fd(), terminal.as_ref());
     drop(keep_r);
     // SAFETY: single-threaded (the caller's promise).
     match unsafe { fork() }.map_err(std::io::Error::from)? {

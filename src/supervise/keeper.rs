@@ -10,9 +10,14 @@
 //! closes without a word, the guard was killed: the keeper ends every process it noted that still runs
 //! (SIGTERM, then SIGKILL after [`super::END_GRACE`]) and leaves.
 //!
+//! On a terminal the keeper also holds the user's terminal and the modes gpudoc found it in: when the guard
+//! was killed, a terminal gpudoc left raw gets them back (a shell like dash does not repair it), unless
+//! something set modes of its own since.
+//!
 //! What it cannot keep: a process started and detached within the last half second before the kill, and
 //! one that a `kill -9 -1` ends together with the keeper.
 
+use super::tty;
 use crate::procs;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::collections::BTreeMap;
@@ -30,10 +35,20 @@ const LOOK_EVERY: Duration = Duration::from_millis(500);
 /// The fd the pipe's read end is moved to in the keeper.
 const PIPE_FD: RawFd = super::helper::FIRST_FD;
 
-/// Starts the keeper for the guard `guard`, reading `pipe` (the guard keeps its other end). Called by the
-/// guard before anything else runs.
-pub fn start(guard: u32, pipe: RawFd) -> std::io::Result<()> {
-    super::helper::spawn(NAME, &[ARG.to_string(), guard.to_string()], vec![pipe])
+/// The fd the user's terminal is given at in the keeper, on a terminal.
+const TERMINAL_FD: RawFd = PIPE_FD + 1;
+
+/// Starts the keeper for the guard `guard`, reading `pipe` (the guard keeps its other end), and holding
+/// the user's terminal with the modes gpudoc found it in, if there is one. Called by the guard before
+/// anything else runs.
+pub fn start(guard: u32, pipe: RawFd, terminal: Option<&tty::Saved>) -> std::io::Result<()> {
+    let mut args = vec![ARG.to_string(), guard.to_string()];
+    let mut fds = vec![pipe];
+    if let Some(t) = terminal {
+        args.push(t.to_text());
+        fds.push(0);
+    }
+    super::helper::spawn(NAME, &args, fds)
 }
 
 /// The keeper: notes the guard's descendants until the guard leaves; ends them if it was killed.
@@ -42,6 +57,7 @@ pub fn run(args: &[std::ffi::OsString]) -> ExitCode {
     let Some(guard) = args.first().and_then(|a| a.to_str()?.parse::<u32>().ok()) else {
         return ExitCode::from(crate::exit::USAGE);
     };
+    let terminal = args.get(1).and_then(|a| tty::Saved::from_text(a.to_str()?));
     let me = std::process::id();
     // pid -> start ticks of every process of the job seen.
     let mut noted: BTreeMap<u32, u64> = BTreeMap::new();
@@ -55,6 +71,9 @@ pub fn run(args: &[std::ffi::OsString]) -> ExitCode {
             News::Nothing => {}
             News::Leaving => return ExitCode::SUCCESS,
             News::Killed => {
+                if let Some(t) = &terminal {
+                    t.restore_if_raw(TERMINAL_FD);
+                }
                 end(&noted);
                 return ExitCode::SUCCESS;
             }

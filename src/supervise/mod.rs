@@ -9,7 +9,8 @@
 //!   command still needs, so that each signal reaches it once, as it would without gpudoc. Stops and
 //!   continues travel both ways: a job stopped by Ctrl-Z stops the guard (the shell sees it), a guard
 //!   stopped by `kill -STOP` stops the job.
-//! - A third Ctrl-C while the job runs kills the job's whole process tree (the second says so).
+//! - A third quick Ctrl-C that the job did not answer (it wrote nothing since the last) kills the job's
+//!   whole process tree (the second says so): [`signals::Presses`].
 //! - When gpudoc was asked to end (a TERM, HUP, QUIT or INT that was not the terminal's), the
 //!   descendants still running once the command has exited are ended too (SIGTERM, [`END_GRACE`],
 //!   SIGKILL): the job ends as a whole.
@@ -32,6 +33,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 pub use observe::{Observer, Sieve, Stream, Watching};
 use signals::{Action, Mode, Pairing, Relay, Seen};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -161,10 +163,8 @@ pub const FORWARDED: [i32; 10] = [
 pub const END_GRACE: Duration = Duration::from_secs(5);
 /// How often gpudoc looks at what signals cannot tell: a guard stopped by SIGSTOP, keys typed.
 const TICK: Duration = Duration::from_millis(100);
-/// Ctrl-C presses after which gpudoc kills the job's whole tree (the one before says so).
-const FORCE_PRESSES: usize = 3;
-/// How long a job gpudoc ends on request ([`Spawn::stop`]) gets after each SIGINT before the next step:
-/// a second SIGINT, then SIGKILL to its tree, as the user's second and third Ctrl-C.
+/// How long a job gpudoc ends on request ([`Spawn::stop`]) must write nothing after each step (SIGINT,
+/// SIGTERM) before the next ([`signals::Ending`]).
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// What [`spawn`] needs besides the command.
@@ -410,14 +410,16 @@ fn command(
 #[derive(Default)]
 struct Waiting {
     pairing: Pairing,
-    /// Ctrl-C presses seen as signals (Shared mode; on its own terminal the relay counts them).
-    presses: usize,
-    told_of_force: bool,
+    /// Ctrl-C presses the job did not answer.
+    presses: signals::Presses,
+    /// What the job had written at the last press (Shared mode; the relay keeps its own): a job that
+    /// wrote since answered it.
+    writes: Writes,
     hung_up: bool,
     /// gpudoc stopped the job because the guard was stopped.
     stopped_by_us: bool,
-    /// When gpudoc last sent SIGINT to end the job on request, and how many it sent.
-    ending: Option<(Instant, usize)>,
+    /// gpudoc ending the job on request, and what the job wrote meanwhile.
+    ending: Option<(signals::Ending, Writes)>,
 }
 
 /// One signal taken by gpudoc.
@@ -521,7 +523,8 @@ impl Child {
             o.interrupted.get_or_insert(e.sig);
         }
         if self.mode == Mode::Shared && signals::is_keypress(e) {
-            w.presses += 1;
+            let answered = w.writes.wrote();
+            self.press(o, w, Instant::now(), answered);
         }
         let above = self
             .guard
@@ -576,7 +579,7 @@ impl Child {
     /// The guard was continued: so is the job, if it is stopped; on its own terminal it gets the keys
     /// back when the shell gave gpudoc the foreground.
     fn resume(&self, w: &mut Waiting) {
-        let foreground = self.guard_in_foreground();
+        let foreground = guard::in_foreground();
         if job_stopped(self.pid.as_raw()) {
             if let Some(p) = &self.pty
                 && foreground
@@ -595,14 +598,6 @@ impl Child {
         w.stopped_by_us = false;
     }
 
-    /// Whether the user's terminal's foreground is the guard's process group.
-    fn guard_in_foreground(&self) -> bool {
-        let Some(g) = &self.guard else { return true };
-        procfs::process::Process::new(g.pid)
-            .and_then(|p| p.stat())
-            .is_ok_and(|s| s.tpgid == s.pgrp)
-    }
-
     /// A guard stopped by SIGSTOP (which it cannot take) stops the job.
     fn follow_guard(&self, w: &mut Waiting) {
         let Some(g) = &self.guard else { return };
@@ -613,55 +608,77 @@ impl Child {
         let _ = kill(self.pid, Signal::SIGSTOP);
     }
 
-    /// Ctrl-Cs the job did not end at: the second is told what a third does, the third kills the tree.
+    /// Ctrl-C keys typed on the command's own terminal (the relay counts them), and its hang-up.
     fn follow_keys(&self, o: &mut Outcome, w: &mut Waiting) {
-        if let Some(p) = &self.pty {
-            if p.ctl.hung_up.load(Ordering::SeqCst) {
-                self.hang_up(w);
-            }
-            w.presses = p.ctl.presses.load(Ordering::SeqCst);
-            if w.presses > 0 {
-                o.interrupted.get_or_insert(libc::SIGINT);
-            }
+        let Some(p) = &self.pty else { return };
+        if p.ctl.hung_up.load(Ordering::SeqCst) {
+            self.hang_up(w);
         }
-        if w.presses + 1 == FORCE_PRESSES && !w.told_of_force {
-            w.told_of_force = true;
-            crate::sayln!(
-                "gpudoc: the job is still running after {} Ctrl-C; one more ends it and everything it started (SIGKILL)",
-                w.presses
-            );
-        }
-        if w.presses >= FORCE_PRESSES && !o.escalated {
-            o.escalated = true;
-            kill_tree(std::process::id(), self.pid);
+        let presses = std::mem::take(&mut *p.ctl.presses.lock().unwrap());
+        for (at, answered) in presses {
+            o.interrupted.get_or_insert(libc::SIGINT);
+            self.interrupt_callers();
+            self.press(o, w, at, answered);
         }
     }
 
-    /// Ends the job when asked to, as the user's Ctrl-C would: SIGINT, a second after [`STOP_GRACE`],
-    /// SIGKILL to the whole tree after another. What it leaves running is ended too.
+    /// A Ctrl-C typed on the command's own terminal reaches what runs gpudoc too, as the user's terminal
+    /// gives it to its whole foreground group: every other process of the guard's process group (a script
+    /// looping over `gpudoc run`, `make`), which the raw terminal no longer signals. Such a shell then
+    /// stops once gpudoc dies of the command's SIGINT, as it would without gpudoc.
+    fn interrupt_callers(&self) {
+        let Some(g) = &self.guard else { return };
+        if !guard::in_foreground() {
+            return;
+        }
+        let Ok(group) = nix::unistd::getpgid(Some(Pid::from_raw(g.pid))) else {
+            return;
+        };
+        let Ok(all) = procfs::process::all_processes() else {
+            return;
+        };
+        for p in all.flatten() {
+            if p.pid != g.pid && p.stat().is_ok_and(|s| s.pgrp == group.as_raw()) {
+                let _ = kill(Pid::from_raw(p.pid), Signal::SIGINT);
+            }
+        }
+    }
+
+    /// One Ctrl-C: the job's, unless it is the third quick one the job did not answer (it wrote nothing
+    /// since the last), which kills its tree; the second such is told so first.
+    /// `answered`: the job wrote since the press before.
+    fn press(&self, o: &mut Outcome, w: &mut Waiting, at: Instant, answered: bool) {
+        if o.escalated {
+            return;
+        }
+        match w.presses.press(at, answered) {
+            signals::Press::Jobs => {}
+            signals::Press::Warn(n) => crate::sayln!(
+                "gpudoc: the job wrote nothing since the last {n} Ctrl-C; one more within {} s, unanswered too, ends it and everything it started (SIGKILL)",
+                signals::PRESS_WINDOW.as_secs()
+            ),
+            signals::Press::Kill => {
+                o.escalated = true;
+                kill_tree(std::process::id(), self.pid);
+            }
+        }
+    }
+
+    /// Ends the job when asked to, as the user's Ctrl-C would: SIGINT to its process group, then, once it
+    /// has written nothing for [`STOP_GRACE`], SIGTERM, then SIGKILL to its whole tree ([`end_step`]).
+    /// What it leaves running is ended too.
     fn follow_stop(&self, o: &mut Outcome, w: &mut Waiting) {
         if !self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) || o.escalated {
             return;
         }
-        let now = Instant::now();
-        let sent = match w.ending {
-            None => 0,
-            Some((at, n)) if now.duration_since(at) >= STOP_GRACE => n,
-            Some(_) => return,
-        };
         o.stopped = true;
         o.terminate = true;
-        if sent + 1 < FORCE_PRESSES {
-            // The terminal gives Ctrl-C to the foreground group: the command's own group on its own
-            // terminal; otherwise the command shares gpudoc's group, and gets it alone.
-            let _ = match self.mode {
-                Mode::Terminal => killpg(Pid::from_raw(self.pgid), Signal::SIGINT),
-                Mode::Shared => kill(self.pid, Signal::SIGINT),
-            };
-            w.ending = Some((now, sent + 1));
-        } else {
-            o.escalated = true;
-            kill_tree(std::process::id(), self.pid);
+        let (ending, writes) = w
+            .ending
+            .get_or_insert_with(|| (signals::Ending::new(STOP_GRACE), Writes::default()));
+        if let Some(sig) = ending.due(Instant::now(), writes.wrote()) {
+            end_step(self.pid(), ending);
+            o.escalated |= sig == libc::SIGKILL;
         }
     }
 
@@ -793,6 +810,75 @@ pub fn reap_all() {
         waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)),
         Ok(s) if s != WaitStatus::StillAlive
     ) {}
+}
+
+/// What each of the job's processes (gpudoc's descendants) had written when last looked at, by pid: every
+/// byte to its terminal, pipes and files (`/proc/PID/io`'s `wchar`; a terminal's echo of a key is the
+/// kernel's, not the job's).
+#[derive(Debug, Default)]
+pub struct Writes(BTreeMap<u32, u64>);
+
+impl Writes {
+    /// Whether any process of the job wrote since the last look.
+    pub fn wrote(&mut self) -> bool {
+        let now: BTreeMap<u32, u64> = procs::descendants(std::process::id())
+            .into_iter()
+            .filter_map(|p| {
+                let io = procfs::process::Process::new(p.pid as i32)
+                    .ok()?
+                    .io()
+                    .ok()?;
+                Some((p.pid, io.wchar))
+            })
+            .collect();
+        let wrote = now
+            .iter()
+            .any(|(pid, &n)| n > self.0.get(pid).copied().unwrap_or(0));
+        self.0 = now;
+        wrote
+    }
+}
+
+/// One step of ending the job whose command is `child` (a child of this process), said on stderr after
+/// the first: SIGINT and SIGTERM as the terminal's Ctrl-C reaches a job, its whole process group (the
+/// command's own on its own terminal; sharing gpudoc's group, every process of the job in that group, not
+/// gpudoc, its guard or a pipeline's other commands); SIGKILL to the command and every descendant.
+/// `ending`: the steps sent so far, this one last.
+pub fn end_step(child: u32, ending: &signals::Ending) {
+    let Some(&sig) = ending.sent().last() else {
+        return;
+    };
+    if let [.., before, _] = ending.sent() {
+        crate::sayln!(
+            "gpudoc: the job still runs {} s after {}: {} to {}",
+            ending.waited().as_secs(),
+            crate::report::signal_name(*before),
+            crate::report::signal_name(sig),
+            if sig == libc::SIGKILL {
+                "it and everything it started"
+            } else {
+                "its process group"
+            }
+        );
+    }
+    let me = std::process::id();
+    if sig == libc::SIGKILL {
+        kill_tree(me, Pid::from_raw(child as i32));
+        return;
+    }
+    let Ok(s) = Signal::try_from(sig) else { return };
+    let child = Pid::from_raw(child as i32);
+    if nix::unistd::getpgid(Some(child)) == Ok(child) {
+        let _ = killpg(child, s);
+        return;
+    }
+    let group = nix::unistd::getpgrp();
+    for p in procs::descendants(me) {
+        let pid = Pid::from_raw(p.pid as i32);
+        if nix::unistd::getpgid(Some(pid)) == Ok(group) {
+            let _ = kill(pid, s);
+        }
+    }
 }
 
 /// SIGKILL to the child and every descendant of `root` (gpudoc).

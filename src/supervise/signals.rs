@@ -157,6 +157,117 @@ pub fn is_keypress(e: &Event) -> bool {
     e.kernel && e.sig == libc::SIGINT && e.direct
 }
 
+/// How soon after a Ctrl-C the next one must come to count toward gpudoc's kill, when the job answered
+/// neither (it wrote nothing in between).
+pub const PRESS_WINDOW: Duration = Duration::from_secs(3);
+/// Unanswered Ctrl-C presses in a row after which gpudoc kills the job's tree (the one before says so).
+pub const FORCE_PRESSES: usize = 3;
+
+/// What gpudoc does about one Ctrl-C press.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Press {
+    /// The job's alone: it answered the last press, or this one came long after it.
+    Jobs,
+    /// The job has not answered this many presses in a row: the next one, unanswered too, kills it.
+    Warn(usize),
+    /// The job answered none of [`FORCE_PRESSES`] presses in a row: kill its tree.
+    Kill,
+}
+
+/// Ctrl-C presses the job did not answer: a REPL, `pdb`, a shell or a server asking "Shutdown?" answers
+/// each (it writes), so it is never killed however many it gets; a job stuck in a call (a hung collective,
+/// a CUDA sync) writes nothing, and three quick presses end it. Pure: the caller says whether the job
+/// wrote since the last press.
+#[derive(Debug, Default)]
+pub struct Presses {
+    last: Option<Instant>,
+    streak: usize,
+}
+
+impl Presses {
+    /// A press at `now`; `answered`: the job wrote something since the last press.
+    pub fn press(&mut self, now: Instant, answered: bool) -> Press {
+        let soon = self
+            .last
+            .is_some_and(|t| now.duration_since(t) < PRESS_WINDOW);
+        self.streak = if soon && !answered {
+            self.streak + 1
+        } else {
+            1
+        };
+        self.last = Some(now);
+        match self.streak {
+            n if n >= FORCE_PRESSES => Press::Kill,
+            n if n + 1 == FORCE_PRESSES => Press::Warn(n),
+            _ => Press::Jobs,
+        }
+    }
+}
+
+/// How gpudoc ends a job it was asked to end (`--stop-on`, the end of a run of `gpudoc fit`), step by step:
+/// SIGINT, as the user's Ctrl-C; SIGTERM; SIGKILL to its whole tree.
+pub const ENDING_STEPS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGKILL];
+/// The longest a job is given after one step of its ending before the next, however busy it keeps.
+pub const ENDING_MOST: Duration = Duration::from_secs(120);
+
+/// When the next step of ending a job is due: once it has written nothing for `quiet` since the last step
+/// (a handler saving a checkpoint on KeyboardInterrupt writes: it gets the time it takes, as under a
+/// user's Ctrl-C), and at most [`ENDING_MOST`] after it. Pure: the caller says whether the job wrote.
+#[derive(Debug)]
+pub struct Ending {
+    quiet: Duration,
+    sent: usize,
+    at: Option<Instant>,
+    last_write: Option<Instant>,
+    waited: Duration,
+}
+
+impl Ending {
+    pub fn new(quiet: Duration) -> Ending {
+        Ending {
+            quiet,
+            sent: 0,
+            at: None,
+            last_write: None,
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// The signal to send at `now`, if a step is due (the first is due at once); `wrote`: the job wrote
+    /// since the last look.
+    pub fn due(&mut self, now: Instant, wrote: bool) -> Option<i32> {
+        if wrote {
+            self.last_write = Some(now);
+        }
+        let due = match self.at {
+            None => true,
+            Some(_) if self.sent >= ENDING_STEPS.len() => false,
+            Some(at) => {
+                let busy = self.last_write.map_or(at, |w| w.max(at));
+                now.duration_since(busy) >= self.quiet || now.duration_since(at) >= ENDING_MOST
+            }
+        };
+        if !due {
+            return None;
+        }
+        let sig = ENDING_STEPS[self.sent];
+        self.sent += 1;
+        self.waited = self.at.map_or(Duration::ZERO, |at| now.duration_since(at));
+        self.at = Some(now);
+        Some(sig)
+    }
+
+    /// How long the job was given between the last two steps.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Signals sent so far, in order.
+    pub fn sent(&self) -> &'static [i32] {
+        &ENDING_STEPS[..self.sent]
+    }
+}
+
 /// Matches each relay with gpudoc's own copy of the same signal.
 #[derive(Debug, Default)]
 pub struct Pairing {
@@ -382,6 +493,61 @@ mod tests {
             decide(Mode::Shared, &ev(SIGTERM, false, false, true), false),
             Action::Forward(SIGTERM)
         );
+    }
+
+    #[test]
+    fn only_quick_presses_the_job_did_not_answer_kill_it() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // A job that writes nothing: the second press warns, a quick third kills.
+        let mut p = Presses::default();
+        assert_eq!(p.press(at(0), false), Press::Jobs);
+        assert_eq!(p.press(at(500), false), Press::Warn(2));
+        assert_eq!(p.press(at(1000), false), Press::Kill);
+        // A REPL answers every press: never killed, however many.
+        let mut p = Presses::default();
+        for i in 0..10 {
+            assert_eq!(p.press(at(i * 300), true), Press::Jobs);
+        }
+        // Answered once in between: the count starts again.
+        let mut p = Presses::default();
+        p.press(at(0), false);
+        assert_eq!(p.press(at(200), false), Press::Warn(2));
+        assert_eq!(p.press(at(400), true), Press::Jobs);
+        assert_eq!(p.press(at(600), false), Press::Warn(2));
+        // Presses further apart than the window are each the job's (6 s apart, as the REPL).
+        let mut p = Presses::default();
+        for i in 0..5 {
+            assert_eq!(p.press(at(i * 6000), false), Press::Jobs);
+        }
+        // The window is between one press and the next.
+        let mut p = Presses::default();
+        p.press(at(0), false);
+        assert_eq!(p.press(at(2900), false), Press::Warn(2));
+        assert_eq!(p.press(at(2900 + 3000), false), Press::Jobs);
+    }
+
+    #[test]
+    fn an_ending_steps_on_only_once_the_job_writes_nothing() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut e = Ending::new(Duration::from_secs(5));
+        assert_eq!(e.due(at(0), false), Some(SIGINT));
+        assert_eq!(e.due(at(4_999), false), None);
+        assert_eq!(e.due(at(5_000), false), Some(SIGTERM));
+        // A handler saving a checkpoint keeps writing: it is given the time it takes.
+        for ms in (6_000..60_000).step_by(1_000) {
+            assert_eq!(e.due(at(ms), true), None);
+        }
+        assert_eq!(e.due(at(63_999), false), None);
+        assert_eq!(e.due(at(64_000), false), Some(SIGKILL));
+        assert_eq!(e.due(at(200_000), false), None);
+        assert_eq!(e.sent(), &[SIGINT, SIGTERM, SIGKILL]);
+        // However busy, at most ENDING_MOST between steps.
+        let mut e = Ending::new(Duration::from_secs(5));
+        e.due(at(0), false);
+        assert_eq!(e.due(at(119_000), true), None);
+        assert_eq!(e.due(at(120_000), true), Some(SIGTERM));
     }
 
     fn seen(sig: i32, relayed: bool) -> Seen {

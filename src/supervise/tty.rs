@@ -13,13 +13,15 @@
 //! What this changes: type-ahead while the command runs goes to the command (or is lost with it), as under
 //! `script` or `ssh`; `tcgetattr` on the command's terminal shows its own pseudo-terminal.
 
+use super::Writes;
 use super::observe::Watching;
 use super::streams::{Moved, Terminal, copy_chunk};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// The user's terminal as gpudoc found it: its modes (given back at the end, and whenever the job
@@ -58,31 +60,90 @@ pub fn detect() -> Option<Saved> {
 }
 
 impl Saved {
-    /// Gives the user's terminal its modes back.
+    /// Gives the user's terminal its modes back, if gpudoc is in its foreground: a background gpudoc
+    /// never touches the modes (the shell that has the terminal set its own, and the guard would stop
+    /// for it, SIGTTOU: "Stopped (tty output)" where the job was done).
     pub fn restore(&self) {
-        // SAFETY: tcsetattr with modes read from the same terminal.
-        unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &self.termios) };
+        if super::guard::in_foreground() {
+            // SAFETY: tcsetattr with modes read from the same terminal.
+            unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &self.termios) };
+        }
         crate::say::set_raw_terminal(false);
     }
 
     /// Raw mode: every byte typed reaches gpudoc as it is, every byte written reaches the screen as it is.
     fn raw(&self) {
-        let mut t = self.termios;
-        // SAFETY: cfmakeraw edits our copy; tcsetattr applies it to our terminal.
-        unsafe {
-            libc::cfmakeraw(&mut t);
-            libc::tcsetattr(0, libc::TCSADRAIN, &t);
-        }
+        let t = self.raw_modes();
+        // SAFETY: tcsetattr applies our modes to our terminal.
+        unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &t) };
         crate::say::set_raw_terminal(true);
     }
+
+    /// The modes gpudoc sets while the command runs.
+    fn raw_modes(&self) -> libc::termios {
+        let mut t = self.termios;
+        // SAFETY: cfmakeraw edits our copy.
+        unsafe { libc::cfmakeraw(&mut t) };
+        t
+    }
+
+    /// The saved modes as text, for the job keeper's command line ([`Saved::from_text`]).
+    pub fn to_text(&self) -> String {
+        // SAFETY: termios is plain data; we read its bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&self.termios as *const libc::termios).cast::<u8>(),
+                std::mem::size_of::<libc::termios>(),
+            )
+        };
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Modes written by [`Saved::to_text`] (by the same binary).
+    pub fn from_text(text: &str) -> Option<Saved> {
+        let n = std::mem::size_of::<libc::termios>();
+        if text.len() != 2 * n || !text.is_ascii() {
+            return None;
+        }
+        let bytes = (0..n)
+            .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        // SAFETY: any bytes make a termios (plain integers); the length is the struct's.
+        let termios = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<libc::termios>()) };
+        Some(Saved { termios })
+    }
+
+    /// Gives terminal `fd` its modes back if it still has the ones gpudoc set (no shell or program has
+    /// set its own since): what the job keeper does when every gpudoc process was killed at once.
+    pub fn restore_if_raw(&self, fd: RawFd) {
+        let raw = self.raw_modes();
+        // SAFETY: tcgetattr fills our struct; tcsetattr applies saved modes to the same terminal.
+        unsafe {
+            let mut now: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(fd, &mut now) == 0 && same_modes(&now, &raw) {
+                libc::tcsetattr(fd, libc::TCSADRAIN, &self.termios);
+            }
+        }
+    }
+}
+
+fn same_modes(a: &libc::termios, b: &libc::termios) -> bool {
+    a.c_iflag == b.c_iflag
+        && a.c_oflag == b.c_oflag
+        && a.c_cflag == b.c_cflag
+        && a.c_lflag == b.c_lflag
+        && a.c_cc == b.c_cc
 }
 
 /// What the main thread and the relay tell each other.
 pub struct Ctl {
     /// The relay reads the user's keys (off while the job is stopped or in the background).
     input: AtomicBool,
-    /// Ctrl-C keys typed while they made a signal.
-    pub presses: AtomicUsize,
+    /// Ctrl-C keys typed while they made a signal, as they came: when, and whether the job had written
+    /// since the one before (it answered it). Keys read together are one press: the job had no time to
+    /// answer between them.
+    pub presses: Mutex<Vec<(Instant, bool)>>,
+    writes: Mutex<Writes>,
     /// The user's terminal hung up (reading it ended).
     pub hung_up: AtomicBool,
     wake_r: OwnedFd,
@@ -121,7 +182,8 @@ impl Pty {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
         let ctl = Arc::new(Ctl {
             input: AtomicBool::new(true),
-            presses: AtomicUsize::new(0),
+            presses: Mutex::new(Vec::new()),
+            writes: Mutex::new(Writes::default()),
             hung_up: AtomicBool::new(false),
             wake_r,
             wake_w,
@@ -189,8 +251,9 @@ pub enum Ended {
 /// Passes bytes both ways between the user's terminal and the command's until every holder of the
 /// command's terminal has closed it (or, once the command exited, it stays quiet): the command's output
 /// to fd 1 through the live line's [`Terminal`], seen by the observer; the user's keys from fd 0 while
-/// [`Ctl`] allows. If the user's terminal goes away, its output is read and dropped, so the command
-/// never blocks writing.
+/// [`Ctl`] allows, on a thread of their own, so that a key (a Ctrl-C) never waits behind output a stalled
+/// terminal (an ssh connection that stopped reading) does not take. If the user's terminal goes away, its
+/// output is read and dropped, so the command never blocks writing.
 pub fn relay(
     master: &OwnedFd,
     ctl: &Ctl,
@@ -198,27 +261,40 @@ pub fn relay(
     observer: &Watching,
     exited: &AtomicBool,
 ) -> Ended {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let keys = std::thread::Builder::new()
+            .name("gpudoc-keys".into())
+            .spawn_scoped(scope, || pass_keys(master, ctl, &done));
+        let end = pass_output(master, term, observer, exited);
+        done.store(true, Ordering::SeqCst);
+        ctl.wake();
+        if let Ok(k) = keys {
+            let _ = k.join();
+        }
+        end
+    })
+}
+
+/// The command's output to the user's terminal, until its terminal is closed or quiet after its exit.
+fn pass_output(
+    master: &OwnedFd,
+    term: Option<&Terminal>,
+    observer: &Watching,
+    exited: &AtomicBool,
+) -> Ended {
     let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
     let mut buf = vec![0u8; 64 * 1024];
-    let mut keys: Vec<u8> = Vec::new();
     let mut screen_gone = false;
     let mut quiet_since: Option<Instant> = None;
     loop {
-        let reading = ctl.input.load(Ordering::SeqCst)
-            && !ctl.hung_up.load(Ordering::SeqCst)
-            && keys.len() < PENDING_KEYS;
-        let (from_job, to_job, woken, typed) = match wait(
-            master.as_fd(),
-            ctl.wake_r.as_fd(),
-            !keys.is_empty(),
-            reading,
-        ) {
-            Some(ready) => ready,
-            None => continue,
+        let mut fds = [PollFd::new(master.as_fd(), PollFlags::POLLIN)];
+        let from_job = match poll(&mut fds, PollTimeout::from(100u16)) {
+            Ok(_) => fds[0].revents().is_some_and(|r| {
+                r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
+            }),
+            Err(_) => continue,
         };
-        if woken {
-            drain_pipe(ctl.wake_r.as_fd());
-        }
         if from_job {
             let dest = (!screen_gone).then_some(&mut *out);
             match pass(master.as_fd(), dest, term, &mut buf) {
@@ -241,6 +317,28 @@ pub fn relay(
                 return Ended::StillHeld;
             }
         }
+    }
+}
+
+/// The user's keys to the command's terminal while [`Ctl`] allows, until `done`.
+fn pass_keys(master: &OwnedFd, ctl: &Ctl, done: &AtomicBool) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut keys: Vec<u8> = Vec::new();
+    while !done.load(Ordering::SeqCst) {
+        let reading = ctl.input.load(Ordering::SeqCst)
+            && !ctl.hung_up.load(Ordering::SeqCst)
+            && keys.len() < PENDING_KEYS;
+        let Some((to_job, woken, typed)) = wait(
+            master.as_fd(),
+            ctl.wake_r.as_fd(),
+            !keys.is_empty(),
+            reading,
+        ) else {
+            continue;
+        };
+        if woken {
+            drain_pipe(ctl.wake_r.as_fd());
+        }
         if typed {
             take_keys(master.as_raw_fd(), ctl, &mut keys, &mut buf);
         }
@@ -250,25 +348,29 @@ pub fn relay(
     }
 }
 
-/// Waits for the command's output, room for keys, a wake-up or a key: which are ready.
+/// Waits for room for keys, a wake-up or a key: which are ready.
 fn wait(
     master: BorrowedFd,
     wake: BorrowedFd,
     keys_waiting: bool,
     reading: bool,
-) -> Option<(bool, bool, bool, bool)> {
+) -> Option<(bool, bool, bool)> {
     // SAFETY: fd 0 stays open for gpudoc's whole life.
     let stdin = unsafe { BorrowedFd::borrow_raw(0) };
-    let mut m = PollFlags::POLLIN;
-    if keys_waiting {
-        m |= PollFlags::POLLOUT;
-    }
-    let mut fds = vec![PollFd::new(master, m), PollFd::new(wake, PollFlags::POLLIN)];
+    let room = if keys_waiting {
+        PollFlags::POLLOUT
+    } else {
+        PollFlags::empty()
+    };
+    let mut fds = vec![
+        PollFd::new(master, room),
+        PollFd::new(wake, PollFlags::POLLIN),
+    ];
     if reading {
         fds.push(PollFd::new(stdin, PollFlags::POLLIN));
     }
     match poll(&mut fds, PollTimeout::from(100u16)) {
-        Ok(0) => Some((false, false, false, false)),
+        Ok(0) => Some((false, false, false)),
         Ok(_) => {
             let got = |i: usize, f: PollFlags| {
                 fds.get(i)
@@ -277,7 +379,6 @@ fn wait(
             };
             let hup = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
             Some((
-                got(0, hup),
                 got(0, PollFlags::POLLOUT),
                 got(1, PollFlags::POLLIN),
                 reading && got(2, hup),
@@ -324,8 +425,10 @@ fn take_keys(master: RawFd, ctl: &Ctl, keys: &mut Vec<u8>, buf: &mut [u8]) {
     if unsafe { libc::tcgetattr(master, &mut t) } == 0 && t.c_lflag & libc::ISIG != 0 {
         let intr = t.c_cc[libc::VINTR];
         let susp = t.c_cc[libc::VSUSP];
-        let presses = typed.iter().filter(|&&b| b == intr && b != 0).count();
-        ctl.presses.fetch_add(presses, Ordering::SeqCst);
+        if intr != 0 && typed.contains(&intr) {
+            let answered = ctl.writes.lock().unwrap().wrote();
+            ctl.presses.lock().unwrap().push((Instant::now(), answered));
+        }
         if susp != 0 && typed.contains(&susp) {
             ctl.input.store(false, Ordering::SeqCst);
         }

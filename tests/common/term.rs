@@ -15,6 +15,8 @@ pub struct Term {
     out: mpsc::Receiver<Vec<u8>>,
     seen: Vec<u8>,
     stop: Arc<AtomicBool>,
+    /// The terminal stops reading what is written to it (a stalled ssh connection).
+    stalled: Arc<AtomicBool>,
     reading: std::thread::JoinHandle<()>,
 }
 
@@ -53,10 +55,16 @@ impl Term {
         let (tx, out) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
+        let stalled = Arc::new(AtomicBool::new(false));
+        let stall = stalled.clone();
         // Polls, so that a hang-up can close every descriptor of the master, this one included.
         let reading = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while !stopped.load(Ordering::SeqCst) {
+                if stall.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
                 let mut fds = [libc::pollfd {
                     fd: reader.as_raw_fd(),
                     events: libc::POLLIN,
@@ -77,6 +85,7 @@ impl Term {
             out,
             seen: Vec::new(),
             stop,
+            stalled,
             reading,
         }
     }
@@ -116,6 +125,21 @@ impl Term {
         let _ = self.reading.join();
         drop(self.master);
         self.child
+    }
+
+    /// The terminal stops (`true`) or goes back to (`false`) reading what is written to it.
+    pub fn stall(&self, stalled: bool) {
+        self.stalled.store(stalled, Ordering::SeqCst);
+    }
+
+    /// The terminal's modes now (a pty master reads its terminal's).
+    pub fn modes(&self) -> libc::termios {
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        assert_eq!(
+            unsafe { libc::tcgetattr(self.master.as_raw_fd(), &mut t) },
+            0
+        );
+        t
     }
 
     pub fn type_bytes(&mut self, b: &[u8]) {

@@ -164,7 +164,7 @@ impl Worker {
         }
         *self.stopped_on.lock().unwrap() = Some(rule.clone());
         self.pending.lock().unwrap().push_back(format!(
-            "gpudoc: --stop-on {rule}: ending the job as Ctrl-C would (SIGINT; after {} s more, again; then SIGKILL)\n",
+            "gpudoc: --stop-on {rule}: ending the job as Ctrl-C would (SIGINT to its process group; SIGTERM once it writes nothing for {} s, then SIGKILL)\n",
             crate::supervise::STOP_GRACE.as_secs()
         ));
         self.stop.store(true, Ordering::SeqCst);
