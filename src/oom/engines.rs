@@ -274,6 +274,105 @@ pub fn open_mxnet(line: &str) -> Option<Opened> {
     Some(opened)
 }
 
+// A CUDA (or HIP) call's own check with the out-of-memory code beside the call's name, as GPU libraries
+// print it: FAISS's `Failed to cudaMalloc N bytes on device D (error 2 out of memory` and `alloc fail ...
+// dev D ... size N bytes (cudaMalloc error out of memory [2])`, its `CUDA error 2 out of memory`,
+// MindSpore's `cudaStreamCreateWithFlags failed, ret[2], out of memory`. Error 2 is
+// cudaErrorMemoryAllocation. The call may be one on pinned host memory (`cudaHostAlloc`): `parse::open`
+// leaves those out.
+static CUDA_CALL: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?:\b(?:cu|cuda|hip)[A-Z]\w*\b[^()\[\]]{0,60}?|\bCUDA error )(?:\(error 2 out of memory|2 out of memory|, ret\[2\], out of memory)|\b(?:cu|cuda|hip)[A-Z]\w* error out of memory \[2\]",
+    )
+});
+static CALL_BYTES: LazyLock<Regex> = LazyLock::new(|| re(r"\b(\d+) bytes\b"));
+static CALL_DEVICE: LazyLock<Regex> = LazyLock::new(|| re(r"\bon device (\d+)\b|\bdev (\d+)\b"));
+// CatBoost's GPU memory pool (NCudaLib::TOutOfMemoryError): `Out of memory. Requested 8880 MB; Free
+// 5902.061425 MB`, in MiB (its MB is 1024 * 1024); before 0.10 without the unit.
+static CATBOOST: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"Out of memory\. Requested (\d+(?:\.\d+)?)(?: MB)?; Free (\d+(?:\.\d+)?)(?: MB)?")
+});
+// XGBoost's device allocator adds the device's free memory and the request on lines of their own after
+// the allocator's error: `- Free memory: 8126464` (bytes) or `1.95398GB` (binary units). A number ends
+// its line: one run on into the next line's digits (a log prefix joined as a terminal wraps) is not it.
+static XGBOOST: LazyLock<Regex> = LazyLock::new(|| re(r"Memory allocation error on worker \d+:"));
+static XGBOOST_FREE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"- Free memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
+static XGBOOST_REQUESTED: LazyLock<Regex> =
+    LazyLock::new(|| re(r"- Requested memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
+// FasterTransformer's and TurboMind's (lmdeploy) CUDA check: `[FT][ERROR] CUDA runtime error: out of
+// memory /path/memory_utils.cu:32`: no size, no device.
+static FT_CHECK: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\[(FT|TM)\]\[ERROR\] CUDA runtime error: out of memory"));
+// ggml's Metal backend (llama.cpp, ollama on Apple): a buffer Metal could not allocate
+// (`ggml_gallocr_reserve_n: failed to allocate Metal buffer of size 34681522080`), or a command buffer
+// that ran out (`Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)`).
+static METAL: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"failed to allocate Metal buffer of size (\d+)|kIOGPUCommandBufferCallbackErrorOutOfMemory")
+});
+
+/// A CUDA call's check that names the out-of-memory code: the size and device the same text gives.
+pub fn open_cuda_call(line: &str) -> Option<Opened> {
+    let m = CUDA_CALL.find(line)?;
+    let mut t = empty(Kind::CudaRuntime, "cuda-call");
+    t.requested_bytes = CALL_BYTES.captures(line).and_then(|c| cap_u64(&c, 1));
+    t.gpu = CALL_DEVICE
+        .captures(line)
+        .and_then(|c| cap_u32(&c, 1).or_else(|| cap_u32(&c, 2)));
+    t.complete = true;
+    Some(with_exception(t, line, m.start()))
+}
+
+/// CatBoost's pool: what it asked for and what the pool had free.
+pub fn open_catboost(line: &str) -> Option<Opened> {
+    let c = CATBOOST.captures(line)?;
+    let mut t = empty(Kind::CudaRuntime, "catboost");
+    t.requested_bytes = size_bytes(&c[1], "MiB");
+    t.free_bytes = size_bytes(&c[2], "MiB");
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+/// Whether a CUDA runtime text is XGBoost's, whose figures follow on lines of their own.
+pub fn is_xgboost(line: &str) -> bool {
+    XGBOOST.is_match(line)
+}
+
+/// Reads XGBoost's `- Free memory:` and `- Requested memory:` lines; whether both were read.
+pub fn refine_xgboost(t: &mut OomText, text: &str) -> bool {
+    let size = |r: &Regex| {
+        let c = r.captures(text)?;
+        size_bytes(&c[1], c.get(2).map_or("B", |u| u.as_str()))
+    };
+    t.free_bytes = t.free_bytes.or_else(|| size(&XGBOOST_FREE));
+    t.requested_bytes = t.requested_bytes.or_else(|| size(&XGBOOST_REQUESTED));
+    t.complete = t.free_bytes.is_some() && t.requested_bytes.is_some();
+    t.complete
+}
+
+/// FasterTransformer's or TurboMind's CUDA check.
+pub fn open_ft_check(line: &str) -> Option<Opened> {
+    let c = FT_CHECK.captures(line)?;
+    let format = if &c[1] == "FT" {
+        "fastertransformer"
+    } else {
+        "turbomind"
+    };
+    let mut t = empty(Kind::CudaRuntime, format);
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+/// ggml's Metal backend out of memory: Apple's GPU, the buffer's size when it says it.
+pub fn open_metal(line: &str) -> Option<Opened> {
+    let c = METAL.captures(line)?;
+    let mut t = empty(Kind::LlamaCpp, "ggml-metal");
+    t.vendor = super::text::Vendor::Apple;
+    t.requested_bytes = cap_u64(&c, 1);
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::parse::{Vendor, parse_line};
@@ -412,103 +511,4 @@ mod tests {
             (Some(14822711296), Vendor::Amd, true)
         );
     }
-}
-
-// A CUDA (or HIP) call's own check with the out-of-memory code beside the call's name, as GPU libraries
-// print it: FAISS's `Failed to cudaMalloc N bytes on device D (error 2 out of memory` and `alloc fail ...
-// dev D ... size N bytes (cudaMalloc error out of memory [2])`, its `CUDA error 2 out of memory`,
-// MindSpore's `cudaStreamCreateWithFlags failed, ret[2], out of memory`. Error 2 is
-// cudaErrorMemoryAllocation. The call may be one on pinned host memory (`cudaHostAlloc`): `parse::open`
-// leaves those out.
-static CUDA_CALL: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?:\b(?:cu|cuda|hip)[A-Z]\w*\b[^()\[\]]{0,60}?|\bCUDA error )(?:\(error 2 out of memory|2 out of memory|, ret\[2\], out of memory)|\b(?:cu|cuda|hip)[A-Z]\w* error out of memory \[2\]",
-    )
-});
-static CALL_BYTES: LazyLock<Regex> = LazyLock::new(|| re(r"\b(\d+) bytes\b"));
-static CALL_DEVICE: LazyLock<Regex> = LazyLock::new(|| re(r"\bon device (\d+)\b|\bdev (\d+)\b"));
-// CatBoost's GPU memory pool (NCudaLib::TOutOfMemoryError): `Out of memory. Requested 8880 MB; Free
-// 5902.061425 MB`, in MiB (its MB is 1024 * 1024); before 0.10 without the unit.
-static CATBOOST: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Out of memory\. Requested (\d+(?:\.\d+)?)(?: MB)?; Free (\d+(?:\.\d+)?)(?: MB)?")
-});
-// XGBoost's device allocator adds the device's free memory and the request on lines of their own after
-// the allocator's error: `- Free memory: 8126464` (bytes) or `1.95398GB` (binary units). A number ends
-// its line: one run on into the next line's digits (a log prefix joined as a terminal wraps) is not it.
-static XGBOOST: LazyLock<Regex> = LazyLock::new(|| re(r"Memory allocation error on worker \d+:"));
-static XGBOOST_FREE: LazyLock<Regex> =
-    LazyLock::new(|| re(r"- Free memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
-static XGBOOST_REQUESTED: LazyLock<Regex> =
-    LazyLock::new(|| re(r"- Requested memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
-// FasterTransformer's and TurboMind's (lmdeploy) CUDA check: `[FT][ERROR] CUDA runtime error: out of
-// memory /path/memory_utils.cu:32`: no size, no device.
-static FT_CHECK: LazyLock<Regex> =
-    LazyLock::new(|| re(r"\[(FT|TM)\]\[ERROR\] CUDA runtime error: out of memory"));
-// ggml's Metal backend (llama.cpp, ollama on Apple): a buffer Metal could not allocate
-// (`ggml_gallocr_reserve_n: failed to allocate Metal buffer of size 34681522080`), or a command buffer
-// that ran out (`Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)`).
-static METAL: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"failed to allocate Metal buffer of size (\d+)|kIOGPUCommandBufferCallbackErrorOutOfMemory")
-});
-
-/// A CUDA call's check that names the out-of-memory code: the size and device the same text gives.
-pub fn open_cuda_call(line: &str) -> Option<Opened> {
-    let m = CUDA_CALL.find(line)?;
-    let mut t = empty(Kind::CudaRuntime, "cuda-call");
-    t.requested_bytes = CALL_BYTES.captures(line).and_then(|c| cap_u64(&c, 1));
-    t.gpu = CALL_DEVICE
-        .captures(line)
-        .and_then(|c| cap_u32(&c, 1).or_else(|| cap_u32(&c, 2)));
-    t.complete = true;
-    Some(with_exception(t, line, m.start()))
-}
-
-/// CatBoost's pool: what it asked for and what the pool had free.
-pub fn open_catboost(line: &str) -> Option<Opened> {
-    let c = CATBOOST.captures(line)?;
-    let mut t = empty(Kind::CudaRuntime, "catboost");
-    t.requested_bytes = size_bytes(&c[1], "MiB");
-    t.free_bytes = size_bytes(&c[2], "MiB");
-    t.complete = true;
-    Some(with_exception(t, line, c.get(0).unwrap().start()))
-}
-
-/// Whether a CUDA runtime text is XGBoost's, whose figures follow on lines of their own.
-pub fn is_xgboost(line: &str) -> bool {
-    XGBOOST.is_match(line)
-}
-
-/// Reads XGBoost's `- Free memory:` and `- Requested memory:` lines; whether both were read.
-pub fn refine_xgboost(t: &mut OomText, text: &str) -> bool {
-    let size = |r: &Regex| {
-        let c = r.captures(text)?;
-        size_bytes(&c[1], c.get(2).map_or("B", |u| u.as_str()))
-    };
-    t.free_bytes = t.free_bytes.or_else(|| size(&XGBOOST_FREE));
-    t.requested_bytes = t.requested_bytes.or_else(|| size(&XGBOOST_REQUESTED));
-    t.complete = t.free_bytes.is_some() && t.requested_bytes.is_some();
-    t.complete
-}
-
-/// FasterTransformer's or TurboMind's CUDA check.
-pub fn open_ft_check(line: &str) -> Option<Opened> {
-    let c = FT_CHECK.captures(line)?;
-    let format = if &c[1] == "FT" {
-        "fastertransformer"
-    } else {
-        "turbomind"
-    };
-    let mut t = empty(Kind::CudaRuntime, format);
-    t.complete = true;
-    Some(with_exception(t, line, c.get(0).unwrap().start()))
-}
-
-/// ggml's Metal backend out of memory: Apple's GPU, the buffer's size when it says it.
-pub fn open_metal(line: &str) -> Option<Opened> {
-    let c = METAL.captures(line)?;
-    let mut t = empty(Kind::LlamaCpp, "ggml-metal");
-    t.vendor = super::text::Vendor::Apple;
-    t.requested_bytes = cap_u64(&c, 1);
-    t.complete = true;
-    Some(with_exception(t, line, c.get(0).unwrap().start()))
 }
