@@ -248,7 +248,7 @@ type Verdict = Option<(Cause, String)>;
 
 /// The cause and the same in words with its numbers.
 pub fn cause_of(f: &Figures) -> (Cause, String) {
-    let steps: [fn(&Figures) -> Verdict; 9] = [
+    let steps: [fn(&Figures) -> Verdict; 10] = [
         kv_cache,
         too_big,
         capped,
@@ -258,6 +258,7 @@ pub fn cause_of(f: &Figures) -> (Cause, String) {
         outside,
         self_growth,
         nvml_only,
+        short_of_free,
     ];
     steps.iter().find_map(|s| s(f)).unwrap_or((
         Cause::Unknown,
@@ -272,6 +273,11 @@ pub fn cause_of(f: &Figures) -> (Cause, String) {
 fn kv_cache(f: &Figures) -> Verdict {
     let kv = f.kv_cache.as_ref()?;
     let (engine, share) = (kv.engine, kv.share);
+    if let (None, None, Some(wanted), Some(free)) =
+        (kv.max_model_len, kv.tokens, kv.needed, kv.left)
+    {
+        return Some(startup(f, kv, wanted, free));
+    }
     let short = match (kv.max_model_len, kv.tokens, kv.needed, kv.left) {
         (Some(len), Some(tokens), ..) => format!(
             "vLLM's KV cache holds {tokens} tokens, fewer than one request of max_model_len ({len} tokens) needs"
@@ -299,6 +305,25 @@ fn kv_cache(f: &Figures) -> Verdict {
             "{short} in the share of the GPU{of} it may use ({share}): the model's weights and its activation peak took the rest"
         ),
     ))
+}
+
+/// vLLM refused to start: less of the GPU was free than its share asks for, before it loaded anything.
+fn startup(f: &Figures, kv: &KvCache, wanted: u64, free: u64) -> (Cause, String) {
+    let (engine, share) = (kv.engine, kv.share);
+    let of = f.total.map(|t| format!(" of {}", b(t))).unwrap_or_default();
+    let short = format!(
+        "{engine}'s share of the GPU ({share}) is {}, more than the {}{of} free when it started",
+        b(wanted),
+        b(free)
+    );
+    if f.others > 0 {
+        let why = format!("{short}: other processes held {}", b(f.others));
+        return (Cause::Others, why);
+    }
+    let why = format!(
+        "{short}: the rest was in use before it loaded anything, by whom the text does not say"
+    );
+    (Cause::Cap, why)
 }
 
 fn too_big(f: &Figures) -> Verdict {
@@ -502,6 +527,24 @@ fn nvml_only(f: &Figures) -> Verdict {
     })
 }
 
+/// A text's figures of what was asked for and what was free (CatBoost's, XGBoost's, Paddle's, a TPU's),
+/// and nothing of who held the rest.
+fn short_of_free(f: &Figures) -> Verdict {
+    let (req, free) = (f.requested?, f.free?);
+    (req > free).then(|| {
+        let of = f.total.map(|t| format!(" of {}", b(t))).unwrap_or_default();
+        (
+            Cause::Unknown,
+            format!(
+                "asked for {} with {}{of} free: the text does not say what held the rest of the {}",
+                b(req),
+                b(free),
+                f.vendor.chip()
+            ),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,6 +690,45 @@ mod tests {
             ..f
         };
         assert_eq!(cause_of(&seen).0, Cause::Others);
+    }
+
+    #[test]
+    fn vllm_refusing_to_start_blames_what_held_the_gpu_before_it() {
+        let kv = KvCache {
+            engine: "vLLM",
+            share: "gpu_memory_utilization",
+            needed: Some(125 * GIB),
+            left: Some(7 * GIB),
+            ..Default::default()
+        };
+        let mut f = Figures {
+            total: Some(139 * GIB),
+            kv_cache: Some(kv),
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Cap);
+        assert!(
+            why.contains("7.00 GiB of 139.00 GiB free when it started"),
+            "{why}"
+        );
+        f.others = 130 * GIB;
+        assert_eq!(cause_of(&f).0, Cause::Others);
+    }
+
+    #[test]
+    fn a_request_above_what_was_free_says_so_without_naming_a_holder() {
+        let f = Figures {
+            requested: Some(8 * GIB),
+            free: Some(5 * GIB),
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Unknown);
+        assert!(
+            why.contains("asked for 8.00 GiB with 5.00 GiB free"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -40,6 +40,14 @@ static VLLM_KV_NEEDED: LazyLock<Regex> = LazyLock::new(|| {
         r"max seq len \((\d+)\), \(SIZE KV cache is needed, which is larger than the available KV cache memory \(SIZE\)",
     )
 });
+// vLLM's start-up refusal: less of the GPU was free than its share (`gpu_memory_utilization` × total)
+// before it loaded anything: `Free memory on device (7.34/139.72 GiB) on startup is less than desired
+// GPU memory utilization (0.9, 125.75 GiB)` (later `on device cuda:0`).
+static VLLM_STARTUP: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i:free) memory on device(?: (?:\w+:)?(\d+))? \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) ?(GiB|MiB|GB|MB)\) on startup is less than desired GPU memory utilization \([\d.]+, SIZE\)",
+    )
+});
 // SGLang: the KV cache's share of the GPU (`--mem-fraction-static`) held no token after the weights
 // (`Not enough memory to allocate KV cache.` since 2026).
 static SGLANG: LazyLock<Regex> = LazyLock::new(|| {
@@ -92,6 +100,13 @@ pub fn open_vllm(line: &str) -> Option<Opened> {
         t.requested_bytes = cap_size(&c, 2);
         t.free_bytes = cap_size(&c, 4);
         from(c.get(0).unwrap().start(), "To serve")
+    } else if let Some(c) = VLLM_STARTUP.captures(line) {
+        t.format = "vllm-startup".into();
+        t.gpu = cap_u32(&c, 1);
+        t.free_bytes = size_bytes(&c[2], &c[4]);
+        t.total_bytes = size_bytes(&c[3], &c[4]);
+        t.requested_bytes = cap_size(&c, 5);
+        c.get(0).unwrap().start()
     } else if let Some(c) = VLLM_MAX_LEN.captures(line) {
         t.format = "vllm-max-model-len".into();
         t.max_model_len = cap_u64(&c, 1);
@@ -160,8 +175,10 @@ pub fn open_cuda_check_at(line: &str) -> Option<Opened> {
 /// A bare `CUDA error: out of memory` that ggml printed names its device on the next line, and the ggml
 /// function that failed: then it is llama.cpp's (or ollama's, whisper.cpp's).
 pub fn refine_current_device(t: &mut OomText, text: &str) {
+    // PyTorch's text (raised as an exception) is open only for ROCm's hint: ggml's line is not its.
     if let Some(c) = CURRENT_DEVICE.captures(text)
         && t.gpu.is_none()
+        && t.exception.is_none()
     {
         t.gpu = cap_u32(&c, 1);
         if c[2].starts_with("ggml_") {
@@ -257,6 +274,105 @@ pub fn open_mxnet(line: &str) -> Option<Opened> {
     Some(opened)
 }
 
+// A CUDA (or HIP) call's own check with the out-of-memory code beside the call's name, as GPU libraries
+// print it: FAISS's `Failed to cudaMalloc N bytes on device D (error 2 out of memory` and `alloc fail ...
+// dev D ... size N bytes (cudaMalloc error out of memory [2])`, its `CUDA error 2 out of memory`,
+// MindSpore's `cudaStreamCreateWithFlags failed, ret[2], out of memory`. Error 2 is
+// cudaErrorMemoryAllocation. The call may be one on pinned host memory (`cudaHostAlloc`): `parse::open`
+// leaves those out.
+static CUDA_CALL: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?:\b(?:cu|cuda|hip)[A-Z]\w*\b[^()\[\]]{0,60}?|\bCUDA error )(?:\(error 2 out of memory|2 out of memory|, ret\[2\], out of memory)|\b(?:cu|cuda|hip)[A-Z]\w* error out of memory \[2\]",
+    )
+});
+static CALL_BYTES: LazyLock<Regex> = LazyLock::new(|| re(r"\b(\d+) bytes\b"));
+static CALL_DEVICE: LazyLock<Regex> = LazyLock::new(|| re(r"\bon device (\d+)\b|\bdev (\d+)\b"));
+// CatBoost's GPU memory pool (NCudaLib::TOutOfMemoryError): `Out of memory. Requested 8880 MB; Free
+// 5902.061425 MB`, in MiB (its MB is 1024 * 1024); before 0.10 without the unit.
+static CATBOOST: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"Out of memory\. Requested (\d+(?:\.\d+)?)(?: MB)?; Free (\d+(?:\.\d+)?)(?: MB)?")
+});
+// XGBoost's device allocator adds the device's free memory and the request on lines of their own after
+// the allocator's error: `- Free memory: 8126464` (bytes) or `1.95398GB` (binary units). A number ends
+// its line: one run on into the next line's digits (a log prefix joined as a terminal wraps) is not it.
+static XGBOOST: LazyLock<Regex> = LazyLock::new(|| re(r"Memory allocation error on worker \d+:"));
+static XGBOOST_FREE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"- Free memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
+static XGBOOST_REQUESTED: LazyLock<Regex> =
+    LazyLock::new(|| re(r"- Requested memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
+// FasterTransformer's and TurboMind's (lmdeploy) CUDA check: `[FT][ERROR] CUDA runtime error: out of
+// memory /path/memory_utils.cu:32`: no size, no device.
+static FT_CHECK: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\[(FT|TM)\]\[ERROR\] CUDA runtime error: out of memory"));
+// ggml's Metal backend (llama.cpp, ollama on Apple): a buffer Metal could not allocate
+// (`ggml_gallocr_reserve_n: failed to allocate Metal buffer of size 34681522080`), or a command buffer
+// that ran out (`Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)`).
+static METAL: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"failed to allocate Metal buffer of size (\d+)|kIOGPUCommandBufferCallbackErrorOutOfMemory")
+});
+
+/// A CUDA call's check that names the out-of-memory code: the size and device the same text gives.
+pub fn open_cuda_call(line: &str) -> Option<Opened> {
+    let m = CUDA_CALL.find(line)?;
+    let mut t = empty(Kind::CudaRuntime, "cuda-call");
+    t.requested_bytes = CALL_BYTES.captures(line).and_then(|c| cap_u64(&c, 1));
+    t.gpu = CALL_DEVICE
+        .captures(line)
+        .and_then(|c| cap_u32(&c, 1).or_else(|| cap_u32(&c, 2)));
+    t.complete = true;
+    Some(with_exception(t, line, m.start()))
+}
+
+/// CatBoost's pool: what it asked for and what the pool had free.
+pub fn open_catboost(line: &str) -> Option<Opened> {
+    let c = CATBOOST.captures(line)?;
+    let mut t = empty(Kind::CudaRuntime, "catboost");
+    t.requested_bytes = size_bytes(&c[1], "MiB");
+    t.free_bytes = size_bytes(&c[2], "MiB");
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+/// Whether a CUDA runtime text is XGBoost's, whose figures follow on lines of their own.
+pub fn is_xgboost(line: &str) -> bool {
+    XGBOOST.is_match(line)
+}
+
+/// Reads XGBoost's `- Free memory:` and `- Requested memory:` lines; whether both were read.
+pub fn refine_xgboost(t: &mut OomText, text: &str) -> bool {
+    let size = |r: &Regex| {
+        let c = r.captures(text)?;
+        size_bytes(&c[1], c.get(2).map_or("B", |u| u.as_str()))
+    };
+    t.free_bytes = t.free_bytes.or_else(|| size(&XGBOOST_FREE));
+    t.requested_bytes = t.requested_bytes.or_else(|| size(&XGBOOST_REQUESTED));
+    t.complete = t.free_bytes.is_some() && t.requested_bytes.is_some();
+    t.complete
+}
+
+/// FasterTransformer's or TurboMind's CUDA check.
+pub fn open_ft_check(line: &str) -> Option<Opened> {
+    let c = FT_CHECK.captures(line)?;
+    let format = if &c[1] == "FT" {
+        "fastertransformer"
+    } else {
+        "turbomind"
+    };
+    let mut t = empty(Kind::CudaRuntime, format);
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
+/// ggml's Metal backend out of memory: Apple's GPU, the buffer's size when it says it.
+pub fn open_metal(line: &str) -> Option<Opened> {
+    let c = METAL.captures(line)?;
+    let mut t = empty(Kind::LlamaCpp, "ggml-metal");
+    t.vendor = super::text::Vendor::Apple;
+    t.requested_bytes = cap_u64(&c, 1);
+    t.complete = true;
+    Some(with_exception(t, line, c.get(0).unwrap().start()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::parse::{Vendor, parse_line};
@@ -334,9 +450,20 @@ mod tests {
             "CUDA error: out of memory  current device: 2, in function ggml_cuda_pool_malloc_vmm at ggml-cuda.cu:8583",
         );
         assert_eq!((t.kind, t.gpu), (Kind::LlamaCpp, Some(2)));
-        // PyTorch's own, with its exception, looks no further.
-        let t = parse_line("RuntimeError: CUDA error: out of memory").unwrap();
-        assert!(!super::super::parse::open_ended(&t));
+        // PyTorch's own, with its exception, reads the next line only for ROCm's hint (sdnext#4801).
+        let mut t = parse_line("RuntimeError: CUDA error: out of memory").unwrap();
+        super::super::parse::refine(
+            &mut t,
+            "RuntimeError: CUDA error: out of memory  current device: 2, in function ggml_cuda_pool_malloc_vmm at ggml-cuda.cu:8583",
+        );
+        assert_eq!((t.kind, t.gpu), (Kind::CudaRuntime, None));
+        let mut t = parse_line("torch.AcceleratorError: CUDA error: out of memory").unwrap();
+        assert!(super::super::parse::open_ended(&t));
+        super::super::parse::refine(
+            &mut t,
+            "torch.AcceleratorError: CUDA error: out of memory Search for `hipErrorOutOfMemory' in https://rocm.docs.amd.com/projects/HIP/en/latest/index.html for more information.",
+        );
+        assert_eq!(t.vendor, super::super::text::Vendor::Amd);
     }
 
     #[test]

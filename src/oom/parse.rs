@@ -89,7 +89,7 @@ static THC: LazyLock<Regex> = LazyLock::new(|| {
 // memory`.
 static CUDA_RUNTIME: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"CUDA (?:driver )?(?i:error): ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|\bcuda (?:execution )?failed with error 2 out of memory|\((?:2 vs\. 0|0 vs\. 2)\)\s+(?:Cuda Error: )?out of memory|\(-217:Gpu API call\) out of memory|Gpu API call \(out of memory\)|OPTIX_ERROR_DEVICE_OUT_OF_MEMORY|System is out of GPU (?:and shared host )?memory|(std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY)",
+        r"CUDA (?:driver )?(?i:error): ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|\bcuda (?:execution )?failed with error 2 out of memory|\((?:2 vs\. 0|0 vs\. 2)\)\s+(?:Cuda Error: )?out of memory|\(-217:Gpu API call\) out of memory|Gpu API call \(out of memory\)|OPTIX_ERROR_DEVICE_OUT_OF_MEMORY|System is out of GPU (?:and shared host )?memory|\bparallel_for failed: out of memory|std::bad_alloc: out of memory|(std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY)",
     )
 });
 // CuPy's memory pool: `out of memory to allocate N bytes` (before v7), `Out of memory allocating N bytes
@@ -158,6 +158,13 @@ static BFC: LazyLock<Regex> = LazyLock::new(|| {
 static BFC_GPU: LazyLock<Regex> = LazyLock::new(|| re(r"GPU_(\d+)_bfc"));
 static XLA_DEVICE: LazyLock<Regex> =
     LazyLock::new(|| re(r"on device (?:ordinal )?(\d+)|GPU_(\d+)_bfc"));
+// TensorFlow's status without the tensor's words (`ResourceExhaustedError: failed to allocate memory
+// [Op:AddV2]`): no size, no device. The CPU's allocator is another device's.
+static TF_BARE: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?:Resource exhausted|RESOURCE_EXHAUSTED|ResourceExhaustedError): failed to allocate memory",
+    )
+});
 static TF: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"OOM when allocating tensor (?:with|of) shape ?\[([\d,\s]*)\](?: and type (\w+))?(?: on (\S*))?(?: by allocator (\w+))?",
@@ -189,8 +196,11 @@ static INTEL: LazyLock<Regex> = LazyLock::new(|| {
     re(r"\bXPU out of memory|PYTORCH_XPU_ALLOC_CONF|_RESULT_ERROR_OUT_OF_DEVICE_MEMORY")
 });
 /// Words only texts from Apple's GPUs have (PyTorch's MPS backend).
-static APPLE: LazyLock<Regex> =
-    LazyLock::new(|| re(r"\bMPS backend out of memory|PYTORCH_MPS_HIGH_WATERMARK_RATIO"));
+static APPLE: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"\bMPS backend out of memory|PYTORCH_MPS_HIGH_WATERMARK_RATIO|\bMetal buffer of size|kIOGPUCommandBufferCallbackErrorOutOfMemory",
+    )
+});
 
 /// The vendor whose words the text has, if not NVIDIA's.
 fn vendor_of(text: &str) -> Option<Vendor> {
@@ -226,7 +236,7 @@ pub fn fields_read(t: &OomText) -> usize {
 type Opener = fn(&str) -> Option<Opened>;
 
 /// The openers, most specific first.
-const OPENERS: [Opener; 27] = [
+const OPENERS: [Opener; 32] = [
     open_torch,
     open_torch_async,
     open_mps,
@@ -241,6 +251,11 @@ const OPENERS: [Opener; 27] = [
     engines::open_cuda_failure,
     engines::open_onnxruntime_arena,
     engines::open_mxnet,
+    engines::open_cuda_call,
+    engines::open_catboost,
+    engines::open_ft_check,
+    engines::open_metal,
+    open_tf_bare,
     open_exla,
     open_tpu,
     open_thc,
@@ -303,11 +318,12 @@ pub fn refine(t: &mut OomText, text: &str) -> bool {
                 && let Some(c) = TF_NODE_DEVICE.captures(text)
             {
                 t.gpu = cap_u32(&c, 1);
-                t.complete = t.requested_bytes.is_some();
+                t.complete = t.requested_bytes.is_some() || t.format == "tensorflow-status";
             }
             t.gpu.is_some()
         }
         Kind::LlamaCpp => engines::refine_llama_cpp(t, text),
+        Kind::CudaRuntime if t.format == "xgboost" => engines::refine_xgboost(t, text),
         Kind::CudaRuntime => {
             engines::refine_current_device(t, text);
             true
@@ -327,8 +343,11 @@ pub fn open_ended(t: &OomText) -> bool {
         }
         Kind::Tensorflow => t.gpu.is_none(),
         Kind::LlamaCpp => !t.complete,
-        // A bare `CUDA error: out of memory`, no exception: ggml's, whose next line names the device.
-        Kind::CudaRuntime => t.format == "cuda" && t.exception.is_none() && t.gpu.is_none(),
+        // XGBoost's figures follow its error on lines of their own.
+        Kind::CudaRuntime if t.format == "xgboost" => !t.complete,
+        // A bare `CUDA error: out of memory`: ggml's next line names the device; PyTorch's on ROCm
+        // (`torch.AcceleratorError`, the CUDA words) is followed by the hint that names HIP's error.
+        Kind::CudaRuntime => t.format == "cuda" && t.vendor == Vendor::Nvidia && t.gpu.is_none(),
         _ => false,
     }
 }
@@ -452,10 +471,24 @@ fn open_cuda(line: &str) -> Option<Opened> {
         t.format = "cuda-driver".into();
     }
     t.complete = true;
+    if engines::is_xgboost(line) {
+        t.format = "xgboost".into();
+        engines::refine_xgboost(&mut t, line);
+    }
     let at = BYTES_IN_PARENS
         .find(line)
         .map_or(m.start(), |b| b.start().min(m.start()));
     Some(with_exception(t, line, at))
+}
+
+fn open_tf_bare(line: &str) -> Option<Opened> {
+    let m = TF_BARE.find(line)?;
+    if line.contains("device:CPU") || line.contains("allocator cpu") {
+        return None;
+    }
+    let mut t = empty(Kind::Tensorflow, "tensorflow-status");
+    t.complete = true;
+    Some(with_exception(t, line, m.start()))
 }
 
 fn open_level_zero(line: &str) -> Option<Opened> {

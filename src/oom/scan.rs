@@ -30,7 +30,7 @@ const ROOT_CAUSE_LINES: u8 = 12;
 /// Words that every OOM report the parser reads contains, as programs spell them. A line with none of
 /// them is never parsed. Spelled out rather than matched case-insensitively, so the search runs on the
 /// vectorized multi-pattern searcher (Teddy), at several gigabytes a second.
-pub const NEEDLES: [&str; 21] = [
+pub const NEEDLES: [&str; 22] = [
     "out of memory",
     "Out of memory",
     "OUT OF MEMORY",
@@ -58,6 +58,8 @@ pub const NEEDLES: [&str; 21] = [
     "OUT_OF_DEVICE_MEMORY",
     // Blender's Cycles: `System is out of GPU memory`.
     "out of GPU",
+    // vLLM's start-up refusal: `Free memory on device ... is less than desired GPU memory utilization`.
+    "desired GPU memory",
 ];
 
 /// The longest word of [`NEEDLES`] less one: how far a word can reach back over the start of a stretch.
@@ -159,6 +161,9 @@ struct Pending {
     /// The opening line's prefix, digits loosened (`2024-05-01 12:00:00,123 ERROR `): continuation
     /// lines that start with the same shape have it removed before they are joined.
     prefix: Option<Regex>,
+    /// The opening line before the message: where the whole of it is no shape of the next lines (a
+    /// logger's prefix, then a library's words before its error), the part they share is the prefix.
+    head: String,
     /// The report as its opening line read.
     opened: OomText,
     /// The lines joined as a terminal wraps them (nothing between) and as a mail or forum quote
@@ -468,6 +473,7 @@ impl Scanner {
                 index: self.events.len() - 1,
                 left: CONTINUATION_LINES,
                 prefix: (!prefix.is_empty()).then(|| shape_of(prefix)).flatten(),
+                head: prefix.to_string(),
                 opened: text,
                 joined: Joined::new(line),
             });
@@ -536,7 +542,10 @@ impl Scanner {
         };
         let body = match p.prefix.as_ref().and_then(|r| r.find(line)) {
             Some(m) if m.start() == 0 => line[m.end()..].trim_start(),
-            _ => line,
+            _ => match shared_prefix(&p.head, line) {
+                0 => line,
+                n => line[n..].trim_start(),
+            },
         };
         p.joined.push(body);
         let (text, line, done) = p.joined.read(&p.opened);
