@@ -39,7 +39,7 @@ class Nvml(object):
         try:
             self.lib = ctypes.CDLL(self.path)
         except OSError as e:
-            raise NvmlError("cannot load %s: %s" % (self.path, e))
+            raise NvmlError("cannot load %s: %s" % (self.path, e)) from None
         self._check(self.lib.nvmlInit_v2(), "nvmlInit_v2")
         count = ctypes.c_uint(0)
         self._check(self.lib.nvmlDeviceGetCount_v2(ctypes.byref(count)), "nvmlDeviceGetCount_v2")

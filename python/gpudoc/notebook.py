@@ -34,7 +34,8 @@ MAX_MESSAGES = 512
 # The shim's module name (gpudoc run's, and the copy loaded here).
 SHIM = "gpudoc._shim.torch"
 # The shim's notebook interface this extension speaks (the shim of another gpudoc version may not).
-SHIM_CALLS = ("cell_start", "cell_end", "watch_cells", "attach", "CELL", "S", "_hunt_module", "_in_use", "_cur")
+SHIM_CALLS = ("cell_start", "cell_end", "watch_cells", "attach", "CELL", "S", "_hunt_module", "_in_use",
+              "_cur")
 
 UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -66,7 +67,7 @@ class Shim(object):
         try:
             return self.g[name]
         except KeyError:
-            raise AttributeError(name)
+            raise AttributeError(name) from None
 
     def hunt(self):
         return self.g["_hunt_module"]()
@@ -439,7 +440,8 @@ class Doctor(object):
     def allocator(self, torch):
         """(device, allocated, reserved) per device in use."""
         shim = self.shim
-        return [(d, shim._cur(st, "allocated_bytes"), shim._cur(st, "reserved_bytes")) for d, st in shim._in_use()]
+        return [(d, shim._cur(st, "allocated_bytes"), shim._cur(st, "reserved_bytes"))
+                for d, st in shim._in_use()]
 
     def free(self):
         """%gpudoc free: drops the last traceback's frames and the output cache's entries that hold GPU
@@ -513,8 +515,9 @@ class Doctor(object):
         hunt = self.shim.hunt()
         for dev, _, _ in self.allocator(torch):
             box = {"value": value}
+            root = hunt._Root("m", ("m", id(box)), "value", obj=box)
             s = hunt.Search(torch, dev, None, skip=(id(self), id(self.shim.S)),
-                            roots=lambda skip: [hunt._Root("m", ("m", id(box)), "value", obj=box)])
+                            roots=lambda skip, root=root: [root])
             s.run(1.0)
             if s.storages:
                 return True
@@ -664,7 +667,8 @@ def free_text(dropped, cache, after, mine0, mine):
     parts = ["%s (%s)" % (what, fmt_bytes(b)) for what, b in dropped]
     text = "gpudoc: dropped " + ", ".join(parts) if parts else "gpudoc: nothing held memory for nobody"
     text += "; PyTorch's cache gave back %s" % fmt_bytes(cache)
-    now = ", ".join("cuda:%d allocated %s, reserved %s" % (d, fmt_bytes(a), fmt_bytes(r)) for d, a, r in after)
+    now = ", ".join("cuda:%d allocated %s, reserved %s" % (d, fmt_bytes(a), fmt_bytes(r))
+                    for d, a, r in after)
     text += "; now " + now
     if mine:
         text += "; the process holds %s (NVML), was %s" % (

@@ -1,5 +1,6 @@
 """Shared fixtures of the Python side's unit tests (run by tests/python.rs, or by hand with
-`PYTHONPATH=python target/py-venv/bin/python -m pytest tests/python` after `cargo test --workspace --no-run`)."""
+`PYTHONPATH=python target/py-venv/bin/python -m pytest tests/python` after `cargo test --workspace
+--no-run`)."""
 import json
 import os
 
@@ -59,3 +60,7 @@ def fake_gpus(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NVML_STATE", gpus.path)
     monkeypatch.setenv("GPUDOC_NVML_LIB", gpus.lib)
     return gpus
+
+
+# The shim's fixtures (its modules loaded against the real torch), for every test of this folder.
+from shim_env import cuda, shim  # noqa: E402, F401

@@ -51,12 +51,13 @@ cell("%load_ext gpudoc\\nimport torch\\ntorch.cuda.init()\\nkept = torch.empty(2
 
 def in_shell(tmp_path, script):
     """Runs `script` after PRELUDE; what it printed, and the JSON it printed last as `RESULT {...}`."""
+    path = os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "fixtures/fake_torch")])
     env = dict(os.environ, GPUDOC_NVML_LIB="/nonexistent", IPYTHONDIR=str(tmp_path / "ipython"),
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "fixtures/fake_torch")]),
+               PYTHONPATH=path,
                PATH=os.pathsep.join([os.path.join(ROOT, "target/debug"), os.environ.get("PATH", "")]))
     env.pop("GPUDOC_TORCH", None)
-    done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(script)], env=env, cwd=str(tmp_path),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(script)], env=env,
+                          cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     text = done.stdout.decode("utf-8", "replace")
     results = [line[7:] for line in text.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and results, text
@@ -66,8 +67,8 @@ def in_shell(tmp_path, script):
 def test_a_gpudoc_cell_shows_its_last_expression_as_any_cell_does(tmp_path):
     text, got = in_shell(tmp_path, """
         r = cell("%%gpudoc\\nx = 41\\nx + 1")
-        print("RESULT " + json.dumps([repr(r.error_in_exec), r.result, shell.user_ns["Out"].get(r.execution_count),
-                                      r.execution_count]))
+        out = shell.user_ns["Out"].get(r.execution_count)
+        print("RESULT " + json.dumps([repr(r.error_in_exec), r.result, out, r.execution_count]))
     """)
     assert got[:3] == ["None", 42, 42], text
     assert "Out[%d]: 42" % got[3] in text
@@ -154,8 +155,8 @@ def test_an_interrupt_during_the_shims_own_cell_callbacks_leaves_the_users_excep
     assert "Error in callback" not in text, text
 
 
-OOM_IN_F = ("def f(n):\\n    notes = 'x'\\n    t = torch.empty(100 << 20)\\n    torch.cuda._oom(n, free=None)\\n"
-            "f(64 << 30)")
+OOM_IN_F = ("def f(n):\\n    notes = 'x'\\n    t = torch.empty(100 << 20)\\n"
+            "    torch.cuda._oom(n, free=None)\\nf(64 << 30)")
 
 
 def test_gpudoc_free_keeps_the_frames_of_a_traceback_the_user_saved(tmp_path):

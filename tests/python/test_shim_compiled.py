@@ -6,7 +6,6 @@ import shutil
 
 import pytest
 
-from shim_env import shim  # noqa: F401  (the fixture)
 
 torch = pytest.importorskip("torch")
 

@@ -5,7 +5,6 @@ import collections
 
 import pytest
 
-from shim_env import shim  # noqa: F401  (the fixture)
 
 torch = pytest.importorskip("torch")
 

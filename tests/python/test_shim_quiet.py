@@ -5,7 +5,6 @@ import errno
 
 import pytest
 
-from shim_env import cuda, shim  # noqa: F401  (the fixtures)
 
 torch = pytest.importorskip("torch")
 

@@ -5,7 +5,6 @@ import time
 
 import pytest
 
-from shim_env import shim  # noqa: F401  (the fixture)
 
 torch = pytest.importorskip("torch")
 from torch.utils.checkpoint import checkpoint  # noqa: E402
@@ -85,7 +84,8 @@ def test_the_walk_never_unpacks_what_the_program_saved(shim):
         graph = where.Graph([root], {}, time.perf_counter() + 5)
         taken = Taken()
         graph.saved(taken)
-        return [t for t in taken.tensors if isinstance(t, torch.Tensor)], getattr(graph, "hooked", 0), getattr(graph, "unread", 0)
+        tensors = [t for t in taken.tensors if isinstance(t, torch.Tensor)]
+        return tensors, getattr(graph, "hooked", 0), getattr(graph, "unread", 0)
 
     bare = _run(None)
     walked = _run(walk)

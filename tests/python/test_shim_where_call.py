@@ -3,7 +3,6 @@ method of the model (`model.embed(x)`), never the model, ran every module call u
 until the next training record. Real torch on the CPU."""
 import pytest
 
-from shim_env import cuda, shim  # noqa: F401  (the fixtures)
 
 torch = pytest.importorskip("torch")
 

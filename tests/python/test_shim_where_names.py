@@ -4,7 +4,6 @@ import sys
 
 import pytest
 
-from shim_env import shim  # noqa: F401  (the fixture)
 
 torch = pytest.importorskip("torch")
 

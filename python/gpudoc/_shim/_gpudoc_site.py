@@ -112,6 +112,7 @@ def cache(loader, code):
             sys.modules["os"].stat(path)
         except OSError:
             st = loader.path_stats(loader.path)
-            loader._cache_bytecode(loader.path, path, ext._code_to_timestamp_pyc(code, st["mtime"], st["size"]))
+            pyc = ext._code_to_timestamp_pyc(code, st["mtime"], st["size"])
+            loader._cache_bytecode(loader.path, path, pyc)
     except Exception:
         pass
