@@ -1,8 +1,70 @@
-//! Where a moment falls among a program's phases, from the shim's records of its optimizer steps: before
-//! the first step (loading the model, warming up, the first step itself), during the steps (training),
-//! after the last (evaluation, saving, inference). A program without steps is all "before".
+//! Two readings of a moment, kept apart: its `Phase`, what the program was doing (loading, a training
+//! step, an evaluation, inference), read from the shim's evidence and never from the time; and its
+//! `Stretch`, where it falls among the optimizer steps' records (before the first, among them, after the
+//! last), which places a peak or a growth in time and says nothing of what ran then.
 
+use crate::torch::activity::Activity;
 use crate::torch::view::TorchProcReport;
+
+/// What a program was doing at a moment, from the shim's evidence (see `Phase::at_oom`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Before its first forward call, backward or optimizer step: building or loading the model.
+    Loading,
+    /// A training step: its backward, its optimizer's step, or a forward under grad in train() mode with
+    /// no earlier forward call still waiting for a backward (the step's own forward, or the first one).
+    TrainingStep,
+    /// Forward calls that are no training step's, in a program that has trained: under no_grad or
+    /// inference_mode, after eval(), or under grad with no backward following (a validation inside
+    /// training, an evaluation after it).
+    Evaluation,
+    /// The same in a program that has run no backward and no optimizer step: inference.
+    Inference,
+}
+
+impl Phase {
+    /// The fact's value: `loading`, `training_step`, `evaluation`, `inference`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Loading => "loading",
+            Phase::TrainingStep => "training_step",
+            Phase::Evaluation => "evaluation",
+            Phase::Inference => "inference",
+        }
+    }
+
+    /// The phase of an OOM from what the shim saw then (`act`) and the pass its look placed it in
+    /// (`forward`, `backward`, `optimizer`, `other`); `None` where the evidence does not decide: a forward
+    /// under grad during training, whose calls the shim does not count, may be the step's own or a
+    /// validation's.
+    pub fn at_oom(act: Option<&Activity>, pass: Option<&str>) -> Option<Phase> {
+        // Backward and the optimizer's step are a training step's, whatever else is known.
+        if pass == Some("backward") || pass == Some("optimizer") {
+            return Some(Phase::TrainingStep);
+        }
+        let a = act?;
+        if a.in_backward == Some(true) || a.in_optimizer_step == Some(true) {
+            return Some(Phase::TrainingStep);
+        }
+        let trained = a.steps.unwrap_or(0) > 0 || a.backwards.unwrap_or(0) > 0;
+        let in_forward = pass == Some("forward");
+        if !trained && !in_forward && a.forwards == Some(0) && a.backwards == Some(0) {
+            return Some(Phase::Loading);
+        }
+        let no_graph = a.grad == Some(false) || a.inference_mode == Some(true);
+        let waiting = a.forwards_without_backward.is_some_and(|n| n > 0);
+        let untrained = if trained {
+            Phase::Evaluation
+        } else {
+            Phase::Inference
+        };
+        if no_graph || a.training == Some(false) || (waiting && a.grad == Some(true)) {
+            return Some(untrained);
+        }
+        let first = a.forwards_without_backward == Some(0);
+        (in_forward && first && a.grad == Some(true)).then_some(Phase::TrainingStep)
+    }
+}
 
 /// When a process's optimizer steps ran.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,9 +115,9 @@ impl Clock {
     }
 }
 
-/// A program's phases.
+/// Where a moment falls among the optimizer steps' records: a time, not what ran then (see `Phase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub enum Stretch {
     /// Before the first optimizer step ended: loading, warm-up, the first step, or a program without an
     /// optimizer (inference).
     BeforeSteps,
@@ -65,31 +127,31 @@ pub enum Phase {
     AfterSteps,
 }
 
-impl Phase {
+impl Stretch {
     /// The fact's value: `before_steps`, `steps`, `after_steps`.
     pub fn name(self) -> &'static str {
         match self {
-            Phase::BeforeSteps => "before_steps",
-            Phase::Steps => "steps",
-            Phase::AfterSteps => "after_steps",
+            Stretch::BeforeSteps => "before_steps",
+            Stretch::Steps => "steps",
+            Stretch::AfterSteps => "after_steps",
         }
     }
 }
 
-/// A moment placed among the phases.
+/// A moment placed among the steps.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Placed {
-    pub phase: Phase,
+    pub stretch: Stretch,
     /// Optimizer steps that had ended by then (as far as the records tell).
     pub steps: u64,
     /// Seconds since the last of them; `None` before the first.
     pub since_last_s: Option<f64>,
 }
 
-/// Places the moment `at` (seconds into the run) among the phases of `clock` (`None`: no step at all).
+/// Places the moment `at` (seconds into the run) among the steps of `clock` (`None`: no step at all).
 pub fn place(clock: Option<&Clock>, steps: &[&TorchProcReport], at: f64) -> Placed {
     let before = Placed {
-        phase: Phase::BeforeSteps,
+        stretch: Stretch::BeforeSteps,
         steps: 0,
         since_last_s: None,
     };
@@ -99,7 +161,7 @@ pub fn place(clock: Option<&Clock>, steps: &[&TorchProcReport], at: f64) -> Plac
     }
     if at > c.last_s + c.slack() {
         return Placed {
-            phase: Phase::AfterSteps,
+            stretch: Stretch::AfterSteps,
             steps: c.steps,
             since_last_s: Some(at - c.last_s),
         };
@@ -117,7 +179,7 @@ pub fn place(clock: Option<&Clock>, steps: &[&TorchProcReport], at: f64) -> Plac
         (step, t)
     };
     Placed {
-        phase: Phase::Steps,
+        stretch: Stretch::Steps,
         steps: step,
         since_last_s: Some(at - t),
     }
@@ -155,7 +217,7 @@ mod tests {
     fn placed(p: &TorchProcReport, at: f64) -> (&'static str, u64, Option<f64>) {
         let x = place(Clock::of(p).as_ref(), &[p], at);
         (
-            x.phase.name(),
+            x.stretch.name(),
             x.steps,
             x.since_last_s.map(|s| (s * 100.0).round() / 100.0),
         )
@@ -202,6 +264,6 @@ mod tests {
         let c = Clock::of_all([&a, &b]).unwrap();
         assert_eq!((c.first_s, c.last_s, c.steps), (10.0, 12.5, 21));
         let x = place(Some(&c), &[&a, &b], 12.1);
-        assert_eq!((x.phase, x.steps), (Phase::Steps, 20));
+        assert_eq!((x.stretch, x.steps), (Stretch::Steps, 20));
     }
 }

@@ -75,7 +75,7 @@ fn phase_facts(known: Option<&Known>, at: f64) -> PhaseFacts {
     match known.map(|k| k.place(at)) {
         None => (String::new(), -1, -1.0),
         Some(p) => (
-            p.phase.name().into(),
+            p.stretch.name().into(),
             p.steps as i64,
             p.since_last_s.unwrap_or(-1.0),
         ),

@@ -6,6 +6,7 @@
 //! [`TorchTimeline`]. The pipe is opened by path, not inherited: `subprocess` and torchrun close inherited
 //! descriptors, and every rank must still reach gpudoc.
 
+pub mod activity;
 pub mod cells;
 pub mod home;
 pub mod hunt;
@@ -195,6 +196,9 @@ pub struct TorchOom {
     pub allocated_bytes: u64,
     pub reserved_bytes: u64,
     pub inactive_split_bytes: u64,
+    /// What the program was doing then (the shim's reading; absent from a shim that did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<activity::Activity>,
 }
 
 /// Everything the shim reported in a run.
@@ -364,6 +368,7 @@ impl TorchTimeline {
                 allocated_bytes: a,
                 reserved_bytes: r,
                 inactive_split_bytes: u(v, "i"),
+                activity: activity::Activity::from_message(v),
             });
         }
     }

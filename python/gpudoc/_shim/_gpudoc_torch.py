@@ -136,6 +136,10 @@ class _State(object):
     module_call = None
     # The optimizer step at which an evaluation last got the forward clock (see _evaluation).
     evaluated = 0
+    # torch.autograd.backward is the shim's wrapper, and the optimizer's step pre-hook is in place (see
+    # _watch_autograd): without them, what they would tell is unknown.
+    backward_watched = False
+    step_watched = False
 
 
 S = _State()
@@ -183,6 +187,11 @@ STEP = [0, 1]
 # whether Dynamo traced the hook that looks for that module (see _outermost).
 FWD = [0, 1]
 TRACED = [False]
+# What the program was doing, read at an OOM (see _activity): [backward calls begun, backward calls
+# running now, the forward clock's count at the last backward's start, inside optimizer.step()], and the
+# outermost module the forward clock found (a weak reference; it outlives the clock, which training ends).
+AUTOGRAD = [0, 0, 0, False]
+MODEL = [None]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
 # traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
 # and is not run by the compiled code (a compiled optimizer step is not counted).
@@ -380,6 +389,7 @@ def _on_step(optimizer, args, kwargs):
     if _compiling is not None and _compiling():
         return
     STEP[0] += 1
+    AUTOGRAD[3] = False
     if F.evaluating:
         # Training resumed after an evaluation without a train(): the clock ends at this step.
         _forward_clock_off()
@@ -593,6 +603,7 @@ def _unhook():
 def _adopt(module):
     """The outermost module's first call has returned: it is the clock's from now, that call counted."""
     _unhook()
+    _remember_model(module)
     if _wrap(module):
         _on_forward()
 
@@ -943,8 +954,8 @@ def _on_oom(device, alloc, device_allocated, device_free):
     """PyTorch's OOM observer, called before the exception unwinds."""
     try:
         stats = S.orig_stats(device)
-        _send('{"k":"oom","alloc":%d,"device_allocated":%d,"device_free":%d,%s%s' % (
-            alloc, device_allocated, device_free, _numbers(stats, device), _uuid(device)))
+        _send('{"k":"oom","alloc":%d,"device_allocated":%d,"device_free":%d,"act":%s,%s%s' % (
+            alloc, device_allocated, device_free, _activity(), _numbers(stats, device), _uuid(device)))
     except Exception as e:
         _fail("oom observer", e)
         return
@@ -1042,6 +1053,85 @@ def _evaluation(module):
     FWD[1] = FWD[0] + 1
 
 
+def _remember_model(module):
+    """The outermost module, weakly, for its training flag at an OOM (see _activity)."""
+    try:
+        import weakref
+
+        MODEL[0] = weakref.ref(module)
+    except Exception:
+        MODEL[0] = None
+
+
+def _watch_autograd(torch):
+    """torch.autograd.backward (which Tensor.backward calls) under a wrapper that counts the backward calls
+    and says when one runs, and an optimizer step pre-hook that says when a step runs: what an OOM's
+    phase is read from (_activity). Each costs a few list operations once per step, never per module."""
+    try:
+        autograd = torch.autograd
+        real = autograd.backward
+    except Exception:
+        return
+
+    def backward(*args, **kwargs):
+        __tracebackhide__ = True
+        if _compiling is not None and _compiling():
+            return real(*args, **kwargs)
+        AUTOGRAD[0] += 1
+        AUTOGRAD[1] += 1
+        AUTOGRAD[2] = FWD[0]
+        # A step that raised never ran its post-hook: a backward is a new step's.
+        AUTOGRAD[3] = False
+        try:
+            return real(*args, **kwargs)
+        finally:
+            AUTOGRAD[1] -= 1
+
+    wrapped = _like(real, backward)
+    wrapped.__wrapped__ = real
+    autograd.backward = wrapped
+    S.backward_watched = True
+    try:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        register_optimizer_step_pre_hook(_on_step_start)
+        S.step_watched = True
+    except Exception:
+        pass
+
+
+def _on_step_start(optimizer, args, kwargs):
+    """The optimizer's step pre-hook: a step runs until the post-hook (_on_step) or the next backward."""
+    AUTOGRAD[3] = True
+
+
+def _activity():
+    """What the program was doing at an OOM, as JSON: grad mode and inference mode on the failing thread,
+    a backward or an optimizer step running, the backward calls and optimizer steps so far, the forward
+    clock's calls (all, and since the last backward's start) while it counts, and the outermost module's
+    training flag. What the shim cannot tell is null: the phase is read from this (src/rules/phase.rs)."""
+    torch, watched = S.torch, S.backward_watched
+    out = {"bw": AUTOGRAD[1] > 0 if watched else None, "bws": AUTOGRAD[0] if watched else None,
+           "opt": AUTOGRAD[3] if S.step_watched else None, "steps": STEP[0],
+           "grad": None, "inf": None, "fwd": None, "fg": None, "train": None}
+    try:
+        out["grad"] = bool(torch.is_grad_enabled())
+        out["inf"] = bool(torch.is_inference_mode_enabled())
+    except Exception:
+        pass
+    if F.on:
+        out["fwd"] = FWD[0]
+        if watched:
+            out["fg"] = FWD[0] - AUTOGRAD[2]
+    try:
+        model = MODEL[0]() if MODEL[0] is not None else None
+        if model is not None:
+            out["train"] = bool(model.training)
+    except Exception:
+        pass
+    return json.dumps(out, separators=(",", ":"))
+
+
 def _on_exit():
     """A last record at exit: what the program holds at its end, and its peaks; a hunt in progress ends
     with the steps it recorded."""
@@ -1073,6 +1163,7 @@ def _on_fork():
     S.fd = S.fd_id = None
     STEP[0], STEP[1] = 0, 1
     FWD[0], FWD[1] = 0, 1
+    AUTOGRAD[:] = [0, 0, 0, False]
     F.last_step = F.records = 0
     F.period = F.cost = F.last_cost = 0.0
     S.last_step = S.records = 0
@@ -1114,6 +1205,7 @@ def _install(torch):
         register_optimizer_step_post_hook(_on_step)
     except Exception:
         pass  # torch < 2.0: no global step hook; init, OOM and exit are still seen
+    _watch_autograd(torch)
     torch.cuda._lazy_call(_on_cuda_init)
     import atexit
 
