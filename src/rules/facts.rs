@@ -1718,7 +1718,8 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
         waiting_forwards: activity
             .and_then(|a| a.forwards_without_backward)
             .map_or(-1, |n| n as i64),
-        steps,
+        // The shim's own count at the OOM where it gave one: steps ended by then, exactly.
+        steps: activity.and_then(|a| a.steps).map_or(steps, |n| n as i64),
         since_last_step_s,
         growth_bytes: on.map_or(0, |x| x.growth_bytes),
         growth_rate_bytes_per_s: on.map_or(0.0, |x| x.growth_rate_bytes_per_s),

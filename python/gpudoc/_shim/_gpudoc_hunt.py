@@ -465,7 +465,7 @@ def _behind(held, base, found, done):
     g = {"kind": "graphs", "tensors": sum(h["graphs"] for h in owner), "bytes": hidden, "items": None,
          "graphs": 0, "of": o["text"],
          "text": "the autograd graphs behind the %d tensors with grad_fn in %s: what the forward passes "
-                 "that made them saved, which no Python object refers to and no backward freed"
+                 "that made them saved, which no Python object refers to and no backward has freed yet"
                  % (o["graphs"], o["text"])}
     i = held.index(o)
     return held[:i + 1] + [g] + held[i + 1:]
