@@ -639,7 +639,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "gpu.peak_phase",
         "string",
-        "where the job's peak on it fell: before_steps, steps, after_steps (see oom.phase); empty without the framework view",
+        "when the job's peak on it fell among the optimizer steps' records: before_steps, steps, after_steps (a time, not what ran then: see oom.phase); empty without the framework view",
     ),
     (
         "gpu.peak_since_last_step_s",

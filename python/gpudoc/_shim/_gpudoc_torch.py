@@ -1515,6 +1515,8 @@ def attach(torch, here):
         register_optimizer_step_post_hook(_attached_step)
     except Exception:
         pass
+    # What the program is doing at an OOM (its phase), as in a run.
+    _watch_autograd(torch)
     if torch.cuda.is_initialized():
         _on_cuda_init()
     else:
