@@ -138,6 +138,7 @@ pub struct GpuFacts {
     pub growth_s: f64,
     pub growth_from_s: f64,
     pub growth_after_step: i64,
+    pub loading: bool,
     pub growth_live_bytes: i64,
     pub time_to_full_s: f64,
     pub growth_sites: Vec<String>,
@@ -671,6 +672,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "gpu.growth_after_step",
         "int",
         "the last optimizer step before it, -1 in a run without steps",
+    ),
+    (
+        "gpu.loading",
+        "bool",
+        "the job's PyTorch processes on this GPU have not yet called their model nor stepped (the shim recorded neither): what its memory does is loading; false where they have, or without the shim",
     ),
     (
         "gpu.growth_live_bytes",
@@ -1294,6 +1300,7 @@ fn when_facts(
     f.growth_from_s = -1.0;
     f.time_to_full_s = -1.0;
     f.growth_after_step = w.growth_after_step;
+    f.loading = !torch.is_empty() && torch.iter().all(|t| t.started_work_s().is_none());
     if let Some(h) = torch
         .iter()
         .flat_map(|t| &t.hunts)

@@ -35,8 +35,8 @@ impl Phase {
 
     /// The phase of an OOM from what the shim saw then (`act`) and the pass its look placed it in
     /// (`forward`, `backward`, `optimizer`, `other`); `None` where the evidence does not decide: a forward
-    /// under grad during training, whose calls the shim does not count, may be the step's own or a
-    /// validation's.
+    /// under grad during training with no call beyond a step's count since the last backward may be the
+    /// next step's or a validation's first.
     pub fn at_oom(act: Option<&Activity>, pass: Option<&str>) -> Option<Phase> {
         // Backward and the optimizer's step are a training step's, whatever else is known.
         if pass == Some("backward") || pass == Some("optimizer") {
@@ -52,19 +52,33 @@ impl Phase {
             return Some(Phase::Loading);
         }
         let no_graph = a.grad == Some(false) || a.inference_mode == Some(true);
-        let waiting = a.forwards_without_backward.is_some_and(|n| n > 0);
-        let untrained = if trained {
-            Phase::Evaluation
-        } else {
-            Phase::Inference
-        };
-        if no_graph || a.training == Some(false) || (waiting && a.grad == Some(true)) {
-            return Some(untrained);
+        if (in_forward && (no_graph || a.training == Some(false))) || waiting(a) {
+            return Some(if trained {
+                Phase::Evaluation
+            } else {
+                Phase::Inference
+            });
         }
-        let first = a.forwards_without_backward == Some(0);
+        let first = !trained && a.forwards_without_backward == Some(0);
         (in_forward && first && a.grad == Some(true)).then_some(Phase::TrainingStep)
     }
 }
+
+/// Forward calls since the last backward began, with more of them than a step ever used (after the first
+/// backward), or than any step would use (before it: [`WAITING_CALLS`]): calls no backward followed.
+fn waiting(a: &Activity) -> bool {
+    let (Some(n), Some(per)) = (a.forwards_without_backward, a.forwards_per_backward) else {
+        return false;
+    };
+    match a.backwards {
+        Some(0) => n >= WAITING_CALLS,
+        _ => n > per,
+    }
+}
+
+/// Before the first backward, this many forward calls with none are calls no backward will follow: a step
+/// calls its model once, or twice or three times (two views, a GAN's discriminator), never this often.
+pub const WAITING_CALLS: u64 = 8;
 
 /// When a process's optimizer steps ran.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -221,6 +235,49 @@ mod tests {
             x.steps,
             x.since_last_s.map(|s| (s * 100.0).round() / 100.0),
         )
+    }
+
+    /// An Activity from the shim's message fields.
+    fn act(v: serde_json::Value) -> Activity {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_phase_of_an_oom_is_what_the_program_was_doing() {
+        use serde_json::json;
+        let at = |v, pass| Phase::at_oom(Some(&act(v)), pass);
+        // Backward after a slow step, whatever the time since the last step: a training step's.
+        let bw = json!({"bw": true, "bws": 32, "steps": 31, "grad": false, "fg": null});
+        assert_eq!(at(bw, Some("backward")), Some(Phase::TrainingStep));
+        // The first training forward: no call waiting for its backward.
+        let first =
+            json!({"bw": false, "bws": 0, "steps": 0, "grad": true, "fwd": 0, "fg": 0, "fpb": 0});
+        assert_eq!(
+            at(first.clone(), Some("forward")),
+            Some(Phase::TrainingStep)
+        );
+        // Nothing called yet, outside any forward: loading.
+        assert_eq!(at(first, Some("other")), Some(Phase::Loading));
+        // After eval(), 34 calls since the last backward: an evaluation.
+        let eval = json!({"bws": 50, "steps": 50, "grad": true, "fwd": 35, "fg": 34, "fpb": 1, "train": false});
+        assert_eq!(at(eval, Some("forward")), Some(Phase::Evaluation));
+        // Calls under grad that no backward followed, in a program that never trained: inference.
+        let kept = json!({"bws": 0, "steps": 0, "grad": true, "fwd": 150, "fg": 150, "fpb": 0});
+        assert_eq!(at(kept, Some("other")), Some(Phase::Inference));
+        // Two calls in a step that calls its model twice (fpb 2): still the step's.
+        let two = json!({"bws": 9, "steps": 9, "grad": true, "fwd": 20, "fg": 2, "fpb": 2, "train": true});
+        assert_eq!(at(two, Some("forward")), None);
+        // A forward under grad during training, its calls not counted: not known.
+        let unknown =
+            json!({"bws": 50, "steps": 50, "grad": true, "fwd": null, "fg": null, "train": true});
+        assert_eq!(at(unknown.clone(), Some("forward")), None);
+        assert_eq!(at(unknown, Some("other")), None);
+        // Without the shim's reading, only the pass speaks.
+        assert_eq!(
+            Phase::at_oom(None, Some("optimizer")),
+            Some(Phase::TrainingStep)
+        );
+        assert_eq!(Phase::at_oom(None, Some("forward")), None);
     }
 
     #[test]

@@ -25,13 +25,17 @@ pub struct Activity {
     /// Inference mode on the failing thread (`torch.is_inference_mode_enabled()`).
     #[serde(rename = "inf")]
     pub inference_mode: Option<bool>,
-    /// Calls of the outermost module that had returned, while the forward clock counted them (before the
-    /// first optimizer step, or in an evaluation after eval()).
+    /// Calls of the outermost module that had returned, while the shim counted them (from its first call
+    /// on; not where the module is compiled or called its own way, nor in a loop too fast to count).
     #[serde(rename = "fwd")]
     pub forwards: Option<u64>,
     /// Of those, the calls since the last backward began: forward calls no backward followed.
     #[serde(rename = "fg")]
     pub forwards_without_backward: Option<u64>,
+    /// The most forward calls that ever preceded one backward (a step may call its model more than once:
+    /// two views, a GAN's discriminator); 0 before the first backward.
+    #[serde(rename = "fpb")]
+    pub forwards_per_backward: Option<u64>,
     /// The outermost module's training flag (`module.training`: false after eval()).
     #[serde(rename = "train")]
     pub training: Option<bool>,

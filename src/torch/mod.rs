@@ -178,6 +178,9 @@ pub struct TorchProc {
     pub covered_us: u64,
     /// Notebook cells run in this process (a kernel), in order.
     pub cells: Vec<cells::Cell>,
+    /// When it first did its work (seconds into the run): the shim's first record at a forward call of
+    /// the outermost model or at an optimizer step.
+    pub first_work_s: Option<f64>,
 }
 
 /// The allocator's state at an OOM, from PyTorch's OOM observer (before the exception unwinds).
@@ -335,6 +338,10 @@ impl TorchTimeline {
         p.device_frees = p.device_frees.max(u(v, "ndf"));
         if matches!(kind, "step" | "s") {
             p.last_step = p.last_step.max(u(v, "step"));
+        }
+        // A record at a step, or one of the forward clock's (its first comes at the first call).
+        if kind == "step" || (kind == "s" && u(v, "fwd") > 0) {
+            p.first_work_s = p.first_work_s.or(t);
         }
         if kind == "step" {
             p.record_every = u(v, "n").max(1);

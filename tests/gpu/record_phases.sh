@@ -111,11 +111,11 @@ for f in sorted(glob.glob("/tmp/rec28/phases/*.report.json")):
     w = want.get(n, set())
     ok = w <= fired and loud <= w | {"near-capacity"}
     oom = r["oom"] or {}
-    act = (oom.get("allocator") or {}).get("activity")
-    if act is not None:
-        print("      activity at the OOM:", json.dumps(act))
     print(f"{'ok ' if ok else 'BAD'} {n:22} {r['exit']['classification']:9} {oom.get('cause', '-'):12} "
           f"{','.join(sorted(fired)) or '-'}")
+    act = (oom.get("allocator") or {}).get("activity")
+    if act is not None:
+        print(f"      {n}'s activity at the OOM:", json.dumps(act))
     for d in r["diagnoses"]:
         print(f"      {d['severity']:5} {d['rule']}: {d['message'][:400]}")
         for line in (d.get("details") or [])[:4]:

@@ -158,6 +158,9 @@ class _Forwards(object):
     mine = None
     # The clock was given an evaluated module (see _evaluation): a train() ends it.
     evaluating = False
+    # Once optimizer steps run, the clock's wrapper stays on the outermost module only to count its calls
+    # (no record, no hunt): what an OOM's phase is read from (see _count_forwards, _activity).
+    counting = False
     # Its pace, as _State's for steps (see _covered, _paced): `last_step` is the call of the last record.
     last_step = 0
     last_t = 0.0
@@ -188,9 +191,10 @@ STEP = [0, 1]
 FWD = [0, 1]
 TRACED = [False]
 # What the program was doing, read at an OOM (see _activity): [backward calls begun, backward calls
-# running now, the forward clock's count at the last backward's start, inside optimizer.step()], and the
-# outermost module the forward clock found (a weak reference; it outlives the clock, which training ends).
-AUTOGRAD = [0, 0, 0, False]
+# running now, the forward clock's count at the last backward's start, inside optimizer.step(), the most
+# forward calls that preceded one backward], and the outermost module the forward clock found (a weak
+# reference).
+AUTOGRAD = [0, 0, 0, False, 0]
 MODEL = [None]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
 # traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
@@ -392,12 +396,12 @@ def _on_step(optimizer, args, kwargs):
     AUTOGRAD[3] = False
     if F.evaluating:
         # Training resumed after an evaluation without a train(): the clock ends at this step.
-        _forward_clock_off()
+        _count_forwards()
     if STEP[0] < STEP[1]:
         return
     if F.on:
         # Optimizer steps are the program's clock from its first on.
-        _forward_clock_off()
+        _count_forwards()
     if S.dead or not S.cuda:
         STEP[1] = STEP[0] + 1
         return
@@ -625,10 +629,24 @@ def _wrap(module):
     return True
 
 
+def _count_forwards():
+    """Optimizer steps run (or an evaluation ended): the clock stops recording and hunting, and its
+    wrapper stays on the outermost module, where there is one, only to count its calls (the fast path of
+    _on_forward: a list's increment and comparison), for an OOM's phase; without one, the clock ends."""
+    module = F.root() if F.root is not None else None
+    if module is None or not S.backward_watched:
+        _forward_clock_off()
+        return
+    _unhook()
+    F.on = F.evaluating = False
+    F.counting = True
+    FWD[1] = 1 << 62
+
+
 def _forward_clock_off():
     """The clock ends: the discovery hook goes, the outermost module's `_compiled_call_impl` is what it
     was (when still the shim's)."""
-    F.on = F.evaluating = False
+    F.on = F.evaluating = F.counting = False
     _unhook()
     module = F.root() if F.root is not None else None
     F.root = None
@@ -1023,7 +1041,7 @@ def _watch_eval(torch):
             elif depth[0] == 0 and mode is not False and F.evaluating:
                 # train(): the evaluation is over, and its forward clock with it (before the training
                 # step's forward, which the step hook counts).
-                _forward_clock_off()
+                _count_forwards()
 
     wrapped = _like(real, train)
     # inspect.signature(Module.train) is torch's own: (self, mode=True).
@@ -1044,8 +1062,12 @@ def _evaluation(module):
         # _forward_clock_on); a program that calls eval() every few steps is training, not evaluating.
         return
     S.evaluated = STEP[0]
+    counted = F.root() if F.counting and F.root is not None else None
+    if counted is not module:
+        # The calls counted are another module's: that count ends, this module's clock starts.
+        _forward_clock_off()
     F.on = True
-    if not _wrap(module):
+    if counted is not module and not _wrap(module):
         return
     F.evaluating = True
     # The evaluation's call is measured above: none of its calls is an inference program's.
@@ -1079,6 +1101,7 @@ def _watch_autograd(torch):
             return real(*args, **kwargs)
         AUTOGRAD[0] += 1
         AUTOGRAD[1] += 1
+        AUTOGRAD[4] = max(AUTOGRAD[4], FWD[0] - AUTOGRAD[2])
         AUTOGRAD[2] = FWD[0]
         # A step that raised never ran its post-hook: a backward is a new step's.
         AUTOGRAD[3] = False
@@ -1108,21 +1131,23 @@ def _on_step_start(optimizer, args, kwargs):
 def _activity():
     """What the program was doing at an OOM, as JSON: grad mode and inference mode on the failing thread,
     a backward or an optimizer step running, the backward calls and optimizer steps so far, the forward
-    clock's calls (all, and since the last backward's start) while it counts, and the outermost module's
-    training flag. What the shim cannot tell is null: the phase is read from this (src/rules/phase.rs)."""
+    clock's calls while it counts (all, those since the last backward's start, and the most that ever
+    preceded one backward: a step may call its model more than once), and the outermost module's training
+    flag. What the shim cannot tell is null: the phase is read from this (src/rules/phase.rs)."""
     torch, watched = S.torch, S.backward_watched
     out = {"bw": AUTOGRAD[1] > 0 if watched else None, "bws": AUTOGRAD[0] if watched else None,
            "opt": AUTOGRAD[3] if S.step_watched else None, "steps": STEP[0],
-           "grad": None, "inf": None, "fwd": None, "fg": None, "train": None}
+           "grad": None, "inf": None, "fwd": None, "fg": None, "fpb": None, "train": None}
     try:
         out["grad"] = bool(torch.is_grad_enabled())
         out["inf"] = bool(torch.is_inference_mode_enabled())
     except Exception:
         pass
-    if F.on:
+    if F.on or F.counting:
         out["fwd"] = FWD[0]
         if watched:
             out["fg"] = FWD[0] - AUTOGRAD[2]
+            out["fpb"] = AUTOGRAD[4]
     try:
         model = MODEL[0]() if MODEL[0] is not None else None
         if model is not None:
@@ -1163,7 +1188,7 @@ def _on_fork():
     S.fd = S.fd_id = None
     STEP[0], STEP[1] = 0, 1
     FWD[0], FWD[1] = 0, 1
-    AUTOGRAD[:] = [0, 0, 0, False]
+    AUTOGRAD[:] = [0, 0, 0, False, 0]
     F.last_step = F.records = 0
     F.period = F.cost = F.last_cost = 0.0
     S.last_step = S.records = 0
