@@ -89,9 +89,11 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "oom-after-training",
-        &["phases/eval_oom"],
+        &["phases/h100/eval_oom"],
         &[
-            "phases/load_oom",
+            "phases/eval_oom",
+            "phases/h100/load_oom",
+            "phases/h100/val_keep",
             "where/oom",
             "oom/h200/grow_oom",
             "oom/h200/child_hog",
@@ -100,9 +102,11 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "oom-before-training",
-        &["phases/load_oom"],
+        &["phases/h100/load_oom"],
         &[
-            "phases/eval_oom",
+            "phases/load_oom",
+            "phases/h100/fwd_oom",
+            "phases/h100/eval_oom",
             "where/oom",
             "phases/vllm_standin_oom",
             "oom/h200/grow_oom",
@@ -117,6 +121,8 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
             "oom/h200/grow_oom",
             "oom/h200/child_hog",
             "oom/h200/torch_cublas",
+            "phases/eval_oom",
+            "phases/h100/val_keep",
         ],
         &[
             "oom/h200/fraction_cap",
@@ -126,10 +132,11 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "oom-training-step",
-        &["where/oom"],
+        &["where/oom", "phases/h100/bw_oom", "phases/h100/fwd_oom"],
         &[
-            "phases/load_oom",
-            "phases/eval_oom",
+            "phases/h100/load_oom",
+            "phases/h100/eval_oom",
+            "phases/h100/val_keep",
             "oom/h200/grow_oom",
             "oom/h200/child_hog",
         ],
