@@ -673,3 +673,19 @@ fn the_h100s_evaluation_load_and_caching_server_are_told_from_their_evidence() {
     let d = diagnosis(&r, "steady-growth").unwrap();
     assert!(!d["advice"].to_string().contains("inference_mode"), "{d}");
 }
+
+/// A load is not a leak (issue 43): memory that climbed before the program first called its model is
+/// loading, and steady-growth counts only from that call on.
+#[test]
+fn a_load_before_the_first_call_is_not_growth() {
+    let (code, r, err) = phases("load_then_call");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fired(&r), Vec::<String>::new(), "{err}");
+    assert!(
+        r["torch"]["processes"][0]["first_work_s"]
+            .as_f64()
+            .is_some(),
+        "{}",
+        r["torch"]["processes"][0]
+    );
+}
