@@ -162,16 +162,21 @@ def total_memory():
     return torch.cuda.get_device_properties(dev).total_memory
 
 
+def run_steps(model, opt, x, n):
+    """`n` training steps on the batch `x`."""
+    for _ in range(n):
+        opt.zero_grad(set_to_none=True)
+        model(x).pow(2).mean().backward()
+        opt.step()
+
+
 def doubled_batch(width=8192, depth=6, batch=8192):
     """Training whose batch doubles: the larger batch takes a second to load (a slow step), its forward
     fits and its backward runs out of memory (a ballast leaves the GPU room for the forward only)."""
     model = mlp(width, depth)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(batch, width, device=dev)
-    for _ in range(30):
-        opt.zero_grad(set_to_none=True)
-        model(x).pow(2).mean().backward()
-        opt.step()
+    run_steps(model, opt, x, 30)
     torch.cuda.synchronize()
     # One step measured: what its forward keeps for backward.
     opt.zero_grad(set_to_none=True)
@@ -229,10 +234,7 @@ def first_forward(width=1024):
     model = Widened(width).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(tokens, width, device=dev)
-    for _ in range(10):
-        opt.zero_grad(set_to_none=True)
-        model(x).pow(2).mean().backward()
-        opt.step()
+    run_steps(model, opt, x, 10)
     return {"tokens": tokens}
 
 
