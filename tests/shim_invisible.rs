@@ -891,8 +891,12 @@ print(net._compiled_call_impl, "_compiled_call_impl" in net.__dict__)
     let g = under(&m, &["--hunt-leaks=off"], &script, &[]);
     assert!(g.status.success(), "{}", text(&g));
     assert_eq!(String::from_utf8_lossy(&g.stdout), "True\nNone True\n");
-    // By default the clock runs (else the line above checks nothing), and the first optimizer step
-    // gives the model back as it was.
+    // By default the clock runs (else the line above checks nothing); from the first optimizer step on
+    // it only counts the model's calls (for an OOM's phase), its wrapper still in place.
     let g = under(&m, &[], &script, &[]);
-    assert_eq!(String::from_utf8_lossy(&g.stdout), "False\nNone True\n");
+    let out = String::from_utf8_lossy(&g.stdout).into_owned();
+    assert!(
+        out.starts_with("False\n<function ") && out.ends_with(" True\n"),
+        "{out}"
+    );
 }
