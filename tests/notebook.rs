@@ -473,10 +473,15 @@ fn an_oom_in_a_cell_after_training_cells_is_placed_after_their_steps() {
         let cells = run(&m, &cells);
         let text = &cells.last().unwrap().text;
         // The steps ran a cell before, a second earlier: the engine still sees them, and the OOM came
-        // after them (an evaluation keeping its outputs).
-        assert!(text.contains("[oom-after-training]"), "{between:?}: {text}");
+        // after them. What ran then (no model call, no backward) tells no phase: none is named.
         assert!(
-            !text.contains("[oom-before-training]"),
+            text.contains("ran out of memory after optimizer step 30 "),
+            "{between:?}: {text}"
+        );
+        assert!(
+            text.contains("[oom-near-capacity]")
+                && !text.contains("[oom-before-training]")
+                && !text.contains("[oom-after-training]"),
             "{between:?}: {text}"
         );
     }

@@ -89,9 +89,12 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "oom-after-training",
-        &["phases/eval_oom"],
+        &["phases/h100/eval_oom"],
         &[
-            "phases/load_oom",
+            "phases/eval_oom",
+            "phases/h100/load_oom",
+            "phases/h100/val_keep",
+            "where/oom",
             "oom/h200/grow_oom",
             "oom/h200/child_hog",
             "oom/h200/torch_cublas",
@@ -99,9 +102,12 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "oom-before-training",
-        &["oom/h200/torch_cublas", "phases/load_oom"],
+        &["phases/h100/load_oom"],
         &[
-            "phases/eval_oom",
+            "phases/load_oom",
+            "phases/h100/fwd_oom",
+            "phases/h100/eval_oom",
+            "where/oom",
             "phases/vllm_standin_oom",
             "oom/h200/grow_oom",
             "oom/h200/child_hog",
@@ -110,11 +116,29 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "oom-near-capacity",
-        &["oom/h200/grow_oom", "oom/h200/child_hog"],
+        // torch_cublas: an OOM in cuBLAS with no look of the shim's at it: no phase is known.
+        &[
+            "oom/h200/grow_oom",
+            "oom/h200/child_hog",
+            "oom/h200/torch_cublas",
+            "phases/eval_oom",
+            "phases/h100/val_keep",
+        ],
         &[
             "oom/h200/fraction_cap",
             "oom/h200/torch_other_process",
-            "oom/h200/torch_cublas",
+            "where/oom",
+        ],
+    ),
+    (
+        "oom-training-step",
+        &["where/oom", "phases/h100/bw_oom", "phases/h100/fwd_oom"],
+        &[
+            "phases/h100/load_oom",
+            "phases/h100/eval_oom",
+            "phases/h100/val_keep",
+            "oom/h200/grow_oom",
+            "oom/h200/child_hog",
         ],
     ),
     (

@@ -77,6 +77,10 @@ pub const RULES: &[(&str, &str)] = &[
         include_str!("../../rules/oom-too-big.toml"),
     ),
     (
+        "oom-training-step.toml",
+        include_str!("../../rules/oom-training-step.toml"),
+    ),
+    (
         "others-arrived.toml",
         include_str!("../../rules/others-arrived.toml"),
     ),

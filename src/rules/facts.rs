@@ -4,6 +4,7 @@
 
 use super::growth::fit;
 use crate::report::{ProcessReport, Report};
+use crate::torch::activity::Activity;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -92,6 +93,8 @@ pub struct OomFacts {
     pub growth_s: f64,
     pub graph_bytes: i64,
     pub graph_holder: String,
+    pub graphs_kept: bool,
+    pub waiting_forwards: i64,
     pub leak_total_bytes: i64,
     pub leak_bytes_per_step: f64,
     pub leak_r2: f64,
@@ -135,6 +138,7 @@ pub struct GpuFacts {
     pub growth_s: f64,
     pub growth_from_s: f64,
     pub growth_after_step: i64,
+    pub loading: bool,
     pub growth_live_bytes: i64,
     pub time_to_full_s: f64,
     pub growth_sites: Vec<String>,
@@ -484,7 +488,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.phase",
         "string",
-        "where it fell among the program's phases, from the shim's step records: before_steps (before the first optimizer step ended: loading, warm-up, the first step, or a program without an optimizer), steps (training), after_steps (evaluation, saving, inference after training); empty without the framework view",
+        "what the program was doing, from the shim's evidence at the OOM (never from the time): loading (before its first forward call, backward or step), training_step (in backward, in optimizer.step(), or a forward under grad in train() mode with no earlier call waiting for its backward), evaluation (forward calls under no_grad or inference_mode, after eval(), or under grad with no backward following, in a program that has trained), inference (the same in one that never trained); empty where the evidence does not decide (a forward under grad during training, whose calls the shim does not count) or without the shim",
     ),
     (
         "oom.steps",
@@ -510,12 +514,22 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.graph_bytes",
         "int",
-        "of the live tensors at the OOM, the bytes no Python object refers to, behind held tensors that carry an autograd graph (grad_fn): what their forward passes saved, kept because no backward ran; 0 if none or unknown (the shim's search at the OOM)",
+        "of the live tensors at the OOM, the bytes no Python object refers to, behind held tensors that carry an autograd graph (grad_fn): what their forward passes saved and no backward has freed yet; 0 if none or unknown (the shim's search at the OOM), and in a training step's own forward or backward (see oom.graphs_kept)",
     ),
     (
         "oom.graph_holder",
         "string",
         "what holds those tensors (`list `outs` (eval.py, in evaluate), 150 items`), empty if none",
+    ),
+    (
+        "oom.graphs_kept",
+        "bool",
+        "those graphs outlived the step or call that made them, so no backward will free them: the OOM came in an evaluation or inference (oom.phase), or in an optimizer's step (whose backward has freed the step's own graph); false in a training step's forward or backward, whose graph is its own activations (oom.graph_bytes is then 0), and when unknown",
+    ),
+    (
+        "oom.waiting_forwards",
+        "int",
+        "forward calls of the outermost model since the last backward began (calls no backward followed), while the shim counted them (before the first optimizer step, in an evaluation after eval()); -1 when unknown",
     ),
     (
         "oom.leak_total_bytes",
@@ -626,7 +640,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "gpu.peak_phase",
         "string",
-        "where the job's peak on it fell: before_steps, steps, after_steps (see oom.phase); empty without the framework view",
+        "when the job's peak on it fell among the optimizer steps' records: before_steps, steps, after_steps (a time, not what ran then: see oom.phase); empty without the framework view",
     ),
     (
         "gpu.peak_since_last_step_s",
@@ -658,6 +672,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "gpu.growth_after_step",
         "int",
         "the last optimizer step before it, -1 in a run without steps",
+    ),
+    (
+        "gpu.loading",
+        "bool",
+        "the job's PyTorch processes on this GPU have not yet called their model nor stepped (the shim recorded neither): what its memory does is loading; false where they have, or without the shim",
     ),
     (
         "gpu.growth_live_bytes",
@@ -1281,6 +1300,7 @@ fn when_facts(
     f.growth_from_s = -1.0;
     f.time_to_full_s = -1.0;
     f.growth_after_step = w.growth_after_step;
+    f.loading = !torch.is_empty() && torch.iter().all(|t| t.started_work_s().is_none());
     if let Some(h) = torch
         .iter()
         .flat_map(|t| &t.hunts)
@@ -1672,10 +1692,9 @@ pub(super) fn name_of<T: serde::Serialize>(v: T) -> String {
 }
 
 fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFacts {
-    let (phase, steps, since_last_step_s) = super::when::oom(steps, r);
+    let (_, steps, since_last_step_s) = super::when::oom(steps, r);
     let Some(o) = &r.oom else {
         return OomFacts {
-            phase,
             steps,
             since_last_step_s,
             ..OomFacts::absent()
@@ -1688,15 +1707,33 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
         .gpu
         .and_then(|i| gpus.iter().find(|x| x.index == i as i64 && x.host == host));
     let inside = oom_inside(r).filter(|w| w.saw_model());
-    OomFacts {
+    let pass = inside.and_then(|w| w.pass.clone());
+    let activity = o.allocator.as_ref().and_then(|a| a.activity);
+    let phase = super::phase::Phase::at_oom(activity.as_ref(), pass.as_deref());
+    let graphs_kept = kept_graphs(phase, pass.as_deref(), activity.as_ref());
+    // A training step's own graph is its activations, told per module (oom.largest_part, filled_by).
+    let own = matches!(
         phase,
-        steps,
+        Some(super::phase::Phase::TrainingStep | super::phase::Phase::Loading)
+    );
+    let (graph_bytes, graph_holder) = oom_hunt(r)
+        .map(|h| h.graphs())
+        .filter(|_| graphs_kept || !own)
+        .map_or((0, String::new()), |(b, h)| (b as i64, h.to_string()));
+    OomFacts {
+        phase: phase.map_or("", |p| p.name()).into(),
+        waiting_forwards: activity
+            .and_then(|a| a.forwards_without_backward)
+            .map_or(-1, |n| n as i64),
+        // The shim's own count at the OOM where it gave one: steps ended by then, exactly.
+        steps: activity.and_then(|a| a.steps).map_or(steps, |n| n as i64),
         since_last_step_s,
         growth_bytes: on.map_or(0, |x| x.growth_bytes),
         growth_rate_bytes_per_s: on.map_or(0.0, |x| x.growth_rate_bytes_per_s),
         growth_s: on.map_or(0.0, |x| x.growth_s),
-        graph_bytes: oom_hunt(r).map_or(0, |h| h.graphs().0 as i64),
-        graph_holder: oom_hunt(r).map_or(String::new(), |h| h.graphs().1.to_string()),
+        graph_bytes,
+        graph_holder,
+        graphs_kept,
         label: oom_label(o, &host),
         host: host.clone(),
         present: true,
@@ -1720,7 +1757,7 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
         job_peak_pct: on.map_or(0.0, |x| x.job_peak_pct),
         explanation: o.explanation.clone(),
         filled_by: filled_by(r),
-        pass: inside.and_then(|w| w.pass.clone()).unwrap_or_default(),
+        pass: pass.unwrap_or_default(),
         module: inside.and_then(|w| w.module.clone()).unwrap_or_default(),
         largest_part: inside.map_or("", |w| w.parts.largest()).into(),
         largest_part_pct: inside.map_or(0.0, |w| {
@@ -1729,6 +1766,26 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
         }),
         at_s: o.event.at_s,
         ..Default::default()
+    }
+}
+
+/// Whether the autograd graphs behind held tensors at an OOM outlived the step or call that made them, so
+/// that no backward will free them: in an evaluation or inference (forward calls no backward followed),
+/// and in an optimizer's step (the step's own backward has freed its graph by then). In a training step's
+/// forward or backward the live graph is that step's own, whose backward frees it: not counted as kept.
+fn kept_graphs(
+    phase: Option<super::phase::Phase>,
+    pass: Option<&str>,
+    act: Option<&Activity>,
+) -> bool {
+    use super::phase::Phase;
+    let stepping =
+        pass == Some("optimizer") || act.is_some_and(|a| a.in_optimizer_step == Some(true));
+    let backward = pass == Some("backward") || act.is_some_and(|a| a.in_backward == Some(true));
+    match phase {
+        Some(Phase::Evaluation | Phase::Inference) => true,
+        Some(Phase::TrainingStep) => stepping && !backward,
+        Some(Phase::Loading) | None => false,
     }
 }
 

@@ -1,8 +1,84 @@
-//! Where a moment falls among a program's phases, from the shim's records of its optimizer steps: before
-//! the first step (loading the model, warming up, the first step itself), during the steps (training),
-//! after the last (evaluation, saving, inference). A program without steps is all "before".
+//! Two readings of a moment, kept apart: its `Phase`, what the program was doing (loading, a training
+//! step, an evaluation, inference), read from the shim's evidence and never from the time; and its
+//! `Stretch`, where it falls among the optimizer steps' records (before the first, among them, after the
+//! last), which places a peak or a growth in time and says nothing of what ran then.
 
+use crate::torch::activity::Activity;
 use crate::torch::view::TorchProcReport;
+
+/// What a program was doing at a moment, from the shim's evidence (see `Phase::at_oom`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Before its first forward call, backward or optimizer step: building or loading the model.
+    Loading,
+    /// A training step: its backward, its optimizer's step, or a forward under grad in train() mode with
+    /// no earlier forward call still waiting for a backward (the step's own forward, or the first one).
+    TrainingStep,
+    /// Forward calls that are no training step's, in a program that has trained: under no_grad or
+    /// inference_mode, after eval(), or under grad with no backward following (a validation inside
+    /// training, an evaluation after it).
+    Evaluation,
+    /// The same in a program that has run no backward and no optimizer step: inference.
+    Inference,
+}
+
+impl Phase {
+    /// The fact's value: `loading`, `training_step`, `evaluation`, `inference`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Loading => "loading",
+            Phase::TrainingStep => "training_step",
+            Phase::Evaluation => "evaluation",
+            Phase::Inference => "inference",
+        }
+    }
+
+    /// The phase of an OOM from what the shim saw then (`act`) and the pass its look placed it in
+    /// (`forward`, `backward`, `optimizer`, `other`); `None` where the evidence does not decide: a forward
+    /// under grad during training with no call beyond a step's count since the last backward may be the
+    /// next step's or a validation's first.
+    pub fn at_oom(act: Option<&Activity>, pass: Option<&str>) -> Option<Phase> {
+        // Backward and the optimizer's step are a training step's, whatever else is known.
+        if pass == Some("backward") || pass == Some("optimizer") {
+            return Some(Phase::TrainingStep);
+        }
+        let a = act?;
+        if a.in_backward == Some(true) || a.in_optimizer_step == Some(true) {
+            return Some(Phase::TrainingStep);
+        }
+        let trained = a.steps.unwrap_or(0) > 0 || a.backwards.unwrap_or(0) > 0;
+        let in_forward = pass == Some("forward");
+        if !trained && !in_forward && a.forwards == Some(0) && a.backwards == Some(0) {
+            return Some(Phase::Loading);
+        }
+        let no_graph = a.grad == Some(false) || a.inference_mode == Some(true);
+        if (in_forward && (no_graph || a.training == Some(false))) || waiting(a) {
+            return Some(if trained {
+                Phase::Evaluation
+            } else {
+                Phase::Inference
+            });
+        }
+        let first = !trained && a.forwards_without_backward == Some(0);
+        (in_forward && first && a.grad == Some(true)).then_some(Phase::TrainingStep)
+    }
+}
+
+/// Forward calls since the last backward began, with more of them than a step ever used (after the first
+/// backward), or than any step would use (before it: [`WAITING_CALLS`]): calls no backward followed.
+fn waiting(a: &Activity) -> bool {
+    let (Some(n), Some(per)) = (a.forwards_without_backward, a.forwards_per_backward) else {
+        return false;
+    };
+    match a.backwards {
+        Some(0) => n >= WAITING_CALLS,
+        _ => n > per,
+    }
+}
+
+/// Before the first backward, this many forward calls with none are calls no backward will follow: a step
+/// calls its model once, or twice or three times (two views, a GAN's discriminator), never this often.
+pub const WAITING_CALLS: u64 = 8;
 
 /// When a process's optimizer steps ran.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,9 +129,9 @@ impl Clock {
     }
 }
 
-/// A program's phases.
+/// Where a moment falls among the optimizer steps' records: a time, not what ran then (see `Phase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub enum Stretch {
     /// Before the first optimizer step ended: loading, warm-up, the first step, or a program without an
     /// optimizer (inference).
     BeforeSteps,
@@ -65,31 +141,31 @@ pub enum Phase {
     AfterSteps,
 }
 
-impl Phase {
+impl Stretch {
     /// The fact's value: `before_steps`, `steps`, `after_steps`.
     pub fn name(self) -> &'static str {
         match self {
-            Phase::BeforeSteps => "before_steps",
-            Phase::Steps => "steps",
-            Phase::AfterSteps => "after_steps",
+            Stretch::BeforeSteps => "before_steps",
+            Stretch::Steps => "steps",
+            Stretch::AfterSteps => "after_steps",
         }
     }
 }
 
-/// A moment placed among the phases.
+/// A moment placed among the steps.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Placed {
-    pub phase: Phase,
+    pub stretch: Stretch,
     /// Optimizer steps that had ended by then (as far as the records tell).
     pub steps: u64,
     /// Seconds since the last of them; `None` before the first.
     pub since_last_s: Option<f64>,
 }
 
-/// Places the moment `at` (seconds into the run) among the phases of `clock` (`None`: no step at all).
+/// Places the moment `at` (seconds into the run) among the steps of `clock` (`None`: no step at all).
 pub fn place(clock: Option<&Clock>, steps: &[&TorchProcReport], at: f64) -> Placed {
     let before = Placed {
-        phase: Phase::BeforeSteps,
+        stretch: Stretch::BeforeSteps,
         steps: 0,
         since_last_s: None,
     };
@@ -99,7 +175,7 @@ pub fn place(clock: Option<&Clock>, steps: &[&TorchProcReport], at: f64) -> Plac
     }
     if at > c.last_s + c.slack() {
         return Placed {
-            phase: Phase::AfterSteps,
+            stretch: Stretch::AfterSteps,
             steps: c.steps,
             since_last_s: Some(at - c.last_s),
         };
@@ -117,7 +193,7 @@ pub fn place(clock: Option<&Clock>, steps: &[&TorchProcReport], at: f64) -> Plac
         (step, t)
     };
     Placed {
-        phase: Phase::Steps,
+        stretch: Stretch::Steps,
         steps: step,
         since_last_s: Some(at - t),
     }
@@ -155,10 +231,53 @@ mod tests {
     fn placed(p: &TorchProcReport, at: f64) -> (&'static str, u64, Option<f64>) {
         let x = place(Clock::of(p).as_ref(), &[p], at);
         (
-            x.phase.name(),
+            x.stretch.name(),
             x.steps,
             x.since_last_s.map(|s| (s * 100.0).round() / 100.0),
         )
+    }
+
+    /// An Activity from the shim's message fields.
+    fn act(v: serde_json::Value) -> Activity {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_phase_of_an_oom_is_what_the_program_was_doing() {
+        use serde_json::json;
+        let at = |v, pass| Phase::at_oom(Some(&act(v)), pass);
+        // Backward after a slow step, whatever the time since the last step: a training step's.
+        let bw = json!({"bw": true, "bws": 32, "steps": 31, "grad": false, "fg": null});
+        assert_eq!(at(bw, Some("backward")), Some(Phase::TrainingStep));
+        // The first training forward: no call waiting for its backward.
+        let first =
+            json!({"bw": false, "bws": 0, "steps": 0, "grad": true, "fwd": 0, "fg": 0, "fpb": 0});
+        assert_eq!(
+            at(first.clone(), Some("forward")),
+            Some(Phase::TrainingStep)
+        );
+        // Nothing called yet, outside any forward: loading.
+        assert_eq!(at(first, Some("other")), Some(Phase::Loading));
+        // After eval(), 34 calls since the last backward: an evaluation.
+        let eval = json!({"bws": 50, "steps": 50, "grad": true, "fwd": 35, "fg": 34, "fpb": 1, "train": false});
+        assert_eq!(at(eval, Some("forward")), Some(Phase::Evaluation));
+        // Calls under grad that no backward followed, in a program that never trained: inference.
+        let kept = json!({"bws": 0, "steps": 0, "grad": true, "fwd": 150, "fg": 150, "fpb": 0});
+        assert_eq!(at(kept, Some("other")), Some(Phase::Inference));
+        // Two calls in a step that calls its model twice (fpb 2): still the step's.
+        let two = json!({"bws": 9, "steps": 9, "grad": true, "fwd": 20, "fg": 2, "fpb": 2, "train": true});
+        assert_eq!(at(two, Some("forward")), None);
+        // A forward under grad during training, its calls not counted: not known.
+        let unknown =
+            json!({"bws": 50, "steps": 50, "grad": true, "fwd": null, "fg": null, "train": true});
+        assert_eq!(at(unknown.clone(), Some("forward")), None);
+        assert_eq!(at(unknown, Some("other")), None);
+        // Without the shim's reading, only the pass speaks.
+        assert_eq!(
+            Phase::at_oom(None, Some("optimizer")),
+            Some(Phase::TrainingStep)
+        );
+        assert_eq!(Phase::at_oom(None, Some("forward")), None);
     }
 
     #[test]
@@ -202,6 +321,6 @@ mod tests {
         let c = Clock::of_all([&a, &b]).unwrap();
         assert_eq!((c.first_s, c.last_s, c.steps), (10.0, 12.5, 21));
         let x = place(Some(&c), &[&a, &b], 12.1);
-        assert_eq!((x.phase, x.steps), (Phase::Steps, 20));
+        assert_eq!((x.stretch, x.steps), (Stretch::Steps, 20));
     }
 }

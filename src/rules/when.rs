@@ -1,7 +1,7 @@
 //! The facts of when: where an OOM and each GPU's peak fell among the program's phases, and growth found
 //! in the stretches no optimizer step explains (a run without steps, or after the last one). Before the
-//! first step, a ramp that ends when training starts is what loading looks like: growth is not looked
-//! for there.
+//! program's first forward call or step (as the shim recorded them), memory that rises is loading:
+//! growth is looked for only from then on.
 
 use super::growth::{self, Growth};
 use super::phase::{self, Clock, Placed};
@@ -75,7 +75,7 @@ fn phase_facts(known: Option<&Known>, at: f64) -> PhaseFacts {
     match known.map(|k| k.place(at)) {
         None => (String::new(), -1, -1.0),
         Some(p) => (
-            p.phase.name().into(),
+            p.stretch.name().into(),
             p.steps as i64,
             p.since_last_s.unwrap_or(-1.0),
         ),
@@ -114,11 +114,19 @@ pub fn gpu(steps: &Steps, g: &GpuReport, oom: Option<&OomReport>) -> GpuWhen {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    // A load is not a leak: what rose before the program first called its model or stepped is loading.
+    let work = steps
+        .procs
+        .iter()
+        .filter(|p| p.host == g.host && p.gpu == Some(g.index))
+        .filter_map(|p| p.started_work_s())
+        .reduce(f64::min);
     let stretch: Vec<(f64, u64)> = g
         .job_timeline
         .iter()
         .copied()
         .filter(|&(t, _)| clock.is_none_or(|c| t + width > c.last_s))
+        .filter(|&(t, _)| work.is_none_or(|w| t + width > w))
         .filter(|&(t, _)| exit.is_none_or(|e| t <= e))
         .collect();
     GpuWhen {

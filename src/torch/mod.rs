@@ -6,6 +6,7 @@
 //! [`TorchTimeline`]. The pipe is opened by path, not inherited: `subprocess` and torchrun close inherited
 //! descriptors, and every rank must still reach gpudoc.
 
+pub mod activity;
 pub mod cells;
 pub mod home;
 pub mod hunt;
@@ -177,6 +178,9 @@ pub struct TorchProc {
     pub covered_us: u64,
     /// Notebook cells run in this process (a kernel), in order.
     pub cells: Vec<cells::Cell>,
+    /// When it first did its work (seconds into the run): the shim's first record at a forward call of
+    /// the outermost model or at an optimizer step.
+    pub first_work_s: Option<f64>,
 }
 
 /// The allocator's state at an OOM, from PyTorch's OOM observer (before the exception unwinds).
@@ -195,6 +199,9 @@ pub struct TorchOom {
     pub allocated_bytes: u64,
     pub reserved_bytes: u64,
     pub inactive_split_bytes: u64,
+    /// What the program was doing then (the shim's reading; absent from a shim that did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<activity::Activity>,
 }
 
 /// Everything the shim reported in a run.
@@ -332,6 +339,10 @@ impl TorchTimeline {
         if matches!(kind, "step" | "s") {
             p.last_step = p.last_step.max(u(v, "step"));
         }
+        // A record at a step, or one of the forward clock's (its first comes at the first call).
+        if kind == "step" || (kind == "s" && u(v, "fwd") > 0) {
+            p.first_work_s = p.first_work_s.or(t);
+        }
         if kind == "step" {
             p.record_every = u(v, "n").max(1);
             if u(v, "c") > 0 {
@@ -364,6 +375,7 @@ impl TorchTimeline {
                 allocated_bytes: a,
                 reserved_bytes: r,
                 inactive_split_bytes: u(v, "i"),
+                activity: activity::Activity::from_message(v),
             });
         }
     }

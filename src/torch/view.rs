@@ -71,6 +71,20 @@ pub struct TorchProcReport {
     /// Notebook cells run in this process (a Jupyter kernel), in order; absent elsewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cells: Vec<super::cells::Cell>,
+    /// When the program first did its work, seconds into the run: its first forward call of the
+    /// outermost model or its first optimizer step, as the shim recorded them (see `TorchProcReport::
+    /// started_work_s`); absent when neither was recorded, or from a shim that did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_work_s: Option<f64>,
+}
+
+impl TorchProcReport {
+    /// When the program first did its work: its first forward call or optimizer step (`first_work_s`),
+    /// else, in a report from before the shim recorded forward calls, its first step record; `None` when
+    /// neither was recorded (a program that never called a model nor stepped, or no such records).
+    pub fn started_work_s(&self) -> Option<f64> {
+        self.first_work_s.or(self.steps.first().map(|s| s.at_s))
+    }
 }
 
 impl TorchReport {
@@ -177,6 +191,7 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                     .cloned()
                     .collect(),
                 cells: p.cells.clone(),
+                first_work_s: p.first_work_s,
                 inside: t
                     .inside
                     .iter()

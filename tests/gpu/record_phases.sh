@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28 on a real GPU, in one device call: growth with no optimizer step, an OOM placed among a program's
+# Issue 28 on a real GPU, in one device call (`record_phases.sh verdicts`: issue 43's programs alone): growth with no optimizer step, an OOM placed among a program's
 # phases, DataLoader workers with CUDA contexts of their own, an inference server that preallocates, leaks
 # the hunt must name through a model's forward calls, a forward hook and a function's local (with the
 # line and holder in each diagnosis's details), and the healthy controls that must stay quiet. Each program (tests/gpu/phases.py) runs under gpudoc run
@@ -23,6 +23,12 @@ rec() {
   echo "$name exit $rc $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a $R/phases/exits.txt
 }
 P="python3 tests/gpu/phases.py"
+if [ "${1:-}" = verdicts ]; then
+  # Issue 43 alone (a few minutes): the phase and the remedy from what the program was doing.
+  for p in bw_oom fwd_oom val_keep infer_cache load_oom eval_oom; do
+    rec $p -- $P $p
+  done
+else
 for p in infer_leak infer_healthy load_serve up_and_back eval_oom eval_keep eval_healthy load_oom \
          workers_cuda workers_cpu model_leak hook_leak local_leak; do
   rec $p -- $P $p
@@ -80,6 +86,7 @@ PATH=/tmp/standin:$PATH rec vllm_standin_oom -- vllm serve tiny --gpu-memory-uti
 timeout 150 $G run -q --json $R/phases/compiled_step.report.json -- python3 tests/gpu/big_heap.py compiled 100000 60 \
   > $R/phases/compiled_step.stdout 2> $R/phases/compiled_step.stderr
 echo "compiled_step exit $?" | tee -a $R/phases/exits.txt
+fi
 tar czf $OUT/phases.tar.gz -C /tmp rec28
 # What each must give: the rules that must fire (empty: none at warn or error).
 python3 - <<'PY'
@@ -93,6 +100,8 @@ want = {
     "vllm_standin_default": {"server-preallocation"}, "vllm_standin_oom": {"oom-serving"},
     "compiled_step": set(),
     "model_leak": {"steady-growth"}, "hook_leak": {"step-leak"}, "local_leak": {"step-leak"},
+    "bw_oom": {"oom-training-step"}, "fwd_oom": {"oom-training-step"}, "val_keep": {"step-leak"},
+    "infer_cache": {"steady-growth"},
 }
 for f in sorted(glob.glob("/tmp/rec28/phases/*.report.json")):
     n = os.path.basename(f).replace(".report.json", "")
@@ -104,6 +113,9 @@ for f in sorted(glob.glob("/tmp/rec28/phases/*.report.json")):
     oom = r["oom"] or {}
     print(f"{'ok ' if ok else 'BAD'} {n:22} {r['exit']['classification']:9} {oom.get('cause', '-'):12} "
           f"{','.join(sorted(fired)) or '-'}")
+    act = (oom.get("allocator") or {}).get("activity")
+    if act is not None:
+        print(f"      {n}'s activity at the OOM:", json.dumps(act))
     for d in r["diagnoses"]:
         print(f"      {d['severity']:5} {d['rule']}: {d['message'][:400]}")
         for line in (d.get("details") or [])[:4]:

@@ -478,7 +478,7 @@ def _behind(held, base, found, done):
     g = {"kind": "graphs", "tensors": sum(h["graphs"] for h in owner), "bytes": hidden, "items": None,
          "graphs": 0, "of": o["text"],
          "text": "the autograd graphs behind the %d tensors with grad_fn in %s: what the forward passes "
-                 "that made them saved, which no Python object refers to and no backward freed"
+                 "that made them saved, which no Python object refers to and no backward has freed yet"
                  % (o["graphs"], o["text"])}
     i = held.index(o)
     return held[:i + 1] + [g] + held[i + 1:]
@@ -1089,14 +1089,18 @@ def _ranked(groups):
             if m["items"] is not None and g["items"] is not None:
                 m["items"] += g["items"]
     out = sorted(merged.values(), key=lambda g: (-g["bytes"], g["text"].startswith("a ")))
-    out = [g for g in out if g["bytes"] * 10 >= out[0]["bytes"]] if out else out
+    big = [g for g in out if g["bytes"] * 10 >= out[0]["bytes"]] if out else out
+    # The first holder of tensors with autograd graphs stays, however small its own tensors (a list of
+    # scalar losses): the graphs behind them are told after it (_behind), and may be most of the memory.
+    carrying = [g for g in out if g.get("graphs") and g not in big][:1]
+    out = big[:TOP - len(carrying)] + carrying
     for g in out:
         if g["items"] is not None:
             g["text"] += ", %d items" % g["items"]
         if g["count"] > 1:
             g["text"] += " (in %d of them)" % g["count"]
         del g["count"]
-    return out[:TOP]
+    return out
 
 
 class Hunt(object):

@@ -138,6 +138,10 @@ class _State(object):
     module_call = None
     # The optimizer step at which an evaluation last got the forward clock (see _evaluation).
     evaluated = 0
+    # torch.autograd.backward is the shim's wrapper, and the optimizer's step pre-hook is in place (see
+    # _watch_autograd): without them, what they would tell is unknown.
+    backward_watched = False
+    step_watched = False
 
 
 S = _State()
@@ -159,6 +163,9 @@ class _Forwards(object):
     step = 0
     # The clock was given an evaluated module (see _evaluation): a train() ends it.
     evaluating = False
+    # Once optimizer steps run, the clock's wrapper stays on the outermost module only to count its calls
+    # (no record, no hunt): what an OOM's phase is read from (see _count_forwards, _activity).
+    counting = False
     # Its pace, as _State's for steps (see _covered, _paced): `last_step` is the call of the last record.
     last_step = 0
     last_t = 0.0
@@ -188,6 +195,12 @@ STEP = [0, 1]
 # whether Dynamo traced the hook that looks for that module (see _outermost).
 FWD = [0, 1]
 TRACED = [False]
+# What the program was doing, read at an OOM (see _activity): [backward calls begun, backward calls
+# running now, the forward clock's count at the last backward's start, inside optimizer.step(), the most
+# forward calls that preceded one backward], and the outermost module the forward clock found (a weak
+# reference).
+AUTOGRAD = [0, 0, 0, False, 0]
+MODEL = [None]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
 # traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
 # and is not run by the compiled code (the step hook counts a compiled step all the same: see _on_step).
@@ -386,18 +399,21 @@ def _on_step(optimizer, args, kwargs):
         # Dynamo traces this into a compiled step: the count alone, a list's item, which it replays
         # after each run of the compiled code (no guard on it, no graph break, no recompile: torch 2.15,
         # tests/python/test_shim_compiled.py). The records wait for a step run in Python, the forward
-        # clock sees that steps ran (_on_forward), and the exit record has them all.
+        # clock sees that steps ran (_on_forward), and the exit record has them all. The step has ended
+        # (its pre-hook said it runs: see _activity).
         STEP[0] += 1
+        AUTOGRAD[3] = False
         return
     STEP[0] += 1
+    AUTOGRAD[3] = False
     if F.evaluating:
         # Training resumed after an evaluation without a train(): the clock ends at this step.
-        _forward_clock_off()
+        _count_forwards()
     if STEP[0] < STEP[1]:
         return
     if F.on:
         # Optimizer steps are the program's clock from its first on.
-        _forward_clock_off()
+        _count_forwards()
     if S.dead or not S.cuda:
         STEP[1] = STEP[0] + 1
         return
@@ -504,10 +520,12 @@ def _on_forward():
     first optimizer step ends, go without it."""
     __tracebackhide__ = True
     FWD[0] += 1
+    if F.counting:
+        return  # training: the calls are only counted, for an OOM's phase (see _count_forwards)
     if STEP[0] != F.step:
         # Optimizer steps ran since the clock began (compiled ones, which call no Python of the shim's
-        # and so could not end it): training, whose clock they are.
-        _forward_clock_off()
+        # and so could not end it): training, whose clock they are; its calls are counted from now on.
+        _count_forwards()
         return
     if FWD[0] < FWD[1]:
         return
@@ -612,6 +630,7 @@ def _unhook():
 def _adopt(module):
     """The outermost module's first call has returned: it is the clock's from now, that call counted."""
     _unhook()
+    _remember_model(module)
     if _wrap(module):
         _on_forward()
 
@@ -639,10 +658,24 @@ def _wrap(module):
     return True
 
 
+def _count_forwards():
+    """Optimizer steps run (or an evaluation ended): the clock stops recording and hunting, and its
+    wrapper stays on the outermost module, where there is one, only to count its calls (the fast path of
+    _on_forward: a list's increment and comparison), for an OOM's phase; without one, the clock ends."""
+    module = F.root() if F.root is not None else None
+    if module is None or not S.backward_watched:
+        _forward_clock_off()
+        return
+    _unhook()
+    F.on = F.evaluating = False
+    F.counting = True
+    FWD[1] = 1 << 62
+
+
 def _forward_clock_off():
     """The clock ends: the discovery hook goes, the outermost module's class calls as torch's again
     (when its `__call__` is still the shim's)."""
-    F.on = F.evaluating = False
+    F.on = F.evaluating = F.counting = False
     _unhook()
     cls = F.cls() if F.cls is not None else None
     F.root = F.cls = None
@@ -992,8 +1025,8 @@ def _on_oom(device, alloc, device_allocated, device_free):
     """PyTorch's OOM observer, called before the exception unwinds."""
     try:
         stats = S.orig_stats(device)
-        _send('{"k":"oom","alloc":%d,"device_allocated":%d,"device_free":%d,%s%s' % (
-            alloc, device_allocated, device_free, _numbers(stats, device), _uuid(device)))
+        _send('{"k":"oom","alloc":%d,"device_allocated":%d,"device_free":%d,"act":%s,%s%s' % (
+            alloc, device_allocated, device_free, _activity(), _numbers(stats, device), _uuid(device)))
     except Exception as e:
         _fail("oom observer", e)
         return
@@ -1056,8 +1089,8 @@ def _trained(args, kwargs, depth):
             _uncollected(lambda: _evaluation(self))
         elif depth[0] == 0 and mode is not False and F.evaluating:
             # train(): the evaluation is over, and its forward clock with it (before the training step's
-            # forward, which the step hook counts).
-            _forward_clock_off()
+            # forward, which the step hook counts): the calls are counted from now on.
+            _count_forwards()
     except Exception as e:
         _fail("evaluation", e)  # never the program's `eval()` that raises it
 
@@ -1124,13 +1157,99 @@ def _evaluation(module):
         # _forward_clock_on); a program that calls eval() every few steps is training, not evaluating.
         return
     S.evaluated = STEP[0]
+    counted = F.root() if F.counting and F.root is not None else None
+    if counted is not module:
+        # The calls counted are another module's: that count ends, this module's clock starts.
+        _forward_clock_off()
     F.on = True
-    if not _wrap(module):
+    if counted is not module and not _wrap(module):
         return
     F.evaluating = True
     # The evaluation's call is measured above: none of its calls is an inference program's.
     S.inferred = True
     FWD[1] = FWD[0] + 1
+
+
+def _remember_model(module):
+    """The outermost module, weakly, for its training flag at an OOM (see _activity)."""
+    try:
+        import weakref
+
+        MODEL[0] = weakref.ref(module)
+    except Exception:
+        MODEL[0] = None
+
+
+def _watch_autograd(torch):
+    """torch.autograd.backward (which Tensor.backward calls) under a wrapper that counts the backward calls
+    and says when one runs, and an optimizer step pre-hook that says when a step runs: what an OOM's
+    phase is read from (_activity). Each costs a few list operations once per step, never per module."""
+    try:
+        autograd = torch.autograd
+        real = autograd.backward
+    except Exception:
+        return
+
+    def backward(*args, **kwargs):
+        __tracebackhide__ = True
+        if _compiling is not None and _compiling():
+            return real(*args, **kwargs)
+        AUTOGRAD[0] += 1
+        AUTOGRAD[1] += 1
+        AUTOGRAD[4] = max(AUTOGRAD[4], FWD[0] - AUTOGRAD[2])
+        AUTOGRAD[2] = FWD[0]
+        # A step that raised never ran its post-hook: a backward is a new step's.
+        AUTOGRAD[3] = False
+        try:
+            return real(*args, **kwargs)
+        finally:
+            AUTOGRAD[1] -= 1
+
+    wrapped = _like(real, backward)
+    wrapped.__wrapped__ = real
+    autograd.backward = wrapped
+    S.backward_watched = True
+    try:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        register_optimizer_step_pre_hook(_on_step_start)
+        S.step_watched = True
+    except Exception:
+        pass
+
+
+def _on_step_start(optimizer, args, kwargs):
+    """The optimizer's step pre-hook: a step runs until the post-hook (_on_step) or the next backward."""
+    AUTOGRAD[3] = True
+
+
+def _activity():
+    """What the program was doing at an OOM, as JSON: grad mode and inference mode on the failing thread,
+    a backward or an optimizer step running, the backward calls and optimizer steps so far, the forward
+    clock's calls while it counts (all, those since the last backward's start, and the most that ever
+    preceded one backward: a step may call its model more than once), and the outermost module's training
+    flag. What the shim cannot tell is null: the phase is read from this (src/rules/phase.rs)."""
+    torch, watched = S.torch, S.backward_watched
+    out = {"bw": AUTOGRAD[1] > 0 if watched else None, "bws": AUTOGRAD[0] if watched else None,
+           "opt": AUTOGRAD[3] if S.step_watched else None, "steps": STEP[0],
+           "grad": None, "inf": None, "fwd": None, "fg": None, "fpb": None, "train": None}
+    try:
+        out["grad"] = bool(torch.is_grad_enabled())
+        out["inf"] = bool(torch.is_inference_mode_enabled())
+    except Exception:
+        pass
+    if F.on or F.counting:
+        out["fwd"] = FWD[0]
+        if watched:
+            out["fg"] = FWD[0] - AUTOGRAD[2]
+            out["fpb"] = AUTOGRAD[4]
+    try:
+        model = MODEL[0]() if MODEL[0] is not None else None
+        if model is not None:
+            out["train"] = bool(model.training)
+    except Exception:
+        pass
+    return json.dumps(out, separators=(",", ":"))
 
 
 def _on_exit():
@@ -1164,6 +1283,7 @@ def _on_fork():
     S.fd = S.fd_id = None
     STEP[0], STEP[1] = 0, 1
     FWD[0], FWD[1] = 0, 1
+    AUTOGRAD[:] = [0, 0, 0, False, 0]
     F.last_step = F.records = 0
     F.period = F.cost = F.last_cost = 0.0
     S.last_step = S.records = 0
@@ -1207,6 +1327,7 @@ def _install(torch):
         register_optimizer_step_post_hook(_on_step)
     except Exception:
         pass  # torch < 2.0: no global step hook; init, OOM and exit are still seen
+    _watch_autograd(torch)
     torch.cuda._lazy_call(_on_cuda_init)
     import atexit
 
@@ -1528,6 +1649,8 @@ def attach(torch, here):
         register_optimizer_step_post_hook(_attached_step)
     except Exception:
         pass
+    # What the program is doing at an OOM (its phase), as in a run.
+    _watch_autograd(torch)
     if torch.cuda.is_initialized():
         _on_cuda_init()
     else:
