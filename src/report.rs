@@ -280,13 +280,6 @@ fn yes() -> bool {
     true
 }
 
-/// `SIGTERM` for 15; `signal 64` for what has no name.
-pub fn signal_name(sig: i32) -> String {
-    nix::sys::signal::Signal::try_from(sig)
-        .map(|s| s.as_str().to_string())
-        .unwrap_or_else(|_| format!("signal {sig}"))
-}
-
 fn secs(t: Micros) -> f64 {
     (t as f64 / 1e6 * 1e6).round() / 1e6
 }
@@ -390,7 +383,12 @@ fn exit_of(
         classification: ending,
         host_oom,
         forwarded_signals: o
-            .map(|o| o.forwarded.iter().map(|&s| signal_name(s)).collect())
+            .map(|o| {
+                o.forwarded
+                    .iter()
+                    .map(|&s| crate::supervise::signals::signal_name(s))
+                    .collect()
+            })
             .unwrap_or_default(),
     }
 }

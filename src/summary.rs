@@ -21,7 +21,7 @@ pub fn ending(r: &Report) -> String {
 fn end_of_command(r: &Report) -> String {
     match r.exit.signal {
         Some(sig) => {
-            let name = crate::report::signal_name(sig);
+            let name = crate::supervise::signals::signal_name(sig);
             // `--stop-on`'s kill is said with its rule (`ending`).
             let by = if r.exit.killed_by_gpudoc && r.exit.stopped_on.is_none() {
                 " (gpudoc, after Ctrl-C presses it did not answer)"

@@ -901,10 +901,7 @@ print("__call__" in vars(type(net)), net._compiled_call_impl, "_compiled_call_im
     // first optimizer step on it only counts the model's calls (for an OOM's phase), still on the class;
     // the model itself never changed.
     let g = under(&m, &[], &script, &[]);
-    assert_eq!(
-        String::from_utf8_lossy(&g.stdout),
-        "True\nTrue None True\n"
-    );
+    assert_eq!(String::from_utf8_lossy(&g.stdout), "True\nTrue None True\n");
 }
 
 #[test]

@@ -852,8 +852,8 @@ pub fn end_step(child: u32, ending: &signals::Ending) {
         crate::sayln!(
             "gpudoc: the job still runs {} s after {}: {} to {}",
             ending.waited().as_secs(),
-            crate::report::signal_name(*before),
-            crate::report::signal_name(sig),
+            signals::signal_name(*before),
+            signals::signal_name(sig),
             if sig == libc::SIGKILL {
                 "it and everything it started"
             } else {

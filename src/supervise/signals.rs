@@ -340,6 +340,13 @@ fn event(s: &Seen, guard: bool, direct: bool) -> Event {
     }
 }
 
+/// `SIGTERM` for 15; `signal 64` for what has no name.
+pub fn signal_name(sig: i32) -> String {
+    nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("signal {sig}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
