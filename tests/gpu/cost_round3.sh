@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What this round's shim costs a job at the fastest step rates (one device call, ~3 min): the forward
+# clock on the model's class, counting the model's calls through training (an OOM's phase), the backward
+# wrapper and the step pre-hook. bench/shim_loop.py fast (~1.7 ms a step) and faster (~0.4 ms), each with
+# an evaluation every 100 steps (EVAL_EVERY=100: the evaluation's clock) and without, bare and under
+# gpudoc run, ROUNDS alternated rounds (the first argument, default 5). Its model is a Sequential of
+# Sequentials: every inner call pays the class's identity check. Expects .device/gpudoc (a release
+# build). Leaves $OUT/cost_round3.tar.gz; prints steps/s per run and the medians' ratios.
+set -u
+export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
+G=$PWD/.device/gpudoc; chmod +x "$G"
+R=/tmp/cost3; rm -rf $R; mkdir -p $R
+ROUNDS=${1:-5}
+for i in $(seq "$ROUNDS"); do
+  for kind in fast faster; do
+    for ev in 0 100; do
+      tag=$kind-eval$ev
+      EVAL_EVERY=$ev timeout 60 python3 bench/shim_loop.py $kind 3000 >> $R/$tag-bare.jsonl 2>>$R/err.log
+      EVAL_EVERY=$ev timeout 60 "$G" run -q --json $R/$tag-gpudoc-$i.report.json -- \
+        python3 bench/shim_loop.py $kind 3000 >> $R/$tag-gpudoc.jsonl 2>>$R/err.log
+    done
+  done
+done
+tar czf "$OUT/cost_round3.tar.gz" -C /tmp cost3
+python3 - <<'PY'
+import glob, json, statistics
+R = "/tmp/cost3"
+for kind in ("fast", "faster"):
+    for ev in (0, 100):
+        tag = f"{kind}-eval{ev}"
+        got = {}
+        for who in ("bare", "gpudoc"):
+            try:
+                got[who] = [json.loads(l)["steps_per_s"] for l in open(f"{R}/{tag}-{who}.jsonl")]
+            except Exception as e:
+                got[who] = []
+        b, g = got["bare"], got["gpudoc"]
+        ratio = statistics.median(g) / statistics.median(b) if b and g else float("nan")
+        print(f"{tag:16} bare {[round(x) for x in b]} gpudoc {[round(x) for x in g]} median ratio {ratio:.4f}")
+PY
