@@ -11,22 +11,23 @@ export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
 G=$PWD/.device/gpudoc; chmod +x "$G"
 R=/tmp/cost3; rm -rf $R; mkdir -p $R
 ROUNDS=${1:-5}
+# KIND-EVAL: the loop and its evaluation's period (0: none).
+CASES=${CASES:-fast-0 fast-100 faster-0 faster-100}
 for i in $(seq "$ROUNDS"); do
-  for kind in fast faster; do
-    for ev in 0 100; do
-      tag=$kind-eval$ev
-      EVAL_EVERY=$ev timeout 60 python3 bench/shim_loop.py $kind 3000 >> $R/$tag-bare.jsonl 2>>$R/err.log
-      EVAL_EVERY=$ev timeout 60 "$G" run -q --json $R/$tag-gpudoc-$i.report.json -- \
-        python3 bench/shim_loop.py $kind 3000 >> $R/$tag-gpudoc.jsonl 2>>$R/err.log
-    done
+  for case in $CASES; do
+    kind=${case%-*} ev=${case#*-} tag=${case%-*}-eval${case#*-}
+    EVAL_EVERY=$ev timeout 60 python3 bench/shim_loop.py $kind 3000 >> $R/$tag-bare.jsonl 2>>$R/err.log
+    EVAL_EVERY=$ev timeout 60 "$G" run -q --json $R/$tag-gpudoc-$i.report.json -- \
+      python3 bench/shim_loop.py $kind 3000 >> $R/$tag-gpudoc.jsonl 2>>$R/err.log
+    echo "round $i $tag: bare $(tail -1 $R/$tag-bare.jsonl) gpudoc $(tail -1 $R/$tag-gpudoc.jsonl)"
   done
 done
 tar czf "$OUT/cost_round3.tar.gz" -C /tmp cost3
-python3 - <<'PY'
-import glob, json, statistics
+CASES="$CASES" python3 - <<'PY'
+import glob, json, os, statistics
 R = "/tmp/cost3"
-for kind in ("fast", "faster"):
-    for ev in (0, 100):
+for case in os.environ["CASES"].split():
+        kind, ev = case.split("-")
         tag = f"{kind}-eval{ev}"
         got = {}
         for who in ("bare", "gpudoc"):
