@@ -1113,6 +1113,28 @@ def _make(_real, _depth, _after):
 """
 
 
+# The wrapper of torch.autograd.backward (see _watch_autograd), made with torch's own parameters as _TRAIN's
+# is: it counts the backward calls and says when one runs.
+_BACKWARD = """
+def _make(_real):
+    def backward({params}):
+        __tracebackhide__ = True
+        if _compiling is not None and _compiling():
+            return _real({call})
+        AUTOGRAD[0] += 1
+        AUTOGRAD[1] += 1
+        AUTOGRAD[4] = max(AUTOGRAD[4], FWD[0] - AUTOGRAD[2])
+        AUTOGRAD[2] = FWD[0]
+        # A step that raised never ran its post-hook: a backward is a new step's.
+        AUTOGRAD[3] = False
+        try:
+            return _real({call})
+        finally:
+            AUTOGRAD[1] -= 1
+    return backward
+"""
+
+
 def _same_parameters(real, template, *make):
     """A wrapper of the Python function `real` with its parameters (names, kinds, defaults, annotations),
     its name, module and doc, from `template`'s `_make(real, *make)`; its source is in linecache under a
@@ -1186,27 +1208,9 @@ def _watch_autograd(torch):
     phase is read from (_activity). Each costs a few list operations once per step, never per module."""
     try:
         autograd = torch.autograd
-        real = autograd.backward
+        wrapped = _same_parameters(autograd.backward, _BACKWARD)
     except Exception:
         return
-
-    def backward(*args, **kwargs):
-        __tracebackhide__ = True
-        if _compiling is not None and _compiling():
-            return real(*args, **kwargs)
-        AUTOGRAD[0] += 1
-        AUTOGRAD[1] += 1
-        AUTOGRAD[4] = max(AUTOGRAD[4], FWD[0] - AUTOGRAD[2])
-        AUTOGRAD[2] = FWD[0]
-        # A step that raised never ran its post-hook: a backward is a new step's.
-        AUTOGRAD[3] = False
-        try:
-            return real(*args, **kwargs)
-        finally:
-            AUTOGRAD[1] -= 1
-
-    wrapped = _like(real, backward)
-    wrapped.__wrapped__ = real
     autograd.backward = wrapped
     S.backward_watched = True
     try:
