@@ -76,6 +76,9 @@ REMEASURE_ABOVE = 1.10
 MAX_REMEASURES = 3
 # pytest and IPython leave out frames that say so.
 __tracebackhide__ = True
+# A bare `raise` re-raises an exception with its own __traceback__, adding no entry for the frame it leaves
+# (Python 3.11 and later; 3.8-3.10 re-raise the traceback they caught): see _unframed.
+RERAISE_OWN_TRACEBACK = sys.version_info >= (3, 11)
 
 
 class _State(object):
@@ -541,8 +544,12 @@ def _forward_record():
         covered = _covered(F, FWD, t0)
         if F.records > 2 and F.period < MIN_FORWARD_S * F.calls:
             # The wrapper's own call, paid at every forward, would be over budget (told from the third
-            # record on: past ADAPT_AFTER the next record may be MAX_STRIDE calls away).
-            _forward_clock_off()
+            # record on: past ADAPT_AFTER the next record may be MAX_STRIDE calls away). An evaluation's
+            # calls after training go back to being counted, as the training's are.
+            if F.evaluating:
+                _count_forwards()
+            else:
+                _forward_clock_off()
             return
         _record(STEP[0], covered, fwd=FWD[0])
         F.records += 1
@@ -581,7 +588,11 @@ def _clocked_call(self, *args, **kwargs):
     (a copy calls this too, and is told apart by identity). Its cost at a call that is no record: see
     MIN_FORWARD_S."""
     __tracebackhide__ = True
-    out = S.module_call(self, *args, **kwargs)
+    try:
+        out = S.module_call(self, *args, **kwargs)
+    except BaseException as e:
+        _unframed(e)
+        raise
     root = F.root
     if root is not None and root() is self and (_compiling is None or not _compiling()):
         try:
@@ -590,6 +601,16 @@ def _clocked_call(self, *args, **kwargs):
             _fail("forward clock", e)
             _forward_clock_off()
     return out
+
+
+def _unframed(e):
+    """`e`, raised through the program's call by the wrapper of gpudoc's that called this (its except
+    clause, which re-raises it bare), without that wrapper's entry in its traceback: the program's
+    traceback, and `traceback.extract_tb` of what it catches, are what they are without gpudoc (the same
+    exception object, its traceback torch's from the wrapper down). Python 3.8-3.10 show the frame."""
+    tb = e.__traceback__
+    if RERAISE_OWN_TRACEBACK and tb is not None and tb.tb_frame is sys._getframe(1):
+        e.__traceback__ = tb.tb_next
 
 
 def _outermost(module, args, output):
@@ -1087,10 +1108,14 @@ def _trained(args, kwargs, depth):
     try:
         if depth[0] == 0 and STEP[0] and not S.measuring and mode is False:
             _uncollected(lambda: _evaluation(self))
-        elif depth[0] == 0 and mode is not False and F.evaluating:
-            # train(): the evaluation is over, and its forward clock with it (before the training step's
-            # forward, which the step hook counts): the calls are counted from now on.
-            _count_forwards()
+        elif depth[0] == 0 and mode is not False:
+            if S.measuring:
+                # train(): an evaluation's call armed that never came is given up (its hooks go).
+                _where("give_up_call")
+            if F.evaluating:
+                # train(): the evaluation is over, and its forward clock with it (before the training
+                # step's forward, which the step hook counts): the calls are counted from now on.
+                _count_forwards()
     except Exception as e:
         _fail("evaluation", e)  # never the program's `eval()` that raises it
 
@@ -1106,6 +1131,9 @@ def _make(_real, _depth, _after):
         _depth[0] += 1
         try:
             return _real({call})
+        except BaseException as e:
+            _unframed(e)
+            raise
         finally:
             _depth[0] -= 1
             _after({args}, {kwargs}, _depth)
@@ -1129,6 +1157,9 @@ def _make(_real):
         AUTOGRAD[3] = False
         try:
             return _real({call})
+        except BaseException as e:
+            _unframed(e)
+            raise
         finally:
             AUTOGRAD[1] -= 1
     return backward
@@ -1187,6 +1218,9 @@ def _evaluation(module):
     if counted is not module and not _wrap(module):
         return
     F.evaluating = True
+    # Its calls are the clock's again (records, a hunt at them), no longer only counted for an OOM's phase;
+    # steps run from here on end it (see _on_forward).
+    F.counting, F.step = False, STEP[0]
     # The evaluation's call is measured above: none of its calls is an inference program's.
     S.inferred = True
     FWD[1] = FWD[0] + 1

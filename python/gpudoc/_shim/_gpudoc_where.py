@@ -982,7 +982,20 @@ def arm_call(shim, module, phase):
                             shim.STEP[0], phase, module, done)
     W.measure.snapshot_to = _snapshot_to(shim)
     S.measuring = True
+    # The next optimizer step is a record's (the step hook's slow path): an evaluation's call that has
+    # not come by then never will (see give_up_call).
+    shim.STEP[1] = shim.STEP[0] + 1
     return True
+
+
+def give_up_call(shim):
+    """The evaluation is over (the program's train()) and the call armed has not begun: the program
+    evaluated through a method of the model (`model.embed(x)`). The measure's two global hooks go now,
+    not after MAX_MISSED module calls of the training that follows (every module call takes torch's hook
+    path while they are there, and the model's next call would be a training call, no evaluation's)."""
+    measure = W.measure
+    if measure is not None and measure.call is not None and not measure.begun:
+        measure.done(None)
 
 
 def close(shim):
