@@ -554,6 +554,9 @@ fn render_peak(o: &mut String, pid: u32, w: &crate::torch::inside::Inside, p: Pa
         ))
     );
     let _ = writeln!(o, "    {}", printable(&w.parts.line()));
+    if let Some(t) = w.saved_unknown() {
+        let _ = writeln!(o, "    {}", printable(&t));
+    }
     let top = w.top_modules(TOP_MODULES);
     if top.is_empty() {
         return;

@@ -397,7 +397,9 @@ fn inside(o: &mut String, r: &Report) {
         let lines = if w.why == "oom" {
             w.lines()
         } else {
-            vec![w.parts.line()]
+            std::iter::once(w.parts.line())
+                .chain(w.saved_unknown())
+                .collect()
         };
         for l in lines.iter().chain(w.snapshot.iter()) {
             let _ = writeln!(o, "<li><code>{}</code></li>", esc(l));

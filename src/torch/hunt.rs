@@ -82,7 +82,7 @@ pub struct Holder {
     pub of: Option<String>,
 }
 
-fn is_zero(n: &u64) -> bool {
+pub(crate) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 

@@ -5,7 +5,7 @@
 //! its backward); and on one call of the model in each phase without optimizer steps (an evaluation
 //! after training, inference), the same at that call's peak.
 
-use super::hunt::short;
+use super::hunt::{is_zero, short};
 use crate::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +51,14 @@ pub struct Inside {
     /// With `--snapshot`: the allocator's snapshot (the file gpudoc wrote, in the report, none when it
     /// could not be written; the shim's name for it in the shim's message).
     pub snapshot: Option<String>,
+    /// Saved tensors the walk found packed by the program's saved-tensor hooks (checkpointing,
+    /// `save_on_cpu`): counted as what the hook kept, not as the tensor saved.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub saved_hooked: u64,
+    /// Saved tensors this torch gave no way to read without unpacking them (never unpacked: their memory
+    /// is in `other`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub saved_unread: u64,
     /// Seconds the shim took for it.
     pub analysis_s: f64,
     /// Why it could not be taken, when it could not.
@@ -212,7 +220,36 @@ impl Inside {
             ));
         }
         out.extend(self.saved_by(3));
+        out.extend(self.saved_unknown());
         out
+    }
+
+    /// The saved tensors the walk did not count as themselves, in words: "saved for backward is
+    /// incomplete by 12 tensors: 12 packed by the program's saved-tensor hooks (counted as what the hooks
+    /// kept)"; None when it counted every one.
+    pub fn saved_unknown(&self) -> Option<String> {
+        let tensors = |n: u64| format!("{n} tensor{}", if n == 1 { "" } else { "s" });
+        let mut why = Vec::new();
+        if self.saved_hooked > 0 {
+            why.push(format!(
+                "{} packed by the program's saved-tensor hooks (counted as what the hooks kept)",
+                self.saved_hooked
+            ));
+        }
+        if self.saved_unread > 0 {
+            why.push(format!(
+                "{} this torch could not read without unpacking them (counted as other tensors)",
+                self.saved_unread
+            ));
+        }
+        if why.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "saved for backward is incomplete by {}: {}",
+            tensors(self.saved_hooked + self.saved_unread),
+            why.join(", and ")
+        ))
     }
 
     /// The table's modules, most memory first (forward's on the measured step, parameters' and saved
@@ -365,6 +402,54 @@ mod tests {
         let columns: Vec<&str> = w.columns().iter().map(|c| c.0).collect();
         assert_eq!(columns, ["saved for backward"]);
         assert_eq!(w.top_modules(1)[0].name, "model.blocks.0");
+    }
+
+    #[test]
+    fn an_oom_whose_saved_tensors_hooks_packed_says_its_breakdown_is_incomplete() {
+        // Recorded on the CPU by tests/programs/where_saved.py: two blocks checkpointed
+        // (use_reentrant=False), one plain, the fourth under save_on_cpu, where its forward runs out.
+        let m: serde_json::Value =
+            serde_json::from_str(include_str!("../../fixtures/where/cpu_hooked_oom.json")).unwrap();
+        let w = Inside::from_message(&m, 0.0).unwrap();
+        assert_eq!((w.saved_hooked, w.saved_unread), (11, 0));
+        let lines = w.lines();
+        assert!(
+            lines[0].starts_with("in forward of self.blocks.3, at "),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines.last().unwrap(),
+            "saved for backward is incomplete by 11 tensors: 11 packed by the program's saved-tensor \
+             hooks (counted as what the hooks kept)"
+        );
+        // A torch whose saved tensors cannot be read without unpacking them, and both at once.
+        let unread = Inside {
+            saved_hooked: 0,
+            saved_unread: 1,
+            ..w.clone()
+        };
+        assert_eq!(
+            unread.saved_unknown().unwrap(),
+            "saved for backward is incomplete by 1 tensor: 1 this torch could not read without \
+             unpacking them (counted as other tensors)"
+        );
+        let both = Inside {
+            saved_unread: 2,
+            ..w.clone()
+        };
+        assert!(
+            both.saved_unknown()
+                .unwrap()
+                .starts_with("saved for backward is incomplete by 13 tensors: 11 packed by ")
+        );
+        // Every saved tensor counted: nothing said, and nothing written of it.
+        let all = Inside {
+            saved_hooked: 0,
+            ..w
+        };
+        assert_eq!(all.saved_unknown(), None);
+        let json = serde_json::to_value(&all).unwrap();
+        assert!(json.get("saved_hooked").is_none() && json.get("saved_unread").is_none());
     }
 
     #[test]
