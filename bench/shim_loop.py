@@ -8,7 +8,10 @@ the environment (under `gpudoc run`), gpudoc's step hook is taken out of PyTorch
 other block and put back for the next, and each line says whether it was in (`1`) or out (`0`): the shim's
 cost within one run, where the run-to-run noise cancels. With EVAL_EVERY=N in the environment, every N
 steps the model is evaluated: model.eval(), 20 calls under no_grad, model.train() (the evaluation's
-forward clock, docs/framework.md)."""
+forward clock, docs/framework.md); with EVAL_CALL=method too, each call goes through the model's layers
+one by one, as a method of the model does (`model.embed(x)`: the model itself is never called). With
+EVAL_SYNC=1 too, each evaluation is timed between two synchronizations, and the JSON line has the median
+(`eval_ms`): what an evaluation costs, bare and under gpudoc."""
 import json
 import os
 import sys
@@ -51,12 +54,29 @@ if os.environ.get("TOGGLE_SHIM") == "1":
 eval_every = int(os.environ.get("EVAL_EVERY", "0"))
 
 
+def embed(x):
+    for m in model:
+        x = m(x)
+    return x
+
+
+call = embed if os.environ.get("EVAL_CALL") == "method" else model
+sync = os.environ.get("EVAL_SYNC") == "1"
+eval_s = []
+
+
 def evaluate():
+    if sync:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
     model.eval()
     with torch.no_grad():
         for _ in range(20):
-            model(x)
+            call(x)
     model.train()
+    if sync:
+        torch.cuda.synchronize()
+        eval_s.append(time.perf_counter() - t0)
 
 
 t = time.perf_counter()
@@ -81,4 +101,7 @@ for i in range(steps):
         b = time.perf_counter()
 torch.cuda.synchronize()
 dt = time.perf_counter() - t
-print(json.dumps({"kind": kind, "steps": steps, "ms_per_step": dt / steps * 1e3, "steps_per_s": steps / dt}))
+out = {"kind": kind, "steps": steps, "ms_per_step": dt / steps * 1e3, "steps_per_s": steps / dt}
+if eval_s:
+    out["eval_ms"] = sorted(eval_s)[len(eval_s) // 2] * 1e3
+print(json.dumps(out))
