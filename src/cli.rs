@@ -358,7 +358,8 @@ pub struct ReportArgs {
     /// a folder of them, are one job's nodes, merged into one report.
     #[arg(required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
-    /// With one trace: the command's captured output (stderr), scanned for an out-of-memory report.
+    /// With one trace: the command's captured output (stderr), scanned for an out-of-memory report (`-`
+    /// for standard input).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Write TensorBoard event files of the run's memory into DIR (a `gpudoc` run in it).

@@ -176,6 +176,18 @@ fn key_of(line: &str) -> Option<(String, &str)> {
     Some((key, rest))
 }
 
+/// The command's captured output, from a file or (`-`) standard input, and how to name where it came from.
+fn read_output(out: &Path) -> Result<(Vec<u8>, String), String> {
+    if out == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+            .map_err(|e| format!("standard input: {e}"))?;
+        return Ok((bytes, "standard input".to_string()));
+    }
+    let bytes = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok((bytes, out.display().to_string()))
+}
+
 fn from_trace(
     file: &Path,
     output: Option<&Path>,
@@ -187,12 +199,12 @@ fn from_trace(
     let mut notes = Vec::new();
     let scanner = match (output, &end) {
         (Some(out), _) => {
-            let bytes = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()))?;
+            let (bytes, from) = read_output(out)?;
             let at = (oom::replay_time(&trace.timeline) * 1e6) as u64;
             let mut s = Scanner::new();
             s.feed(Stream::Stderr, &bytes, at);
             s.finish(at);
-            notes.push(format!("OOM text read from {}", out.display()));
+            notes.push(format!("OOM text read from {from}"));
             s
         }
         (None, Some(e)) => e.scanner(),

@@ -356,7 +356,8 @@ fn render_gpu(o: &mut String, r: &Report, g: &GpuReport, p: Paint) {
         fmt_bytes(g.peak_used_bytes),
         fmt_bytes(g.start_used_bytes),
     );
-    if g.job_peak_bytes > 0 {
+    // A line over time needs readings over time: a moment's one reading (a notebook cell's) draws none.
+    if g.job_peak_bytes > 0 && r.sampling.process_samples > 1 {
         let values: Vec<u64> = g.job_timeline.iter().map(|&(_, v)| v).collect();
         let width = values.len().clamp(1, SPARK_WIDTH);
         let chunk = values.len().div_ceil(width).max(1);

@@ -128,7 +128,9 @@ impl Series {
         let mut out = Vec::with_capacity(buckets);
         let mut i = 0;
         for b in 0..buckets as u64 {
-            let (lo, hi) = (b * width, (b + 1) * width);
+            // The last bucket runs to the end and past it: the run's last reading (an OOM's peak) is in.
+            let last = b + 1 == buckets as u64;
+            let (lo, hi) = (b * width, if last { u64::MAX } else { (b + 1) * width });
             // The value carried into the bucket, then every change inside it.
             let mut m = self.value_at(lo).unwrap_or(0);
             while i < self.points.len() && self.points[i].0 < hi {
@@ -300,5 +302,18 @@ mod tests {
         s.push(250, 9);
         s.push(260, 1);
         assert_eq!(s.bucket_max(1000, 4), vec![1, 9, 1, 1]);
+    }
+
+    #[test]
+    fn the_last_bucket_holds_the_runs_last_reading() {
+        // A peak read at the very end (an OOM's), and an end that the buckets do not divide.
+        let mut s = Series::default();
+        s.push(0, 1);
+        s.push(1000, 9);
+        assert_eq!(s.bucket_max(1000, 4), vec![1, 1, 1, 9]);
+        let mut s = Series::default();
+        s.push(0, 1);
+        s.push(1002, 7);
+        assert_eq!(s.bucket_max(1003, 4), vec![1, 1, 1, 7]);
     }
 }

@@ -43,14 +43,15 @@ def _who(pid):
         return {"cmdline": "", "uid": None, "visible": False}
 
 
-def rows(t0, t1, command, nvml, messages):
+def rows(t0, t1, command, nvml, messages, nvml_error=None):
     """The trace of a moment, from `t0` to `t1` (Unix seconds): what NVML saw at `t1` (`nvml`: the reader,
-    or None), and the shim's `messages` (dicts). NVML is read once, at the end: a cell is no run whose
-    start says what was there before it (the kernel's earlier cells hold what they hold)."""
+    or None, then `nvml_error` says why: NVML failed, or was never read), and the shim's `messages`
+    (dicts). NVML is read once, at the end: a cell is no run whose start says what was there before it
+    (the kernel's earlier cells hold what they hold)."""
     devs = nvml.devices() if nvml is not None else []
     status = nvml.status() if nvml is not None else {
         "available": False, "library": "", "driver": None, "cuda_driver": None,
-        "error": "the kernel has no CUDA context yet: NVML was not read"}
+        "error": nvml_error or "NVML was not read: the kernel had no CUDA context when gpudoc looked"}
     out = [{"kind": "start", "schema": SCHEMA, "unix_s": t0, "command": command,
             "origin": {"host": socket.gethostname(),
                        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
@@ -100,14 +101,12 @@ def report(trace_rows, output=None, html=False, name="cell"):
                 f.write(json.dumps(row) + "\n")
         args = [binary(), "report", trace, "--json", os.path.join(d, "report.json")]
         if output is not None:
-            err = os.path.join(d, "error.txt")
-            with open(err, "w") as f:
-                f.write(output)
-            args += ["--output", err]
+            # On standard input: the report names no file of this folder, gone once it is read.
+            args += ["--output", "-"]
         if html:
             args += ["--html", os.path.join(d, "report.html")]
-        done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT_S,
-                              env=dict(os.environ, NO_COLOR="1"))
+        done = subprocess.run(args, input=(output or "").encode("utf-8", "replace"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=TIMEOUT_S, env=dict(os.environ, NO_COLOR="1"))
         if done.returncode != 0:
             raise RuntimeError("gpudoc report failed: %s" % done.stderr.decode("utf-8", "replace").strip())
         with open(os.path.join(d, "report.json")) as f:

@@ -130,6 +130,8 @@ class Doctor(object):
         self.shell = shell
         self.shim = None
         self.nvml = None
+        # Why NVML could not be read, once it failed (said in the engine's report).
+        self.nvml_error = None
         self.start = None
         # %%gpudoc: this cell gets the full diagnosis; %gpudoc free or %gpudoc ran in it, and said it all.
         self.full = False
@@ -279,6 +281,7 @@ class Doctor(object):
                 self.nvml = _nvml.Nvml()
             except Exception as e:
                 self.nvml = False
+                self.nvml_error = str(e)
                 self._say_once("nvml", "gpudoc: the process's GPU memory is not read: %s" % e)
         return self.nvml.mine() if self.nvml else {}
 
@@ -317,7 +320,7 @@ class Doctor(object):
         if error is not None:
             output = "".join(traceback.format_exception_only(type(error), error))
         t0 = min([start.t0] + [m["t"] for m in steps if "t" in m])
-        rows = _report.rows(t0, time.time(), [front_door()], self.nvml or None, msgs)
+        rows = _report.rows(t0, time.time(), [front_door()], self.nvml or None, msgs, self.nvml_error)
         try:
             verdict = _report.report(rows, output=output, html=self.full, name="cell-%d" % n)
         except Exception as e:
@@ -338,7 +341,7 @@ class Doctor(object):
         msgs = [self.hello] if self.hello else []
         msgs += [m for m in self.messages if m.get("k") == "cell" and m.get("n") in ns]
         t0 = min(m.get("t0", start.t0) for m in msgs if m.get("k") == "cell")
-        rows = _report.rows(t0, time.time(), [front_door()], self.nvml or None, msgs)
+        rows = _report.rows(t0, time.time(), [front_door()], self.nvml or None, msgs, self.nvml_error)
         try:
             verdict = _report.report(rows, name="cells")
         except Exception as e:
