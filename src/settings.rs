@@ -306,7 +306,7 @@ impl RunSettings {
         }
         if let Some(dir) = &a.report_dir {
             crate::output::check_folder(dir)
-                .map_err(|e| run_failure("--report-dir", format!("{}: {e}", dir.display())))?;
+                .map_err(|e| run_failure(&format!("--report-dir {}", dir.display()), e))?;
         }
         let snapshot = a
             .snapshot

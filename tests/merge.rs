@@ -432,3 +432,37 @@ fn a_report_dir_holding_another_job_or_another_attempt_is_refused_naming_them() 
         "{err}"
     );
 }
+
+#[test]
+fn a_report_dir_that_cannot_be_written_is_refused_before_the_job_or_failed_after_it() {
+    let m = Machine::h200s(1);
+    std::fs::write(m.path("file"), "").unwrap();
+    let ran = m.path("ran");
+    let run = |dir: &Path, script: &str| {
+        m.gpudoc()
+            .args(["run", "--quiet", "--report-dir"])
+            .arg(dir)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    // A folder that cannot be made: refused before the command runs.
+    let blocked = m.path("file").join("reports");
+    let out = run(&blocked, &format!("touch {}", ran.display()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(&format!("gpudoc: --report-dir {}: ", blocked.display())),
+        "{err}"
+    );
+    assert!(!ran.exists(), "the command ran");
+    // A folder gone by the end: the command ran and succeeded, the report could not be written.
+    let gone = m.path("reports");
+    let out = run(&gone, &format!("rm -r {}", gone.display()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(&format!("gpudoc: --report-dir {}: ", gone.display())),
+        "{err}"
+    );
+}
