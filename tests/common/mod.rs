@@ -251,6 +251,16 @@ pub fn python_with_packages() -> PathBuf {
     }
 }
 
+/// The path of a tool of Debian's `prometheus` package (`prometheus`, `promtool`), which .ci/deps installs.
+pub fn tool(name: &str) -> String {
+    let path = format!("/usr/bin/{name}");
+    assert!(
+        Path::new(&path).exists(),
+        "{path} is missing: .ci/run installs Debian's prometheus package (apt-get install prometheus)"
+    );
+    path
+}
+
 /// What a shell's `$?` says of an exit status: the code, or 128+N for death by signal N.
 pub fn shell_code(status: &std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
