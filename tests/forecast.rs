@@ -225,6 +225,37 @@ fn stop_on_reaches_a_wrapped_commands_whole_process_group() {
 }
 
 #[test]
+fn stop_on_says_each_step_past_a_sigint_the_job_ignores() {
+    // The job catches the SIGINT, then ignores it and sits silent (a handler that hangs): it was SIGKILLed
+    // 20 s later "after a third Ctrl-C", none typed, with no SIGTERM between. Now, after 10 s without a
+    // write, SIGTERM to its process group, said.
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("stuck.py");
+    std::fs::write(
+        &program,
+        format!(
+            "import runpy, signal, sys, time\n\
+             sys.argv = ['forecast.py', 'leak', '4000', '0.05']\n\
+             try:\n    runpy.run_path({:?}, run_name='__main__')\n\
+             except KeyboardInterrupt:\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(120)\n",
+            fake_torch().join("forecast.py").display().to_string()
+        ),
+    )
+    .unwrap();
+    let command = format!("python3 '{}' 2>&1", program.display());
+    let (code, r, out, took) = gpudoc_run("--stop-on step-leak", &command);
+    assert!(
+        out.contains("gpudoc: the job still runs 10 s after SIGINT: SIGTERM to its process group"),
+        "{out}"
+    );
+    assert!(!out.contains("Ctrl-C presses"), "{out}");
+    assert_eq!(code, 123, "{out}");
+    assert_eq!(r["exit"]["signal"], 15, "{:#}", r["exit"]);
+    assert_eq!(r["exit"]["killed_by_gpudoc"], false);
+    assert!(took < 90.0, "took {took} s");
+}
+
+#[test]
 fn stop_on_names_only_rules_judged_during_the_run() {
     let m = Machine::h200s(1);
     let out = m

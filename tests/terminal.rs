@@ -235,6 +235,33 @@ fn real_oom_texts_on_a_terminal_are_read() {
 }
 
 #[test]
+fn an_oom_in_a_stderr_log_is_read_while_the_command_has_the_terminal() {
+    // `gpudoc run -- python train.py 2> log` on a terminal: stdin and stdout are the command's own
+    // terminal, stderr its own file, which gpudoc reads along; the file gets the command's bytes as they
+    // were written, and only this run's OOM is taken.
+    let m = Machine::h200s(1);
+    let text = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/oom/real/accelerate_slurm_label.txt");
+    let want: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(text.with_extension("expected.json")).unwrap())
+            .unwrap();
+    let (json, log) = (m.path("r.json"), m.path("err.log"));
+    let script = format!(
+        "exec \"$GPUDOC\" run -q --no-torch --json {} -- sh -c '[ -t 0 ] && [ -t 1 ] && echo on-its-terminal; cat {} >&2; exit 1' 2> {}",
+        json.display(),
+        text.display(),
+        log.display()
+    );
+    let (code, out) = Term::start(m.shell(&script)).finish();
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("on-its-terminal"), "{out}");
+    let r = common::read_json(&json);
+    assert_eq!(r["oom"]["stream"], "stderr");
+    assert_eq!(r["oom"]["requested_bytes"], want["text"]["requested_bytes"]);
+    assert_eq!(std::fs::read(&log).unwrap(), std::fs::read(&text).unwrap());
+}
+
+#[test]
 fn a_terminal_left_non_blocking_still_gets_every_byte() {
     // Programs that crash can leave the terminal O_NONBLOCK; a slow terminal then fills and says EAGAIN.
     use std::io::Read;

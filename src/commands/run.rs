@@ -216,7 +216,7 @@ impl Session {
         );
         // Drawn only where gpudoc sees every byte that reaches the screen: on the command's own
         // terminal, never over a prompt the job wrote to /dev/tty or keys the user typed.
-        let live = if s.live && supervise::on_own_terminal() {
+        let live = if s.live && supervise::screen_is_ours() {
             Live::start(sampler.snapshot.clone(), verdicts.note.clone())
         } else {
             Live::off()
