@@ -12,10 +12,14 @@ A cell costs this extension a few reads when nothing changed: torch's statistics
 they would be) and NVML's process list once the kernel has a CUDA context. It never imports torch, never
 initialises CUDA and starts no thread.
 """
+from __future__ import annotations
+
 import os
 import sys
 import time
 import traceback
+from types import FrameType
+from typing import Any, Dict, Literal, Optional, Union
 
 from . import _nvml, _report
 
@@ -73,7 +77,7 @@ class Shim(object):
         return self.g["_hunt_module"]()
 
 
-_OWN = {}
+_OWN: Dict[str, Shim] = {}
 
 
 def find_shim(torch):
@@ -96,6 +100,8 @@ def find_shim(torch):
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
         path = os.path.join(here, "_gpudoc_torch.py")
         code = importlib.machinery.SourceFileLoader(SHIM, path).get_code(SHIM)
+        if code is None:
+            raise ImportError("no code in %s" % path)
         # A module in sys.modules, as gpudoc run's shim is: Dynamo, tracing a compiled optimizer step into
         # the step hook, finds the hook's globals by importing their __name__.
         module = type(sys)(SHIM)
@@ -128,8 +134,9 @@ class Doctor(object):
 
     def __init__(self, shell):
         self.shell = shell
-        self.shim = None
-        self.nvml = None
+        self.shim: Optional[Shim] = None
+        # NVML's reader once the kernel has a CUDA context; False: it could not be opened.
+        self.nvml: Union[None, Literal[False], _nvml.Nvml] = None
         self.start = None
         # %%gpudoc: this cell gets the full diagnosis; %gpudoc free or %gpudoc ran in it, and said it all.
         self.full = False
@@ -179,8 +186,9 @@ class Doctor(object):
             self.nested.add(id(info))
             return
         torch = self._torch()
-        if torch is not None and self._shim(torch) is not None:
-            self.shim.cell_start(self.shim.UNSEEN if loading else info)
+        shim = self._shim(torch) if torch is not None else None
+        if shim is not None:
+            shim.cell_start(shim.UNSEEN if loading else info)
         self.start = Start(self._mine(torch), torch is not None)
 
     def post(self, result=None):
@@ -221,11 +229,12 @@ class Doctor(object):
     def _post(self, result, start):
         torch = self._torch()
         recs = []
-        if torch is not None and self._shim(torch) is not None:
+        shim = self._shim(torch) if torch is not None else None
+        if shim is not None:
             if not start.torch:
                 # torch came in this cell: all it allocated is the cell's, its counters count from then.
-                self.shim.cell_start(getattr(result, "info", None), fresh=True, t0=start.t0)
-            recs = self.shim.cell_end(result)
+                shim.cell_start(getattr(result, "info", None), fresh=True, t0=start.t0)
+            recs = shim.cell_end(result)
         mine = self._mine(torch)
         self._drain()
         n = getattr(result, "execution_count", None)
@@ -252,6 +261,12 @@ class Doctor(object):
             self._leak(rec, start)
 
     # -- reading --------------------------------------------------------------------------------------
+
+    def _loaded(self) -> Shim:
+        """The shim, for the work that runs once a reading found it (the magics check it first)."""
+        if self.shim is None:
+            raise RuntimeError("gpudoc's shim is not loaded in this kernel")
+        return self.shim
 
     def _torch(self):
         return sys.modules.get("torch")
@@ -354,8 +369,8 @@ class Doctor(object):
         """What holds tensors on `device`: each name (the notebook's variables, its output cache, the last
         traceback's frames) with its bytes, most first; and the Search (its totals). `enough`: the device's
         live bytes, when the names that hold them all are enough (not every name that holds them)."""
-        hunt = self.shim.hunt()
-        s = hunt.Search(torch, device, None, skip=(id(self), id(self.shim.S)))
+        hunt = self._loaded().hunt()
+        s = hunt.Search(torch, device, None, skip=(id(self), id(self._loaded().S)))
         s.enough = enough
         s.run(budget)
         return s
@@ -426,7 +441,7 @@ class Doctor(object):
         """%gpudoc: the memory now and everything that holds it."""
         self.quiet = True
         torch = self._torch()
-        if torch is None or self._shim(torch) is None or not self.shim.S.cuda:
+        if torch is None or self._shim(torch) is None or not self._loaded().S.cuda:
             print("gpudoc: torch has no CUDA memory in this kernel yet")
             return
         mine = self._mine(torch)
@@ -439,7 +454,7 @@ class Doctor(object):
 
     def allocator(self, torch):
         """(device, allocated, reserved) per device in use."""
-        shim = self.shim
+        shim = self._loaded()
         return [(d, shim._cur(st, "allocated_bytes"), shim._cur(st, "reserved_bytes"))
                 for d, st in shim._in_use()]
 
@@ -450,13 +465,13 @@ class Doctor(object):
 
         self.quiet = True
         torch = self._torch()
-        ready = torch is not None and self._shim(torch) is not None and self.shim.S.cuda
+        ready = torch is not None and self._shim(torch) is not None and self._loaded().S.cuda
         if not ready:
             print("gpudoc: torch has no CUDA memory in this kernel: nothing to free")
             return
         before, mine0 = self.allocator(torch), self._mine(torch)
         dropped = []
-        frames, keepers = drop_traceback(self.shim.hunt())
+        frames, keepers = drop_traceback(self._loaded().hunt())
         gc.collect()
         after_tb = self.allocator(torch)
         if frames:
@@ -506,17 +521,17 @@ class Doctor(object):
             names.append(name)
         # The last cell's result, kept by IPython until the next one ends, is the value it displayed.
         last = getattr(self.shell, "last_execution_result", None)
-        if getattr(last, "result", None) is not None and self._holds(torch, last.result):
+        if last is not None and getattr(last, "result", None) is not None and self._holds(torch, last.result):
             last.result = None
         return names
 
     def _holds(self, torch, value):
         """Whether `value` holds a tensor on a device in use (searched from a root of its own)."""
-        hunt = self.shim.hunt()
+        hunt = self._loaded().hunt()
         for dev, _, _ in self.allocator(torch):
             box = {"value": value}
             root = hunt._Root("m", ("m", id(box)), "value", obj=box)
-            s = hunt.Search(torch, dev, None, skip=(id(self), id(self.shim.S)),
+            s = hunt.Search(torch, dev, None, skip=(id(self), id(self._loaded().S)),
                             roots=lambda skip, root=root: [root])
             s.run(1.0)
             if s.storages:
@@ -606,7 +621,7 @@ def drop_traceback(hunt):
     # Module._call_impl passes them to its `inner` closure).
     shell = hunt._notebook()[0]
     for printer in (getattr(shell, "InteractiveTB", None), getattr(shell, "SyntaxTB", None)):
-        if getattr(printer, "tb", None) is not None:
+        if printer is not None and getattr(printer, "tb", None) is not None:
             try:
                 printer.tb = None
             except Exception:
@@ -646,7 +661,7 @@ def _kept_by_notebook(shell, chain):
         return None
     ours = set(id(o) for o in chain)
     running = set()
-    f = sys._getframe()
+    f: Optional[FrameType] = sys._getframe()
     while f is not None:
         running.add(id(f))
         f = f.f_back
@@ -695,18 +710,17 @@ def show_html(page):
 
 
 # One per shell, kept after %unload_ext for the next load (%reload_ext): what earlier cells taught it.
-_DOCTORS = {}
+_DOCTORS: Dict[int, Doctor] = {}
 
 
-def load(shell):
+def load(shell: Any) -> None:
     """%load_ext gpudoc: registers the magics and the callbacks (again: nothing more)."""
     from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-    doctor = _DOCTORS.get(id(shell))
-    if doctor is not None and doctor.loaded:
+    known = _DOCTORS.get(id(shell))
+    if known is not None and known.loaded:
         return
-    if doctor is None:
-        doctor = _DOCTORS[id(shell)] = Doctor(shell)
+    doctor = known if known is not None else _DOCTORS.setdefault(id(shell), Doctor(shell))
     doctor.loaded = True
 
     @magics_class
@@ -740,7 +754,7 @@ def load(shell):
     doctor.pre(loading=True)
 
 
-def unload(shell):
+def unload(shell: Any) -> None:
     doctor = _DOCTORS.get(id(shell))
     if doctor is not None and doctor.loaded:
         shell.events.unregister("pre_run_cell", doctor.pre)
@@ -774,4 +788,4 @@ def unwrap(lines):
 
 # IPython's check of whether a cell is complete (a terminal's Enter) passes over transformers with side
 # effects: it still sees %%gpudoc, a cell magic's header, and waits for the blank line that ends one.
-unwrap.has_side_effects = True
+unwrap.has_side_effects = True  # type: ignore[attr-defined]
