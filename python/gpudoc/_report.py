@@ -82,15 +82,12 @@ def rows(t0: float, t1: float, command: List[str], nvml: Optional[Nvml],
 
 
 def _end(duration: float, status: Status, devs: List[Device]) -> Row:
-    """The end row: how the moment ended is not a process's end (no exit code, no signal)."""
-    return {"code": None, "signal": None, "core_dumped": False, "duration_s": duration, "escalated": False,
-            "terminate": False, "forwarded": [], "oom_events": [], "oom_dropped": 0, "first_failure": None,
-            "host": {"cgroup_oom_kills": 0, "kernel_log": []}, "leftovers": [], "ended": [], "notes": [],
-            "nvml": status, "torch_enabled": True, "self_cpu_s": 0.0, "self_max_rss_bytes": 0,
-            "rates_s": [0.0, 0.0, 0.0], "device_samples": len(devs), "process_samples": len(devs),
-            "timeline_bytes": 0,
-            "gpus": [{"index": d["index"], "driver_reserved_bytes": d["reserved"], "unsupported": []}
-                     for d in devs]}
+    """The end row: what a moment knows (its length, NVML, each GPU's driver reserve). What only a
+    process's end has (an exit code, a signal, leftovers, the sampler's own numbers) is left out, and the
+    engine reads it as absent (docs/schema/trace-row.schema.json: the end row's fields are optional)."""
+    return {"duration_s": duration, "nvml": status, "torch_enabled": True, "device_samples": len(devs),
+            "process_samples": len(devs),
+            "gpus": [{"index": d["index"], "driver_reserved_bytes": d["reserved"]} for d in devs]}
 
 
 class Verdict(object):
