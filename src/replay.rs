@@ -641,6 +641,26 @@ mod tests {
     }
 
     #[test]
+    fn an_end_row_without_what_its_writer_cannot_know_reads_it_as_absent() {
+        // The notebook's trace of a moment (python/gpudoc/_report.py): no exit, no signal, no leftovers.
+        let row: ReadRow = serde_json::from_str(
+            r#"{"kind":"end","end":{"duration_s":1.5,"torch_enabled":true,"device_samples":1,
+                "gpus":[{"index":0,"driver_reserved_bytes":644874240}]}}"#,
+        )
+        .unwrap();
+        let Row::End { end } = row else {
+            panic!("an end row")
+        };
+        assert_eq!(
+            (end.code, end.signal, end.duration_s, end.torch_enabled),
+            (None, None, 1.5, true)
+        );
+        assert_eq!(end.gpus[0].driver_reserved_bytes, 644874240);
+        assert!(end.gpus[0].unsupported.is_empty() && end.leftovers.is_empty());
+        assert!(end.oom_events.is_empty() && end.nvml.is_none() && !end.escalated);
+    }
+
+    #[test]
     fn a_report_on_one_line_is_read_as_a_report_not_a_trace() {
         let one_line = serde_json::to_string(&leak()).unwrap();
         assert!(one_line.contains("\"kind\""));

@@ -14,11 +14,14 @@ OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 18.31 GiB.
 
 
 class OneReading(object):
-    """An NVML reader as the notebook holds one: one H100 with this kernel on it."""
+    """An NVML reader as the notebook holds one: `n` H100s with this kernel on each."""
+
+    def __init__(self, n=1):
+        self.n = n
 
     def devices(self):
-        return [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1", "total": 80 * GIB,
-                 "used": 10 * GIB, "reserved": 0, "processes": {os.getpid(): 10 * GIB}}]
+        return [{"index": i, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-%d" % i, "total": 80 * GIB,
+                 "used": 10 * GIB, "reserved": 0, "processes": {os.getpid(): 10 * GIB}} for i in range(self.n)]
 
     def status(self):
         return {"available": True, "library": "libnvidia-ml.so.1", "driver": "580.159.04",
@@ -33,10 +36,11 @@ def engine(monkeypatch):
     monkeypatch.setattr(_report, "binary", lambda: path)
 
 
-def test_a_moments_single_reading_draws_no_line_over_time(engine):
-    rows = _report.rows(1000.0, 1002.0, ["python3", "-m", "ipykernel_launcher"], OneReading(), [])
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_moments_single_reading_draws_no_line_over_time(engine, gpus):
+    rows = _report.rows(1000.0, 1002.0, ["python3", "-m", "ipykernel_launcher"], OneReading(gpus), [])
     text = _report.report(rows).text
-    assert "job peak 10.00 GiB" in text
+    assert text.count("job peak 10.00 GiB") == gpus, text
     assert "over the run" not in text, text
 
 

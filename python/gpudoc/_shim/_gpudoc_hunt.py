@@ -878,7 +878,9 @@ def _lru_name(stack, i):
     return None
 
 
-_CELL = type((lambda x: lambda: x)(0).__closure__[0])
+# A closure cell's type (types.CellType from Python 3.8 on; the shim loads on older Pythons too). A closure
+# of one free variable has one cell; typeshed's __closure__ may be None.
+_CELL = type((lambda x: lambda: x)(0).__closure__[0])  # type: ignore[index]
 
 
 def _graph_size(t):
