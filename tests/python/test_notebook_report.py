@@ -21,7 +21,8 @@ class OneReading(object):
 
     def devices(self):
         return [{"index": i, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-%d" % i, "total": 80 * GIB,
-                 "used": 10 * GIB, "reserved": 0, "processes": {os.getpid(): 10 * GIB}} for i in range(self.n)]
+                 "used": 10 * GIB, "reserved": 0, "processes": {os.getpid(): 10 * GIB}}
+                for i in range(self.n)]
 
     def status(self):
         return {"available": True, "library": "libnvidia-ml.so.1", "driver": "580.159.04",

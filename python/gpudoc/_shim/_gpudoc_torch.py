@@ -1748,8 +1748,8 @@ def allocator():
 
 
 def search(device, budget, enough=None, value=None, skip=()):
-    """What holds tensors on `device`, searched for at most `budget` seconds from the notebook's names (its
-    variables, its output cache, the last traceback's frames) or, given `value`, from that object alone;
+    """What holds tensors on `device`, searched for at most `budget` CPU seconds from the notebook's names
+    (its variables, its output cache, the last traceback's frames) or, given `value`, from that object alone;
     `enough`: the device's live bytes, when the names that hold them all are enough. The hunt's Search:
     its `names()`, `total(kind)`, `unreached(allocated)` and `storages` say what it found; `done`, whether
     it searched everything. `skip`: ids of the caller's objects, never holders."""
@@ -1764,6 +1764,9 @@ def search(device, budget, enough=None, value=None, skip=()):
             return [root]
     s = hunt.Search(S.torch, device, None, skip=skip, roots=roots)
     s.enough = enough
+    # The budget is the notebook thread's CPU time: on a loaded machine a cell waits longer, and finds
+    # what it would have found on an idle one.
+    s.clock = getattr(time, "thread_time", time.perf_counter)
     s.run(budget)
     return s
 
