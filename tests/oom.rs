@@ -850,3 +850,67 @@ fn a_tpu_is_named_as_googles_and_nvmls_gpus_are_not_blamed() {
         json!([135790592u64, 81967186u64])
     );
 }
+
+/// The row of the formats table that opened the first report `text` gives, if any.
+fn opening_row(text: &[u8]) -> Option<&'static gpudoc::oom::formats::Format> {
+    let mut s = Scanner::new();
+    s.feed(Stream::Stderr, text, 0);
+    s.finish(0);
+    gpudoc::oom::formats::open(&s.first()?.line).map(|(f, _)| f)
+}
+
+/// Rows no real text has been found for, and why: each is still held to its synthetic texts in
+/// src/oom's unit tests.
+const WITHOUT_REAL_TEXT: [(&str, &str); 2] = [
+    (
+        "onnxruntime-arena",
+        "the real arena failures found name no provider on their line (the CPU's arena prints the same)",
+    ),
+    (
+        "bfc-tensorflow",
+        "the real BFC texts found naming TensorFlow are its warnings that say `not a failure`",
+    ),
+];
+
+#[test]
+fn every_row_of_the_formats_table_reads_a_real_text() {
+    use gpudoc::oom::formats::FORMATS;
+    let read: std::collections::BTreeSet<&str> = real_texts()
+        .iter()
+        .filter(|(_, w, _)| w["text"].is_object())
+        .filter_map(|(_, _, text)| opening_row(text).map(|f| f.id))
+        .collect();
+    for f in &FORMATS {
+        let exempt = WITHOUT_REAL_TEXT.iter().any(|(id, _)| *id == f.id);
+        assert!(
+            read.contains(f.id) != exempt,
+            "row {}: {}",
+            f.id,
+            if exempt {
+                "has a real text now: take it off WITHOUT_REAL_TEXT"
+            } else {
+                "no real text in fixtures/oom/real/ is read by it"
+            }
+        );
+    }
+}
+
+#[test]
+fn a_real_text_read_by_two_rows_is_read_by_the_one_that_narrows_the_other() {
+    use gpudoc::oom::formats;
+    for (name, _, text) in real_texts() {
+        let mut s = Scanner::new();
+        s.feed(Stream::Stderr, &text, 0);
+        s.finish(0);
+        let Some(e) = s.first() else { continue };
+        let rows = formats::rows_reading(&e.line);
+        for later in rows.iter().skip(1) {
+            assert!(
+                rows[0].narrows.contains(&later.id),
+                "{name}: read by {} and {}: say which narrows which",
+                rows[0].id,
+                later.id
+            );
+        }
+    }
+}
