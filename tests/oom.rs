@@ -479,35 +479,10 @@ fn real_texts_read_the_same_in_every_delivery() {
     }
 }
 
-/// One real text of each shape the reader tells apart (its kind, format and vendor, whether it names a GPU;
-/// of the texts that are no GPU OOM, one per project): the way a text reaches gpudoc does not depend on
-/// its words, and every text's own reading is checked in-process by the tests above.
-fn one_text_per_shape() -> Vec<(String, Value, Vec<u8>)> {
-    let mut seen = std::collections::BTreeSet::new();
-    real_texts()
-        .into_iter()
-        .filter(|(_, w, _)| {
-            let t = &w["text"];
-            let shape = match t.is_null() {
-                true => format!("none {}", w["project"]),
-                false => format!(
-                    "{} {} {} {}",
-                    t["kind"],
-                    t["format"],
-                    t["vendor"],
-                    t["gpu"].is_null()
-                ),
-            };
-            seen.insert(shape)
-        })
-        .collect()
-}
-
 #[test]
-fn real_texts_are_found_on_stderr_a_stdout_pipe_and_a_terminal() {
+fn real_texts_are_found_on_stderr_and_a_stdout_pipe() {
     let m = Machine::h200s(1);
-    for (name, want, _) in one_text_per_shape() {
-        let file = fixtures().join("real").join(format!("{name}.txt"));
+    for common::RealText { name, file, want } in common::one_real_text_per_row() {
         for (how, script) in [
             ("stderr", format!("cat '{}' >&2; exit 1", file.display())),
             ("stdout", format!("cat '{}'; exit 1", file.display())),
