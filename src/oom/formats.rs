@@ -845,7 +845,8 @@ mod tests {
 
     #[test]
     fn tritons_cuda_error_is_an_oom_only_when_it_says_out_of_memory() {
-        // wtdcode/vllm-backport#18 (its title quotes the worker's error).
+        // Synthetic, in the words of Triton's launcher (`"Triton Error [CUDA]: "` and the driver's error
+        // string, raised as a RuntimeError), which wtdcode/vllm-backport#18's title quotes (a fixture).
         let t = parse_line("RuntimeError: Triton Error [CUDA]: out of memory").unwrap();
         assert_eq!(
             (t.kind, t.format.as_str(), t.exception.as_deref()),
