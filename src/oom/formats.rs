@@ -632,7 +632,7 @@ pub static FORMATS: [Format; 43] = [
         source: "pytorch",
         means: Means::Allocator,
         allocator: Allocator::Async,
-        needles: &["OutOfMemoryError: "],
+        needles: &["OutOfMemoryError:"],
         pattern: r"\b(?P<exception>torch\.(?:cuda\.)?OutOfMemoryError): *Allocation on device",
         follows: Follows::AsyncFigures,
         narrows: &["torch"],
@@ -644,7 +644,7 @@ pub static FORMATS: [Format; 43] = [
         kind: Kind::TorchAllocator,
         source: "pytorch",
         means: Means::Allocator,
-        needles: &["OutOfMemoryError: "],
+        needles: &["OutOfMemoryError:"],
         pattern: r"\b(?P<exception>torch\.(?:cuda\.)?OutOfMemoryError): *\S",
         follows: Follows::Torch,
         ..ROW
@@ -794,6 +794,13 @@ mod tests {
 
     fn empty_of(f: &Format) -> OomText {
         super::super::text::empty(f.kind, f.format)
+    }
+
+    #[test]
+    fn pytorchs_class_without_a_space_after_its_colon_is_still_read() {
+        // Synthetic: the class's words run on without the space TORCH_CLASS never required.
+        let t = parse_line("torch.OutOfMemoryError:Allocation on device ").unwrap();
+        assert_eq!(t.format, "torch-async");
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! Parsing what a program prints when it runs out of GPU memory: PyTorch's caching allocator (every format
-//! since 0.x, on CUDA and ROCm), CUDA runtime and driver errors, cuBLAS/cuDNN allocation failures, NCCL,
-//! JAX/XLA (and its BFC and async allocators), TensorFlow, CuPy and PaddlePaddle; the inference engines'
-//! texts are in [`engines`](super::engines). A message may span lines (a logger broke it, a terminal
+//! Parsing what a program prints when it runs out of GPU memory. The wordings are the rows of
+//! [`formats`](super::formats), read by one engine; this module opens a text with them and reads what the
+//! lines after it add (PyTorch's clauses, XLA's and TensorFlow's devices and totals; the inference
+//! engines' in [`engines`](super::engines)). A message may span lines (a logger broke it, a terminal
 //! wrapped it in the middle of a number): [`parse_line`] opens it, [`refine`] reads it again each time a
 //! following line is joined on. A field that is not in the text stays `None` and the parse is marked
 //! incomplete: a truncated or garbled text never yields a made-up number. Host memory that CUDA failed to

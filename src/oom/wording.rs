@@ -253,7 +253,10 @@ pub struct Format {
     pub needles: &'static [&'static str],
     /// None of these may be on the line (they mark another device's memory, or no failure).
     pub unless: &'static [&'static str],
-    /// The wording, `{field:unit}` where it gives a figure.
+    /// The wording, `{field:unit}` where it gives a figure. Groups the engine reads by name: `exception`
+    /// (the class the message was raised as), `class` (the class the message names itself, taken when
+    /// none precedes it), `at`/`at2` (where the message starts, when the match starts before it); a
+    /// row's [`Then`] may read any other.
     pub pattern: &'static str,
     /// A second pattern that must also be on the line (it may give figures too).
     pub requires: Option<&'static str>,
@@ -464,6 +467,33 @@ fn quoted_in_source(line: &str, at: usize) -> bool {
     line[..at].ends_with("(\"") && line[..at].contains("raise ")
 }
 
+/// Where the message starts on `line` and the exception it was raised as: the pattern's `exception`,
+/// else the class printed before the message (when the row looks for one), else the `class` it names.
+fn started(mut t: OomText, found: &Found, look_back: bool, line: &str) -> Opened {
+    let at = ["at", "at2"]
+        .iter()
+        .find_map(|g| found.caps.name(g))
+        .map_or(found.start(), |m| m.start());
+    let mut opened = match (found.caps.name("exception"), look_back) {
+        (Some(e), _) => {
+            t.exception = Some(e.as_str().to_string());
+            Opened {
+                text: t,
+                start: at.min(e.start()),
+            }
+        }
+        (None, true) => with_exception(t, line, at),
+        (None, false) => Opened { text: t, start: at },
+    };
+    if let Some(class) = found.caps.name("class")
+        && opened.text.exception.is_none()
+    {
+        opened.text.exception = Some(class.as_str().to_string());
+        opened.start = class.start();
+    }
+    opened
+}
+
 /// Reads `line` with row `f` (compiled as `c`), if its words are there.
 pub(super) fn read(f: &Format, c: &Compiled, line: &str) -> Option<Opened> {
     if !f.needles.iter().any(|n| line.contains(n)) || f.unless.iter().any(|n| line.contains(n)) {
@@ -493,27 +523,7 @@ pub(super) fn read(f: &Format, c: &Compiled, line: &str) -> Option<Opened> {
     for more in required.into_iter().chain(helpers) {
         more.fill(&mut t, false);
     }
-    let at = ["at", "at2"]
-        .iter()
-        .find_map(|g| found.caps.name(g))
-        .map_or(found.start(), |m| m.start());
-    let mut opened = match (found.caps.name("exception"), f.exception) {
-        (Some(e), _) => {
-            t.exception = Some(e.as_str().to_string());
-            Opened {
-                text: t,
-                start: at.min(e.start()),
-            }
-        }
-        (None, true) => with_exception(t, line, at),
-        (None, false) => Opened { text: t, start: at },
-    };
-    if let Some(class) = found.caps.name("class")
-        && opened.text.exception.is_none()
-    {
-        opened.text.exception = Some(class.as_str().to_string());
-        opened.start = class.start();
-    }
+    let mut opened = started(t, &found, f.exception, line);
     opened.text.complete = f.complete.iter().all(|field| field.is_set(&opened.text));
     if let Some(then) = f.then {
         then(&mut opened, &found, line)?;
