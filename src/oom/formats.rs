@@ -797,6 +797,38 @@ mod tests {
     }
 
     #[test]
+    fn a_rows_needles_never_hide_a_line_its_pattern_reads_in_any_fixture() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/oom");
+        let mut lines = 0;
+        for dir in ["real", "cases", "h200"] {
+            for e in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = e.unwrap().path();
+                if !path
+                    .extension()
+                    .is_some_and(|x| x == "txt" || x == "stderr")
+                {
+                    continue;
+                }
+                let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+                for line in text.lines() {
+                    lines += 1;
+                    for (f, c) in FORMATS.iter().zip(COMPILED.iter()) {
+                        if c.matches(f, line) {
+                            assert!(
+                                f.needles.iter().any(|n| line.contains(n)),
+                                "{}: row {} reads {line:?} but its needles hide it",
+                                path.display(),
+                                f.id
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(lines > 500, "{lines} lines");
+    }
+
+    #[test]
     fn pytorchs_class_without_a_space_after_its_colon_is_still_read() {
         // Synthetic: the class's words run on without the space TORCH_CLASS never required.
         let t = parse_line("torch.OutOfMemoryError:Allocation on device ").unwrap();

@@ -452,6 +452,15 @@ impl Compiled {
         }
     }
 
+    /// Whether row `f`'s words are on `line`, its needles aside: its pattern and what it requires, and
+    /// none of the words it must not have.
+    #[cfg(test)]
+    pub(super) fn matches(&self, f: &Format, line: &str) -> bool {
+        self.pattern.re.is_match(line)
+            && self.requires.as_ref().is_none_or(|r| r.re.is_match(line))
+            && !f.unless.iter().any(|n| line.contains(n))
+    }
+
     /// The row's own pattern found in `text`.
     pub(super) fn find<'a>(&'a self, text: &'a str) -> Option<Found<'a>> {
         Some(Found {
