@@ -9,6 +9,7 @@ pub mod host;
 pub mod parse;
 pub mod scan;
 pub mod text;
+mod then;
 pub mod wording;
 
 use crate::supervise::ProcessEnd;
