@@ -4,10 +4,13 @@
 
 pub mod cause;
 pub mod engines;
+pub mod formats;
 pub mod host;
 pub mod parse;
 pub mod scan;
 pub mod text;
+mod then;
+pub mod wording;
 
 use crate::supervise::ProcessEnd;
 use crate::timeline::Micros;
