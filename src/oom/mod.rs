@@ -6,6 +6,7 @@ pub mod cause;
 pub mod engines;
 pub mod host;
 pub mod parse;
+pub mod program;
 pub mod scan;
 pub mod text;
 
