@@ -768,7 +768,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "process.job_gpu_start_bytes",
         "int",
-        "what it held there at the run's start (gpudoc's first look at the GPU's processes; 0: it was not there yet), -1 if unknown",
+        "what it held there at the run's start: at gpudoc's first look at the GPU's processes, a process first read within 0.1 s of it counted as there (the one definition, timeline::Timeline::at_first_look, which the OOM's window reads too); 0: it was not there yet, -1 if unknown",
     ),
     (
         "process.job_gpu_high_from_s",
