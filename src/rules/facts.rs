@@ -132,7 +132,7 @@ pub struct GpuFacts {
     pub lost: bool,
     pub torch: bool,
     pub torch_phases: i64,
-    pub peak_phase: String,
+    pub peak_stretch: String,
     pub peak_since_last_step_s: f64,
     pub growth_bytes: i64,
     pub growth_rate_bytes_per_s: f64,
@@ -650,7 +650,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "a PyTorch process reported from this GPU",
     ),
     (
-        "gpu.peak_phase",
+        "gpu.peak_stretch",
         "string",
         "when the job's peak on it fell among the optimizer steps' records: before_steps, steps, after_steps (a time, not what ran then: see oom.phase); empty without the framework view",
     ),
@@ -1298,7 +1298,7 @@ fn when_facts(
     f: &mut GpuFacts,
 ) {
     let w = super::when::gpu(steps, g, r.oom.as_ref());
-    (f.peak_phase, _, f.peak_since_last_step_s) = w.peak;
+    (f.peak_stretch, _, f.peak_since_last_step_s) = w.peak;
     let torch: Vec<_> = r
         .torch
         .processes
