@@ -200,10 +200,10 @@ TRACED = [False]
 # forward calls that preceded one backward], and the outermost module the forward clock found (a weak
 # reference).
 AUTOGRAD = [0, 0, 0, False, 0]
-# How many backwards each count of forward calls preceded ({calls: backwards}, a few keys): the count most
-# backwards had is what one step calls its model, which calls no backward followed (a validation every
+# How many backwards each count of forward calls preceded (index: the calls, 16 for 16 or more): the count
+# most backwards had is what one step calls its model, which calls no backward followed (a validation every
 # few steps) do not change, as they change the most (see _activity).
-PER_BACKWARD = {}
+PER_BACKWARD = [0] * 17
 MODEL = [None]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
 # traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
@@ -1128,9 +1128,7 @@ def _make(_real):
         AUTOGRAD[0] += 1
         AUTOGRAD[1] += 1
         AUTOGRAD[4] = max(AUTOGRAD[4], FWD[0] - AUTOGRAD[2])
-        _n = FWD[0] - AUTOGRAD[2]
-        if _n in PER_BACKWARD or len(PER_BACKWARD) < 16:
-            PER_BACKWARD[_n] = PER_BACKWARD.get(_n, 0) + 1
+        PER_BACKWARD[min(FWD[0] - AUTOGRAD[2], 16)] += 1
         AUTOGRAD[2] = FWD[0]
         # A step that raised never ran its post-hook: a backward is a new step's.
         AUTOGRAD[3] = False
@@ -1268,10 +1266,9 @@ def _activity():
 def _calls_per_step():
     """The count of forward calls that most backwards had before them (the larger on a tie: a step that
     calls its model twice and once in turn is counted at its most), 0 before the first backward."""
-    counts = dict(PER_BACKWARD)
-    if not counts:
+    if not any(PER_BACKWARD):
         return 0
-    return max(counts, key=lambda n: (counts[n], n))
+    return max(range(len(PER_BACKWARD)), key=lambda n: (PER_BACKWARD[n], n))
 
 
 def _on_exit():
