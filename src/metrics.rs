@@ -297,17 +297,19 @@ impl View {
                 .map(|d| (d.rule.clone(), d.severity.name().into(), d.subject.clone()))
                 .collect(),
             seen: BTreeMap::new(),
+            // A part told live stays known once another diagnosis tells its story.
             known: r
                 .diagnoses
                 .iter()
-                .filter_map(|d| {
-                    let at = d.known_at_s?;
-                    Some((
-                        d.rule.clone(),
-                        d.severity.name().into(),
-                        d.subject.clone(),
-                        at,
-                    ))
+                .flat_map(|d| {
+                    let parts = d
+                        .parts
+                        .iter()
+                        .map(|p| (&p.rule, p.severity, &p.subject, p.known_at_s));
+                    std::iter::once((&d.rule, d.severity, &d.subject, d.known_at_s)).chain(parts)
+                })
+                .filter_map(|(rule, severity, subject, at)| {
+                    Some((rule.clone(), severity.name().into(), subject.clone(), at?))
                 })
                 .collect(),
             full_in: full_in(r),

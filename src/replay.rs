@@ -312,8 +312,8 @@ type OpenInstant = (Option<Micros>, BTreeMap<u32, u64>, Series);
 impl JobSums {
     fn add(&mut self, gpu: u32, at: Micros, pid: u32, used: u64, in_job: bool) {
         let (when, held, sums) = self.open.entry(gpu).or_default();
-        // The series starts at the first instant, as the sampler's does: its first point is taken for
-        // gpudoc's first look at the GPU's processes (what was there then was there before the job).
+        // The series starts at the first instant, as the sampler's does: its first point is gpudoc's first
+        // look at the GPU's processes (Timeline::first_look; what was there then was there before the job).
         // These traces have rows only for processes listed, so where none was at the first look, the
         // first that came is taken for one already there: it errs toward saying nothing.
         if *when != Some(at) {

@@ -209,15 +209,28 @@ pub struct Timeline {
     pub heap_bytes: usize,
 }
 
+/// How late after gpudoc's first look at a GPU's processes a process may be first seen and still count as
+/// there at that look: processes are read at 100 Hz, and no job allocates GPU memory this soon.
+pub const FIRST_LOOK_SLACK: Micros = 100_000;
+
 impl Timeline {
-    /// gpudoc's first look at GPU `gpu`'s processes: a process first seen there then (or within a
-    /// sampling period of it) was already there when the job started.
-    pub fn first_listing(&self, gpu: u32) -> Option<Micros> {
+    /// gpudoc's first look at GPU `gpu`'s processes: when they were first listed, the first point of the
+    /// job's series (made at that listing by the sampler, and by a replay from its trace's first
+    /// instant). The one definition: [`Timeline::at_first_look`] reads a process against it.
+    pub fn first_look(&self, gpu: u32) -> Option<Micros> {
         self.gpus
             .iter()
             .find(|g| g.info.index == gpu)?
             .job
             .first_at()
+    }
+
+    /// What `p` held at gpudoc's first look at its GPU's processes, when it was there then: its first
+    /// reading came at the look or within [`FIRST_LOOK_SLACK`] of it (so it was there when the job
+    /// started). `None` when it came later, or without a look.
+    pub fn at_first_look(&self, p: &ProcTimeline) -> Option<u64> {
+        let (look, seen) = (self.first_look(p.gpu)?, p.used.first_at()?);
+        (seen <= look + FIRST_LOOK_SLACK).then(|| p.used.first().unwrap_or(0))
     }
 
     /// The GPU with NVML index `index`.

@@ -429,13 +429,13 @@ fn h200(name: &str) -> (Value, String, Value, String) {
     )
 }
 
-/// When `rule` was first known, in a report or told.json.
+/// When `rule` was first known, in a report or told.json: a diagnosis, or a part of another's story.
 fn known_at(r: &Value, rule: &str) -> Option<f64> {
-    r["diagnoses"]
-        .as_array()?
+    let diagnoses = r["diagnoses"].as_array()?;
+    let parts = diagnoses
         .iter()
-        .find(|d| d["rule"] == rule)?["known_at_s"]
-        .as_f64()
+        .flat_map(|d| d["parts"].as_array().into_iter().flatten());
+    diagnoses.iter().chain(parts).find(|d| d["rule"] == rule)?["known_at_s"].as_f64()
 }
 
 #[test]
@@ -486,12 +486,26 @@ fn the_h200_leak_replays_to_the_forecast_it_told_early_and_within_15_percent_of_
             "full at {full}, OOM at {oom}"
         );
     }
-    // near-capacity, the other live rule that held, at the run's look or the one before.
+    // near-capacity, the other live rule that held, at the run's look or the one before: told during
+    // the run, it is the OOM's story at the end, said under the OOM's diagnosis and not again on its own.
     let (run, replay) = (
         known_at(&told, "near-capacity").unwrap(),
         known_at(&again, "near-capacity").unwrap(),
     );
     assert!(replay <= run && run - replay < 2.0, "{run} vs {replay}");
+    assert!(
+        common::diagnosis(&again, "near-capacity").is_none(),
+        "{again:#}"
+    );
+    let oom = common::diagnosis(&again, "oom-near-capacity").unwrap();
+    assert_eq!(oom["parts"][0]["rule"], "near-capacity", "{oom:#}");
+    assert!(
+        summary.contains(&format!(
+            "told at {}, during the run: GPU memory nearly full [near-capacity]; this is how that ended",
+            gpudoc::units::fmt_secs(replay)
+        )),
+        "{summary}"
+    );
 }
 
 #[test]

@@ -889,3 +889,54 @@ fn a_real_text_read_by_two_rows_is_read_by_the_one_that_narrows_the_other() {
         }
     }
 }
+
+/// What a training loop would do (a smaller batch found with `gpudoc fit`, checkpointing, an optimizer's
+/// state, mixed precision): never said to an inference server or engine.
+const TRAINING_WORDS: [&str; 6] = [
+    "gradient checkpointing",
+    "gpudoc fit",
+    "optimizer",
+    "mixed precision",
+    "gradient accumulation",
+    "data loaders",
+];
+
+/// Texts of inference engines get the engine's own settings, from what the OOM reader tells of the
+/// program that wrote them (`oom.engine`), never training advice (issue 43).
+#[test]
+fn inference_engines_get_their_own_settings_not_training_advice() {
+    let m = Machine::h200s(1);
+    let full = r#""$FAKEGPU" alloc --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#;
+    for (name, engine, setting) in [
+        (
+            "turbomind_memory_utils",
+            "turbomind",
+            "--cache-max-entry-count",
+        ),
+        (
+            "fastertransformer_multi_gpu_gpt",
+            "fastertransformer",
+            "max_batch_size",
+        ),
+    ] {
+        let (r, _) = run_real_text(&m, name, full);
+        assert_eq!(r["oom"]["cause"], "self_growth", "{name}: {}", r["oom"]);
+        assert_eq!(r["oom"]["format"], engine, "{name}");
+        let advice = advice_of(&r, "oom-near-capacity");
+        assert!(advice.contains(setting), "{name}: {advice}");
+        for w in TRAINING_WORDS {
+            assert!(!advice.contains(w), "{name}: {w}: {advice}");
+        }
+    }
+    // vLLM's start-up check: less was free than its share, so a larger share is the wrong way.
+    let (r, _) = run_real_text(&m, "vllm_startup_multiproc", "");
+    let advice = advice_of(&r, "oom-cap");
+    assert!(
+        advice.contains("lower --gpu-memory-utilization to the share that was free"),
+        "{advice}"
+    );
+    assert!(!advice.contains("larger share"), "{advice}");
+    for w in TRAINING_WORDS.iter().chain(&["a smaller batch"]) {
+        assert!(!advice.contains(w), "{w}: {advice}");
+    }
+}

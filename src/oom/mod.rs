@@ -7,6 +7,7 @@ pub mod engines;
 pub mod formats;
 pub mod host;
 pub mod parse;
+pub mod program;
 pub mod scan;
 pub mod text;
 mod then;
@@ -67,22 +68,16 @@ pub struct Before {
     pub held_from_start: bool,
 }
 
-/// How late after gpudoc's first look at its GPU's processes a process may be first seen and still count as
-/// there from the start: processes are read at 100 Hz, and no job allocates GPU memory this soon.
-const FIRST_LOOK_US: Micros = 100_000;
-
-/// The memory a process held at the window's start `lo`, and whether it is its first reading at gpudoc's
-/// first look at its GPU's processes (the window starts before any reading of it, but it was there from
-/// the start).
+/// The memory a process held at the window's start `lo`, and whether that is what it held at gpudoc's
+/// first look at its GPU's processes ([`Timeline::at_first_look`]: the window starts before any reading
+/// of it, but it was there from the start).
 fn held_at(t: &Timeline, p: &crate::timeline::ProcTimeline, lo: Micros) -> (u64, bool) {
     if let Some(v) = p.used.value_at(lo) {
         return (v, false);
     }
-    match (p.used.first_at(), t.first_listing(p.gpu)) {
-        (Some(seen), Some(look)) if seen <= look + FIRST_LOOK_US => {
-            (p.used.first().unwrap_or(0), true)
-        }
-        _ => (0, false),
+    match t.at_first_look(p) {
+        Some(v) => (v, true),
+        None => (0, false),
     }
 }
 

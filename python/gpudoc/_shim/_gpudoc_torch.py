@@ -200,6 +200,10 @@ TRACED = [False]
 # forward calls that preceded one backward], and the outermost module the forward clock found (a weak
 # reference).
 AUTOGRAD = [0, 0, 0, False, 0]
+# How many backwards each count of forward calls preceded (index: the calls, 16 for 16 or more): the count
+# most backwards had is what one step calls its model, which calls no backward followed (a validation every
+# few steps) do not change, as they change the most (see _activity).
+PER_BACKWARD = [0] * 17
 MODEL = [None]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
 # traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
@@ -1135,6 +1139,7 @@ def _make(_real):
         AUTOGRAD[0] += 1
         AUTOGRAD[1] += 1
         AUTOGRAD[4] = max(AUTOGRAD[4], FWD[0] - AUTOGRAD[2])
+        PER_BACKWARD[min(FWD[0] - AUTOGRAD[2], 16)] += 1
         AUTOGRAD[2] = FWD[0]
         # A step that raised never ran its post-hook: a backward is a new step's.
         AUTOGRAD[3] = False
@@ -1242,13 +1247,14 @@ def _on_step_start(optimizer, args, kwargs):
 def _activity():
     """What the program was doing at an OOM, as JSON: grad mode and inference mode on the failing thread,
     a backward or an optimizer step running, the backward calls and optimizer steps so far, the forward
-    clock's calls while it counts (all, those since the last backward's start, and the most that ever
-    preceded one backward: a step may call its model more than once), and the outermost module's training
-    flag. What the shim cannot tell is null: the phase is read from this (src/rules/phase.rs)."""
+    clock's calls while it counts (all, those since the last backward's start, the most that ever
+    preceded one backward, and the count most backwards had: a step may call its model more than once),
+    and the outermost module's training flag. What the shim cannot tell is null: the phase is read from
+    this (src/rules/phase.rs)."""
     torch, watched = S.torch, S.backward_watched
     out = {"bw": AUTOGRAD[1] > 0 if watched else None, "bws": AUTOGRAD[0] if watched else None,
            "opt": AUTOGRAD[3] if S.step_watched else None, "steps": STEP[0],
-           "grad": None, "inf": None, "fwd": None, "fg": None, "fpb": None, "train": None}
+           "grad": None, "inf": None, "fwd": None, "fg": None, "fpb": None, "fps": None, "train": None}
     try:
         out["grad"] = bool(torch.is_grad_enabled())
         out["inf"] = bool(torch.is_inference_mode_enabled())
@@ -1259,6 +1265,7 @@ def _activity():
         if watched:
             out["fg"] = FWD[0] - AUTOGRAD[2]
             out["fpb"] = AUTOGRAD[4]
+            out["fps"] = _calls_per_step()
     try:
         model = MODEL[0]() if MODEL[0] is not None else None
         if model is not None:
@@ -1266,6 +1273,14 @@ def _activity():
     except Exception:
         pass
     return json.dumps(out, separators=(",", ":"))
+
+
+def _calls_per_step():
+    """The count of forward calls that most backwards had before them (the larger on a tie: a step that
+    calls its model twice and once in turn is counted at its most), 0 before the first backward."""
+    if not any(PER_BACKWARD):
+        return 0
+    return max(range(len(PER_BACKWARD)), key=lambda n: (PER_BACKWARD[n], n))
 
 
 def _on_exit():
