@@ -106,8 +106,11 @@ fn build(ev: Evidence) -> Report {
     })
 }
 
-/// What the end of a run adds to its trace (the trace's `end` row).
+/// What the end of a run adds to its trace (the trace's `end` row). A field a writer does not know is left
+/// out and read as its default (no exit, no signal, nothing left over): the notebook's trace of a moment
+/// (python/gpudoc/_report.py) writes only what a moment has.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 pub struct EndRow {
     /// The command's exit code, or `None` with `signal` when a signal ended it.
     pub code: Option<i32>,
@@ -144,6 +147,7 @@ pub struct EndRow {
 
 /// One GPU's numbers that only the end of a run has.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 pub struct GpuEnd {
     pub index: u32,
     /// Memory the driver sets aside (NVML v2 `reserved`).

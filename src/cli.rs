@@ -93,6 +93,11 @@ pub struct RunArgs {
     /// the command's).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write the report as JSON into the folder DIR (made if missing) under a name of its own: the job's
+    /// id, the host and the rank (`4242.0-node7-rank3.json`), never over another file. Give every node
+    /// of a job the same shared folder and `gpudoc report DIR` merges them (docs/cluster.md).
+    #[arg(long, value_name = "DIR", conflicts_with = "try_remedy")]
+    pub report_dir: Option<PathBuf>,
     /// Write the timeline as it is sampled: CSV, or JSON lines for a `.jsonl` name.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
@@ -358,7 +363,8 @@ pub struct ReportArgs {
     /// a folder of them, are one job's nodes, merged into one report.
     #[arg(required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
-    /// With one trace: the command's captured output (stderr), scanned for an out-of-memory report.
+    /// With one trace: the command's captured output (stderr), scanned for an out-of-memory report (`-`
+    /// for standard input).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Write TensorBoard event files of the run's memory into DIR (a `gpudoc` run in it).

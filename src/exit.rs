@@ -51,8 +51,8 @@ pub const TABLE: [(&str, &str, &str); 12] = [
     (
         "run",
         "125",
-        "gpudoc itself failed: a bad flag or value, an unwritable --json/--trace path, a broken rule file, a \
-         corrupt baseline, a --max-peak for a GPU that is not there (all before the command runs), an \
+        "gpudoc itself failed: a bad flag or value, an unwritable --json/--trace path or --report-dir \
+         folder, a broken rule file, a corrupt baseline, a --max-peak for a GPU that is not there (all before the command runs), an \
          internal error",
     ),
     (
@@ -76,7 +76,8 @@ pub const TABLE: [(&str, &str, &str); 12] = [
     (
         "others",
         "2",
-        "bad input: an unknown flag, an unreadable or corrupt file, a broken rule file",
+        "bad input: an unknown flag, an unreadable or corrupt file, a broken rule file, reports of more than \
+         one job given to `report` to merge",
     ),
 ];
 

@@ -55,6 +55,7 @@ pub fn one_job(parts: &[(&str, &Report)]) -> Result<(), NotOneJob> {
             }
         }
     }
+    twice_a_rank(parts)?;
     let one_step = a.origin.slurm.job_id.is_some() && a.origin.slurm.step_id.is_some();
     if one_step {
         return Ok(());
@@ -72,6 +73,26 @@ pub fn one_job(parts: &[(&str, &Report)]) -> Result<(), NotOneJob> {
         ));
     }
     overlap(parts)
+}
+
+/// No two runs of one rank of the launch: a second is another attempt of it (a restart, an earlier
+/// submission writing to the same `--report-dir`).
+fn twice_a_rank(parts: &[(&str, &Report)]) -> Result<(), NotOneJob> {
+    let mut seen: std::collections::BTreeMap<u64, &str> = Default::default();
+    for &(file, r) in parts {
+        let Some(rank) = r.origin.rank else { continue };
+        if let Some(first) = seen.insert(rank, file) {
+            return Err(NotOneJob {
+                first: first.into(),
+                other: file.into(),
+                what: format!(
+                    "both are rank {rank} of the launch, so one of them is another attempt of it (a restart, \
+                     an earlier run writing to the same folder)"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Whether the reports' PyTorch processes reported ranks of one world: each report some, no rank in two.
@@ -147,6 +168,8 @@ pub fn merge(mut reports: Vec<Report>) -> Result<Report, String> {
         hosts.join(", ")
     )];
     out.origin = common_origin(&reports);
+    out.notes
+        .extend(missing_ranks(&reports, out.origin.world_size));
     let mut first_oom: Option<(f64, crate::oom::OomReport)> = None;
     for (r, host) in reports.iter().zip(&hosts) {
         let shift = r.started_unix_s - start;
@@ -219,7 +242,33 @@ fn common_origin(reports: &[Report]) -> crate::origin::Origin {
         },
         cuda_visible_devices: None,
         launch: all(&|o| o.launch.clone()),
+        rank: None,
+        world_size: first
+            .world_size
+            .filter(|&n| reports.iter().all(|r| r.origin.world_size == Some(n))),
     }
+}
+
+/// The ranks of a launch of `world_size` tasks that no report is of, in words: a node that wrote none (it
+/// was lost, or its report went elsewhere).
+fn missing_ranks(reports: &[Report], world_size: Option<u64>) -> Option<String> {
+    let n = world_size?;
+    let have: std::collections::BTreeSet<u64> =
+        reports.iter().filter_map(|r| r.origin.rank).collect();
+    if have.is_empty() {
+        return None;
+    }
+    let missing: Vec<String> = (0..n)
+        .filter(|k| !have.contains(k))
+        .map(|k| k.to_string())
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "the reports of {} of the launch's {n} ranks: none of rank {}",
+            have.len(),
+            missing.join(", ")
+        )
+    })
 }
 
 fn shifted(t: f64, shift: f64) -> f64 {
@@ -376,6 +425,38 @@ mod tests {
             merge(vec![a, b]).unwrap().origin.launch.as_deref(),
             Some("TORCHELASTIC_RUN_ID=5")
         );
+    }
+
+    #[test]
+    fn a_rank_twice_is_another_attempt_and_a_rank_missing_is_said() {
+        let mut parts: Vec<Report> = (0..3)
+            .map(|k| {
+                let mut r = report(&format!("node-{k}"), 100.0 + k as f64);
+                r.origin.slurm.job_id = Some("77".into());
+                r.origin.slurm.step_id = Some("0".into());
+                r.origin.rank = Some(k);
+                r.origin.world_size = Some(4);
+                r
+            })
+            .collect();
+        let files = ["r0.json", "r1.json", "r2.json"];
+        fn pairs<'a>(files: &[&'a str], p: &'a [Report]) -> Vec<(&'a str, &'a Report)> {
+            files.iter().copied().zip(p).collect()
+        }
+        assert_eq!(one_job(&pairs(&files, &parts)), Ok(()));
+        let m = merge(parts.clone()).unwrap();
+        assert_eq!(m.origin.world_size, Some(4));
+        assert!(
+            m.notes
+                .contains(&"the reports of 3 of the launch's 4 ranks: none of rank 3".to_string()),
+            "{:?}",
+            m.notes
+        );
+        // Even within one Slurm step, which otherwise says they are one launch.
+        parts[2].origin.rank = Some(1);
+        let e = one_job(&pairs(&files, &parts)).unwrap_err();
+        assert_eq!((e.first.as_str(), e.other.as_str()), ("r1.json", "r2.json"));
+        assert!(e.what.starts_with("both are rank 1 of the launch"), "{e}");
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub struct View {
     pub host: String,
     /// `--name`: the job's name, a label on every sample.
     pub job: Option<String>,
+    /// The job's id ([`crate::origin::Origin::job_id`]), the same on each of its nodes: a label on every
+    /// sample (run only), so a query can take all the ranks of one job together.
+    pub job_id: Option<String>,
     pub gpus: Vec<GpuView>,
     pub procs: Vec<ProcView>,
     pub torch: Vec<TorchView>,
@@ -71,6 +74,130 @@ pub struct TorchView {
     pub ooms: u64,
 }
 
+/// A metric family gpudoc exports: its name, type and help text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    pub name: &'static str,
+    /// `gauge` or `counter`.
+    pub kind: &'static str,
+    pub help: &'static str,
+}
+
+pub const GPU_MEMORY_USED: Metric = Metric {
+    name: "gpudoc_gpu_memory_used_bytes",
+    kind: "gauge",
+    help: "Device memory in use, as nvidia-smi shows it (NVML v2 used).",
+};
+pub const GPU_MEMORY_TOTAL: Metric = Metric {
+    name: "gpudoc_gpu_memory_total_bytes",
+    kind: "gauge",
+    help: "Device memory in all.",
+};
+pub const JOB_MEMORY: Metric = Metric {
+    name: "gpudoc_job_memory_bytes",
+    kind: "gauge",
+    help: "GPU memory of the job's processes, summed per GPU.",
+};
+pub const PROCESS_MEMORY: Metric = Metric {
+    name: "gpudoc_process_memory_bytes",
+    kind: "gauge",
+    help: "GPU memory a process holds on a GPU (NVML).",
+};
+pub const TORCH_ALLOCATED: Metric = Metric {
+    name: "gpudoc_torch_allocated_bytes",
+    kind: "gauge",
+    help: "PyTorch's live tensors (memory_allocated).",
+};
+pub const TORCH_RESERVED: Metric = Metric {
+    name: "gpudoc_torch_reserved_bytes",
+    kind: "gauge",
+    help: "PyTorch's caching allocator in all (memory_reserved).",
+};
+pub const TORCH_STEP_PEAK_ALLOCATED: Metric = Metric {
+    name: "gpudoc_torch_step_peak_allocated_bytes",
+    kind: "gauge",
+    help: "Peak of live tensors over the last recorded optimizer step(s).",
+};
+pub const TORCH_STEP_PEAK_RESERVED: Metric = Metric {
+    name: "gpudoc_torch_step_peak_reserved_bytes",
+    kind: "gauge",
+    help: "Peak reserved memory over the last recorded optimizer step(s).",
+};
+pub const TORCH_STEPS: Metric = Metric {
+    name: "gpudoc_torch_steps_total",
+    kind: "counter",
+    help: "Optimizer steps seen.",
+};
+pub const TORCH_ALLOC_RETRIES: Metric = Metric {
+    name: "gpudoc_torch_alloc_retries_total",
+    kind: "counter",
+    help: "Times the allocator freed its cache and retried a failed cudaMalloc.",
+};
+pub const TORCH_OOMS: Metric = Metric {
+    name: "gpudoc_torch_ooms_total",
+    kind: "counter",
+    help: "Out-of-memory errors the allocator raised.",
+};
+pub const OOM_REPORTS: Metric = Metric {
+    name: "gpudoc_oom_reports_total",
+    kind: "counter",
+    help: "Out-of-memory reports read from the job's output.",
+};
+pub const DIAGNOSES: Metric = Metric {
+    name: "gpudoc_diagnoses_total",
+    kind: "counter",
+    help: "Diagnoses that began to hold, by rule and severity.",
+};
+pub const DIAGNOSIS_ACTIVE: Metric = Metric {
+    name: "gpudoc_diagnosis_active",
+    kind: "gauge",
+    help: "A diagnosis that holds now (1), by rule, severity and what it is about.",
+};
+pub const DIAGNOSIS_KNOWN: Metric = Metric {
+    name: "gpudoc_diagnosis_known_seconds",
+    kind: "gauge",
+    help: "When a diagnosis told during the run was first known, seconds into the run.",
+};
+pub const FORECAST_FULL: Metric = Metric {
+    name: "gpudoc_forecast_full_seconds",
+    kind: "gauge",
+    help: "Seconds until the GPU is full at the rate a diagnosis told during the run gives (the soonest).",
+};
+pub const SAMPLES: Metric = Metric {
+    name: "gpudoc_samples_total",
+    kind: "counter",
+    help: "NVML samples taken, by kind (device memory, process lists).",
+};
+pub const GPUS_LOST: Metric = Metric {
+    name: "gpudoc_gpus_lost",
+    kind: "gauge",
+    help: "GPUs that stopped answering NVML.",
+};
+
+/// Every family gpudoc exports, under `run` or `watch` (some only under one, or only when there is
+/// something to show): the list docs/metrics.md, the shipped dashboard and the alert rules are checked
+/// against.
+pub const ALL: [Metric; 18] = [
+    GPU_MEMORY_USED,
+    GPU_MEMORY_TOTAL,
+    JOB_MEMORY,
+    PROCESS_MEMORY,
+    TORCH_ALLOCATED,
+    TORCH_RESERVED,
+    TORCH_STEP_PEAK_ALLOCATED,
+    TORCH_STEP_PEAK_RESERVED,
+    TORCH_STEPS,
+    TORCH_ALLOC_RETRIES,
+    TORCH_OOMS,
+    OOM_REPORTS,
+    DIAGNOSES,
+    DIAGNOSIS_ACTIVE,
+    DIAGNOSIS_KNOWN,
+    FORECAST_FULL,
+    SAMPLES,
+    GPUS_LOST,
+];
+
 /// The exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -115,6 +242,7 @@ impl View {
         View {
             host: host.to_string(),
             job: job.map(str::to_string),
+            job_id: r.origin.job_id(),
             gpus: r
                 .gpus
                 .iter()
@@ -169,17 +297,19 @@ impl View {
                 .map(|d| (d.rule.clone(), d.severity.name().into(), d.subject.clone()))
                 .collect(),
             seen: BTreeMap::new(),
+            // A part told live stays known once another diagnosis tells its story.
             known: r
                 .diagnoses
                 .iter()
-                .filter_map(|d| {
-                    let at = d.known_at_s?;
-                    Some((
-                        d.rule.clone(),
-                        d.severity.name().into(),
-                        d.subject.clone(),
-                        at,
-                    ))
+                .flat_map(|d| {
+                    let parts = d
+                        .parts
+                        .iter()
+                        .map(|p| (&p.rule, p.severity, &p.subject, p.known_at_s));
+                    std::iter::once((&d.rule, d.severity, &d.subject, d.known_at_s)).chain(parts)
+                })
+                .filter_map(|(rule, severity, subject, at)| {
+                    Some((rule.clone(), severity.name().into(), subject.clone(), at?))
                 })
                 .collect(),
             full_in: full_in(r),
@@ -225,17 +355,17 @@ struct Family<'a> {
 }
 
 impl Family<'_> {
-    fn head(&mut self, name: &str, kind: &str, help: &str) {
+    fn head(&mut self, m: &Metric) {
         // OpenMetrics names a counter's family without its `_total`.
-        let family = match (self.format, kind) {
-            (Format::OpenMetrics, "counter") => name.trim_end_matches("_total"),
-            _ => name,
+        let family = match (self.format, m.kind) {
+            (Format::OpenMetrics, "counter") => m.name.trim_end_matches("_total"),
+            _ => m.name,
         };
-        let _ = writeln!(self.out, "# HELP {family} {help}");
-        let _ = writeln!(self.out, "# TYPE {family} {kind}");
+        let _ = writeln!(self.out, "# HELP {family} {}", m.help);
+        let _ = writeln!(self.out, "# TYPE {family} {}", m.kind);
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, String)], value: f64) {
+    fn sample(&mut self, m: &Metric, labels: &[(&str, String)], value: f64) {
         let mut all: Vec<(&str, &str)> =
             self.common.iter().map(|(k, v)| (*k, v.as_str())).collect();
         all.extend(labels.iter().map(|(k, v)| (*k, v.as_str())));
@@ -243,7 +373,13 @@ impl Family<'_> {
             .iter()
             .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
             .collect();
-        let _ = writeln!(self.out, "{name}{{{}}} {}", body.join(","), number(value));
+        let _ = writeln!(
+            self.out,
+            "{}{{{}}} {}",
+            m.name,
+            body.join(","),
+            number(value)
+        );
     }
 }
 
@@ -272,6 +408,9 @@ pub fn render(v: &View, format: Format) -> String {
     if let Some(j) = &v.job {
         common.push(("job_name", j.clone()));
     }
+    if let Some(id) = &v.job_id {
+        common.push(("job_id", id.clone()));
+    }
     let mut f = Family {
         out: &mut out,
         format,
@@ -284,31 +423,19 @@ pub fn render(v: &View, format: Format) -> String {
             ("name", g.name.clone()),
         ]
     };
-    f.head(
-        "gpudoc_gpu_memory_used_bytes",
-        "gauge",
-        "Device memory in use, as nvidia-smi shows it (NVML v2 used).",
-    );
+    f.head(&GPU_MEMORY_USED);
     for g in &v.gpus {
-        f.sample("gpudoc_gpu_memory_used_bytes", &gpu(g), g.used as f64);
+        f.sample(&GPU_MEMORY_USED, &gpu(g), g.used as f64);
     }
-    f.head(
-        "gpudoc_gpu_memory_total_bytes",
-        "gauge",
-        "Device memory in all.",
-    );
+    f.head(&GPU_MEMORY_TOTAL);
     for g in &v.gpus {
-        f.sample("gpudoc_gpu_memory_total_bytes", &gpu(g), g.total as f64);
+        f.sample(&GPU_MEMORY_TOTAL, &gpu(g), g.total as f64);
     }
     if v.gpus.iter().any(|g| g.job.is_some()) {
-        f.head(
-            "gpudoc_job_memory_bytes",
-            "gauge",
-            "GPU memory of the job's processes, summed per GPU.",
-        );
+        f.head(&JOB_MEMORY);
         for g in &v.gpus {
             if let Some(j) = g.job {
-                f.sample("gpudoc_job_memory_bytes", &gpu(g), j as f64);
+                f.sample(&JOB_MEMORY, &gpu(g), j as f64);
             }
         }
     }
@@ -322,11 +449,7 @@ pub fn render(v: &View, format: Format) -> String {
 }
 
 fn render_procs(f: &mut Family, v: &View) {
-    f.head(
-        "gpudoc_process_memory_bytes",
-        "gauge",
-        "GPU memory a process holds on a GPU (NVML).",
-    );
+    f.head(&PROCESS_MEMORY);
     for p in &v.procs {
         let mut l = vec![
             ("gpu", p.gpu.to_string()),
@@ -340,7 +463,7 @@ fn render_procs(f: &mut Family, v: &View) {
         if let Some(verdict) = &p.verdict {
             l.push(("verdict", verdict.clone()));
         }
-        f.sample("gpudoc_process_memory_bytes", &l, p.bytes as f64);
+        f.sample(&PROCESS_MEMORY, &l, p.bytes as f64);
     }
 }
 
@@ -354,55 +477,24 @@ fn render_torch(f: &mut Family, v: &View) {
         ]
     };
     type Get = fn(&TorchView) -> Option<f64>;
-    let families: [(&str, &str, &str, Get); 7] = [
-        (
-            "gpudoc_torch_allocated_bytes",
-            "gauge",
-            "PyTorch's live tensors (memory_allocated).",
-            |t| Some(t.allocated as f64),
-        ),
-        (
-            "gpudoc_torch_reserved_bytes",
-            "gauge",
-            "PyTorch's caching allocator in all (memory_reserved).",
-            |t| Some(t.reserved as f64),
-        ),
-        (
-            "gpudoc_torch_step_peak_allocated_bytes",
-            "gauge",
-            "Peak of live tensors over the last recorded optimizer step(s).",
-            |t| t.step_peak_allocated.map(|x| x as f64),
-        ),
-        (
-            "gpudoc_torch_step_peak_reserved_bytes",
-            "gauge",
-            "Peak reserved memory over the last recorded optimizer step(s).",
-            |t| t.step_peak_reserved.map(|x| x as f64),
-        ),
-        (
-            "gpudoc_torch_steps_total",
-            "counter",
-            "Optimizer steps seen.",
-            |t| Some(t.steps as f64),
-        ),
-        (
-            "gpudoc_torch_alloc_retries_total",
-            "counter",
-            "Times the allocator freed its cache and retried a failed cudaMalloc.",
-            |t| Some(t.alloc_retries as f64),
-        ),
-        (
-            "gpudoc_torch_ooms_total",
-            "counter",
-            "Out-of-memory errors the allocator raised.",
-            |t| Some(t.ooms as f64),
-        ),
+    let families: [(Metric, Get); 7] = [
+        (TORCH_ALLOCATED, |t| Some(t.allocated as f64)),
+        (TORCH_RESERVED, |t| Some(t.reserved as f64)),
+        (TORCH_STEP_PEAK_ALLOCATED, |t| {
+            t.step_peak_allocated.map(|x| x as f64)
+        }),
+        (TORCH_STEP_PEAK_RESERVED, |t| {
+            t.step_peak_reserved.map(|x| x as f64)
+        }),
+        (TORCH_STEPS, |t| Some(t.steps as f64)),
+        (TORCH_ALLOC_RETRIES, |t| Some(t.alloc_retries as f64)),
+        (TORCH_OOMS, |t| Some(t.ooms as f64)),
     ];
-    for (name, kind, help, get) in families {
-        f.head(name, kind, help);
+    for (m, get) in families {
+        f.head(&m);
         for t in &v.torch {
             if let Some(x) = get(t) {
-                f.sample(name, &label(t), x);
+                f.sample(&m, &label(t), x);
             }
         }
     }
@@ -410,85 +502,53 @@ fn render_torch(f: &mut Family, v: &View) {
 
 fn render_health(f: &mut Family, v: &View) {
     if let Some(n) = v.oom_reports {
-        f.head(
-            "gpudoc_oom_reports_total",
-            "counter",
-            "Out-of-memory reports read from the job's output.",
-        );
-        f.sample("gpudoc_oom_reports_total", &[], n as f64);
+        f.head(&OOM_REPORTS);
+        f.sample(&OOM_REPORTS, &[], n as f64);
     }
-    f.head(
-        "gpudoc_diagnoses_total",
-        "counter",
-        "Diagnoses that began to hold, by rule and severity.",
-    );
+    f.head(&DIAGNOSES);
     for ((rule, severity), n) in &v.seen {
         let l = [("rule", rule.clone()), ("severity", severity.clone())];
-        f.sample("gpudoc_diagnoses_total", &l, *n as f64);
+        f.sample(&DIAGNOSES, &l, *n as f64);
     }
-    f.head(
-        "gpudoc_diagnosis_active",
-        "gauge",
-        "A diagnosis that holds now (1), by rule, severity and what it is about.",
-    );
+    f.head(&DIAGNOSIS_ACTIVE);
     for (rule, severity, subject) in &v.active {
         let l = [
             ("rule", rule.clone()),
             ("severity", severity.clone()),
             ("subject", subject.clone()),
         ];
-        f.sample("gpudoc_diagnosis_active", &l, 1.0);
+        f.sample(&DIAGNOSIS_ACTIVE, &l, 1.0);
     }
     render_live(f, v);
-    f.head(
-        "gpudoc_samples_total",
-        "counter",
-        "NVML samples taken, by kind (device memory, process lists).",
-    );
+    f.head(&SAMPLES);
     f.sample(
-        "gpudoc_samples_total",
+        &SAMPLES,
         &[("kind", "device".into())],
         v.device_samples as f64,
     );
     f.sample(
-        "gpudoc_samples_total",
+        &SAMPLES,
         &[("kind", "process".into())],
         v.process_samples as f64,
     );
-    f.head(
-        "gpudoc_gpus_lost",
-        "gauge",
-        "GPUs that stopped answering NVML.",
-    );
-    f.sample("gpudoc_gpus_lost", &[], v.gpus_lost as f64);
+    f.head(&GPUS_LOST);
+    f.sample(&GPUS_LOST, &[], v.gpus_lost as f64);
 }
 
 /// What the live verdicts told: each diagnosis' moment, each GPU's forecast.
 fn render_live(f: &mut Family, v: &View) {
-    f.head(
-        "gpudoc_diagnosis_known_seconds",
-        "gauge",
-        "When a diagnosis told during the run was first known, seconds into the run.",
-    );
+    f.head(&DIAGNOSIS_KNOWN);
     for (rule, severity, subject, at) in &v.known {
         let l = [
             ("rule", rule.clone()),
             ("severity", severity.clone()),
             ("subject", subject.clone()),
         ];
-        f.sample("gpudoc_diagnosis_known_seconds", &l, *at);
+        f.sample(&DIAGNOSIS_KNOWN, &l, *at);
     }
-    f.head(
-        "gpudoc_forecast_full_seconds",
-        "gauge",
-        "Seconds until the GPU is full at the rate a diagnosis told during the run gives (the soonest).",
-    );
+    f.head(&FORECAST_FULL);
     for (gpu, left) in &v.full_in {
-        f.sample(
-            "gpudoc_forecast_full_seconds",
-            &[("gpu", gpu.to_string())],
-            left.round(),
-        );
+        f.sample(&FORECAST_FULL, &[("gpu", gpu.to_string())], left.round());
     }
 }
 
@@ -535,6 +595,29 @@ mod tests {
         assert!(t.contains("# TYPE gpudoc_diagnoses_total counter\n"));
         assert!(t.contains("rule=\"near-capacity\",severity=\"warn\"} 1\n"));
         assert!(!t.contains("# EOF"));
+    }
+
+    #[test]
+    fn all_names_every_family_a_full_view_shows() {
+        let mut v = view();
+        v.job_id = Some("4242.0".into());
+        v.torch = vec![TorchView {
+            step_peak_allocated: Some(1),
+            step_peak_reserved: Some(1),
+            ..Default::default()
+        }];
+        let t = render(&v, Format::Prometheus);
+        let shown: Vec<&str> = t
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        let all: Vec<&str> = ALL.iter().map(|m| m.name).collect();
+        assert_eq!(shown, all);
+        // The job's id is on every sample, beside the host.
+        assert!(t.contains(
+            "gpudoc_gpus_lost{host=\"node-1\",job_name=\"llama \\\"7b\\\"\",job_id=\"4242.0\"} 0\n"
+        ));
     }
 
     #[test]

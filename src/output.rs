@@ -266,22 +266,66 @@ fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
         .tempfile_in(folder_of(path))?;
-    if let Ok(m) = fs::metadata(path) {
-        tmp.as_file()
-            .set_permissions(fs::Permissions::from_mode(m.permissions().mode()))?;
-    } else {
-        // A new file gets the usual mode (0666 less the umask), not the temporary file's 0600.
-        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
-        nix::sys::stat::umask(umask);
-        let mode = 0o666 & !umask.bits();
-        tmp.as_file()
-            .set_permissions(fs::Permissions::from_mode(mode))?;
-    }
+    let mode = match fs::metadata(path) {
+        Ok(m) => m.permissions().mode(),
+        Err(_) => new_file_mode(),
+    };
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(mode))?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     // On failure the temporary file is removed with `tmp`.
     tmp.persist(path).map(drop).map_err(|e| e.error)
 }
+
+/// The mode a new file gets (0666 less the umask), not a temporary file's 0600.
+fn new_file_mode() -> u32 {
+    let umask = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+    nix::sys::stat::umask(umask);
+    0o666 & !umask.bits()
+}
+
+/// Makes the folder `dir` if it is missing and checks that it takes a new file, leaving nothing behind.
+pub fn check_folder(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    tempfile::Builder::new()
+        .prefix(".gpudoc-check.")
+        .tempfile_in(dir)
+        .map(drop)
+}
+
+/// Writes `bytes` as a new file in the folder `dir` named `STEM.EXT`, or `STEM-2.EXT`, `STEM-3.EXT`, ...
+/// (the first name nothing holds): whole (a hidden temporary file, then moved to the name, which fails
+/// rather than replace a file), so runs writing into one shared folder at once never lose each other's,
+/// and a reader never sees half a file under the name. The path written.
+pub fn write_new(dir: &Path, stem: &str, ext: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{stem}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(new_file_mode()))?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    for n in 1..=MAX_SAME_NAME {
+        let path = dir.join(match n {
+            1 => format!("{stem}.{ext}"),
+            n => format!("{stem}-{n}.{ext}"),
+        });
+        match tmp.persist_noclobber(&path) {
+            Ok(_) => return Ok(path),
+            Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => tmp = e.file,
+            Err(e) => return Err(e.error),
+        }
+    }
+    Err(io::Error::other(format!(
+        "{} files named {stem}-N.{ext} already",
+        MAX_SAME_NAME
+    )))
+}
+
+/// The most [`write_new`] numbers one name.
+const MAX_SAME_NAME: u32 = 10_000;
 
 /// Rewrites an existing file in place: the new bytes over the old, then cut to their length.
 fn in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -545,6 +589,18 @@ fn take_now(fd: BorrowedFd, bytes: &[u8]) -> io::Result<usize> {
 mod tests {
     use super::*;
     use std::os::unix::fs::FileTypeExt;
+
+    #[test]
+    fn a_new_file_never_replaces_one_and_leaves_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = write_new(dir.path(), "77.0-node-rank1", "json", b"one").unwrap();
+        let second = write_new(dir.path(), "77.0-node-rank1", "json", b"two").unwrap();
+        assert_eq!(first, dir.path().join("77.0-node-rank1.json"));
+        assert_eq!(second, dir.path().join("77.0-node-rank1-2.json"));
+        assert_eq!(fs::read(&first).unwrap(), b"one");
+        assert_eq!(fs::read(&second).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
 
     #[test]
     fn a_regular_file_is_replaced_whole_keeping_its_mode() {

@@ -176,6 +176,18 @@ fn key_of(line: &str) -> Option<(String, &str)> {
     Some((key, rest))
 }
 
+/// The command's captured output, from a file or (`-`) standard input, and how to name where it came from.
+fn read_output(out: &Path) -> Result<(Vec<u8>, String), String> {
+    if out == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+            .map_err(|e| format!("standard input: {e}"))?;
+        return Ok((bytes, "standard input".to_string()));
+    }
+    let bytes = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok((bytes, out.display().to_string()))
+}
+
 fn from_trace(
     file: &Path,
     output: Option<&Path>,
@@ -187,12 +199,12 @@ fn from_trace(
     let mut notes = Vec::new();
     let scanner = match (output, &end) {
         (Some(out), _) => {
-            let bytes = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()))?;
+            let (bytes, from) = read_output(out)?;
             let at = (oom::replay_time(&trace.timeline) * 1e6) as u64;
             let mut s = Scanner::new();
             s.feed(Stream::Stderr, &bytes, at);
             s.finish(at);
-            notes.push(format!("OOM text read from {}", out.display()));
+            notes.push(format!("OOM text read from {from}"));
             s
         }
         (None, Some(e)) => e.scanner(),
@@ -300,8 +312,8 @@ type OpenInstant = (Option<Micros>, BTreeMap<u32, u64>, Series);
 impl JobSums {
     fn add(&mut self, gpu: u32, at: Micros, pid: u32, used: u64, in_job: bool) {
         let (when, held, sums) = self.open.entry(gpu).or_default();
-        // The series starts at the first instant, as the sampler's does: its first point is taken for
-        // gpudoc's first look at the GPU's processes (what was there then was there before the job).
+        // The series starts at the first instant, as the sampler's does: its first point is gpudoc's first
+        // look at the GPU's processes (Timeline::first_look; what was there then was there before the job).
         // These traces have rows only for processes listed, so where none was at the first look, the
         // first that came is taken for one already there: it errs toward saying nothing.
         if *when != Some(at) {
@@ -626,6 +638,26 @@ mod tests {
             "{}",
             typed(&r).unwrap_err()
         );
+    }
+
+    #[test]
+    fn an_end_row_without_what_its_writer_cannot_know_reads_it_as_absent() {
+        // The notebook's trace of a moment (python/gpudoc/_report.py): no exit, no signal, no leftovers.
+        let row: ReadRow = serde_json::from_str(
+            r#"{"kind":"end","end":{"duration_s":1.5,"torch_enabled":true,"device_samples":1,
+                "gpus":[{"index":0,"driver_reserved_bytes":644874240}]}}"#,
+        )
+        .unwrap();
+        let Row::End { end } = row else {
+            panic!("an end row")
+        };
+        assert_eq!(
+            (end.code, end.signal, end.duration_s, end.torch_enabled),
+            (None, None, 1.5, true)
+        );
+        assert_eq!(end.gpus[0].driver_reserved_bytes, 644874240);
+        assert!(end.gpus[0].unsupported.is_empty() && end.leftovers.is_empty());
+        assert!(end.oom_events.is_empty() && end.nvml.is_none() && !end.escalated);
     }
 
     #[test]

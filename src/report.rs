@@ -337,7 +337,13 @@ impl Report {
             processes: t
                 .procs
                 .values()
-                .map(|p| process_report(p, t.first_listing(p.gpu), end))
+                .map(|p| {
+                    process_report(
+                        p,
+                        t.first_look(p.gpu).map(|_| t.at_first_look(p).unwrap_or(0)),
+                        end,
+                    )
+                })
                 .collect(),
             oom: i.oom,
             torch: i.torch,
@@ -434,10 +440,9 @@ fn gpu_report(g: &GpuTimeline, end: Micros) -> GpuReport {
     }
 }
 
-/// `p` over the run; `first_look`: when its GPU's processes were first listed; `end`: the run's end (or
-/// now).
-fn process_report(p: &ProcTimeline, first_look: Option<Micros>, end: Micros) -> ProcessReport {
-    let start = first_look.map(|at| p.used.value_at(at).unwrap_or(0));
+/// `p` over the run; `start`: what it held at gpudoc's first look at its GPU's processes (0: it was not
+/// there yet; `None`: no look, [`Timeline::at_first_look`]); `end`: the run's end (or now).
+fn process_report(p: &ProcTimeline, start: Option<u64>, end: Micros) -> ProcessReport {
     let high = start.map(|s| high(&p.used, s, end));
     ProcessReport {
         host: None,
@@ -605,6 +610,34 @@ mod tests {
         assert_eq!((other.pid, other.peak_bytes), (20, 3 * GIB));
         // The job's slices of the run never miss its peak.
         assert_eq!(g.job_timeline.iter().map(|p| p.1).max(), Some(6 * GIB));
+    }
+
+    #[test]
+    fn a_process_listed_just_after_the_first_look_was_there_at_the_start_as_the_oom_reader_says() {
+        // Another user's 3 GiB, first read 50 ms after gpudoc's first look at the GPU's processes (they
+        // are read one by one): there at the start, for the report as for the OOM's window
+        // (Timeline::at_first_look, the one reading of the first look).
+        let mut t = timeline();
+        let look = t.first_look(0).unwrap();
+        let mut used = Series::default();
+        used.push(look + 50_000, 3 * GIB);
+        t.procs.insert(
+            (0, 40),
+            ProcTimeline {
+                pid: 40,
+                gpu: 0,
+                in_job: false,
+                visible: true,
+                cmdline: "python theirs.py".into(),
+                uid: Some(1001),
+                ppid: None,
+                used,
+            },
+        );
+        assert_eq!(t.at_first_look(&t.procs[&(0, 40)]), Some(3 * GIB));
+        let r = build(&t, ProcessEnd::Exited(0));
+        let theirs = r.processes.iter().find(|p| p.pid == 40).unwrap();
+        assert_eq!(theirs.start_bytes, Some(3 * GIB));
     }
 
     #[test]

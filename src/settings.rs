@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The variables gpudoc reads, as the man page's ENVIRONMENT lists them (docs/run.md's table says more).
-pub const VARIABLES: [(&str, &str); 9] = [
+pub const VARIABLES: [(&str, &str); 11] = [
     (
         crate::gpu::LIB_ENV,
         "the NVML library to load (default libnvidia-ml.so.1)",
@@ -45,7 +45,17 @@ pub const VARIABLES: [(&str, &str); 9] = [
     ),
     (
         "SLURM_JOB_ID",
-        "with SLURM_STEP_ID and SLURM_NODEID: recorded in the report, for merging a job's nodes",
+        "with SLURM_STEP_ID, SLURM_NODEID, SLURM_PROCID (the rank) and SLURM_NTASKS: recorded in the \
+         report and named in --report-dir's file names, for merging a job's nodes (docs/cluster.md)",
+    ),
+    (
+        "TORCHELASTIC_RUN_ID",
+        "set by torchrun for its workers (torchrun --no-python gpudoc run ...): recorded, with RANK and \
+         WORLD_SIZE, as SLURM_JOB_ID is; the rank is torchrun's under srun too",
+    ),
+    (
+        "PMIX_NAMESPACE",
+        "set by mpirun (PMIx) for its tasks: recorded, with PMIX_RANK, as SLURM_JOB_ID is",
     ),
     (
         "XDG_CACHE_HOME",
@@ -100,10 +110,9 @@ pub struct Env {
     pub visible_devices: Option<String>,
     /// `PYTORCH_CUDA_ALLOC_CONF`: the user's allocator settings, which `--try` adds its remedy to.
     pub alloc_conf: Option<String>,
-    /// Slurm's ids of the job, step and node, as set (`SLURM_JOB_ID`, `SLURM_STEP_ID`, `SLURM_NODEID`).
-    pub slurm: crate::origin::Slurm,
-    /// The launch that started gpudoc, as `VARIABLE=id` ([`crate::origin::LAUNCH_IDS`]).
-    pub launch: Option<String>,
+    /// The launch that started gpudoc: Slurm's ids of the job, step and node (`SLURM_JOB_ID`,
+    /// `SLURM_STEP_ID`, `SLURM_NODEID`), the launcher's id, the rank ([`crate::origin::Launch::read`]).
+    pub launch: crate::origin::Launch,
     /// Where `gpudoc run` records the processes it left running, for `gpudoc orphans`:
     /// `$XDG_STATE_HOME/gpudoc/leftovers.json`, else `~/.local/state/gpudoc/leftovers.json`; `None`
     /// without either.
@@ -179,15 +188,7 @@ impl Env {
             host: nix::unistd::gethostname()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
-            slurm: crate::origin::Slurm {
-                job_id: std::env::var("SLURM_JOB_ID").ok(),
-                step_id: std::env::var("SLURM_STEP_ID").ok(),
-                node_id: std::env::var("SLURM_NODEID").ok(),
-            },
-            launch: crate::origin::LAUNCH_IDS.iter().find_map(|var| {
-                let id = std::env::var(var).ok().filter(|v| !v.is_empty())?;
-                Some(format!("{var}={id}"))
-            }),
+            launch: crate::origin::Launch::read(|var| std::env::var(var).ok()),
             leftovers: state_home().map(|d| d.join("gpudoc").join("leftovers.json")),
         }
     }
@@ -219,6 +220,8 @@ pub struct RunSettings {
     pub command: Vec<OsString>,
     pub rates: Rates,
     pub json: Option<Target>,
+    /// `--report-dir`: the folder the report goes into, under a name of its own.
+    pub report_dir: Option<PathBuf>,
     pub trace: Option<PathBuf>,
     /// `--snapshot`: where the allocator's snapshot goes.
     pub snapshot: Option<Target>,
@@ -301,6 +304,10 @@ impl RunSettings {
         if let Some(t) = &a.trace {
             run_output("--trace", t)?;
         }
+        if let Some(dir) = &a.report_dir {
+            crate::output::check_folder(dir)
+                .map_err(|e| run_failure(&format!("--report-dir {}", dir.display()), e))?;
+        }
         let snapshot = a
             .snapshot
             .as_deref()
@@ -338,6 +345,7 @@ impl RunSettings {
                 process: a.proc_interval,
             },
             json,
+            report_dir: a.report_dir,
             trace: a.trace,
             snapshot,
             torch,

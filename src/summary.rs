@@ -215,7 +215,16 @@ fn render_known(o: &mut String, r: &Report, d: &crate::verdict::Diagnosis, p: Pa
 
 /// In words, when a diagnosis told during the run was first known and what it forecast (with when the
 /// GPU really ran out, if it did): nothing for what only the end of the run showed.
+/// A diagnosis told during the run that this one's story took in (its `parts`) is said here, so what was
+/// told is never silently gone.
 pub fn known(r: &Report, d: &crate::verdict::Diagnosis) -> Vec<String> {
+    let mut out = known_itself(r, d);
+    out.extend(parts_told(d));
+    out
+}
+
+/// When `d` was first known during the run and what it forecast.
+fn known_itself(r: &Report, d: &crate::verdict::Diagnosis) -> Vec<String> {
     let Some(at) = d.known_at_s else {
         return Vec::new();
     };
@@ -243,6 +252,22 @@ pub fn known(r: &Report, d: &crate::verdict::Diagnosis) -> Vec<String> {
     }
     out.push(line);
     out
+}
+
+/// Each part of `d` told during the run: when, its title and rule, and that `d` is how it ended.
+fn parts_told(d: &crate::verdict::Diagnosis) -> Vec<String> {
+    d.parts
+        .iter()
+        .filter_map(|p| {
+            let at = p.known_at_s?;
+            Some(format!(
+                "told at {}, during the run: {} [{}]; this is how that ended",
+                fmt_secs(at),
+                p.title,
+                p.rule
+            ))
+        })
+        .collect()
 }
 
 /// A merged report's nodes: how each one's run ended, its GPUs and ranks.
@@ -356,7 +381,8 @@ fn render_gpu(o: &mut String, r: &Report, g: &GpuReport, p: Paint) {
         fmt_bytes(g.peak_used_bytes),
         fmt_bytes(g.start_used_bytes),
     );
-    if g.job_peak_bytes > 0 {
+    // A line over time needs readings over time: a moment's one reading (a notebook cell's) draws none.
+    if g.job_peak_bytes > 0 && r.sampling.process_samples > 1 {
         let values: Vec<u64> = g.job_timeline.iter().map(|&(_, v)| v).collect();
         let width = values.len().clamp(1, SPARK_WIDTH);
         let chunk = values.len().div_ceil(width).max(1);

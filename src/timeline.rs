@@ -128,7 +128,9 @@ impl Series {
         let mut out = Vec::with_capacity(buckets);
         let mut i = 0;
         for b in 0..buckets as u64 {
-            let (lo, hi) = (b * width, (b + 1) * width);
+            // The last bucket runs to the end and past it: the run's last reading (an OOM's peak) is in.
+            let last = b + 1 == buckets as u64;
+            let (lo, hi) = (b * width, if last { u64::MAX } else { (b + 1) * width });
             // The value carried into the bucket, then every change inside it.
             let mut m = self.value_at(lo).unwrap_or(0);
             while i < self.points.len() && self.points[i].0 < hi {
@@ -207,15 +209,28 @@ pub struct Timeline {
     pub heap_bytes: usize,
 }
 
+/// How late after gpudoc's first look at a GPU's processes a process may be first seen and still count as
+/// there at that look: processes are read at 100 Hz, and no job allocates GPU memory this soon.
+pub const FIRST_LOOK_SLACK: Micros = 100_000;
+
 impl Timeline {
-    /// gpudoc's first look at GPU `gpu`'s processes: a process first seen there then (or within a
-    /// sampling period of it) was already there when the job started.
-    pub fn first_listing(&self, gpu: u32) -> Option<Micros> {
+    /// gpudoc's first look at GPU `gpu`'s processes: when they were first listed, the first point of the
+    /// job's series (made at that listing by the sampler, and by a replay from its trace's first
+    /// instant). The one definition: [`Timeline::at_first_look`] reads a process against it.
+    pub fn first_look(&self, gpu: u32) -> Option<Micros> {
         self.gpus
             .iter()
             .find(|g| g.info.index == gpu)?
             .job
             .first_at()
+    }
+
+    /// What `p` held at gpudoc's first look at its GPU's processes, when it was there then: its first
+    /// reading came at the look or within [`FIRST_LOOK_SLACK`] of it (so it was there when the job
+    /// started). `None` when it came later, or without a look.
+    pub fn at_first_look(&self, p: &ProcTimeline) -> Option<u64> {
+        let (look, seen) = (self.first_look(p.gpu)?, p.used.first_at()?);
+        (seen <= look + FIRST_LOOK_SLACK).then(|| p.used.first().unwrap_or(0))
     }
 
     /// The GPU with NVML index `index`.
@@ -300,5 +315,18 @@ mod tests {
         s.push(250, 9);
         s.push(260, 1);
         assert_eq!(s.bucket_max(1000, 4), vec![1, 9, 1, 1]);
+    }
+
+    #[test]
+    fn the_last_bucket_holds_the_runs_last_reading() {
+        // A peak read at the very end (an OOM's), and an end that the buckets do not divide.
+        let mut s = Series::default();
+        s.push(0, 1);
+        s.push(1000, 9);
+        assert_eq!(s.bucket_max(1000, 4), vec![1, 1, 1, 9]);
+        let mut s = Series::default();
+        s.push(0, 1);
+        s.push(1002, 7);
+        assert_eq!(s.bucket_max(1003, 4), vec![1, 1, 1, 7]);
     }
 }

@@ -75,6 +75,41 @@ pub struct Diagnosis {
     /// (`live = true`); absent for what only the end of the run showed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub known_at_s: Option<f64>,
+    /// Diagnoses of rules whose story this one tells (a rule's `part_of`, docs/rules.md): not said on
+    /// their own, kept here with when each was told during the run, so a verdict told live is never lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
+}
+
+/// A diagnosis folded into the one that tells its story: `near-capacity` on the GPU an OOM filled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Part {
+    pub rule: String,
+    pub severity: Severity,
+    pub title: String,
+    pub subject: String,
+    pub message: String,
+    /// The moment it was about, seconds into the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_s: Option<f64>,
+    /// When it was told during the run (a live rule's), seconds into the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_at_s: Option<f64>,
+}
+
+impl Part {
+    /// What of `d` is kept when it is folded into the diagnosis that tells its story.
+    pub fn of(d: Diagnosis) -> Part {
+        Part {
+            rule: d.rule,
+            severity: d.severity,
+            title: d.title,
+            subject: d.subject,
+            message: d.message,
+            at_s: d.at_s,
+            known_at_s: d.known_at_s,
+        }
+    }
 }
 
 /// When a GPU will be full, forecast during the run from a diagnosis told live: the first estimate (the

@@ -277,6 +277,7 @@ fn diagnosis(
         at_s: None,
         facts: Default::default(),
         known_at_s: None,
+        parts: Vec::new(),
     }
 }
 

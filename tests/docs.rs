@@ -75,35 +75,67 @@ fn rules_table() {
 }
 
 #[test]
+fn oom_formats_table() {
+    use gpudoc::oom::formats::FORMATS;
+    let code = |s: &str| format!("`{}`", s.replace('|', "\\|"));
+    let rows = FORMATS.iter().map(|f| {
+        let kind = serde_json::to_value(f.kind).unwrap();
+        let vendor = f
+            .vendor
+            .map_or("any (nvidia unless its words say)".into(), |v| {
+                serde_json::to_value(v)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            });
+        let fields: Vec<String> = f.fields().iter().map(|x| code(x.name())).collect();
+        let needles: Vec<String> = f.needles.iter().map(|n| code(n)).collect();
+        vec![
+            code(f.id),
+            code(f.format),
+            code(kind.as_str().unwrap()),
+            f.source.to_string(),
+            vendor,
+            f.means.words().to_string(),
+            if fields.is_empty() {
+                "none".into()
+            } else {
+                fields.join(", ")
+            },
+            needles.join(", "),
+        ]
+    });
+    section(
+        "docs/oom.md",
+        "formats",
+        &table(
+            &[
+                "row",
+                "format",
+                "source",
+                "written by",
+                "vendor",
+                "means",
+                "figures",
+                "words looked for",
+            ],
+            rows,
+        ),
+    );
+}
+
+#[test]
 fn every_metric_is_documented() {
-    use gpudoc::metrics::{Format, GpuView, TorchView, View, render};
-    let v = View {
-        gpus: vec![GpuView {
-            job: Some(1),
-            ..Default::default()
-        }],
-        torch: vec![TorchView {
-            step_peak_allocated: Some(1),
-            step_peak_reserved: Some(1),
-            ..Default::default()
-        }],
-        oom_reports: Some(0),
-        ..Default::default()
-    };
     let doc =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md"))
             .unwrap();
-    let text = render(&v, Format::Prometheus);
-    let names: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .map(|l| l.split(' ').next().unwrap())
-        .collect();
-    assert!(names.len() >= 16, "{names:?}");
-    for n in names {
+    for m in gpudoc::metrics::ALL {
         assert!(
-            doc.contains(&format!("`{n}`")),
-            "docs/metrics.md does not document {n}"
+            doc.contains(&format!("| `{}` | {} |", m.name, m.kind)),
+            "docs/metrics.md does not document {} as a {}",
+            m.name,
+            m.kind
         );
     }
 }

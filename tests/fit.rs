@@ -112,7 +112,24 @@ fn each_run_is_ended_like_a_ctrl_c_after_its_steps() {
     assert_eq!(first["outcome"], "fits", "{stderr}");
     // The loop never ends by itself: gpudoc's SIGINT ended it, as KeyboardInterrupt (death by SIGINT).
     assert_eq!(first["exit_code"], 130, "{stderr}");
-    assert!(stderr.contains("KeyboardInterrupt"), "{stderr}");
+    assert!(stderr.contains("\nKeyboardInterrupt"), "{stderr}");
+    // Each end is said before its traceback, and once that the traceback is gpudoc's Ctrl-C.
+    let said = stderr
+        .match_indices("optimizer steps ran: SIGINT to the job, as a Ctrl-C")
+        .count();
+    assert_eq!(said, runs(&r).len(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("is this Ctrl-C, not a fault of the program")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    let (told, traceback) = (
+        stderr.find("SIGINT to the job").unwrap(),
+        stderr.find("\nKeyboardInterrupt").unwrap(),
+    );
+    assert!(told < traceback, "{stderr}");
     let steps = first["steps"].as_u64().unwrap();
     assert!((3..10).contains(&steps), "{steps}");
     assert_eq!(r["answer"], 2);

@@ -225,6 +225,37 @@ fn stop_on_reaches_a_wrapped_commands_whole_process_group() {
 }
 
 #[test]
+fn stop_on_says_each_step_past_a_sigint_the_job_ignores() {
+    // The job catches the SIGINT, then ignores it and sits silent (a handler that hangs): it was SIGKILLed
+    // 20 s later "after a third Ctrl-C", none typed, with no SIGTERM between. Now, after 10 s without a
+    // write, SIGTERM to its process group, said.
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("stuck.py");
+    std::fs::write(
+        &program,
+        format!(
+            "import runpy, signal, sys, time\n\
+             sys.argv = ['forecast.py', 'leak', '4000', '0.05']\n\
+             try:\n    runpy.run_path({:?}, run_name='__main__')\n\
+             except KeyboardInterrupt:\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(120)\n",
+            fake_torch().join("forecast.py").display().to_string()
+        ),
+    )
+    .unwrap();
+    let command = format!("python3 '{}' 2>&1", program.display());
+    let (code, r, out, took) = gpudoc_run("--stop-on step-leak", &command);
+    assert!(
+        out.contains("gpudoc: the job still runs 10 s after SIGINT: SIGTERM to its process group"),
+        "{out}"
+    );
+    assert!(!out.contains("Ctrl-C presses"), "{out}");
+    assert_eq!(code, 123, "{out}");
+    assert_eq!(r["exit"]["signal"], 15, "{:#}", r["exit"]);
+    assert_eq!(r["exit"]["killed_by_gpudoc"], false);
+    assert!(took < 90.0, "took {took} s");
+}
+
+#[test]
 fn stop_on_names_only_rules_judged_during_the_run() {
     let m = Machine::h200s(1);
     let out = m
@@ -398,13 +429,13 @@ fn h200(name: &str) -> (Value, String, Value, String) {
     )
 }
 
-/// When `rule` was first known, in a report or told.json.
+/// When `rule` was first known, in a report or told.json: a diagnosis, or a part of another's story.
 fn known_at(r: &Value, rule: &str) -> Option<f64> {
-    r["diagnoses"]
-        .as_array()?
+    let diagnoses = r["diagnoses"].as_array()?;
+    let parts = diagnoses
         .iter()
-        .find(|d| d["rule"] == rule)?["known_at_s"]
-        .as_f64()
+        .flat_map(|d| d["parts"].as_array().into_iter().flatten());
+    diagnoses.iter().chain(parts).find(|d| d["rule"] == rule)?["known_at_s"].as_f64()
 }
 
 #[test]
@@ -455,12 +486,26 @@ fn the_h200_leak_replays_to_the_forecast_it_told_early_and_within_15_percent_of_
             "full at {full}, OOM at {oom}"
         );
     }
-    // near-capacity, the other live rule that held, at the run's look or the one before.
+    // near-capacity, the other live rule that held, at the run's look or the one before: told during
+    // the run, it is the OOM's story at the end, said under the OOM's diagnosis and not again on its own.
     let (run, replay) = (
         known_at(&told, "near-capacity").unwrap(),
         known_at(&again, "near-capacity").unwrap(),
     );
     assert!(replay <= run && run - replay < 2.0, "{run} vs {replay}");
+    assert!(
+        common::diagnosis(&again, "near-capacity").is_none(),
+        "{again:#}"
+    );
+    let oom = common::diagnosis(&again, "oom-near-capacity").unwrap();
+    assert_eq!(oom["parts"][0]["rule"], "near-capacity", "{oom:#}");
+    assert!(
+        summary.contains(&format!(
+            "told at {}, during the run: GPU memory nearly full [near-capacity]; this is how that ended",
+            gpudoc::units::fmt_secs(replay)
+        )),
+        "{summary}"
+    );
 }
 
 #[test]

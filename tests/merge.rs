@@ -305,3 +305,164 @@ fn unrelated_runs_are_refused_naming_the_files_and_what_differs() {
         "{err}"
     );
 }
+
+/// The tasks of Slurm job JOB's step 0, started at once as `srun --ntasks N` starts them (each a node: a
+/// fake machine of its own, one H200, all with this machine's hostname): `gpudoc run --report-dir DIR --
+/// fakegpu alloc` with rank K holding K+1 GiB, and the `SLURM_*` variables srun gives each task. The
+/// ranks given.
+fn srun(dir: &Path, job: &str, ranks: &[u32], tasks: u32) {
+    let running: Vec<_> = ranks
+        .iter()
+        .map(|&k| {
+            let m = Machine::h200s(1);
+            let child = m
+                .gpudoc()
+                .args(["run", "--quiet", "--report-dir"])
+                .arg(dir)
+                .args(["--", "sh", "-c", &alloc(k + 1)])
+                .env("SLURM_JOB_ID", job)
+                .env("SLURM_STEP_ID", "0")
+                .env("SLURM_NODEID", k.to_string())
+                .env("SLURM_PROCID", k.to_string())
+                .env("SLURM_NTASKS", tasks.to_string())
+                .env_remove("TORCHELASTIC_RUN_ID")
+                .env_remove("PMIX_NAMESPACE")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            (m, child)
+        })
+        .collect();
+    for (_m, mut child) in running {
+        assert!(child.wait().unwrap().success());
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_slurm_job_on_four_nodes_merges_into_one_report_from_its_report_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let reports = dir.path().join("reports");
+    srun(&reports, "4242", &[0, 1, 2, 3], 4);
+    let host = nix::unistd::gethostname().unwrap();
+    let host = host.to_string_lossy();
+    // One report per task, named by the job's step, the host and the rank; nothing else left there.
+    let want: Vec<String> = (0..4)
+        .map(|k| format!("4242.0-{host}-rank{k}.json"))
+        .collect();
+    assert_eq!(names(&reports), want);
+    let out = std::process::Command::new(common::gpudoc_bin())
+        .arg("report")
+        .arg(&reports)
+        .args(["--json", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["origin"]["slurm"]["job_id"], "4242");
+    assert_eq!(r["origin"]["slurm"]["step_id"], "0");
+    assert_eq!(r["origin"]["world_size"], 4);
+    let hosts = r["hosts"].as_array().unwrap();
+    let mut ranks: Vec<u64> = hosts
+        .iter()
+        .map(|h| h["origin"]["rank"].as_u64().unwrap())
+        .collect();
+    ranks.sort_unstable();
+    assert_eq!(ranks, [0, 1, 2, 3]);
+    // Every node's GPU, with the memory its rank held.
+    let mut peaks: Vec<u64> = r["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["job_peak_bytes"].as_u64().unwrap() >> 30)
+        .collect();
+    peaks.sort_unstable();
+    assert_eq!(peaks, [1, 2, 3, 4]);
+    common::conforms("report", &r);
+}
+
+#[test]
+fn a_report_dir_holding_another_job_or_another_attempt_is_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let reports = dir.path().to_path_buf();
+    srun(&reports, "4242", &[0, 1], 2);
+    // A task of another job, given the same folder.
+    srun(&reports, "4243", &[0], 1);
+    let err = refused(std::slice::from_ref(&reports));
+    let host = nix::unistd::gethostname().unwrap();
+    let host = host.to_string_lossy();
+    let (first, other) = (
+        reports.join(format!("4242.0-{host}-rank0.json")),
+        reports.join(format!("4243.0-{host}-rank0.json")),
+    );
+    assert!(
+        err.contains(&format!(
+            "{} is not part of the job of {}: Slurm job `4242` and `4243`",
+            other.display(),
+            first.display()
+        )),
+        "{err}"
+    );
+    std::fs::remove_file(&other).unwrap();
+    // Rank 1 of job 4242 run again (a requeued job, a rerun): its report lands beside the first, never
+    // over it, and the two attempts do not merge.
+    srun(&reports, "4242", &[1], 2);
+    let again = reports.join(format!("4242.0-{host}-rank1-2.json"));
+    assert!(again.exists(), "{:?}", names(&reports));
+    let err = refused(std::slice::from_ref(&reports));
+    assert!(
+        err.contains(&format!(
+            "{} is not part of the job of {}: both are rank 1 of the launch",
+            reports.join(format!("4242.0-{host}-rank1.json")).display(),
+            again.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_report_dir_that_cannot_be_written_is_refused_before_the_job_or_failed_after_it() {
+    let m = Machine::h200s(1);
+    std::fs::write(m.path("file"), "").unwrap();
+    let ran = m.path("ran");
+    let run = |dir: &Path, script: &str| {
+        m.gpudoc()
+            .args(["run", "--quiet", "--report-dir"])
+            .arg(dir)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    // A folder that cannot be made: refused before the command runs.
+    let blocked = m.path("file").join("reports");
+    let out = run(&blocked, &format!("touch {}", ran.display()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(&format!("gpudoc: --report-dir {}: ", blocked.display())),
+        "{err}"
+    );
+    assert!(!ran.exists(), "the command ran");
+    // A folder gone by the end: the command ran and succeeded, the report could not be written.
+    let gone = m.path("reports");
+    let out = run(&gone, &format!("rm -r {}", gone.display()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(&format!("gpudoc: --report-dir {}: ", gone.display())),
+        "{err}"
+    );
+}

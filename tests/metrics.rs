@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Machine;
+use common::{Machine, tool};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -69,15 +69,6 @@ fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-fn tool(name: &str) -> String {
-    let path = format!("/usr/bin/{name}");
-    assert!(
-        std::path::Path::new(&path).exists(),
-        "{path} is missing: .ci/run installs Debian's prometheus package (apt-get install prometheus)"
-    );
-    path
-}
-
 struct Killed(Child);
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -86,7 +77,8 @@ impl Drop for Killed {
     }
 }
 
-/// A job holding 3 GiB on GPU 1 for a few seconds under `gpudoc run --metrics PORT --name NAME`.
+/// A job holding 3 GiB on GPU 1 for a few seconds under `gpudoc run --metrics PORT --name NAME`, as task
+/// 0 of Slurm job 4242's step 0.
 fn metered_job(m: &Machine, port: u16, extra: &[&str], hold_ms: u64) -> Killed {
     let script = format!(r#""$FAKEGPU" alloc --gpu 1 --steps 3GiB --hold-ms {hold_ms}"#);
     Killed(
@@ -101,6 +93,11 @@ fn metered_job(m: &Machine, port: u16, extra: &[&str], hold_ms: u64) -> Killed {
             ])
             .args(extra)
             .args(["--", "sh", "-c", &script])
+            .env("SLURM_JOB_ID", "4242")
+            .env("SLURM_STEP_ID", "0")
+            .env("SLURM_PROCID", "0")
+            .env_remove("TORCHELASTIC_RUN_ID")
+            .env_remove("PMIX_NAMESPACE")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -121,6 +118,8 @@ fn prometheus_scrapes_a_run_and_its_api_gives_the_series_back() {
     });
     let labels = &job[0]["metric"];
     assert_eq!(labels["job_name"], "llama-7b");
+    // The job's id, the same on each of its nodes, so a query takes all its ranks together.
+    assert_eq!(labels["job_id"], "4242.0");
     assert_eq!(labels["name"], "NVIDIA H200");
     assert!(!labels["host"].as_str().unwrap().is_empty());
     let procs = query("gpudoc_process_memory_bytes").unwrap();

@@ -479,35 +479,10 @@ fn real_texts_read_the_same_in_every_delivery() {
     }
 }
 
-/// One real text of each shape the reader tells apart (its kind, format and vendor, whether it names a GPU;
-/// of the texts that are no GPU OOM, one per project): the way a text reaches gpudoc does not depend on
-/// its words, and every text's own reading is checked in-process by the tests above.
-fn one_text_per_shape() -> Vec<(String, Value, Vec<u8>)> {
-    let mut seen = std::collections::BTreeSet::new();
-    real_texts()
-        .into_iter()
-        .filter(|(_, w, _)| {
-            let t = &w["text"];
-            let shape = match t.is_null() {
-                true => format!("none {}", w["project"]),
-                false => format!(
-                    "{} {} {} {}",
-                    t["kind"],
-                    t["format"],
-                    t["vendor"],
-                    t["gpu"].is_null()
-                ),
-            };
-            seen.insert(shape)
-        })
-        .collect()
-}
-
 #[test]
-fn real_texts_are_found_on_stderr_a_stdout_pipe_and_a_terminal() {
+fn real_texts_are_found_on_stderr_and_a_stdout_pipe() {
     let m = Machine::h200s(1);
-    for (name, want, _) in one_text_per_shape() {
-        let file = fixtures().join("real").join(format!("{name}.txt"));
+    for common::RealText { name, file, want } in common::one_real_text_per_row() {
         for (how, script) in [
             ("stderr", format!("cat '{}' >&2; exit 1", file.display())),
             ("stdout", format!("cat '{}'; exit 1", file.display())),
@@ -849,4 +824,119 @@ fn a_tpu_is_named_as_googles_and_nvmls_gpus_are_not_blamed() {
         json!([r["oom"]["requested_bytes"], r["oom"]["free_bytes"]]),
         json!([135790592u64, 81967186u64])
     );
+}
+
+/// The row of the formats table that opened the first report `text` gives, if any.
+fn opening_row(text: &[u8]) -> Option<&'static gpudoc::oom::formats::Format> {
+    let mut s = Scanner::new();
+    s.feed(Stream::Stderr, text, 0);
+    s.finish(0);
+    gpudoc::oom::formats::open(&s.first()?.line).map(|(f, _)| f)
+}
+
+/// Rows no real text has been found for, and why: each is still held to its synthetic texts in
+/// src/oom's unit tests.
+const WITHOUT_REAL_TEXT: [(&str, &str); 2] = [
+    (
+        "onnxruntime-arena",
+        "the real arena failures found name no provider on their line (the CPU's arena prints the same)",
+    ),
+    (
+        "bfc-tensorflow",
+        "the real BFC texts found naming TensorFlow are its warnings that say `not a failure`",
+    ),
+];
+
+#[test]
+fn every_row_of_the_formats_table_reads_a_real_text() {
+    use gpudoc::oom::formats::FORMATS;
+    let read: std::collections::BTreeSet<&str> = real_texts()
+        .iter()
+        .filter(|(_, w, _)| w["text"].is_object())
+        .filter_map(|(_, _, text)| opening_row(text).map(|f| f.id))
+        .collect();
+    for f in &FORMATS {
+        let exempt = WITHOUT_REAL_TEXT.iter().any(|(id, _)| *id == f.id);
+        assert!(
+            read.contains(f.id) != exempt,
+            "row {}: {}",
+            f.id,
+            if exempt {
+                "has a real text now: take it off WITHOUT_REAL_TEXT"
+            } else {
+                "no real text in fixtures/oom/real/ is read by it"
+            }
+        );
+    }
+}
+
+#[test]
+fn a_real_text_read_by_two_rows_is_read_by_the_one_that_narrows_the_other() {
+    use gpudoc::oom::formats;
+    for (name, _, text) in real_texts() {
+        let mut s = Scanner::new();
+        s.feed(Stream::Stderr, &text, 0);
+        s.finish(0);
+        let Some(e) = s.first() else { continue };
+        let rows = formats::rows_reading(&e.line);
+        for later in rows.iter().skip(1) {
+            assert!(
+                rows[0].narrows.contains(&later.id),
+                "{name}: read by {} and {}: say which narrows which",
+                rows[0].id,
+                later.id
+            );
+        }
+    }
+}
+
+/// What a training loop would do (a smaller batch found with `gpudoc fit`, checkpointing, an optimizer's
+/// state, mixed precision): never said to an inference server or engine.
+const TRAINING_WORDS: [&str; 6] = [
+    "gradient checkpointing",
+    "gpudoc fit",
+    "optimizer",
+    "mixed precision",
+    "gradient accumulation",
+    "data loaders",
+];
+
+/// Texts of inference engines get the engine's own settings, from what the OOM reader tells of the
+/// program that wrote them (`oom.engine`), never training advice (issue 43).
+#[test]
+fn inference_engines_get_their_own_settings_not_training_advice() {
+    let m = Machine::h200s(1);
+    let full = r#""$FAKEGPU" alloc --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#;
+    for (name, engine, setting) in [
+        (
+            "turbomind_memory_utils",
+            "turbomind",
+            "--cache-max-entry-count",
+        ),
+        (
+            "fastertransformer_multi_gpu_gpt",
+            "fastertransformer",
+            "max_batch_size",
+        ),
+    ] {
+        let (r, _) = run_real_text(&m, name, full);
+        assert_eq!(r["oom"]["cause"], "self_growth", "{name}: {}", r["oom"]);
+        assert_eq!(r["oom"]["format"], engine, "{name}");
+        let advice = advice_of(&r, "oom-near-capacity");
+        assert!(advice.contains(setting), "{name}: {advice}");
+        for w in TRAINING_WORDS {
+            assert!(!advice.contains(w), "{name}: {w}: {advice}");
+        }
+    }
+    // vLLM's start-up check: less was free than its share, so a larger share is the wrong way.
+    let (r, _) = run_real_text(&m, "vllm_startup_multiproc", "");
+    let advice = advice_of(&r, "oom-cap");
+    assert!(
+        advice.contains("lower --gpu-memory-utilization to the share that was free"),
+        "{advice}"
+    );
+    assert!(!advice.contains("larger share"), "{advice}");
+    for w in TRAINING_WORDS.iter().chain(&["a smaller batch"]) {
+        assert!(!advice.contains(w), "{w}: {advice}");
+    }
 }

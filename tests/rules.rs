@@ -664,3 +664,64 @@ fn demo_without_a_gpu_shows_a_recorded_diagnosis() {
         "{text}"
     );
 }
+
+/// One story, one teller (issue 43): a rule that explains an OOM owns what the GPU's memory did up to it.
+#[test]
+fn a_full_gpu_that_another_process_filled_is_the_oom_others_story_not_a_near_capacity_warning() {
+    // The H200 run whose context could not be made beside another user's 139.59 GiB: the job held
+    // 104 MiB. "Memory in use peaked at 99.5% (the job: 104.00 MiB)" only restated oom-others.
+    let r = report(fixture("oom/h200/torch_context.trace.jsonl"), &[]);
+    assert_eq!(
+        fired(&r),
+        ["held-before-start", "oom-others"],
+        "{:#}",
+        r["diagnoses"]
+    );
+    let d = common::diagnosis(&r, "oom-others").unwrap();
+    assert_eq!(d["parts"][0]["rule"], "near-capacity", "{d:#}");
+    assert!(
+        d["parts"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("(the job: 104.00 MiB)"),
+        "{d:#}"
+    );
+}
+
+#[test]
+fn a_spike_that_was_the_ooms_own_child_filling_the_gpu_is_no_transient_spike() {
+    // The job holds 4 GiB; a child of it fills the GPU, prints its OOM and dies; the job goes on at
+    // 4 GiB. The "spike" came down because the OOM ended the child: the OOM's story, told once.
+    let m = Machine::h200s(1);
+    let text = fixture("oom/h200/grow_oom.stderr");
+    let script = format!(
+        r#""$FAKEGPU" alloc --steps 4GiB --hold-ms 5000 --say held & P=$!
+        sleep 1.2; sh -c '"$FAKEGPU" alloc --steps 135GiB --hold-ms 700 & sleep 0.4; cat {text} >&2; wait'
+        wait $P; exit 1"#
+    );
+    let (code, r, err) = m.run_sh(&[], &script);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(r["exit"]["classification"], "gpu_oom", "{err}");
+    let all = fired(&r);
+    assert!(
+        !all.contains(&"transient-spike".to_string()),
+        "{all:?}: {err}"
+    );
+    assert!(
+        !all.contains(&"near-capacity".to_string()),
+        "{all:?}: {err}"
+    );
+    let teller = r["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["rule"].as_str().unwrap().starts_with("oom-"))
+        .unwrap_or_else(|| panic!("no OOM diagnosis: {all:?}"));
+    let parts: Vec<&str> = teller["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(parts, ["near-capacity", "transient-spike"], "{teller:#}");
+}

@@ -589,8 +589,9 @@ print("own", inspect.signature(f, follow_wrapped=False), hasattr(f, "__wrapped__
     );
     let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));
     assert!(b.status.success() && g.status.success(), "{}", text(&g));
-    // Of the shim's modules only its hooks' is in sys.modules (Dynamo finds a traced function's globals
-    // there); the standard ones it uses may be.
+    // Of the shim's modules only its hooks' (Dynamo finds a traced function's globals there) and its
+    // registry of changes (`gpudoc.patches()` reads it there) are in sys.modules; the standard ones it
+    // uses may be.
     let lines = |o: &Output| -> Vec<String> {
         String::from_utf8_lossy(&o.stdout)
             .lines()
@@ -600,7 +601,12 @@ print("own", inspect.signature(f, follow_wrapped=False), hasattr(f, "__wrapped__
     let (bl, gl) = (lines(&b), lines(&g));
     assert_eq!(gl[..3], bl[..3], "sys.modules, sys.meta_path, sys.path");
     let ours: Vec<&str> = gl[3].split('\'').filter(|m| m.contains("gpudoc")).collect();
-    assert_eq!(ours, ["gpudoc._shim.torch"], "{}", gl[3]);
+    assert_eq!(
+        ours,
+        ["gpudoc._shim.patch", "gpudoc._shim.torch"],
+        "{}",
+        gl[3]
+    );
     assert_eq!(
         gl[4..],
         bl[4..],
@@ -948,6 +954,7 @@ fn the_shims_modules_are_compiled_at_import_torch_even_without_bytecode_writing(
         compiled,
         [
             "_gpudoc_hunt",
+            "_gpudoc_patch",
             "_gpudoc_site",
             "_gpudoc_torch",
             "_gpudoc_where",

@@ -404,6 +404,86 @@ fn a_full_screen_program_gets_single_keys() {
 }
 
 #[test]
+fn a_full_screen_program_gets_single_keys_with_stderr_in_a_file() {
+    // `gpudoc run -- python tui.py 2> log`, `vim 2> err`: curses sets cbreak on the terminal it writes to
+    // (fd 1) and reads keys from fd 0, which must be one terminal, as bare; stderr stays the job's file.
+    let m = Machine::h200s(1);
+    let tui = m.path("tui.py");
+    std::fs::write(
+        &tui,
+        r#"import os, sys, tty
+print("tty", os.isatty(0), os.isatty(1), os.isatty(2), flush=True)
+tty.setcbreak(1)
+sys.stderr.write("to the log\n"); sys.stderr.flush()
+print("ready", flush=True)
+for _ in range(2):
+    print("got", os.read(0, 1), flush=True)
+"#,
+    )
+    .unwrap();
+    let log = m.path("err.log");
+    let mut t = Term::start(m.shell(&format!(
+        "exec \"$GPUDOC\" run --no-torch -- python3 {} 2> {}",
+        tui.display(),
+        log.display()
+    )));
+    t.expect("ready");
+    t.type_bytes(b"x");
+    t.expect("got b'x'");
+    t.type_bytes(b"y");
+    t.expect("got b'y'");
+    let (code, out) = t.finish();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("tty True True False"), "as bare: {out}");
+    let log = std::fs::read_to_string(&log).unwrap();
+    // The job's own bytes first, untouched; gpudoc's summary after them, as lines of a file (no `\r\n` of
+    // a raw terminal's, no live line's escapes).
+    assert!(log.starts_with("to the log\ngpudoc: "), "{log:?}");
+    assert!(!log.contains('\r') && !log.contains('\x1b'), "{log:?}");
+}
+
+#[test]
+fn each_fd_is_a_terminal_and_gives_keys_where_it_does_bare() {
+    // A program reads its keys where a terminal is: fd 0, or, with stdin elsewhere, fd 2 (`cat notes |
+    // more`, `vim -`); it sets single-key mode on the terminal it writes to (curses: fd 1) or else on the
+    // one it reads. Bare and under gpudoc, for each way the shell can wire the fds.
+    let m = Machine::h200s(1);
+    let probe = m.path("probe.py");
+    std::fs::write(
+        &probe,
+        r#"import os, tty
+print("tty", *(os.isatty(fd) for fd in (0, 1, 2)), flush=True)
+keys = 0 if os.isatty(0) else 2
+tty.setcbreak(1 if os.isatty(1) else keys)
+print("ready", flush=True)
+print("got", os.read(keys, 1), flush=True)
+"#,
+    )
+    .unwrap();
+    let err = m.path("err.log");
+    let wirings = [
+        ("2> err", format!("2> {}", err.display())),
+        ("< /dev/null", "< /dev/null".to_string()),
+        ("| cat", "| cat".to_string()),
+        ("none", String::new()),
+    ];
+    for (name, wiring) in wirings {
+        let mut seen = Vec::new();
+        for gpudoc in ["", "\"$GPUDOC\" run -q --no-torch -- "] {
+            let script = format!("{gpudoc}python3 {} {wiring}", probe.display());
+            let mut t = Term::start(m.shell(&script));
+            t.expect("ready");
+            t.type_bytes(b"x");
+            t.expect("got b'x'");
+            let (code, out) = t.finish();
+            assert_eq!(code, 0, "{name}: {out}");
+            seen.push(out.lines().next().unwrap_or_default().to_string());
+        }
+        assert_eq!(seen[0], seen[1], "{name}: isatty(), bare then under gpudoc");
+    }
+}
+
+#[test]
 fn ctrl_z_in_a_shell_stops_the_job_and_fg_continues_it() {
     let m = Machine::h200s(1);
     let count = Counter::new(&m);
@@ -447,6 +527,75 @@ fn ctrl_c_stops_a_script_that_loops_over_gpudoc_run() {
         "{out}"
     );
     assert_eq!(code, 130, "{out}");
+}
+
+/// A makefile named `name` whose one recipe is `recipe`, in `m`'s folder.
+fn makefile(m: &Machine, name: &str, recipe: &str) -> PathBuf {
+    let path = m.path(name);
+    std::fs::write(&path, format!("all:\n\t{recipe}\n")).unwrap();
+    path
+}
+
+#[test]
+fn ctrl_c_ends_make_under_gpudoc_and_gpudoc_under_make_as_bare() {
+    // make and bash stop on Ctrl-C by the WIFSIGNALED convention: make dies of SIGINT when it gets one
+    // (a recipe that died of it is not enough: that is `make: *** Interrupt`, exit 2), and a script's bash
+    // stops only when what it waited for died of SIGINT. A script running make, make running a recipe:
+    // bare, gpudoc around make, gpudoc in its recipe; each must end the script by SIGINT.
+    let m = Machine::h200s(1);
+    let sleeps = "echo recipe-$$((1+1)); sleep 5";
+    let sleeps_mk = makefile(&m, "sleeps.mk", sleeps);
+    let runs_mk = makefile(
+        &m,
+        "runs.mk",
+        &format!("\"$$GPUDOC\" run -q --no-torch -- sh -c '{sleeps}'"),
+    );
+    let wrapped = "\"$GPUDOC\" run -q --no-torch -- make";
+    let cases = [
+        ("bare", &sleeps_mk, "make"),
+        ("around make", &sleeps_mk, wrapped),
+        ("in the recipe", &runs_mk, "make"),
+    ];
+    for (case, file, make) in cases {
+        let script = format!("{make} -f {}; echo after-$((2+2))", file.display());
+        let mut t = Term::start(m.shell(&script));
+        t.expect("recipe-2");
+        std::thread::sleep(Duration::from_millis(300));
+        t.type_bytes(b"\x03");
+        let (code, out) = t.finish();
+        assert!(
+            !out.contains("after-4"),
+            "{case}: the script went on: {out}"
+        );
+        assert_eq!(code, 128 + libc::SIGINT, "{case}: {out}");
+    }
+    // Without a terminal: SIGINT to the process group of `gpudoc run -- make`, as `kill -INT -PGID`.
+    for under in [false, true] {
+        let file = makefile(&m, "plain.mk", "echo recipe; sleep 5");
+        let mut c = if under {
+            m.gpudoc()
+        } else {
+            Command::new("env")
+        };
+        if under {
+            c.args(["run", "-q", "--no-torch", "--"]);
+        }
+        let mut child = c
+            .args(["make", "-s", "-f"])
+            .arg(&file)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert_eq!(common::line_of(&mut child), "recipe\n");
+        std::thread::sleep(Duration::from_millis(300));
+        killpg(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGINT), "under gpudoc: {under}");
+    }
 }
 
 #[test]
@@ -573,22 +722,40 @@ fn killing_every_gpudoc_process_at_once_still_ends_the_job() {
 #[test]
 fn killing_every_gpudoc_process_at_once_gives_the_terminal_its_modes_back() {
     // Under a shell that does not repair the terminal (dash), a `pkill -9 gpudoc` left it raw: no echo,
-    // no line editing. The keeper, which survives, gives back the modes gpudoc changed.
+    // no line editing. The keeper, which survives, gives back the modes gpudoc changed; also where gpudoc
+    // reached the terminal through a descriptor of its own (stdin elsewhere: `< /dev/null`).
     let m = Machine::h200s(1);
-    let mut t = on_terminal(&m, "echo ready-$((1+1)); sleep 30");
-    t.expect("ready-2");
-    let cooked =
-        |t: &Term| t.modes().c_lflag & (libc::ICANON | libc::ECHO) == libc::ICANON | libc::ECHO;
-    assert!(!cooked(&t), "gpudoc puts the terminal in raw mode");
-    // Let the keeper note the job (it looks every half second).
-    std::thread::sleep(Duration::from_millis(700));
-    let guard = t.child.id() as i32;
-    let gpudoc = common::gpudoc_under(guard as u32);
-    kill(Pid::from_raw(gpudoc), Signal::SIGKILL).unwrap();
-    kill(Pid::from_raw(guard), Signal::SIGKILL).unwrap();
-    let back = common::within(Duration::from_secs(5), || cooked(&t));
-    let _ = t.finish();
-    assert!(back, "the terminal stays raw");
+    for stdin_too in [true, false] {
+        let mut c = m.gpudoc();
+        c.args([
+            "run",
+            "--no-torch",
+            "--",
+            "sh",
+            "-c",
+            "echo ready-$((1+1)); sleep 30",
+        ]);
+        if !stdin_too {
+            c.stdin(Stdio::null());
+        }
+        let mut t = Term::start_keeping_stdin(c, !stdin_too);
+        t.expect("ready-2");
+        let cooked =
+            |t: &Term| t.modes().c_lflag & (libc::ICANON | libc::ECHO) == libc::ICANON | libc::ECHO;
+        assert!(
+            !cooked(&t),
+            "gpudoc puts the terminal in raw mode ({stdin_too})"
+        );
+        // Let the keeper note the job (it looks every half second).
+        std::thread::sleep(Duration::from_millis(700));
+        let guard = t.child.id() as i32;
+        let gpudoc = common::gpudoc_under(guard as u32);
+        kill(Pid::from_raw(gpudoc), Signal::SIGKILL).unwrap();
+        kill(Pid::from_raw(guard), Signal::SIGKILL).unwrap();
+        let back = common::within(Duration::from_secs(5), || cooked(&t));
+        let _ = t.finish();
+        assert!(back, "the terminal stays raw (stdin on it: {stdin_too})");
+    }
 }
 
 #[test]

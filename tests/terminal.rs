@@ -198,17 +198,9 @@ fn the_live_line_sits_on_a_line_of_its_own_and_leaves_nothing_behind() {
 #[test]
 fn real_oom_texts_on_a_terminal_are_read() {
     let m = Machine::h200s(1);
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/oom/real");
-    let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let Some(name) = path.to_str().unwrap().strip_suffix(".expected.json") else {
-            continue;
-        };
-        let want: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for common::RealText { name, file, want } in common::one_real_text_per_row() {
         let json = m.path("r.json");
-        let script = format!("cat '{name}.txt'; exit 1");
+        let script = format!("cat '{}'; exit 1", file.display());
         let t = Term::start(gpudoc_sh(
             &m,
             &["-q", "--json", json.to_str().unwrap()],
@@ -229,9 +221,34 @@ fn real_oom_texts_on_a_terminal_are_read() {
                 "{name}"
             );
         }
-        checked += 1;
     }
-    assert!(checked >= 40);
+}
+
+#[test]
+fn an_oom_in_a_stderr_log_is_read_while_the_command_has_the_terminal() {
+    // `gpudoc run -- python train.py 2> log` on a terminal: stdin and stdout are the command's own
+    // terminal, stderr its own file, which gpudoc reads along; the file gets the command's bytes as they
+    // were written, and only this run's OOM is taken.
+    let m = Machine::h200s(1);
+    let text = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/oom/real/accelerate_slurm_label.txt");
+    let want: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(text.with_extension("expected.json")).unwrap())
+            .unwrap();
+    let (json, log) = (m.path("r.json"), m.path("err.log"));
+    let script = format!(
+        "exec \"$GPUDOC\" run -q --no-torch --json {} -- sh -c '[ -t 0 ] && [ -t 1 ] && echo on-its-terminal; cat {} >&2; exit 1' 2> {}",
+        json.display(),
+        text.display(),
+        log.display()
+    );
+    let (code, out) = Term::start(m.shell(&script)).finish();
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("on-its-terminal"), "{out}");
+    let r = common::read_json(&json);
+    assert_eq!(r["oom"]["stream"], "stderr");
+    assert_eq!(r["oom"]["requested_bytes"], want["text"]["requested_bytes"]);
+    assert_eq!(std::fs::read(&log).unwrap(), std::fs::read(&text).unwrap());
 }
 
 #[test]

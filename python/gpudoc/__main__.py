@@ -1,15 +1,18 @@
 """`python -m gpudoc ARGS...`: runs the `gpudoc` binary that pip installed beside this package, as if it
 had been called by name (for environments whose scripts folder is not on PATH)."""
+from __future__ import annotations
+
 import os
 import sys
 import sysconfig
+from typing import List, Optional
 
 
-def find_gpudoc():
+def find_gpudoc() -> str:
     """The `gpudoc` binary of this installation: in the scripts folder of the scheme this package was
     installed with (a venv's, the user's, the system's)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    schemes = [None]
+    schemes: List[Optional[str]] = [None]
     if hasattr(sysconfig, "get_preferred_scheme"):
         schemes.append(sysconfig.get_preferred_scheme("user"))
     else:

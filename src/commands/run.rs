@@ -216,7 +216,7 @@ impl Session {
         );
         // Drawn only where gpudoc sees every byte that reaches the screen: on the command's own
         // terminal, never over a prompt the job wrote to /dev/tty or keys the user typed.
-        let live = if s.live && supervise::on_own_terminal() {
+        let live = if s.live && supervise::screen_is_ours() {
             Live::start(sampler.snapshot.clone(), verdicts.note.clone())
         } else {
             Live::off()
@@ -597,9 +597,11 @@ fn origin(s: &RunSettings) -> crate::origin::Origin {
     crate::origin::Origin {
         host: s.host.clone(),
         name: s.name.clone(),
-        slurm: s.env.slurm.clone(),
+        slurm: s.env.launch.slurm.clone(),
         cuda_visible_devices: s.env.visible_devices.clone(),
-        launch: s.env.launch.clone(),
+        launch: s.env.launch.id.clone(),
+        rank: s.env.launch.rank,
+        world_size: s.env.launch.world_size,
     }
 }
 
@@ -672,7 +674,7 @@ fn emit(s: &RunSettings, report: &mut Report, timeline: Option<&Timeline>) -> u8
     }
 }
 
-/// Writes the report's files the user asked for (`--json`, `--tensorboard`, `--html`); what could not be
+/// Writes the report's files the user asked for (`--json`, `--report-dir`, `--tensorboard`, `--html`); what could not be
 /// written, one line each.
 pub(crate) fn write_outputs(
     s: &RunSettings,
@@ -684,6 +686,12 @@ pub(crate) fn write_outputs(
         && let Err(e) = output::write(t, report.to_json().as_bytes())
     {
         failed.push(format!("--json {}: {e}", t.display()));
+    }
+    if let Some(dir) = &s.report_dir {
+        let stem = report.origin.report_stem();
+        if let Err(e) = output::write_new(dir, &stem, "json", report.to_json().as_bytes()) {
+            failed.push(format!("--report-dir {}: {e}", dir.display()));
+        }
     }
     if let Some(dir) = &s.tensorboard
         && let Err(e) = crate::tensorboard::write(dir, report, timeline)

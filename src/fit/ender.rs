@@ -8,6 +8,7 @@
 use crate::supervise::signals::Ending;
 use crate::supervise::{Writes, end_step};
 use crate::torch::TorchTimeline;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -124,6 +125,7 @@ fn watch(
             break why;
         }
     };
+    say_ending(why);
     let mut ending = Ending::new(GRACE);
     let mut writes = Writes::default();
     loop {
@@ -139,6 +141,24 @@ fn watch(
         why,
         signals: ending.sent().to_vec(),
     })
+}
+
+/// Says why gpudoc ends the run, before its SIGINT; the first time in this gpudoc, also that the
+/// KeyboardInterrupt traceback a Python job prints for it is gpudoc's doing, not the program's fault.
+fn say_ending(why: Why) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let reason = match why {
+        Why::Steps(k) => format!("{k} optimizer steps ran"),
+        Why::Time => "the run lasted the time asked (--for)".to_string(),
+        Why::Budget => "the time budget is spent".to_string(),
+    };
+    let note = if SAID.swap(true, Ordering::Relaxed) {
+        ""
+    } else {
+        " (the KeyboardInterrupt traceback a Python job prints for it, here and at each run gpudoc ends, \
+         is this Ctrl-C, not a fault of the program)"
+    };
+    crate::sayln!("gpudoc: {reason}: SIGINT to the job, as a Ctrl-C{note}");
 }
 
 #[cfg(test)]

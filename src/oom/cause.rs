@@ -1,6 +1,7 @@
 //! Why a GPU ran out of memory, decided from the numbers alone (pure): what the OOM text says, what NVML
 //! saw, and which of the processes the text names belong to the job.
 
+use super::formats::{self, Allocator};
 use super::parse::{Kind, OomText, TextProcess, Vendor};
 use crate::units::fmt_bytes as b;
 use serde::{Deserialize, Serialize};
@@ -148,7 +149,7 @@ impl Figures {
             free: t.free_bytes,
             allowed: t.allowed_bytes,
             allowed_by: cap_setting(t),
-            cap_counts_process: t.format == "mps",
+            cap_counts_process: allocator(t) == Allocator::Watermark,
             segment: t
                 .requested_bytes
                 .filter(|_| caching_segments(t))
@@ -158,7 +159,7 @@ impl Figures {
             } else {
                 0
             },
-            async_pool: t.format == "torch-async",
+            async_pool: allocator(t) == Allocator::Async,
             // PyTorch prints "this process has 0 bytes" when NVML can't see it (a container): unknown.
             process: t.process_bytes.filter(|&b| b > 0).or(this_entry),
             allocated: t.allocated_bytes,
@@ -197,11 +198,11 @@ fn kv_engine(kind: Kind) -> Option<(&'static str, &'static str)> {
 
 /// What sets a text's cap, in words.
 fn cap_setting(t: &OomText) -> &'static str {
-    match (t.kind, t.format.as_str(), t.vendor) {
+    match (t.kind, allocator(t), t.vendor) {
         (Kind::Cupy, ..) => {
             "CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT"
         }
-        (_, "mps", _) => {
+        (_, Allocator::Watermark, _) => {
             "PYTORCH_MPS_HIGH_WATERMARK_RATIO, the share of the system's memory MPS may use"
         }
         (_, _, Vendor::Intel) => "torch.xpu.set_per_process_memory_fraction",
@@ -211,8 +212,12 @@ fn cap_setting(t: &OomText) -> &'static str {
 
 /// Whether the text is PyTorch's caching allocator's (CUDA, ROCm), which serves requests from segments.
 fn caching_segments(t: &OomText) -> bool {
-    t.kind == Kind::TorchAllocator
-        && ["torch>=2.1", "torch-2.1", "torch<2.1", "torch<1.4"].contains(&t.format.as_str())
+    allocator(t) == Allocator::Caching
+}
+
+/// How the allocator that wrote the text holds memory, as its row in the formats table says.
+fn allocator(t: &OomText) -> Allocator {
+    formats::row_of(t).map_or(Allocator::Other, |f| f.allocator)
 }
 
 const MIB: u64 = 1 << 20;

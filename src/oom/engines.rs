@@ -1,176 +1,28 @@
-//! What inference engines and other runtimes print when the GPU has no room: llama.cpp (ggml), vLLM,
-//! ONNX Runtime's CUDA provider, TensorRT, MXNet. Each opener reads one wording into an
-//! [`OomText`](super::parse::OomText) of its engine's [`Kind`]; [`parse::open`](super::parse::open)
-//! tries them among the others.
+//! What the lines after an inference engine's or a library's OOM text add to it: ggml's exact buffer size
+//! and device, XGBoost's figures, TensorRT's warning with the size its error leaves out. The wordings
+//! themselves are rows of [`formats`](super::formats).
 
-use super::text::{
-    Kind, OomText, Opened, cap_size, cap_u32, cap_u64, empty, re, size_bytes, with_exception,
-};
+use super::text::{Kind, OomText, cap_u32, cap_u64, re, size_bytes};
 use regex::Regex;
 use std::sync::LazyLock;
 
-// ggml's CUDA backend (llama.cpp, ollama, whisper.cpp), also built for ROCm with the same words. The
-// exact size follows on the next line: `failed to allocate CUDA0 buffer of size 151851674624`.
-static LLAMA_CPP: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"allocating (\d+(?:\.\d+)?) MiB on device (\d+): cudaMalloc failed: out of memory")
-});
+// ggml's exact buffer size, on the line after its `allocating X MiB on device N` (`ROCm0` on AMD).
 static LLAMA_CPP_SIZE: LazyLock<Regex> =
     LazyLock::new(|| re(r"failed to allocate (?:CUDA|ROCm)(\d+) buffer of size (\d+)"));
-// ggml's CUDA check as it was in 2023: `CUDA error 2 at .../ggml-cuda.cu:781: out of memory`.
-static CUDA_CHECK_AT: LazyLock<Regex> =
-    LazyLock::new(|| re(r"CUDA error \d+ at (\S+):\d+: out of memory"));
+
 // Since: `CUDA error: out of memory`, then `  current device: 0, in function ggml_cuda_pool_malloc_vmm at
 // ...ggml-cuda.cu:8583` (the device, numbered as the process saw them).
 static CURRENT_DEVICE: LazyLock<Regex> =
     LazyLock::new(|| re(r"current device: (\d+), in function (\w+)"));
-// vLLM: the memory its share of the GPU (gpu_memory_utilization) left for the KV cache holds no block,
-// or fewer tokens than one request of max_model_len. The traceback's source line
-// `raise ValueError("No available memory ...` quotes the same words: not a report.
-static VLLM_BLOCKS: LazyLock<Regex> =
-    LazyLock::new(|| re(r#"(?:^|[^"(])No available memory for the cache blocks"#));
-static VLLM_MAX_LEN: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)",
-    )
-});
-// vLLM's V1 engine: `To serve at least one request with the models's max seq len (131072), (16.00 GiB KV
-// cache is needed, which is larger than the available KV cache memory (0.71 GiB).`
-static VLLM_KV_NEEDED: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"max seq len \((\d+)\), \(SIZE KV cache is needed, which is larger than the available KV cache memory \(SIZE\)",
-    )
-});
-// vLLM's start-up refusal: less of the GPU was free than its share (`gpu_memory_utilization` × total)
-// before it loaded anything: `Free memory on device (7.34/139.72 GiB) on startup is less than desired
-// GPU memory utilization (0.9, 125.75 GiB)` (later `on device cuda:0`).
-static VLLM_STARTUP: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?i:free) memory on device(?: (?:\w+:)?(\d+))? \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) ?(GiB|MiB|GB|MB)\) on startup is less than desired GPU memory utilization \([\d.]+, SIZE\)",
-    )
-});
-// SGLang: the KV cache's share of the GPU (`--mem-fraction-static`) held no token after the weights
-// (`Not enough memory to allocate KV cache.` since 2026).
-static SGLANG: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"Not enough memory(?:\. Please try to increase --mem-fraction-static| to allocate KV cache)",
-    )
-});
-// text-generation-inference: its warmup's largest batch did not fit (`Not enough memory to handle 4096
-// prefill tokens. You need to decrease `--max-batch-prefill-tokens``; before 1.0 `... 16000 total tokens
-// with 2 prefill tokens`).
-static TGI: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Not enough memory to handle \d+ (?:total tokens with \d+ )?prefill tokens")
-});
-// TensorRT: `Error Code 1: Cuda Runtime (out of memory)` (8.4 and later), `Cuda Error in allocate: 2 (out
-// of memory)` and `OutOfMemory Error in ...: 0` (7), `Error Code 2: OutOfMemory (Requested size was N
-// bytes.)` (10) or `(no further information)`, whose size the warning beside it gives.
-static TENSORRT: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"Cuda Runtime \(out of memory\)|Cuda Error in [\w:]+: 2 \(out of memory\)|OutOfMemory Error in \S+: \d+|Error Code 2: OutOfMemory \((?:Requested size was (\d+) bytes|no further information)",
-    )
-});
-// TensorRT-LLM's CUDA check: `[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n,
-// mCudaStream->get()): out of memory (.../tllmBuffers.h:118)`.
-static TENSORRT_LLM: LazyLock<Regex> =
-    LazyLock::new(|| re(r"\[TensorRT-LLM\]\[ERROR\] CUDA runtime error in .*?: out of memory"));
+
 static TENSORRT_REQUEST: LazyLock<Regex> =
     LazyLock::new(|| re(r"Requested amount of GPU memory \((\d+) bytes\) could not be allocated"));
-// The CUDA call check ONNX Runtime took from CNTK: `CUDA failure 2: out of memory ; GPU=0 ; hostname=...`.
-static CUDA_FAILURE: LazyLock<Regex> =
-    LazyLock::new(|| re(r"CUDA failure 2: out of memory(?: ; GPU=(\d+))?"));
-// ONNX Runtime's arena. The CPU provider's arena prints the same words: only a line that names the CUDA
-// provider or its arena is a GPU's.
-static ORT_ARENA: LazyLock<Regex> =
-    LazyLock::new(|| re(r"Failed to allocate memory for requested buffer of size (\d+)"));
-static ORT_CUDA: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"CUDAExecutionProvider|\bCudaCall\b|\bCUDA_CALL\b|CudaCaching|BFCArena for Cuda(?:[^\w]|$)")
-});
-static CUDA_MALLOC: LazyLock<Regex> =
-    LazyLock::new(|| re(r"cudaMalloc(?: \w+)? failed: out of memory"));
 
-/// The vLLM text that says its KV cache had no room.
-pub fn open_vllm(line: &str) -> Option<Opened> {
-    let mut t = empty(Kind::Vllm, "vllm");
-    // Where the message starts: `ValueError: To serve at least one request with the model's max seq len
-    // (N), ...`, `ValueError: The model's max seq len (N) is ...`, `ValueError: No available memory ...`.
-    let from = |at: usize, word: &str| line[..at].rfind(word).unwrap_or(at);
-    let start = if let Some(c) = VLLM_KV_NEEDED.captures(line) {
-        t.format = "vllm-max-model-len".into();
-        t.max_model_len = cap_u64(&c, 1);
-        t.requested_bytes = cap_size(&c, 2);
-        t.free_bytes = cap_size(&c, 4);
-        from(c.get(0).unwrap().start(), "To serve")
-    } else if let Some(c) = VLLM_STARTUP.captures(line) {
-        t.format = "vllm-startup".into();
-        t.gpu = cap_u32(&c, 1);
-        t.free_bytes = size_bytes(&c[2], &c[4]);
-        t.total_bytes = size_bytes(&c[3], &c[4]);
-        t.requested_bytes = cap_size(&c, 5);
-        c.get(0).unwrap().start()
-    } else if let Some(c) = VLLM_MAX_LEN.captures(line) {
-        t.format = "vllm-max-model-len".into();
-        t.max_model_len = cap_u64(&c, 1);
-        t.kv_cache_tokens = cap_u64(&c, 2);
-        from(c.get(0).unwrap().start(), "The model")
-    } else {
-        let m = VLLM_BLOCKS.find(line)?;
-        // The match may start with the character before "No".
-        m.start() + line[m.start()..].find("No available").unwrap_or(0)
-    };
-    t.complete = true;
-    Some(with_exception(t, line, start))
-}
+static XGBOOST_FREE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"- Free memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
 
-/// Whether the words at `at` are the engine's source quoted in a traceback (`raise RuntimeError("Not
-/// enough memory ...`), not its message.
-fn quoted_in_source(line: &str, at: usize) -> bool {
-    line[..at].ends_with("(\"") && line[..at].contains("raise ")
-}
-
-/// An engine's sentence that carries no figures: the report is that it was said.
-fn open_sentence(line: &str, words: &Regex, kind: Kind, format: &str) -> Option<Opened> {
-    let m = words
-        .find(line)
-        .filter(|m| !quoted_in_source(line, m.start()))?;
-    let mut t = empty(kind, format);
-    t.complete = true;
-    Some(with_exception(t, line, m.start()))
-}
-
-/// SGLang's text that says its KV cache had no room.
-pub fn open_sglang(line: &str) -> Option<Opened> {
-    open_sentence(line, &SGLANG, Kind::Sglang, "sglang")
-}
-
-/// text-generation-inference's warmup that did not fit.
-pub fn open_tgi(line: &str) -> Option<Opened> {
-    open_sentence(line, &TGI, Kind::Tgi, "tgi")
-}
-
-pub fn open_llama_cpp(line: &str) -> Option<Opened> {
-    let c = LLAMA_CPP.captures(line)?;
-    let mut t = empty(Kind::LlamaCpp, "ggml");
-    t.requested_bytes = size_bytes(&c[1], "MiB");
-    t.gpu = cap_u32(&c, 2);
-    refine_llama_cpp(&mut t, line);
-    let start = line[..c.get(0).unwrap().start()]
-        .rfind("ggml_")
-        .unwrap_or(c.get(0).unwrap().start());
-    Some(Opened { text: t, start })
-}
-
-/// ggml's CUDA check of 2023 (`CUDA error 2 at ggml-cuda.cu:781: out of memory`); the same words from
-/// another program's source file are the CUDA runtime's.
-pub fn open_cuda_check_at(line: &str) -> Option<Opened> {
-    let c = CUDA_CHECK_AT.captures(line)?;
-    let mut t = if c[1].contains("ggml") {
-        empty(Kind::LlamaCpp, "ggml")
-    } else {
-        empty(Kind::CudaRuntime, "cuda")
-    };
-    t.complete = true;
-    Some(with_exception(t, line, c.get(0).unwrap().start()))
-}
+static XGBOOST_REQUESTED: LazyLock<Regex> =
+    LazyLock::new(|| re(r"- Requested memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
 
 /// A bare `CUDA error: out of memory` that ggml printed names its device on the next line, and the ggml
 /// function that failed: then it is llama.cpp's (or ollama's, whisper.cpp's).
@@ -201,141 +53,10 @@ pub fn refine_llama_cpp(t: &mut OomText, text: &str) -> bool {
     t.complete
 }
 
-pub fn open_tensorrt(line: &str) -> Option<Opened> {
-    if let Some(m) = TENSORRT_LLM.find(line) {
-        let mut t = empty(Kind::Tensorrt, "tensorrt-llm");
-        t.complete = true;
-        return Some(with_exception(t, line, m.start()));
-    }
-    let mut t = empty(Kind::Tensorrt, "tensorrt");
-    let c = TENSORRT
-        .captures(line)
-        .or_else(|| TENSORRT_REQUEST.captures(line))?;
-    t.requested_bytes = cap_u64(&c, 1);
-    t.complete = true;
-    Some(with_exception(t, line, c.get(0).unwrap().start()))
-}
-
 /// TensorRT's warning that gives the size of an allocation it could not make; its error, before or
 /// after, gives none (`Error Code 2: OutOfMemory (no further information)`).
 pub fn is_tensorrt_request(line: &str) -> bool {
     TENSORRT_REQUEST.is_match(line)
-}
-
-pub fn open_cuda_failure(line: &str) -> Option<Opened> {
-    let c = CUDA_FAILURE.captures(line)?;
-    let ort = line.contains("onnxruntime") || line.contains("ONNXRuntime");
-    let mut t = if ort {
-        empty(Kind::Onnxruntime, "onnxruntime")
-    } else {
-        empty(Kind::CudaRuntime, "cuda-failure")
-    };
-    t.gpu = cap_u32(&c, 1);
-    t.complete = t.gpu.is_some();
-    let at = c.get(0).unwrap().start();
-    // ONNX Runtime's status: `[ONNXRuntimeError] : 1 : FAIL : ...cuda_call.cc:121 onnxruntime::CudaCall
-    // CUDA failure 2`: the message starts at its error's name.
-    let start = line[..at].find("[ONNXRuntimeError]").unwrap_or(at);
-    Some(Opened { text: t, start })
-}
-
-pub fn open_onnxruntime_arena(line: &str) -> Option<Opened> {
-    let c = ORT_ARENA.captures(line)?;
-    if !ORT_CUDA.is_match(line) {
-        return None;
-    }
-    let mut t = empty(Kind::Onnxruntime, "onnxruntime-arena");
-    t.requested_bytes = cap_u64(&c, 1);
-    t.complete = true;
-    let at = c.get(0).unwrap().start();
-    let start = line[..at]
-        .find("[ONNXRuntimeError]")
-        .or_else(|| line[..at].find("Non-zero status"))
-        .unwrap_or(at);
-    Some(Opened { text: t, start })
-}
-
-/// MXNet's pooled storage manager (`src/storage/./pooled_storage_manager.h:157: cudaMalloc failed: out
-/// of memory`), and any other program's bare `cudaMalloc failed: out of memory`.
-pub fn open_mxnet(line: &str) -> Option<Opened> {
-    let m = CUDA_MALLOC.find(line)?;
-    let mxnet = line.contains("storage_manager") || line.contains("MXNetError");
-    let t = if mxnet {
-        empty(Kind::Mxnet, "mxnet")
-    } else {
-        empty(Kind::CudaRuntime, "cuda")
-    };
-    let mut opened = with_exception(t, line, m.start());
-    opened.text.complete = true;
-    if let Some(s) = line[..m.start()].find("mxnet.base.MXNetError") {
-        opened.text.exception = Some("mxnet.base.MXNetError".into());
-        opened.start = s;
-    }
-    Some(opened)
-}
-
-// A CUDA (or HIP) call's own check with the out-of-memory code beside the call's name, as GPU libraries
-// print it: FAISS's `Failed to cudaMalloc N bytes on device D (error 2 out of memory` and `alloc fail ...
-// dev D ... size N bytes (cudaMalloc error out of memory [2])`, its `CUDA error 2 out of memory`,
-// MindSpore's `cudaStreamCreateWithFlags failed, ret[2], out of memory`. Error 2 is
-// cudaErrorMemoryAllocation. The call may be one on pinned host memory (`cudaHostAlloc`): `parse::open`
-// leaves those out.
-static CUDA_CALL: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?:\b(?:cu|cuda|hip)[A-Z]\w*\b[^()\[\]]{0,60}?|\bCUDA error )(?:\(error 2 out of memory|2 out of memory|, ret\[2\], out of memory)|\b(?:cu|cuda|hip)[A-Z]\w* error out of memory \[2\]",
-    )
-});
-static CALL_BYTES: LazyLock<Regex> = LazyLock::new(|| re(r"\b(\d+) bytes\b"));
-static CALL_DEVICE: LazyLock<Regex> = LazyLock::new(|| re(r"\bon device (\d+)\b|\bdev (\d+)\b"));
-// CatBoost's GPU memory pool (NCudaLib::TOutOfMemoryError): `Out of memory. Requested 8880 MB; Free
-// 5902.061425 MB`, in MiB (its MB is 1024 * 1024); before 0.10 without the unit.
-static CATBOOST: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Out of memory\. Requested (\d+(?:\.\d+)?)(?: MB)?; Free (\d+(?:\.\d+)?)(?: MB)?")
-});
-// XGBoost's device allocator adds the device's free memory and the request on lines of their own after
-// the allocator's error: `- Free memory: 8126464` (bytes) or `1.95398GB` (binary units). A number ends
-// its line: one run on into the next line's digits (a log prefix joined as a terminal wraps) is not it.
-static XGBOOST: LazyLock<Regex> = LazyLock::new(|| re(r"Memory allocation error on worker \d+:"));
-static XGBOOST_FREE: LazyLock<Regex> =
-    LazyLock::new(|| re(r"- Free memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
-static XGBOOST_REQUESTED: LazyLock<Regex> =
-    LazyLock::new(|| re(r"- Requested memory: (\d+(?:\.\d+)?)(B|KB|MB|GB|TB)?(?:\s|$)"));
-// FasterTransformer's and TurboMind's (lmdeploy) CUDA check: `[FT][ERROR] CUDA runtime error: out of
-// memory /path/memory_utils.cu:32`: no size, no device.
-static FT_CHECK: LazyLock<Regex> =
-    LazyLock::new(|| re(r"\[(FT|TM)\]\[ERROR\] CUDA runtime error: out of memory"));
-// ggml's Metal backend (llama.cpp, ollama on Apple): a buffer Metal could not allocate
-// (`ggml_gallocr_reserve_n: failed to allocate Metal buffer of size 34681522080`), or a command buffer
-// that ran out (`Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)`).
-static METAL: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"failed to allocate Metal buffer of size (\d+)|kIOGPUCommandBufferCallbackErrorOutOfMemory")
-});
-
-/// A CUDA call's check that names the out-of-memory code: the size and device the same text gives.
-pub fn open_cuda_call(line: &str) -> Option<Opened> {
-    let m = CUDA_CALL.find(line)?;
-    let mut t = empty(Kind::CudaRuntime, "cuda-call");
-    t.requested_bytes = CALL_BYTES.captures(line).and_then(|c| cap_u64(&c, 1));
-    t.gpu = CALL_DEVICE
-        .captures(line)
-        .and_then(|c| cap_u32(&c, 1).or_else(|| cap_u32(&c, 2)));
-    t.complete = true;
-    Some(with_exception(t, line, m.start()))
-}
-
-/// CatBoost's pool: what it asked for and what the pool had free.
-pub fn open_catboost(line: &str) -> Option<Opened> {
-    let c = CATBOOST.captures(line)?;
-    let mut t = empty(Kind::CudaRuntime, "catboost");
-    t.requested_bytes = size_bytes(&c[1], "MiB");
-    t.free_bytes = size_bytes(&c[2], "MiB");
-    t.complete = true;
-    Some(with_exception(t, line, c.get(0).unwrap().start()))
-}
-
-/// Whether a CUDA runtime text is XGBoost's, whose figures follow on lines of their own.
-pub fn is_xgboost(line: &str) -> bool {
-    XGBOOST.is_match(line)
 }
 
 /// Reads XGBoost's `- Free memory:` and `- Requested memory:` lines; whether both were read.
@@ -348,29 +69,6 @@ pub fn refine_xgboost(t: &mut OomText, text: &str) -> bool {
     t.requested_bytes = t.requested_bytes.or_else(|| size(&XGBOOST_REQUESTED));
     t.complete = t.free_bytes.is_some() && t.requested_bytes.is_some();
     t.complete
-}
-
-/// FasterTransformer's or TurboMind's CUDA check.
-pub fn open_ft_check(line: &str) -> Option<Opened> {
-    let c = FT_CHECK.captures(line)?;
-    let format = if &c[1] == "FT" {
-        "fastertransformer"
-    } else {
-        "turbomind"
-    };
-    let mut t = empty(Kind::CudaRuntime, format);
-    t.complete = true;
-    Some(with_exception(t, line, c.get(0).unwrap().start()))
-}
-
-/// ggml's Metal backend out of memory: Apple's GPU, the buffer's size when it says it.
-pub fn open_metal(line: &str) -> Option<Opened> {
-    let c = METAL.captures(line)?;
-    let mut t = empty(Kind::LlamaCpp, "ggml-metal");
-    t.vendor = super::text::Vendor::Apple;
-    t.requested_bytes = cap_u64(&c, 1);
-    t.complete = true;
-    Some(with_exception(t, line, c.get(0).unwrap().start()))
 }
 
 #[cfg(test)]

@@ -4,10 +4,14 @@
 
 pub mod cause;
 pub mod engines;
+pub mod formats;
 pub mod host;
 pub mod parse;
+pub mod program;
 pub mod scan;
 pub mod text;
+mod then;
+pub mod wording;
 
 use crate::supervise::ProcessEnd;
 use crate::timeline::Micros;
@@ -64,22 +68,16 @@ pub struct Before {
     pub held_from_start: bool,
 }
 
-/// How late after gpudoc's first look at its GPU's processes a process may be first seen and still count as
-/// there from the start: processes are read at 100 Hz, and no job allocates GPU memory this soon.
-const FIRST_LOOK_US: Micros = 100_000;
-
-/// The memory a process held at the window's start `lo`, and whether it is its first reading at gpudoc's
-/// first look at its GPU's processes (the window starts before any reading of it, but it was there from
-/// the start).
+/// The memory a process held at the window's start `lo`, and whether that is what it held at gpudoc's
+/// first look at its GPU's processes ([`Timeline::at_first_look`]: the window starts before any reading
+/// of it, but it was there from the start).
 fn held_at(t: &Timeline, p: &crate::timeline::ProcTimeline, lo: Micros) -> (u64, bool) {
     if let Some(v) = p.used.value_at(lo) {
         return (v, false);
     }
-    match (p.used.first_at(), t.first_listing(p.gpu)) {
-        (Some(seen), Some(look)) if seen <= look + FIRST_LOOK_US => {
-            (p.used.first().unwrap_or(0), true)
-        }
-        _ => (0, false),
+    match t.at_first_look(p) {
+        Some(v) => (v, true),
+        None => (0, false),
     }
 }
 
@@ -247,10 +245,30 @@ pub fn classify(ev: &Evidence) -> (Ending, Option<OomReport>, Option<HostOom>) {
     (ending, oom, host_killed.then(|| ev.host.clone()))
 }
 
+/// The moment of an OOM, for NVML's readings: the shim's record of it, made in the process as the
+/// allocation failed, when there is one; else when its text reached gpudoc, which may be late (a loaded
+/// machine, a buffered stream), after the process had let go of its memory or exited. Never before NVML's
+/// first reading (`first_read`): a moment read once, after the fact (a notebook cell's), is read then.
+fn moment(
+    text_at_s: f64,
+    allocator: Option<&crate::torch::TorchOom>,
+    first_read: Option<Micros>,
+) -> Micros {
+    let text = (text_at_s * 1e6) as Micros;
+    let shim = allocator.map_or(text, |a| ((a.at_s * 1e6) as Micros).min(text));
+    shim.max(first_read.unwrap_or(0).min(text))
+}
+
 fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
     let t = &e.text;
-    let at = (e.at_s * 1e6) as Micros;
     let allocator = allocator_at(ev.torch_ooms, e.at_s);
+    let first_read = ev
+        .timeline
+        .gpus
+        .iter()
+        .filter_map(|g| g.used.points().first().map(|p| p.0))
+        .min();
+    let at = moment(e.at_s, allocator.as_ref(), first_read);
     // NVML sees NVIDIA GPUs only: the device number of an AMD, Intel or Apple GPU or a TPU names none of
     // them, and NVML's view of the GPUs it does see says nothing of the one that ran out.
     let unseen = !t.vendor.nvml_sees();
@@ -465,6 +483,35 @@ mod tests {
         );
         let job = b.iter().find(|b| b.pid == 2608).unwrap();
         assert_eq!((job.bytes_before, job.held_from_start), (0, false));
+    }
+
+    #[test]
+    fn nvml_is_read_at_the_shims_record_of_the_oom_not_at_its_late_text() {
+        // The job's process held 16 GiB until it raised at 5.0 s and exited; its text came at 5.5 s.
+        let mut t = four_gpus();
+        let mut used = crate::timeline::Series::default();
+        used.push(1_000_000, 16 << 30);
+        used.push(5_200_000, 0);
+        holding(&mut t, 7, true, 1_000_000, 16 << 30);
+        t.procs.get_mut(&(7, 0)).unwrap().used = used;
+        let shim = crate::torch::TorchOom {
+            at_s: 5.0,
+            ..Default::default()
+        };
+        let job = |at| before(&t, Some(0), at).remove(0);
+        let first = Some(1_000_000);
+        assert_eq!(job(moment(5.5, Some(&shim), first)).bytes_at, 16 << 30);
+        // Without the shim's record, the text's time is all there is.
+        assert_eq!(moment(5.5, None, first), 5_500_000);
+        assert_eq!(job(moment(5.5, None, first)).bytes_at, 0);
+        // A record after the text (another OOM's) never moves the moment later.
+        let later = crate::torch::TorchOom {
+            at_s: 6.0,
+            ..Default::default()
+        };
+        assert_eq!(moment(5.5, Some(&later), first), 5_500_000);
+        // NVML read once, after the OOM (a notebook cell's moment): read at that reading.
+        assert_eq!(moment(5.5, Some(&shim), Some(5_400_000)), 5_400_000);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! torchrun's closing "Root Cause (first observed failure)" block says which rank failed first.
 
 use super::engines;
+use super::formats;
 use super::parse::{self, OomText};
 use crate::supervise::{Observer, Sieve, Stream};
 use crate::timeline::Micros;
@@ -520,14 +521,15 @@ impl Scanner {
     /// failure (TensorFlow's ResourceExhaustedError, XLA's RESOURCE_EXHAUSTED): the two are one report,
     /// the error's, with what only the warning said (the GPU, the exact size).
     fn absorb_allocator_warning(&mut self, stream: Stream, t: &mut OomText, at: Micros) {
-        if !matches!(t.kind, parse::Kind::Xla | parse::Kind::Tensorflow) || t.format == "bfc" {
+        let warning = |t: &OomText| formats::row_of(t).is_some_and(|f| f.warning);
+        if !matches!(t.kind, parse::Kind::Xla | parse::Kind::Tensorflow) || warning(t) {
             return;
         }
         let Some(last) = self.events.last() else {
             return;
         };
         let recent = (at as f64 / 1e6 - last.at_s) <= 5.0;
-        if last.text.format == "bfc" && last.stream == stream.name() && recent {
+        if warning(&last.text) && last.stream == stream.name() && recent {
             let warning = self.events.pop().unwrap().text;
             t.gpu = t.gpu.or(warning.gpu);
             t.requested_bytes = t.requested_bytes.or(warning.requested_bytes);

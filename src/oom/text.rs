@@ -193,26 +193,8 @@ pub(super) fn cap_size(c: &regex::Captures, i: usize) -> Option<u64> {
     size_bytes(c.get(i)?.as_str(), c.get(i + 1)?.as_str())
 }
 
-/// XLA's size (`129.50M`, `0B`; `XSIZE` in a pattern) → bytes: one letter for a binary unit.
-pub(super) fn cap_xla_size(c: &regex::Captures, i: usize) -> Option<u64> {
-    let unit = match c.get(i + 1).map_or("", |u| u.as_str()) {
-        "" => "B",
-        "K" => "KiB",
-        "M" => "MiB",
-        "G" => "GiB",
-        "T" => "TiB",
-        _ => return None,
-    };
-    size_bytes(c.get(i)?.as_str(), unit)
-}
-
 pub(super) fn cap_u64(c: &regex::Captures, i: usize) -> Option<u64> {
     c.get(i)?.as_str().parse().ok()
-}
-
-/// A count of bytes written with thousands separators (`26,409,535,488`).
-pub(super) fn cap_grouped(c: &regex::Captures, i: usize) -> Option<u64> {
-    c.get(i)?.as_str().replace(',', "").parse().ok()
 }
 
 pub(super) fn cap_u32(c: &regex::Captures, i: usize) -> Option<u32> {

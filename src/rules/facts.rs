@@ -60,6 +60,8 @@ pub struct OomFacts {
     pub present: bool,
     pub cause: String,
     pub source: String,
+    pub engine: String,
+    pub at_start: bool,
     pub vendor: String,
     pub exception: String,
     pub complete: bool,
@@ -130,7 +132,7 @@ pub struct GpuFacts {
     pub lost: bool,
     pub torch: bool,
     pub torch_phases: i64,
-    pub peak_phase: String,
+    pub peak_stretch: String,
     pub peak_since_last_step_s: f64,
     pub growth_bytes: i64,
     pub growth_rate_bytes_per_s: f64,
@@ -379,6 +381,16 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "oom.source",
         "string",
         "torch_allocator, cuda_runtime, cuda_library, nccl, xla, tensorflow, cupy, paddle, llama_cpp, vllm, onnxruntime, tensorrt, mxnet, exla",
+    ),
+    (
+        "oom.engine",
+        "string",
+        "the inference server or engine that wrote the text, as its reader tells (vllm, sglang, tgi, tensorrt_llm, tensorrt, onnxruntime, llama_cpp, fastertransformer, turbomind): its own settings are the remedies; empty for a framework's allocator (PyTorch, JAX, TensorFlow, ...) or a CUDA call whose program the text does not name, where training advice may fit (oom::program)",
+    ),
+    (
+        "oom.at_start",
+        "bool",
+        "the text says the program found less of the GPU free at its start than it was to take, before loading anything (vLLM's start-up check): its share is too large for what others left",
     ),
     (
         "oom.vendor",
@@ -638,7 +650,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "a PyTorch process reported from this GPU",
     ),
     (
-        "gpu.peak_phase",
+        "gpu.peak_stretch",
         "string",
         "when the job's peak on it fell among the optimizer steps' records: before_steps, steps, after_steps (a time, not what ran then: see oom.phase); empty without the framework view",
     ),
@@ -756,7 +768,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "process.job_gpu_start_bytes",
         "int",
-        "what it held there at the run's start (gpudoc's first look at the GPU's processes; 0: it was not there yet), -1 if unknown",
+        "what it held there at the run's start: at gpudoc's first look at the GPU's processes, a process first read within 0.1 s of it counted as there (the one definition, timeline::Timeline::at_first_look, which the OOM's window reads too); 0: it was not there yet, -1 if unknown",
     ),
     (
         "process.job_gpu_high_from_s",
@@ -1286,7 +1298,7 @@ fn when_facts(
     f: &mut GpuFacts,
 ) {
     let w = super::when::gpu(steps, g, r.oom.as_ref());
-    (f.peak_phase, _, f.peak_since_last_step_s) = w.peak;
+    (f.peak_stretch, _, f.peak_since_last_step_s) = w.peak;
     let torch: Vec<_> = r
         .torch
         .processes
@@ -1739,6 +1751,8 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
         present: true,
         cause: name_of(o.cause),
         source: name_of(o.source),
+        engine: crate::oom::program::engine(t).unwrap_or_default().into(),
+        at_start: crate::oom::program::at_start(t),
         vendor: name_of(t.vendor),
         exception: t.exception.clone().unwrap_or_default(),
         complete: t.complete,

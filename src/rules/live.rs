@@ -86,9 +86,14 @@ impl Verdicts {
     /// Marks in `r` (the run's final report, or a report of the run so far) when each of its diagnoses
     /// was first known, and puts in the forecasts.
     pub fn annotate(&self, r: &mut Report) {
+        let told = |rule: &str, subject: &str| {
+            let t = self.told.get(&(rule.to_string(), subject.to_string()));
+            t.map(|t| t.at_s)
+        };
         for d in &mut r.diagnoses {
-            if let Some(t) = self.told.get(&(d.rule.clone(), d.subject.clone())) {
-                d.known_at_s = Some(t.at_s);
+            d.known_at_s = told(&d.rule, &d.subject).or(d.known_at_s);
+            for p in &mut d.parts {
+                p.known_at_s = told(&p.rule, &p.subject).or(p.known_at_s);
             }
         }
         r.forecasts = self.told().filter_map(|t| t.forecast.clone()).collect();
@@ -145,6 +150,7 @@ mod tests {
                 at_s: None,
                 facts: Default::default(),
                 known_at_s: None,
+                parts: Vec::new(),
             })
             .collect();
         r

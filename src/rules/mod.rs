@@ -12,6 +12,7 @@ pub mod live;
 pub mod look;
 pub mod phase;
 pub mod serving;
+pub mod story;
 mod when;
 
 pub use deferred::RunRules;
@@ -95,6 +96,14 @@ struct RuleFile {
     /// look has (memory in use now, who holds it, leftovers, stray contexts).
     #[serde(default)]
     look: bool,
+    /// The story its diagnosis tells (`oom`: why the job ran out), which the diagnoses of rules that
+    /// are `part_of` it join on the same GPU and moment ([`story`]).
+    #[serde(default)]
+    story: Option<String>,
+    /// The story its diagnosis is part of: said on its own only where no diagnosis tells that story on
+    /// its GPU at its moment ([`story`]).
+    #[serde(default)]
+    part_of: Option<String>,
 }
 
 /// A line of advice as written: given always, or only where its condition holds (`{ when = "...", text =
@@ -138,6 +147,10 @@ pub struct Rule {
     pub live: bool,
     /// Judged by `gpudoc watch` on each look at the machine (`look = true`).
     pub look: bool,
+    /// The story its diagnosis tells (`story = "oom"`).
+    pub story: Option<String>,
+    /// The story its diagnosis is part of (`part_of = "oom"`).
+    pub part_of: Option<String>,
     condition: Program,
     /// The facts its condition reads.
     condition_reads: Vec<String>,
@@ -737,6 +750,8 @@ impl Rule {
             docs: f.docs,
             live: f.live,
             look: f.look,
+            story: f.story,
+            part_of: f.part_of,
             source: source.into(),
             condition,
             condition_reads,
@@ -1052,6 +1067,7 @@ impl RuleSet {
                             at_s: f.at_s,
                             facts: read,
                             known_at_s: None,
+                            parts: Vec::new(),
                         })
                     }
                     Err(e) => failed.push(format!("rule {}: {e}", rule.id)),
@@ -1165,18 +1181,23 @@ fn pid_on(pid: i64, host: &str) -> String {
 
 /// Evaluates `rules` on a report and stores the diagnoses in it, and the rules that failed. A diagnosis
 /// that still holds keeps when it was first known during the run (`known_at_s`): a saved report diagnosed
-/// again still says what was told while it ran.
+/// again still says what was told while it ran. A diagnosis that is part of another's story is kept in
+/// that one's `parts` ([`story`]).
 pub fn diagnose(report: &mut crate::report::Report, rules: &RuleSet) {
     let (mut found, failed) = rules.evaluate(&Facts::of(report));
     let known: HashMap<(&str, &str), f64> = report
         .diagnoses
         .iter()
-        .filter_map(|d| Some(((d.rule.as_str(), d.subject.as_str()), d.known_at_s?)))
+        .flat_map(|d| {
+            let parts = d.parts.iter().map(|p| (&p.rule, &p.subject, p.known_at_s));
+            std::iter::once((&d.rule, &d.subject, d.known_at_s)).chain(parts)
+        })
+        .filter_map(|(rule, subject, at)| Some(((rule.as_str(), subject.as_str()), at?)))
         .collect();
     for d in &mut found {
         d.known_at_s = known.get(&(d.rule.as_str(), d.subject.as_str())).copied();
     }
-    report.diagnoses = found;
+    report.diagnoses = story::fold(found, rules, report);
     // Reports from before `rule_errors` kept them in their notes.
     report.notes.retain(|n| !n.starts_with("rule "));
     report.rule_errors = failed;

@@ -64,10 +64,13 @@ impl Phase {
     }
 }
 
-/// Forward calls since the last backward began, with more of them than a step ever used (after the first
-/// backward), or than any step would use (before it: [`WAITING_CALLS`]): calls no backward followed.
+/// Forward calls since the last backward began, with more of them than a step uses (after the first
+/// backward: the count most backwards had, or where the shim did not give it the most any had), or than
+/// any step would use (before it: [`WAITING_CALLS`]): calls no backward followed. A validation every few
+/// steps leaves most backwards with the step's own count: its second call after a step is told.
 fn waiting(a: &Activity) -> bool {
-    let (Some(n), Some(per)) = (a.forwards_without_backward, a.forwards_per_backward) else {
+    let per = a.forwards_per_step.or(a.forwards_per_backward);
+    let (Some(n), Some(per)) = (a.forwards_without_backward, per) else {
         return false;
     };
     match a.backwards {
@@ -267,6 +270,20 @@ mod tests {
         // Two calls in a step that calls its model twice (fpb 2): still the step's.
         let two = json!({"bws": 9, "steps": 9, "grad": true, "fwd": 20, "fg": 2, "fpb": 2, "train": true});
         assert_eq!(at(two, Some("forward")), None);
+        // A validation every 5 steps (4 calls, no backward): most backwards had one call before them, the
+        // most had 5; two calls returned since the last backward are no step's.
+        let val = json!({"bws": 50, "steps": 50, "grad": true, "fwd": 88, "fg": 2, "fpb": 5, "fps": 1,
+            "train": true});
+        assert_eq!(at(val.clone(), Some("other")), Some(Phase::Evaluation));
+        assert_eq!(at(val.clone(), Some("forward")), Some(Phase::Evaluation));
+        // Without the count most had (an older shim), the most any had decides: not known.
+        let mut old = val;
+        old["fps"] = serde_json::Value::Null;
+        assert_eq!(at(old, Some("other")), None);
+        // A step that calls its model twice, then once, in turn: counted at its most.
+        let gan = json!({"bws": 9, "steps": 9, "grad": true, "fwd": 14, "fg": 2, "fpb": 2, "fps": 2,
+            "train": true});
+        assert_eq!(at(gan, Some("other")), None);
         // A forward under grad during training, its calls not counted: not known.
         let unknown =
             json!({"bws": 50, "steps": 50, "grad": true, "fwd": null, "fg": null, "train": true});

@@ -1,4 +1,6 @@
-//! The facts of when: where an OOM and each GPU's peak fell among the program's phases, and growth found
+//! The facts of when: where an OOM and each GPU's peak fell among the optimizer steps (a
+//! [`Stretch`](super::phase::Stretch): a time; what the program was doing then is its
+//! [`Phase`](super::phase::Phase), read from the shim's evidence, never from this), and growth found
 //! in the stretches no optimizer step explains (a run without steps, or after the last one). Before the
 //! program's first forward call or step (as the shim recorded them), memory that rises is loading:
 //! growth is looked for only from then on.
@@ -67,11 +69,11 @@ impl Known<'_> {
     }
 }
 
-/// A moment's phase as facts: (`phase`, steps before it, seconds since the last), `("", -1, -1)` where the
-/// phases are unknown.
-pub type PhaseFacts = (String, i64, f64);
+/// Where a moment fell among the steps, as facts: (its stretch's name, steps before it, seconds since the
+/// last), `("", -1, -1)` where the steps are unknown.
+pub type Placing = (String, i64, f64);
 
-fn phase_facts(known: Option<&Known>, at: f64) -> PhaseFacts {
+fn placing(known: Option<&Known>, at: f64) -> Placing {
     match known.map(|k| k.place(at)) {
         None => (String::new(), -1, -1.0),
         Some(p) => (
@@ -85,7 +87,7 @@ fn phase_facts(known: Option<&Known>, at: f64) -> PhaseFacts {
 /// One GPU's when.
 pub struct GpuWhen {
     /// Where the job's peak on it fell.
-    pub peak: PhaseFacts,
+    pub peak: Placing,
     /// Growth without steps, and the step it came after (-1: a run without steps).
     pub growth: Option<Growth>,
     pub growth_after_step: i64,
@@ -130,7 +132,7 @@ pub fn gpu(steps: &Steps, g: &GpuReport, oom: Option<&OomReport>) -> GpuWhen {
         .filter(|&(t, _)| exit.is_none_or(|e| t <= e))
         .collect();
     GpuWhen {
-        peak: phase_facts(known.as_ref(), g.job_peak_at_s),
+        peak: placing(known.as_ref(), g.job_peak_at_s),
         growth: growth::find(
             &stretch,
             match clock {
@@ -143,12 +145,12 @@ pub fn gpu(steps: &Steps, g: &GpuReport, oom: Option<&OomReport>) -> GpuWhen {
 }
 
 /// Where the report's OOM fell: in the process that failed (when known), else on its GPU.
-pub fn oom(steps: &Steps, r: &Report) -> PhaseFacts {
+pub fn oom(steps: &Steps, r: &Report) -> Placing {
     let Some(o) = &r.oom else {
         return (String::new(), -1, -1.0);
     };
     let pid = o.allocator.as_ref().map(|a| a.pid).or(o.this_pid);
-    phase_facts(steps.on(&o.host, o.gpu, pid).as_ref(), oom_at(o))
+    placing(steps.on(&o.host, o.gpu, pid).as_ref(), oom_at(o))
 }
 
 /// When the OOM happened: the shim's observer saw it as it did; the text is printed after the exception

@@ -34,9 +34,9 @@ pub fn relay_signal() -> i32 {
 pub struct Start {
     /// The signal mask gpudoc was started with: the command's.
     pub mask: SigSet,
-    /// The terminal gpudoc was started in the foreground of, on all three standard fds: the command gets
-    /// a terminal of its own that stands for it ([`tty`]).
-    pub terminal: Option<tty::Saved>,
+    /// The terminal gpudoc was started in the foreground of, with stdout on it: the command gets a
+    /// terminal of its own that stands for it ([`tty`]).
+    pub terminal: Option<tty::Found>,
     /// The guard's pid (gpudoc's parent).
     pub guard: i32,
     /// Written to with the signal number before gpudoc dies of the command's signal on purpose.
@@ -98,7 +98,8 @@ pub unsafe fn split() -> std::io::Result<()> {
     // the write end: the pipe closes only when both are gone). Best effort: without it, what the job
     // detached outlives a `pkill -9 gpudoc`, as it did before.
     let (keep_r, keep_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let _ = super::keeper::start(guard.as_raw() as u32, keep_r.as_raw_fd(), terminal.as_ref());
+    let saved = terminal.map(|t| t.saved);
+    let _ = super::keeper::start(guard.as_raw() as u32, keep_r.as_raw_fd(), saved.as_ref());
     drop(keep_r);
     // SAFETY: single-threaded (the caller's promise).
     match unsafe { fork() }.map_err(std::io::Error::from)? {
@@ -131,7 +132,7 @@ pub unsafe fn split() -> std::io::Result<()> {
         }
         ForkResult::Parent { child } => {
             drop(note_w);
-            guard_loop(&set, child, (note_r, keep_w), terminal)
+            guard_loop(&set, child, (note_r, keep_w), saved)
         }
     }
 }

@@ -46,7 +46,7 @@ pub fn start(guard: u32, pipe: RawFd, terminal: Option<&tty::Saved>) -> std::io:
     let mut fds = vec![pipe];
     if let Some(t) = terminal {
         args.push(t.to_text());
-        fds.push(0);
+        fds.push(t.fd());
     }
     super::helper::spawn(NAME, &args, fds)
 }
@@ -57,7 +57,9 @@ pub fn run(args: &[std::ffi::OsString]) -> ExitCode {
     let Some(guard) = args.first().and_then(|a| a.to_str()?.parse::<u32>().ok()) else {
         return ExitCode::from(crate::exit::USAGE);
     };
-    let terminal = args.get(1).and_then(|a| tty::Saved::from_text(a.to_str()?));
+    let terminal = args
+        .get(1)
+        .and_then(|a| tty::Saved::from_text(a.to_str()?, TERMINAL_FD));
     let me = std::process::id();
     // pid -> start ticks of every process of the job seen.
     let mut noted: BTreeMap<u32, u64> = BTreeMap::new();
@@ -72,7 +74,7 @@ pub fn run(args: &[std::ffi::OsString]) -> ExitCode {
             News::Leaving => return ExitCode::SUCCESS,
             News::Killed => {
                 if let Some(t) = &terminal {
-                    t.restore_if_raw(TERMINAL_FD);
+                    t.restore_if_raw();
                 }
                 end(&noted);
                 return ExitCode::SUCCESS;

@@ -182,9 +182,18 @@ pub struct Spawn<'a> {
 }
 
 /// Whether the command gets a terminal of its own (gpudoc runs in the foreground of an interactive
-/// terminal): only then can a live line never be drawn over what the job or the user writes.
+/// terminal, with stdout on it).
 pub fn on_own_terminal() -> bool {
     guard::start().is_some_and(|s| s.terminal.is_some())
+}
+
+/// Whether every byte that reaches the screen passes through gpudoc (the command has a terminal of its
+/// own for stdout and stderr): only then can a live line on stderr never be drawn over what the job or
+/// the user writes.
+pub fn screen_is_ours() -> bool {
+    guard::start()
+        .and_then(|s| s.terminal)
+        .is_some_and(|t| t.screen_is_ours())
 }
 
 /// Starts the command. The signals stay blocked (gpudoc takes them in [`Child::wait`]), so nothing the
@@ -197,7 +206,7 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
     let separate = on_own_terminal();
     let pty = own_terminal();
     let (ends, sources) = match &pty {
-        Some((_, slave)) => (tty_ends(slave).map_err(other)?, Vec::new()),
+        Some((p, slave)) => tty_ends(slave, p.on(), s.wiring).map_err(other)?,
         None => {
             let (sources, ends) = streams::open(s.wiring).map_err(other)?;
             (ends, sources)
@@ -308,8 +317,9 @@ impl Watch {
             self.observer.clone(),
             self.exited.clone(),
         );
+        let stream = p.stream();
         thread("terminal", move || {
-            match tty::relay(&master, &ctl, term.as_deref(), &observer, &exited) {
+            match tty::relay(&master, &ctl, stream, term.as_deref(), &observer, &exited) {
                 tty::Ended::Closed => None,
                 tty::Ended::StillHeld => Some((master, 1)),
             }
@@ -327,13 +337,31 @@ where
         .expect("spawn an output thread")
 }
 
-/// The command's three standard fds on its own terminal.
-fn tty_ends(slave: &OwnedFd) -> io::Result<streams::Ends> {
-    Ok(streams::Ends {
-        stdin: Some(slave.try_clone()?.into()),
+/// The command's standard fds with its own terminal: the terminal for each of gpudoc's that is the
+/// user's terminal (`on`); a stdin elsewhere is gpudoc's own, a stderr elsewhere is wired as `w` says
+/// (`2> log` stays the command's own file, read along), with its channel.
+fn tty_ends(
+    slave: &OwnedFd,
+    on: [bool; 3],
+    w: Wiring,
+) -> io::Result<(streams::Ends, Vec<streams::Source>)> {
+    let (stderr, sources) = if on[2] {
+        (slave.try_clone()?.into(), Vec::new())
+    } else {
+        let (source, end) = streams::open_stderr(w.stderr)?;
+        (end, source.into_iter().collect())
+    };
+    let stdin = if on[0] {
+        Some(slave.try_clone()?.into())
+    } else {
+        None
+    };
+    let ends = streams::Ends {
+        stdin,
         stdout: slave.try_clone()?.into(),
-        stderr: slave.try_clone()?.into(),
-    })
+        stderr,
+    };
+    Ok((ends, sources))
 }
 
 /// The guard's ancestors and whether its process group is orphaned.

@@ -238,6 +238,13 @@ pub(super) fn open(w: Wiring) -> io::Result<(Vec<Source>, Ends)> {
     ))
 }
 
+/// The channel for stderr alone, for a command whose stdout is its own terminal ([`super::tty`]) while
+/// stderr is something else (`2> log`: the command's own file, read along).
+pub(super) fn open_stderr(kind: Kind) -> io::Result<(Option<Source>, Stdio)> {
+    let (source, end) = channel(kind, 2, Stream::Stderr)?;
+    Ok((source, end.into()))
+}
+
 /// The command's end of a channel.
 enum End {
     /// gpudoc's own fd, inherited as it is.

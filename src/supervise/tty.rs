@@ -1,20 +1,25 @@
-//! The command's own terminal, when gpudoc runs in the foreground of a terminal on all three standard
-//! fds (an interactive shell, `ssh -t`, `tmux new`, `docker run -t`).
+//! The command's own terminal, when gpudoc runs in the foreground of a terminal with its stdout on it (an
+//! interactive shell, `ssh -t`, `tmux new`, `docker run -t`, also with `2> log` or `< data`).
 //!
-//! The command gets a pseudo-terminal with the user's terminal's modes and size, as its standard fds and
-//! its controlling terminal, in a session gpudoc leads ([`super::guard::split`] made it) and a process
-//! group of its own, in that terminal's foreground. The user's terminal is put in raw mode and every byte
-//! passes through gpudoc both ways ([`relay`]): the command's own line discipline echoes what is typed,
-//! turns Ctrl-C, Ctrl-\ and Ctrl-Z into signals for its foreground group, and sees the modes the command
-//! sets (a full-screen program's single keypresses); gpudoc sees every byte that reaches the screen, so
-//! its live line is never drawn over a prompt or over what the user types. This is what `script`, `ssh`,
-//! `sudo` and `tmux` do.
+//! The command gets a pseudo-terminal with the user's terminal's modes and size, as its controlling
+//! terminal and as each of its standard fds that is the user's terminal (the others stay as they are: a
+//! `2> log` is the command's own file), in a session gpudoc leads ([`super::guard::split`] made it) and a
+//! process group of its own, in that terminal's foreground. The user's terminal is put in raw mode and
+//! every byte passes through gpudoc both ways ([`relay`]): the command's own line discipline echoes what is
+//! typed, turns Ctrl-C, Ctrl-\ and Ctrl-Z into signals for its foreground group, and sees the modes the
+//! command sets (a full-screen program's single keys: curses sets the modes of the terminal it writes to
+//! and reads fd 0, `more` reads its stderr); gpudoc sees every byte that reaches the screen, so its live
+//! line is never drawn over a prompt or over what the user types. This is what `script`, `ssh`, `sudo` and
+//! `tmux` do.
+//!
+//! Where stdout is not the terminal (`| tee log`) the command shares the user's terminal instead: the
+//! terminal stays in its own modes, since what the pipe's reader writes to it never passes through gpudoc.
 //!
 //! What this changes: type-ahead while the command runs goes to the command (or is lost with it), as under
 //! `script` or `ssh`; `tcgetattr` on the command's terminal shows its own pseudo-terminal.
 
 use super::Writes;
-use super::observe::Watching;
+use super::observe::{Stream, Watching};
 use super::streams::{Moved, Terminal, copy_chunk};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io;
@@ -25,17 +30,35 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// The user's terminal as gpudoc found it: its modes (given back at the end, and whenever the job
-/// stops) and its size.
+/// stops), and the descriptor gpudoc sets them and reads the keys through.
 #[derive(Clone, Copy)]
 pub struct Saved {
     termios: libc::termios,
+    /// fd 0, or gpudoc's own descriptor of the terminal when stdin is not on it (`< data`).
+    fd: RawFd,
 }
 
-/// The user's terminal, if gpudoc was started in its foreground with all three standard fds on it.
-/// Called before gpudoc splits (single-threaded).
-pub fn detect() -> Option<Saved> {
+/// The user's terminal, and which of gpudoc's standard fds are on it.
+#[derive(Clone, Copy)]
+pub struct Found {
+    pub saved: Saved,
+    /// fds 0, 1 and 2: each is the terminal (fd 1 always is).
+    pub on: [bool; 3],
+}
+
+impl Found {
+    /// Whether stdout and stderr are both the terminal: every byte that reaches the screen passes through
+    /// gpudoc, and its words on stderr reach the terminal it set raw.
+    pub fn screen_is_ours(&self) -> bool {
+        self.on[1] && self.on[2]
+    }
+}
+
+/// The user's terminal, if gpudoc was started in its foreground with stdout on it. Called before gpudoc
+/// splits (single-threaded), while the terminal is still gpudoc's controlling terminal.
+pub fn detect() -> Option<Found> {
     let rdev = |fd| {
-        // SAFETY: isatty and fstat on fds 0-2 only read.
+        // SAFETY: isatty and fstat on an fd of ours only read.
         unsafe {
             if libc::isatty(fd) != 1 {
                 return None;
@@ -44,19 +67,28 @@ pub fn detect() -> Option<Saved> {
             (libc::fstat(fd, &mut st) == 0).then_some(st.st_rdev)
         }
     };
-    let dev = rdev(0)?;
-    if rdev(1)? != dev || rdev(2)? != dev {
+    let dev = rdev(1)?;
+    // SAFETY: tcgetpgrp/getpgrp only read; tcgetpgrp fails unless fd 1 is our controlling terminal.
+    if unsafe { libc::tcgetpgrp(1) != libc::getpgrp() } {
         return None;
     }
-    // SAFETY: tcgetpgrp/getpgrp/tcgetattr only read; tcgetpgrp fails unless fd 0 is our controlling
-    // terminal.
-    unsafe {
-        if libc::tcgetpgrp(0) != libc::getpgrp() {
-            return None;
-        }
-        let mut termios: libc::termios = std::mem::zeroed();
-        (libc::tcgetattr(0, &mut termios) == 0).then_some(Saved { termios })
-    }
+    let on = [rdev(0) == Some(dev), true, rdev(2) == Some(dev)];
+    let fd = if on[0] { 0 } else { open_own()? };
+    let mut termios: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: tcgetattr fills our struct.
+    (unsafe { libc::tcgetattr(fd, &mut termios) } == 0).then_some(Found {
+        saved: Saved { termios, fd },
+        on,
+    })
+}
+
+/// A descriptor of gpudoc's own of its controlling terminal (the one on fd 1: `tcgetpgrp` said so), kept
+/// for gpudoc's whole life: the keys are read through it when stdin is elsewhere. Not the command's
+/// (close-on-exec). `/dev/tty`'s own device number is not the terminal's, so it is not compared.
+fn open_own() -> Option<RawFd> {
+    // SAFETY: open with a constant path.
+    let fd = unsafe { libc::open(c"/dev/tty".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    (fd >= 0).then_some(fd)
 }
 
 impl Saved {
@@ -66,7 +98,7 @@ impl Saved {
     pub fn restore(&self) {
         if super::guard::in_foreground() {
             // SAFETY: tcsetattr with modes read from the same terminal.
-            unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &self.termios) };
+            unsafe { libc::tcsetattr(self.fd, libc::TCSADRAIN, &self.termios) };
         }
         crate::say::set_raw_terminal(false);
     }
@@ -75,8 +107,7 @@ impl Saved {
     fn raw(&self) {
         let t = self.raw_modes();
         // SAFETY: tcsetattr applies our modes to our terminal.
-        unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &t) };
-        crate::say::set_raw_terminal(true);
+        unsafe { libc::tcsetattr(self.fd, libc::TCSADRAIN, &t) };
     }
 
     /// The modes gpudoc sets while the command runs.
@@ -85,6 +116,11 @@ impl Saved {
         // SAFETY: cfmakeraw edits our copy.
         unsafe { libc::cfmakeraw(&mut t) };
         t
+    }
+
+    /// The descriptor of the terminal gpudoc holds.
+    pub fn fd(&self) -> RawFd {
+        self.fd
     }
 
     /// The saved modes as text, for the job keeper's command line ([`Saved::from_text`]).
@@ -99,8 +135,8 @@ impl Saved {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Modes written by [`Saved::to_text`] (by the same binary).
-    pub fn from_text(text: &str) -> Option<Saved> {
+    /// Modes written by [`Saved::to_text`] (by the same binary), of the terminal at `fd`.
+    pub fn from_text(text: &str, fd: RawFd) -> Option<Saved> {
         let n = std::mem::size_of::<libc::termios>();
         if text.len() != 2 * n || !text.is_ascii() {
             return None;
@@ -110,12 +146,13 @@ impl Saved {
             .collect::<Option<Vec<u8>>>()?;
         // SAFETY: any bytes make a termios (plain integers); the length is the struct's.
         let termios = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<libc::termios>()) };
-        Some(Saved { termios })
+        Some(Saved { termios, fd })
     }
 
-    /// Gives terminal `fd` its modes back if it still has the ones gpudoc set (no shell or program has
+    /// Gives the terminal its modes back if it still has the ones gpudoc set (no shell or program has
     /// set its own since): what the job keeper does when every gpudoc process was killed at once.
-    pub fn restore_if_raw(&self, fd: RawFd) {
+    pub fn restore_if_raw(&self) {
+        let fd = self.fd;
         let raw = self.raw_modes();
         // SAFETY: tcgetattr fills our struct; tcsetattr applies saved modes to the same terminal.
         unsafe {
@@ -146,6 +183,8 @@ pub struct Ctl {
     writes: Mutex<Writes>,
     /// The user's terminal hung up (reading it ended).
     pub hung_up: AtomicBool,
+    /// The user's terminal, where the keys are read.
+    keys: RawFd,
     wake_r: OwnedFd,
     wake_w: OwnedFd,
 }
@@ -161,14 +200,15 @@ impl Ctl {
 pub struct Pty {
     pub master: Arc<OwnedFd>,
     pub ctl: Arc<Ctl>,
-    saved: Saved,
+    found: Found,
 }
 
 impl Pty {
     /// A pseudo-terminal with the user's terminal's modes and size, made gpudoc's controlling terminal
     /// (gpudoc leads its session), and the slave end for the command. The user's terminal goes raw.
-    pub fn open(saved: Saved) -> io::Result<(Pty, OwnedFd)> {
-        let ws = super::streams::winsize(0);
+    pub fn open(found: Found) -> io::Result<(Pty, OwnedFd)> {
+        let saved = found.saved;
+        let ws = super::streams::winsize(saved.fd);
         let termios = nix::sys::termios::Termios::from(saved.termios);
         let pty = nix::pty::openpty(ws.as_ref(), Some(&termios))?;
         super::streams::set_cloexec(pty.master.as_raw_fd());
@@ -185,22 +225,44 @@ impl Pty {
             presses: Mutex::new(Vec::new()),
             writes: Mutex::new(Writes::default()),
             hung_up: AtomicBool::new(false),
+            keys: saved.fd,
             wake_r,
             wake_w,
         });
-        saved.raw();
         let slave = pty.slave;
         let pty = Pty {
             master: Arc::new(pty.master),
             ctl,
-            saved,
+            found,
         };
+        pty.raw();
         Ok((pty, slave))
+    }
+
+    /// Which of the command's standard fds are its terminal: those of gpudoc's that are the user's.
+    pub fn on(&self) -> [bool; 3] {
+        self.found.on
+    }
+
+    /// What the command writes to its terminal: its stdout, and its stderr if that is the terminal too.
+    pub fn stream(&self) -> Stream {
+        if self.found.on[2] {
+            Stream::Both
+        } else {
+            Stream::Stdout
+        }
+    }
+
+    /// The user's terminal in raw mode; gpudoc's own words on stderr end their lines with `\r\n` when
+    /// stderr is that terminal (never in a `2> log`).
+    fn raw(&self) {
+        self.found.saved.raw();
+        crate::say::set_raw_terminal(self.found.on[2]);
     }
 
     /// The command's terminal takes the user's terminal's size (the kernel tells its foreground group).
     pub fn resize(&self) {
-        if let Some(ws) = super::streams::winsize(0) {
+        if let Some(ws) = super::streams::winsize(self.found.saved.fd) {
             // SAFETY: TIOCSWINSZ reads a winsize.
             unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
         }
@@ -217,12 +279,12 @@ impl Pty {
     pub fn stand_aside(&self) {
         self.ctl.input.store(false, Ordering::SeqCst);
         self.ctl.wake();
-        self.saved.restore();
+        self.found.saved.restore();
     }
 
     /// The job goes on in the foreground: raw mode and the keys again, at the terminal's current size.
     pub fn take_back(&self) {
-        self.saved.raw();
+        self.raw();
         self.resize();
         self.ctl.input.store(true, Ordering::SeqCst);
         self.ctl.wake();
@@ -250,13 +312,14 @@ pub enum Ended {
 
 /// Passes bytes both ways between the user's terminal and the command's until every holder of the
 /// command's terminal has closed it (or, once the command exited, it stays quiet): the command's output
-/// to fd 1 through the live line's [`Terminal`], seen by the observer; the user's keys from fd 0 while
+/// (`stream`) to fd 1 through the live line's [`Terminal`], seen by the observer; the user's keys while
 /// [`Ctl`] allows, on a thread of their own, so that a key (a Ctrl-C) never waits behind output a stalled
 /// terminal (an ssh connection that stopped reading) does not take. If the user's terminal goes away, its
 /// output is read and dropped, so the command never blocks writing.
 pub fn relay(
     master: &OwnedFd,
     ctl: &Ctl,
+    stream: Stream,
     term: Option<&Terminal>,
     observer: &Watching,
     exited: &AtomicBool,
@@ -266,7 +329,7 @@ pub fn relay(
         let keys = std::thread::Builder::new()
             .name("gpudoc-keys".into())
             .spawn_scoped(scope, || pass_keys(master, ctl, &done));
-        let end = pass_output(master, term, observer, exited);
+        let end = pass_output(master, stream, term, observer, exited);
         done.store(true, Ordering::SeqCst);
         ctl.wake();
         if let Ok(k) = keys {
@@ -279,6 +342,7 @@ pub fn relay(
 /// The command's output to the user's terminal, until its terminal is closed or quiet after its exit.
 fn pass_output(
     master: &OwnedFd,
+    stream: Stream,
     term: Option<&Terminal>,
     observer: &Watching,
     exited: &AtomicBool,
@@ -301,11 +365,12 @@ fn pass_output(
                 Moved::Bytes(n, passed) => {
                     screen_gone |= !passed;
                     quiet_since = None;
-                    if n > 0 {
+                    // gpudoc's words go where stderr goes: they mind the screen's line only there.
+                    if n > 0 && stream == Stream::Both {
                         crate::say::set_mid_line(buf[n - 1] != b'\n');
                     }
                     if let Some(obs) = observer.lock().unwrap().as_mut() {
-                        obs.feed(super::Stream::Both, &buf[..n], Instant::now());
+                        obs.feed(stream, &buf[..n], Instant::now());
                     }
                 }
                 Moved::End => return Ended::Closed,
@@ -332,7 +397,7 @@ fn pass_keys(master: &OwnedFd, ctl: &Ctl, done: &AtomicBool) {
             master.as_fd(),
             ctl.wake_r.as_fd(),
             !keys.is_empty(),
-            reading,
+            reading.then_some(ctl.keys),
         ) else {
             continue;
         };
@@ -348,15 +413,14 @@ fn pass_keys(master: &OwnedFd, ctl: &Ctl, done: &AtomicBool) {
     }
 }
 
-/// Waits for room for keys, a wake-up or a key: which are ready.
+/// Waits for room for keys, a wake-up or a key (on the user's terminal `reading`, if given): which are
+/// ready.
 fn wait(
     master: BorrowedFd,
     wake: BorrowedFd,
     keys_waiting: bool,
-    reading: bool,
+    reading: Option<RawFd>,
 ) -> Option<(bool, bool, bool)> {
-    // SAFETY: fd 0 stays open for gpudoc's whole life.
-    let stdin = unsafe { BorrowedFd::borrow_raw(0) };
     let room = if keys_waiting {
         PollFlags::POLLOUT
     } else {
@@ -366,8 +430,12 @@ fn wait(
         PollFd::new(master, room),
         PollFd::new(wake, PollFlags::POLLIN),
     ];
-    if reading {
-        fds.push(PollFd::new(stdin, PollFlags::POLLIN));
+    if let Some(fd) = reading {
+        // SAFETY: the user's terminal's descriptor stays open for gpudoc's whole life.
+        fds.push(PollFd::new(
+            unsafe { BorrowedFd::borrow_raw(fd) },
+            PollFlags::POLLIN,
+        ));
     }
     match poll(&mut fds, PollTimeout::from(100u16)) {
         Ok(0) => Some((false, false, false)),
@@ -381,7 +449,7 @@ fn wait(
             Some((
                 got(0, PollFlags::POLLOUT),
                 got(1, PollFlags::POLLIN),
-                reading && got(2, hup),
+                reading.is_some() && got(2, hup),
             ))
         }
         Err(_) => None,
@@ -410,8 +478,8 @@ fn pass(
 /// reading after a Ctrl-Z (the shell's next keys are not the job's).
 fn take_keys(master: RawFd, ctl: &Ctl, keys: &mut Vec<u8>, buf: &mut [u8]) {
     let room = PENDING_KEYS.saturating_sub(keys.len()).min(buf.len());
-    // SAFETY: read into our buffer from fd 0.
-    let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), room) };
+    // SAFETY: read into our buffer from the user's terminal.
+    let n = unsafe { libc::read(ctl.keys, buf.as_mut_ptr().cast(), room) };
     if n <= 0 {
         let e = io::Error::last_os_error();
         if n == 0 || !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) {

@@ -36,6 +36,11 @@ pub struct Activity {
     /// two views, a GAN's discriminator); 0 before the first backward.
     #[serde(rename = "fpb")]
     pub forwards_per_backward: Option<u64>,
+    /// The count of forward calls that most backwards had before them (the larger on a tie): what one
+    /// step calls its model, which a validation every few steps does not change as it changes the most
+    /// (`forwards_per_backward`); 0 before the first backward. Absent from shims before it.
+    #[serde(rename = "fps", skip_serializing_if = "Option::is_none")]
+    pub forwards_per_step: Option<u64>,
     /// The outermost module's training flag (`module.training`: false after eval()).
     #[serde(rename = "train")]
     pub training: Option<bool>,

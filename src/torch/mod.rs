@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime};
 
 /// The shim's files (the marker tells other shims the folder is one), written where [`home::shim_folder`]
 /// says.
-pub const SHIM: [(&str, &str); 6] = [
+pub const SHIM: [(&str, &str); 7] = [
     (
         "sitecustomize.py",
         include_str!("../../python/gpudoc/_shim/sitecustomize.py"),
@@ -47,6 +47,10 @@ pub const SHIM: [(&str, &str); 6] = [
     (
         "_gpudoc_where.py",
         include_str!("../../python/gpudoc/_shim/_gpudoc_where.py"),
+    ),
+    (
+        "_gpudoc_patch.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_patch.py"),
     ),
     (".gpudoc-shim", ""),
 ];

@@ -251,6 +251,16 @@ pub fn python_with_packages() -> PathBuf {
     }
 }
 
+/// The path of a tool of Debian's `prometheus` package (`prometheus`, `promtool`), which .ci/deps installs.
+pub fn tool(name: &str) -> String {
+    let path = format!("/usr/bin/{name}");
+    assert!(
+        Path::new(&path).exists(),
+        "{path} is missing: .ci/run installs Debian's prometheus package (apt-get install prometheus)"
+    );
+    path
+}
+
 /// What a shell's `$?` says of an exit status: the code, or 128+N for death by signal N.
 pub fn shell_code(status: &std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
@@ -424,4 +434,50 @@ pub fn set_nonblocking(fd: impl std::os::fd::AsFd) {
             libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
         );
     }
+}
+
+/// A real text of fixtures/oom/real/: its name, the file, and the reading it must give.
+pub struct RealText {
+    pub name: String,
+    pub file: PathBuf,
+    pub want: serde_json::Value,
+}
+
+/// For each row of the OOM formats table, the first real text (by name) whose first report that row
+/// opens; and the first real text that is no GPU OOM. The way a text reaches gpudoc (stderr, a pipe, a
+/// terminal) does not depend on its words, and every real text's own reading is checked in-process in
+/// tests/oom.rs: a row added to the table adds one text here.
+pub fn one_real_text_per_row() -> Vec<RealText> {
+    use gpudoc::oom::{formats, scan::Scanner};
+    use gpudoc::supervise::Stream;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/oom/real");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".expected.json").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for name in names {
+        let want = read_json(&dir.join(format!("{name}.expected.json")));
+        let file = [".txt", ".stderr"]
+            .iter()
+            .map(|ext| dir.join(format!("{name}{ext}")))
+            .find(|p| p.exists())
+            .unwrap();
+        let mut s = Scanner::new();
+        s.feed(Stream::Stderr, &std::fs::read(&file).unwrap(), 0);
+        s.finish(0);
+        let row = match s.first() {
+            Some(e) => formats::open(&e.line).map_or("?", |(f, _)| f.id),
+            None => "no GPU OOM",
+        };
+        if seen.insert(row) {
+            out.push(RealText { name, file, want });
+        }
+    }
+    out
 }

@@ -9,13 +9,15 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "python", "gpudoc", "_shim")
-NAMES = ("gpudoc._shim.torch", "gpudoc._shim.hunt", "gpudoc._shim.where")
+NAMES = ("gpudoc._shim.torch", "gpudoc._shim.hunt", "gpudoc._shim.where", "gpudoc._shim.patch")
 
 
 class Shim(object):
     """The loaded modules (`torch`: _gpudoc_torch.py; `hunt`, `where`) and the pipe's file."""
 
-    def __init__(self, tmp_path, torch):
+    def __init__(self, tmp_path, torch, full=False):
+        """`full`: every hook `import torch` puts in place under gpudoc run (_install), not only the
+        peaks' wrappers."""
         for name in NAMES:
             sys.modules.pop(name, None)
         ext = sys.modules["_frozen_importlib_external"]
@@ -28,7 +30,10 @@ class Shim(object):
         self.pipe = str(tmp_path / "pipe")
         open(self.pipe, "w").close()
         shim.S.pipe, shim.S.here = self.pipe, HERE
-        shim._install_peaks(torch)
+        if full:
+            shim._install(torch)
+        else:
+            shim._install_peaks(torch)
         self.torch = shim
         self.hunt = shim._hunt_module()
         self.hunt._prepare(torch)
@@ -40,15 +45,13 @@ class Shim(object):
             return [json.loads(line) for line in f if line.strip()]
 
     def remove(self):
-        """torch's functions the shim wrapped are torch's again (the forward clock's hooks gone), and its
-        modules leave sys.modules."""
+        """Every change the shim made is taken back through its registry (torch's functions are torch's
+        again, its hooks gone), and its modules leave sys.modules."""
         self.torch._forward_clock_off()
         S = self.torch.S
         if S.where_module is not None:
             S.where_module.close(self.torch)  # a measure's hooks, left by a test that failed
-        C = S.torch._C if S.torch is not None else None
-        if C is not None and getattr(S, "orig_stats", None) is not None:
-            C._cuda_memoryStats, C._cuda_resetPeakMemoryStats = S.orig_stats, S.orig_reset
+        self.torch._patches().remove_all()
         for name in NAMES:
             sys.modules.pop(name, None)
 

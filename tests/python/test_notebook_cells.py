@@ -29,12 +29,12 @@ def cell(source):
 
 def cell_records():
     doctor = gpudoc.notebook._DOCTORS[id(shell)]
-    return [m for m in doctor.messages if m.get("k") == "cell"]
+    return [m for m in doctor.kept.messages if m.get("k") == "cell"]
 
 
 # The holders' search (the shim's hunt module), counting the items it takes from containers.
 def counting_items():
-    hunt = gpudoc.notebook._DOCTORS[id(shell)].shim.hunt()
+    hunt = gpudoc.notebook._DOCTORS[id(shell)].shim.api._hunt_module()
     taken, real = [0], hunt._next
 
     def counted(entry):
@@ -138,12 +138,12 @@ def test_an_interrupt_during_the_shims_own_cell_callbacks_leaves_the_users_excep
     # off); an interrupt comes while one reads torch's statistics.
     text, got = in_shell(tmp_path, """
         doctor = gpudoc.notebook._DOCTORS[id(shell)]
-        shim = doctor.shim
+        shim = doctor.shim.api
 
         def pressed():
             raise KeyboardInterrupt
 
-        shim.g["_in_use"] = pressed
+        shim._in_use = pressed
         shell.events.unregister("pre_run_cell", doctor.pre)
         shell.events.unregister("post_run_cell", doctor.post)
         shim.CELL.hooked = False

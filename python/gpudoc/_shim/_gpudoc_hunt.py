@@ -227,6 +227,9 @@ class Search(object):
         self.skip = set(skip) | {id(self)} | set(id(o) for o in _notebook()[:1] if o is not None)
         # Where the search starts, made anew at each slice (`roots(skip)`: a list of _Root).
         self.roots = roots or _roots
+        # What a slice's budget is counted in: wall time in a job (a step's pause), or the notebook's
+        # thread's own CPU time (what a search finds in a cell does not depend on the machine's load).
+        self.clock = time.perf_counter
         # Roots searched whole (by key: the program's frames come and go between slices), where in the
         # current one the last slice stopped, and the large containers left for the end (a leak's list
         # is found before a data set's million items are walked).
@@ -246,7 +249,8 @@ class Search(object):
         """One slice of at most `budget` seconds; whether the search is over."""
         if self.done:
             return True
-        t0 = time.perf_counter()
+        clock = self.clock
+        t0 = clock()
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -254,7 +258,7 @@ class Search(object):
         finally:
             if collecting:
                 gc.enable()
-            self.spent += time.perf_counter() - t0
+            self.spent += clock() - t0
         return self.done
 
     def _slice(self, deadline):
@@ -331,11 +335,12 @@ class Search(object):
         """Depth first from the stack's top until what it started in is done (False: the root, or the
         container left for the end at `floor`) or time is up (True)."""
         kinds, seen, steps, floor = self.kinds, self.seen, 0, max(1, self.floor)
+        clock = self.clock
         while len(stack) >= floor:
             # Every child counts toward the deadline, those not gone into too: a container of a million
             # ints or strings is walked in slices as any other.
             steps += 1
-            if steps & 63 == 0 and time.perf_counter() > deadline:
+            if steps & 63 == 0 and clock() > deadline:
                 return True
             entry = stack[-1]
             child = _next(entry)
@@ -878,7 +883,9 @@ def _lru_name(stack, i):
     return None
 
 
-_CELL = type((lambda x: lambda: x)(0).__closure__[0])
+# A closure cell's type (types.CellType from Python 3.8 on; the shim loads on older Pythons too). A closure
+# of one free variable has one cell; typeshed's __closure__ may be None.
+_CELL = type((lambda x: lambda: x)(0).__closure__[0])  # type: ignore[index]
 
 
 def _graph_size(t):

@@ -203,6 +203,10 @@ TRACED = [False]
 # forward calls that preceded one backward], and the outermost module the forward clock found (a weak
 # reference).
 AUTOGRAD = [0, 0, 0, False, 0]
+# How many backwards each count of forward calls preceded (index: the calls, 16 for 16 or more): the count
+# most backwards had is what one step calls its model, which calls no backward followed (a validation every
+# few steps) do not change, as they change the most (see _activity).
+PER_BACKWARD = [0] * 17
 MODEL = [None]
 # torch.compiler.is_compiling, where torch has it (2.3 and later). Dynamo folds it to a constant while it
 # traces: a hook that returns when it is true adds nothing to a compiled graph, no graph break, no warning,
@@ -644,7 +648,7 @@ def _outermost(module, args, output):
 def _unhook():
     """The discovery hook goes, unless a compiled graph was traced with it (see _outermost)."""
     if F.discover is not None and not TRACED[0]:
-        F.discover.remove()
+        _patches().remove(F.discover)
     F.discover = None
 
 
@@ -671,7 +675,8 @@ def _wrap(module):
         F.calls = sum(1 for m in module.modules() if type(m) is cls)
         F.step = STEP[0]
         F.root, F.cls = weakref.ref(module), weakref.ref(cls)
-        cls.__call__ = _clocked_call
+        _patches().replace(cls, "__call__", _clocked_call, "the forward clock: the outermost module's calls "
+                           "(a program without optimizer steps, an evaluation)", shown="type(model).__call__")
     except Exception:
         F.root = F.cls = None
         F.on = False
@@ -700,9 +705,10 @@ def _forward_clock_off():
     _unhook()
     cls = F.cls() if F.cls is not None else None
     F.root = F.cls = None
-    if cls is not None and cls.__dict__.get("__call__") is _clocked_call:
+    patch = _patches().find(cls, "__call__") if cls is not None else None
+    if patch is not None:
         try:
-            del cls.__call__
+            _patches().remove(patch)
         except Exception:
             pass
 
@@ -718,7 +724,9 @@ def _forward_clock_on(torch):
         S.call_impl = Module._call_impl.__code__
         S.module_call = Module.__call__
         F.on = True
-        F.discover = module.register_module_forward_hook(_outermost)
+        F.discover = _patches().hook(module.register_module_forward_hook(_outermost),
+                                     "torch.nn.modules.module global forward hook",
+                                     "the forward clock looks for the outermost module (its first call)")
     except Exception:
         F.on = False
 
@@ -837,7 +845,11 @@ def _load(here, filename, name):
     written. Its __file__ is no real file's name, so coverage never measures it as the program's; its
     code keeps the real one, for tracebacks and profilers."""
     path = os.path.join(here, filename)
-    code = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, path).get_code(name)
+    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, path)
+    code = loader.get_code(name)
+    cache = globals().get("_cache")
+    if sys.dont_write_bytecode and cache is not None:
+        cache(loader, code)  # as _precompile's (the registry's module is loaded at every `import torch`)
     module = type(sys)(name)
     module.__file__ = "<gpudoc> " + path
     sys.modules[name] = module  # where Dynamo finds the globals of a function it traces
@@ -949,7 +961,8 @@ def _hide_history():
     C = S.torch._C
     real = getattr(C, "_cuda_memorySnapshot", None)
     if real is not None:
-        C._cuda_memorySnapshot = _like(real, _watch_snapshot(real))
+        _patches().replace(C, "_cuda_memorySnapshot", _like(real, _watch_snapshot(real)),
+                           "the program's snapshots without gpudoc's recording (once a hunt recorded)")
 
 
 def _watch_snapshot(real):
@@ -1074,6 +1087,8 @@ def _on_cuda_init():
         S.cuda = True
         try:
             torch._C._cuda_attach_out_of_memory_observer(_on_oom)
+            _patches().callback("torch._C._cuda_attach_out_of_memory_observer",
+                                "an OOM's numbers, before the exception unwinds")
         except Exception:
             pass  # no observer in this torch: the OOM text still reaches gpudoc
         _send('{"k":"hello","torch":%s,"budget":%s' % (
@@ -1099,7 +1114,7 @@ def _watch_eval(torch):
         wrapped = _same_parameters(real, _TRAIN, [0], _trained)
     except Exception:
         return
-    Module.train = wrapped
+    _patches().replace(Module, "train", wrapped, "an eval() after optimizer steps starts an evaluation")
 
 
 def _trained(args, kwargs, depth):
@@ -1152,6 +1167,7 @@ def _make(_real):
         AUTOGRAD[0] += 1
         AUTOGRAD[1] += 1
         AUTOGRAD[4] = max(AUTOGRAD[4], FWD[0] - AUTOGRAD[2])
+        PER_BACKWARD[min(FWD[0] - AUTOGRAD[2], 16)] += 1
         AUTOGRAD[2] = FWD[0]
         # A step that raised never ran its post-hook: a backward is a new step's.
         AUTOGRAD[3] = False
@@ -1245,12 +1261,13 @@ def _watch_autograd(torch):
         wrapped = _same_parameters(autograd.backward, _BACKWARD)
     except Exception:
         return
-    autograd.backward = wrapped
+    _patches().replace(autograd, "backward", wrapped, "counts backward calls, for an OOM's phase")
     S.backward_watched = True
     try:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        register_optimizer_step_pre_hook(_on_step_start)
+        _patches().hook(register_optimizer_step_pre_hook(_on_step_start), "torch.optim global step pre-hook",
+                        "says when an optimizer step runs, for an OOM's phase")
         S.step_watched = True
     except Exception:
         pass
@@ -1264,13 +1281,14 @@ def _on_step_start(optimizer, args, kwargs):
 def _activity():
     """What the program was doing at an OOM, as JSON: grad mode and inference mode on the failing thread,
     a backward or an optimizer step running, the backward calls and optimizer steps so far, the forward
-    clock's calls while it counts (all, those since the last backward's start, and the most that ever
-    preceded one backward: a step may call its model more than once), and the outermost module's training
-    flag. What the shim cannot tell is null: the phase is read from this (src/rules/phase.rs)."""
+    clock's calls while it counts (all, those since the last backward's start, the most that ever
+    preceded one backward, and the count most backwards had: a step may call its model more than once),
+    and the outermost module's training flag. What the shim cannot tell is null: the phase is read from
+    this (src/rules/phase.rs)."""
     torch, watched = S.torch, S.backward_watched
     out = {"bw": AUTOGRAD[1] > 0 if watched else None, "bws": AUTOGRAD[0] if watched else None,
            "opt": AUTOGRAD[3] if S.step_watched else None, "steps": STEP[0],
-           "grad": None, "inf": None, "fwd": None, "fg": None, "fpb": None, "train": None}
+           "grad": None, "inf": None, "fwd": None, "fg": None, "fpb": None, "fps": None, "train": None}
     try:
         out["grad"] = bool(torch.is_grad_enabled())
         out["inf"] = bool(torch.is_inference_mode_enabled())
@@ -1281,6 +1299,7 @@ def _activity():
         if watched:
             out["fg"] = FWD[0] - AUTOGRAD[2]
             out["fpb"] = AUTOGRAD[4]
+            out["fps"] = _calls_per_step()
     try:
         model = MODEL[0]() if MODEL[0] is not None else None
         if model is not None:
@@ -1288,6 +1307,14 @@ def _activity():
     except Exception:
         pass
     return json.dumps(out, separators=(",", ":"))
+
+
+def _calls_per_step():
+    """The count of forward calls that most backwards had before them (the larger on a tie: a step that
+    calls its model twice and once in turn is counted at its most), 0 before the first backward."""
+    if not any(PER_BACKWARD):
+        return 0
+    return max(range(len(PER_BACKWARD)), key=lambda n: (PER_BACKWARD[n], n))
 
 
 def _on_exit():
@@ -1343,8 +1370,11 @@ def _install_peaks(torch):
     S.orig_stats = C._cuda_memoryStats
     S.orig_reset = C._cuda_resetPeakMemoryStats
     if S.reset_peaks:
-        C._cuda_memoryStats = _like(S.orig_stats, _user_stats)
-        C._cuda_resetPeakMemoryStats = _like(S.orig_reset, _user_reset)
+        patches = _patches()
+        patches.replace(C, "_cuda_memoryStats", _like(S.orig_stats, _user_stats),
+                        "the program's peaks kept over gpudoc's resets (not with --keep-torch-peaks)")
+        patches.replace(C, "_cuda_resetPeakMemoryStats", _like(S.orig_reset, _user_reset),
+                        "the program's reset of its peaks keeps gpudoc's (not with --keep-torch-peaks)")
 
 
 def _install(torch):
@@ -1358,24 +1388,47 @@ def _install(torch):
                      "_cuda_recordMemoryHistory"):
             if hasattr(C, name):
                 real = getattr(C, name)
-                setattr(C, name, _like(real, _watch_history(real)))
+                _patches().replace(C, name, _like(real, _watch_history(real)),
+                                   "a program that records memory history itself is left alone")
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        register_optimizer_step_post_hook(_on_step)
+        _patches().hook(register_optimizer_step_post_hook(_on_step), *STEP_HOOK)
     except Exception:
         pass  # torch < 2.0: no global step hook; init, OOM and exit are still seen
     _watch_autograd(torch)
-    torch.cuda._lazy_call(_on_cuda_init)
+    _lazy_cuda_init(torch)
     import atexit
 
     atexit.register(_on_exit)
+    _patches().callback("atexit", "the last record at exit", lambda: atexit.unregister(_on_exit))
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_on_fork)
+        _patches().callback("os.register_at_fork", "a forked child's messages are its own")
     # A notebook kernel: each cell's numbers, so the report can say which cell ran out or peaked.
     shell = _ipython()
     if shell is not None:
         watch_cells(shell)
+
+
+def _lazy_cuda_init(torch):
+    """_on_cuda_init queued for CUDA's start (run once, then gone from torch's queue)."""
+    torch.cuda._lazy_call(_on_cuda_init)
+    _patches().callback("torch.cuda._lazy_call", "the allocator's first reading at CUDA's start")
+
+
+# The registry every change of the shim's goes through (_gpudoc_patch.py, loaded by _patches).
+PATCH = ("_gpudoc_patch.py", "gpudoc._shim.patch")
+_REGISTRY = []
+# The step hook as the registry lists it (the run's _on_step, or the notebook's _attached_step).
+STEP_HOOK = ("torch.optim global step post-hook", "the allocator's record every Nth optimizer step")
+
+
+def _patches():
+    """The registry of what the shim changes in the process (_gpudoc_patch.py's PATCHES)."""
+    if not _REGISTRY:
+        _REGISTRY.append(_load(S.here, *PATCH).PATCHES)
+    return _REGISTRY[0]
 
 
 def _like(real, fn):
@@ -1640,8 +1693,10 @@ def watch_cells(shell):
     events = getattr(shell, "events", None)
     if events is None or CELL.hooked:
         return
-    events.register("pre_run_cell", cell_start)
-    events.register("post_run_cell", cell_end)
+    for event, fn in (("pre_run_cell", cell_start), ("post_run_cell", cell_end)):
+        events.register(event, fn)
+        _patches().callback("IPython %s event" % event, "a notebook's cells (docs/notebook.md)",
+                            functools.partial(events.unregister, event, fn))
     CELL.hooked = True
     if not CELL.open:
         cell_start(_ANY, fresh=True)
@@ -1673,18 +1728,27 @@ def _attached_step(optimizer, args, kwargs):
         S.dead = dead
 
 
-def attach(torch, here):
+# -- the notebook extension's API (notebook.py calls these, and nothing else of the shim's) ---------------
+# The version of this API; a kernel whose shim (gpudoc run's) speaks another is told so. UNSEEN, cell_start
+# and cell_end (above) are part of it.
+API = 1
+
+
+def attach(torch, here, hunts=False):
     """For the notebook extension in a kernel gpudoc run did not start (no pipe): the peaks' wrappers,
     the OOM observer and the step hook, no exit or fork callback; the messages go to the extension's
-    copy only."""
+    copy only (keep_messages). `hunts`: leak hunts at the steps (off: they would record the allocator's
+    history in the user's kernel, unasked; what filled the GPU at an OOM is still searched)."""
     S.pipe, S.here = "", here
+    if not hunts:
+        S.hunts = MAX_HUNTS
     _install_peaks(torch)
     # The optimizer's steps: where an OOM falls among them (training, or an evaluation after it) is read
     # from their records, as in a run.
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        register_optimizer_step_post_hook(_attached_step)
+        _patches().hook(register_optimizer_step_post_hook(_attached_step), *STEP_HOOK)
     except Exception:
         pass
     # What the program is doing at an OOM (its phase), as in a run.
@@ -1692,4 +1756,70 @@ def attach(torch, here):
     if torch.cuda.is_initialized():
         _on_cuda_init()
     else:
-        torch.cuda._lazy_call(_on_cuda_init)
+        _lazy_cuda_init(torch)
+
+
+def keep_messages():
+    """From now on every message the shim sends is also kept for take_messages (at most 2 * MAX_COPIES
+    between two calls)."""
+    if CELL.copies is None:
+        CELL.copies = []
+
+
+def take_messages():
+    """The messages sent since the last call (dicts, oldest first; a message too large for the pipe is
+    kept whole, not as the pointer to its file)."""
+    if CELL.copies is None:
+        return []
+    taken, CELL.copies[:] = list(CELL.copies), []
+    out = []
+    for line in taken:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def close_cell():
+    """The running cell's end will not be seen (the extension unloaded in it): it is over."""
+    CELL.open = False
+
+
+def cuda_ready():
+    """Whether torch has initialised CUDA in this process (and the shim has seen it)."""
+    return bool(S.cuda)
+
+
+def allocator():
+    """(device, allocated bytes, reserved bytes) for each device this process has allocated on."""
+    return [(d, _cur(st, "allocated_bytes"), _cur(st, "reserved_bytes")) for d, st in _in_use()]
+
+
+def search(device, budget, enough=None, value=None, skip=()):
+    """What holds tensors on `device`, searched for at most `budget` CPU seconds from the notebook's names
+    (its variables, its output cache, the last traceback's frames) or, given `value`, from that object alone;
+    `enough`: the device's live bytes, when the names that hold them all are enough. The hunt's Search:
+    its `names()`, `total(kind)`, `unreached(allocated)` and `storages` say what it found; `done`, whether
+    it searched everything. `skip`: ids of the caller's objects, never holders."""
+    hunt = _hunt_module()
+    skip = tuple(skip) + (id(S),)
+    roots = None
+    if value is not None:
+        box = {"value": value}
+        root = hunt._Root("m", ("m", id(box)), "value", obj=box)
+
+        def roots(skip):
+            return [root]
+    s = hunt.Search(S.torch, device, None, skip=skip, roots=roots)
+    s.enough = enough
+    # The budget is the notebook thread's CPU time: on a loaded machine a cell waits longer, and finds
+    # what it would have found on an idle one.
+    s.clock = getattr(time, "thread_time", time.perf_counter)
+    s.run(budget)
+    return s
+
+
+def traceback_frames():
+    """The frames of a traceback a search walks, at most (the innermost past them are not searched)."""
+    return _hunt_module().MAX_TB_FRAMES

@@ -652,8 +652,11 @@ class Measure(object):
         self.handles = []
         self.cost = 0.0
         mod = sys.modules.get("torch.nn.modules.module")
-        self.handles.append(mod.register_module_forward_pre_hook(self._pre))
-        self.handles.append(mod.register_module_forward_hook(self._post))
+        patches, why = shim._patches(), "the measured step's or call's modules (for its duration)"
+        self.handles.append(patches.hook(mod.register_module_forward_pre_hook(self._pre),
+                                         "torch.nn.modules.module global forward pre-hook", why))
+        self.handles.append(patches.hook(mod.register_module_forward_hook(self._post),
+                                         "torch.nn.modules.module global forward hook", why))
 
     def _now(self):
         stats = self.shim.S.orig_stats(self.device)
@@ -769,9 +772,10 @@ class Measure(object):
         return parts
 
     def close(self):
+        patches = self.shim._patches()
         for h in self.handles:
             try:
-                h.remove()
+                patches.remove(h)
             except Exception:
                 pass
         self.handles = []
