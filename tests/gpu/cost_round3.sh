@@ -44,6 +44,9 @@ for case in os.environ["CASES"].split():
                 runs = []
             got[who] = [r["steps_per_s"] for r in runs]
             evals[who] = [r["eval_ms"] for r in runs if "eval_ms" in r]
+            firsts = [round(r["eval_first_ms"], 2) for r in runs if "eval_first_ms" in r]
+            if firsts:
+                print(f"{tag:16} {who}: the first evaluation of each run, ms: {firsts}")
         b, g = got["bare"], got["gpudoc"]
         ratio = statistics.median(g) / statistics.median(b) if b and g else float("nan")
         print(f"{tag:16} bare {[round(x) for x in b]} gpudoc {[round(x) for x in g]} median ratio {ratio:.4f}")
