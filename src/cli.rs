@@ -314,6 +314,10 @@ pub struct WatchArgs {
     /// --format, only that (a node exporter).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// This machine's name in the metrics' `host` label (default: its hostname): for a container, whose
+    /// hostname is its pod's (a DaemonSet passes the node's name).
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
     /// As root, let `e` end other users' leftovers too.
     #[arg(long)]
     pub all_users: bool,

@@ -877,7 +877,7 @@ impl WatchSettings {
             paint: env.paint(color, env.stdout_tty),
             nvml_lib: env.nvml_lib.clone(),
             dev_prefix: env.dev_prefix.clone(),
-            host: env.host.clone(),
+            host: a.host.unwrap_or_else(|| env.host.clone()),
             leftovers: env
                 .leftovers
                 .clone()
