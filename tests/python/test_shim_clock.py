@@ -9,15 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = torch.nn.Linear(4, 4)
-        self.b = torch.nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)))
+from nets import Net  # noqa: E402
 
 
 class Stateful(Net):
