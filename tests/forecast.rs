@@ -228,16 +228,18 @@ fn stop_on_reaches_a_wrapped_commands_whole_process_group() {
 fn stop_on_says_each_step_past_a_sigint_the_job_ignores() {
     // The job catches the SIGINT, then ignores it and sits silent (a handler that hangs): it was SIGKILLed
     // 20 s later "after a third Ctrl-C", none typed, with no SIGTERM between. Now, after 10 s without a
-    // write, SIGTERM to its process group, said.
+    // write, SIGTERM to its process group, said. (A handler, not `except KeyboardInterrupt`: a
+    // KeyboardInterrupt raised inside a finalizer is ignored by Python, and the job would go on.)
     let dir = tempfile::tempdir().unwrap();
     let program = dir.path().join("stuck.py");
     std::fs::write(
         &program,
         format!(
             "import runpy, signal, sys, time\n\
+             def stuck(*_):\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(120)\n\
+             signal.signal(signal.SIGINT, stuck)\n\
              sys.argv = ['forecast.py', 'leak', '4000', '0.05']\n\
-             try:\n    runpy.run_path({:?}, run_name='__main__')\n\
-             except KeyboardInterrupt:\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(120)\n",
+             runpy.run_path({:?}, run_name='__main__')\n",
             fake_torch().join("forecast.py").display().to_string()
         ),
     )
