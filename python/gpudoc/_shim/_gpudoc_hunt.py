@@ -162,8 +162,8 @@ def sites(snapshot, device, steps, leaks_only=True):
     out, ranges = [], []
     for key, (nbytes, blocks, frames, addrs) in live.items():
         made = max(allocs.get(key, 0), blocks)
-        if leaks_only and (blocks < max(2, steps // 2)
-                           or (blocks < LIVE_SHARE * made and not _spread(addrs, last, len(trace), steps))):
+        if leaks_only and not (_every_step(blocks, made, addrs, last, len(trace), steps)
+                               or _every_few_steps(blocks, made, addrs, last, len(trace))):
             continue
         out.append({
             "file": key[0], "line": key[1], "function": key[2], "code": _code(key[0], key[1]),
@@ -173,6 +173,25 @@ def sites(snapshot, device, steps, leaks_only=True):
         ranges.extend(addrs)
     out.sort(key=lambda s: -s["bytes"])
     return out[:TOP], sorted(ranges), len(trace) >= MAX_ENTRIES
+
+
+def _every_step(blocks, made, addrs, last, events, steps):
+    """A site that keeps blocks in at least half the window's steps, a quarter or more of what it
+    allocated or kept all through the window (`_spread`)."""
+    return blocks >= max(2, steps // 2) and (blocks >= LIVE_SHARE * made or _spread(addrs, last, events,
+                                                                                       steps))
+
+
+def _every_few_steps(blocks, made, addrs, last, events):
+    """A site that keeps a quarter or more of what it allocated, in blocks allocated at three or more
+    moments from the window's first third to its last (a validation every 5 steps that keeps its losses,
+    a checkpoint's copy every few steps): the blocks of one moment (a buffer made once, the last step's
+    activations) are not spread so."""
+    if blocks < 3 or blocks < LIVE_SHARE * made or not events:
+        return False
+    at = sorted(last.get(a, -1) for a, _ in addrs)
+    moments = 1 + sum(1 for x, y in zip(at, at[1:]) if y - x > events // 20)
+    return moments >= 3 and at[0] < events // 3 and at[-1] > 2 * events // 3
 
 
 def _spread(addrs, last, events, steps):

@@ -49,9 +49,14 @@ MIN_FORWARD_S = 0.0003
 RESCAN_EVERY = 64
 # Leak hunting: auto (when memory grows), on (from warm-up on), off. Set from GPUDOC_TORCH.
 HUNT = "auto"
-# Steps before which growth is warm-up; records of growth that start a hunt; least growth over them.
+# Steps before which growth is warm-up; the least records that can show growth, the records looked back
+# over (a leak every few steps rises as stairs, flat between), the rises of their floor that make growth
+# (a leak every step gives one a record; one every 5 steps, at a record a step, 6 in 32 records) and the
+# least growth over them.
 WARMUP_STEPS = 10
 GROWTH_RECORDS = 8
+GROWTH_WINDOW = 32
+GROWTH_RISES = 3
 GROWTH_BYTES = 64 << 20
 # Hunts per process: one window, and what filled the GPU at each out-of-memory failure (a program that
 # probes for its largest batch may fail many times: the first few are searched).
@@ -395,7 +400,7 @@ def _record(step, covered, kind="step", fwd=None):
         if clocked:
             seen = S.growth.setdefault(d, [])
             seen.append(_cur(stats, "allocated_bytes"))
-            del seen[:-GROWTH_RECORDS]
+            del seen[:-GROWTH_WINDOW]
 
 
 
@@ -732,12 +737,22 @@ def _forward_clock_on(torch):
 
 
 def _growing():
-    """Allocated memory grew record after record, past warm-up, on some device."""
+    """Allocated memory grew past warm-up on some device: its floor (the least level of the records from
+    each one on) rose at least GROWTH_RISES times over the last GROWTH_WINDOW records, by GROWTH_BYTES or
+    more, and it is at its highest now. A leak every step rises record after record; one
+    every few steps (a validation every 5 steps that keeps its losses' graphs) rises as stairs, flat
+    between; a level that goes up and comes back (a step's activations, a cache that is emptied) leaves
+    its floor where it was."""
     for seen in S.growth.values():
-        if len(seen) < GROWTH_RECORDS:
+        if len(seen) < GROWTH_RECORDS or seen[-1] != max(seen):
             continue
-        ups = sum(1 for a, b in zip(seen, seen[1:]) if b > a)
-        if ups >= GROWTH_RECORDS - 2 and seen[-1] - seen[0] >= GROWTH_BYTES and seen[-1] == max(seen):
+        floor, low = [], seen[-1]
+        for level in reversed(seen):
+            low = min(low, level)
+            floor.append(low)
+        floor.reverse()
+        rises = sum(1 for a, b in zip(floor, floor[1:]) if b > a)
+        if rises >= GROWTH_RISES and floor[-1] - floor[0] >= GROWTH_BYTES:
             return True
     return False
 
