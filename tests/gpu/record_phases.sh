@@ -100,7 +100,7 @@ want = {
     "vllm_standin_default": {"server-preallocation"}, "vllm_standin_oom": {"oom-serving"},
     "compiled_step": set(),
     "model_leak": {"steady-growth"}, "hook_leak": {"step-leak"}, "local_leak": {"step-leak"},
-    "bw_oom": {"oom-training-step"}, "fwd_oom": {"oom-training-step"}, "val_keep": {"step-leak"},
+    "bw_oom": {"oom-training-step"}, "fwd_oom": {"oom-training-step"}, "val_keep": {"oom-after-training", "step-leak"},
     "infer_cache": {"steady-growth"},
 }
 for f in sorted(glob.glob("/tmp/rec28/phases/*.report.json")):
