@@ -241,6 +241,11 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
 }
 
 impl TorchTimeline {
+    /// Optimizer steps seen so far: the most any process of the job reported (ranks step together).
+    pub fn steps_seen(&self) -> u64 {
+        self.procs.values().map(|p| p.last_step).max().unwrap_or(0)
+    }
+
     /// The shim's snapshot `shim` went to `file`: the record it belongs to names the file, and the
     /// others none (only one is written). `None`: no file was written (it could not be, or an older
     /// trace does not say which): no record names one, as the shim's own name is no file of the user's.
