@@ -13,6 +13,7 @@ pub mod hunt;
 pub mod inside;
 mod stale;
 pub mod view;
+pub mod warmup;
 
 use crate::timeline::{Micros, Series};
 use crate::trace::SharedTrace;
@@ -428,17 +429,18 @@ impl Channel {
             path.push(":");
             path.push(old);
         }
-        // One variable: hunt mode, peaks, where, then the pipe's path (last: a path may hold any
-        // character).
+        // One variable: hunt mode, peaks, where, warm-up, then the pipe's path (last: a path may hold
+        // any character).
         let mut setting = OsString::from(format!(
-            "hunt={};peaks={};where={};pipe=",
+            "hunt={};peaks={};where={};warmup={};pipe=",
             settings.hunt.env(),
             if settings.reset_peaks {
                 "reset"
             } else {
                 "keep"
             },
-            if settings.snapshot { "snapshot" } else { "on" }
+            if settings.snapshot { "snapshot" } else { "on" },
+            warmup::STEPS
         ));
         setting.push(&fifo);
         let env = vec![

@@ -49,7 +49,10 @@ MIN_FORWARD_S = 0.0003
 RESCAN_EVERY = 64
 # Leak hunting: auto (when memory grows), on (from warm-up on), off. Set from GPUDOC_TORCH.
 HUNT = "auto"
-# Steps before which growth is warm-up; records of growth that start a hunt; least growth over them.
+# Steps (or forward calls) of warm-up, before which growth is no leak and nothing is measured: gpudoc run
+# tells it (GPUDOC_TORCH's warmup=, from src/torch/warmup.rs, its one definition); this is for a copy
+# loaded without it (the notebook extension's), and tests/python checks the two agree. Records of growth
+# that start a hunt; least growth over them.
 WARMUP_STEPS = 10
 GROWTH_RECORDS = 8
 GROWTH_BYTES = 64 << 20
@@ -1501,8 +1504,8 @@ class TorchLoader(object):
 def find_spec(finder, name, path, target, here, setting):
     """GpudocFinder's answer when the program imports torch: the spec the finders after it give, with
     TorchLoader in it. `setting` is GPUDOC_TORCH:
-    `hunt=MODE;peaks=reset|keep;where=on|snapshot|off;pipe=PATH`."""
-    global HUNT, WHERE
+    `hunt=MODE;peaks=reset|keep;where=on|snapshot|off;warmup=STEPS;pipe=PATH`."""
+    global HUNT, WHERE, WARMUP_STEPS
     # The pipe's path is last and may hold any character.
     head, _, pipe = setting.partition("pipe=")
     conf = dict(part.partition("=")[::2] for part in head.split(";") if part)
@@ -1510,6 +1513,8 @@ def find_spec(finder, name, path, target, here, setting):
     S.reset_peaks = conf.get("peaks") != "keep"
     HUNT = conf.get("hunt", "auto")
     WHERE = conf.get("where", "on")
+    if conf.get("warmup", "").isdigit():
+        WARMUP_STEPS = int(conf["warmup"])
     finders = list(sys.meta_path)
     mine = [i for i, f in enumerate(finders) if f is finder]
     finder.busy = True
