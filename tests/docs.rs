@@ -95,7 +95,7 @@ fn oom_formats_table() {
             code(f.id),
             code(f.format),
             code(kind.as_str().unwrap()),
-            f.source.to_string(),
+            format!("{} (`{}`)", f.source.label(), f.source.id()),
             vendor,
             f.means.words().to_string(),
             if fields.is_empty() {
@@ -122,6 +122,24 @@ fn oom_formats_table() {
             ],
             rows,
         ),
+    );
+}
+
+#[test]
+fn programs_table() {
+    use gpudoc::program::ALL;
+    let rows = ALL.iter().map(|p| {
+        let aliases: Vec<String> = p.aliases().iter().map(|a| format!("`{a}`")).collect();
+        vec![
+            format!("`{}`", p.id()),
+            p.label().to_string(),
+            aliases.join(", "),
+        ]
+    });
+    section(
+        "docs/oom.md",
+        "programs",
+        &table(&["id", "named", "also known as"], rows),
     );
 }
 

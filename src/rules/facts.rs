@@ -382,12 +382,12 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.source",
         "string",
-        "torch_allocator, cuda_runtime, cuda_library, nccl, xla, tensorflow, cupy, paddle, llama_cpp, vllm, onnxruntime, tensorrt, mxnet, exla",
+        "the program that wrote the text, by its id (pytorch, vllm, llama_cpp, cuda for a CUDA call whose program the text does not name, ...: docs/oom.md's programs); empty for a format this gpudoc does not know",
     ),
     (
         "oom.engine",
         "string",
-        "the inference server or engine that wrote the text, as its reader tells (vllm, sglang, tgi, tensorrt_llm, tensorrt, onnxruntime, llama_cpp, fastertransformer, turbomind): its own settings are the remedies; empty for a framework's allocator (PyTorch, JAX, TensorFlow, ...) or a CUDA call whose program the text does not name, where training advice may fit (oom::program)",
+        "oom.source where it is an inference server or engine (vllm, sglang, tgi, tensorrt_llm, tensorrt, onnxruntime, llama_cpp, fastertransformer, turbomind): its own settings are the remedies; empty for a framework's allocator (PyTorch, JAX, TensorFlow, ...), a library or a CUDA call whose program the text does not name, where training advice may fit (oom::program)",
     ),
     (
         "oom.at_start",
@@ -1067,7 +1067,7 @@ impl Facts {
             },
             oom: OomFacts {
                 cause: "unknown".into(),
-                source: "torch_allocator".into(),
+                source: "pytorch".into(),
                 vendor: "nvidia".into(),
                 gpu: -1,
                 rank: -1,
@@ -1757,8 +1757,12 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
         host: host.clone(),
         present: true,
         cause: name_of(o.cause),
-        source: name_of(o.source),
-        engine: crate::oom::program::engine(t).unwrap_or_default().into(),
+        source: crate::oom::program::program(t)
+            .map_or("", crate::program::Program::id)
+            .into(),
+        engine: crate::oom::program::engine(t)
+            .map_or("", crate::program::Program::id)
+            .into(),
         at_start: crate::oom::program::at_start(t),
         vendor: name_of(t.vendor),
         exception: t.exception.clone().unwrap_or_default(),
