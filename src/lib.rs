@@ -22,6 +22,7 @@ pub mod output;
 pub mod paint;
 pub mod private;
 pub mod procs;
+pub mod program;
 pub mod replay;
 pub mod report;
 pub mod rules;

@@ -322,17 +322,32 @@ impl View {
     /// Counts the diagnoses seen holding since the start: `known` keeps (rule, subject) → severity across
     /// scrapes; `seen` becomes its count per (rule, severity).
     pub fn count_new(&mut self, known: &mut BTreeMap<(String, String), String>) {
-        for (rule, severity, subject) in &self.active {
-            known
-                .entry((rule.clone(), subject.clone()))
-                .or_insert_with(|| severity.clone());
-        }
-        let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for ((rule, _), severity) in known.iter() {
-            *seen.entry((rule.clone(), severity.clone())).or_default() += 1;
-        }
-        self.seen = seen;
+        remember(&self.active, known);
+        self.seen = counts(known);
     }
+}
+
+/// Keeps each diagnosis of `active` (rule, severity, subject) in `known` the first time its rule holds
+/// for its subject: `known` is what `gpudoc_diagnoses_total` counts, whoever looks (`run` at each scrape,
+/// `watch` at each look).
+pub fn remember(
+    active: &[(String, String, String)],
+    known: &mut BTreeMap<(String, String), String>,
+) {
+    for (rule, severity, subject) in active {
+        known
+            .entry((rule.clone(), subject.clone()))
+            .or_insert_with(|| severity.clone());
+    }
+}
+
+/// `known` ([`remember`]) counted per (rule, severity): a [`View`]'s `seen`.
+pub fn counts(known: &BTreeMap<(String, String), String>) -> BTreeMap<(String, String), u64> {
+    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for ((rule, _), severity) in known.iter() {
+        *seen.entry((rule.clone(), severity.clone())).or_default() += 1;
+    }
+    seen
 }
 
 /// Per GPU, the soonest any forecast of `r` has it full, from the report's end (now, for a report of

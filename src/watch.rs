@@ -164,6 +164,14 @@ impl Frame {
         v
     }
 
+    /// The diagnoses that hold in this look: (rule, severity, subject), as a [`View`]'s `active`.
+    pub fn active(&self) -> Vec<(String, String, String)> {
+        self.diagnoses
+            .iter()
+            .map(|d| (d.rule.clone(), d.severity.name().into(), d.subject.clone()))
+            .collect()
+    }
+
     /// The frame as Prometheus sees it.
     pub fn view(&self, host: &str) -> View {
         View {
@@ -193,11 +201,7 @@ impl Frame {
                     })
                 })
                 .collect(),
-            active: self
-                .diagnoses
-                .iter()
-                .map(|d| (d.rule.clone(), d.severity.name().into(), d.subject.clone()))
-                .collect(),
+            active: self.active(),
             full_in: self.forecasts.iter().fold(Default::default(), |mut m, f| {
                 let soonest: &mut f64 = m.entry(f.gpu).or_insert(f.full_in_s);
                 *soonest = soonest.min(f.full_in_s);

@@ -95,7 +95,7 @@ fn oom_formats_table() {
             code(f.id),
             code(f.format),
             code(kind.as_str().unwrap()),
-            f.source.to_string(),
+            format!("{} (`{}`)", f.source.label(), f.source.id()),
             vendor,
             f.means.words().to_string(),
             if fields.is_empty() {
@@ -122,6 +122,26 @@ fn oom_formats_table() {
             ],
             rows,
         ),
+    );
+    programs_table();
+}
+
+/// docs/oom.md's list of programs: written by `oom_formats_table`, the one test that writes docs/oom.md
+/// (two tests blessing one file at once would lose one's section).
+fn programs_table() {
+    use gpudoc::program::ALL;
+    let rows = ALL.iter().map(|p| {
+        let aliases: Vec<String> = p.aliases().iter().map(|a| format!("`{a}`")).collect();
+        vec![
+            format!("`{}`", p.id()),
+            p.label().to_string(),
+            aliases.join(", "),
+        ]
+    });
+    section(
+        "docs/oom.md",
+        "programs",
+        &table(&["id", "named", "also known as"], rows),
     );
 }
 

@@ -258,6 +258,34 @@ fn stop_on_says_each_step_past_a_sigint_the_job_ignores() {
 }
 
 #[test]
+fn stop_on_goes_on_to_sigterm_when_the_job_steps_on_past_its_sigint() {
+    // The job's handler swallows the SIGINT and it trains on, printing each step: it never stops writing,
+    // so only the 2-minute cap ended it. Its steps going on past the signal say it did not answer.
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("deaf.py");
+    std::fs::write(
+        &program,
+        format!(
+            "import runpy, signal, sys\n\
+             signal.signal(signal.SIGINT, lambda *_: None)\n\
+             sys.argv = ['forecast.py', 'leak', '4000', '0.05']\n\
+             runpy.run_path({:?}, run_name='__main__')\n",
+            fake_torch().join("forecast.py").display().to_string()
+        ),
+    )
+    .unwrap();
+    let command = format!("python3 '{}' 2>&1", program.display());
+    let (code, r, out, took) = gpudoc_run("--stop-on step-leak", &command);
+    assert!(
+        out.contains("after SIGINT, its optimizer steps going on: SIGTERM to its process group"),
+        "{out}"
+    );
+    assert_eq!(code, 123, "{out}");
+    assert_eq!(r["exit"]["signal"], 15, "{:#}", r["exit"]);
+    assert!(took < 60.0, "took {took} s");
+}
+
+#[test]
 fn stop_on_names_only_rules_judged_during_the_run() {
     let m = Machine::h200s(1);
     let out = m
@@ -518,8 +546,9 @@ fn the_h200_leak_that_filled_the_gpu_is_its_ooms_cause_not_fragmentation_nor_the
     let d = common::diagnosis(&again, "oom-near-capacity").unwrap_or_else(|| panic!("{summary}"));
     let message = d["message"].as_str().unwrap();
     assert!(
+        // From the end of warm-up (step 10) to step 1075: 1064 steps of 128 MiB.
         message.contains(
-            "Its live tensors had grown by 120.88 GiB step after step (128.00 MiB a step)"
+            "Its live tensors had grown by 133.00 GiB step after step (128.00 MiB a step)"
         ),
         "{message}"
     );

@@ -289,3 +289,61 @@ fn watch_with_metrics_and_no_terminal_is_a_node_exporter() {
     assert_eq!(child.0.wait().unwrap().signal(), Some(libc::SIGTERM));
     assert!(out.is_empty(), "an exporter prints nothing: {out}");
 }
+
+#[test]
+fn watch_counts_each_diagnosis_its_looks_found_once_after_it_stops_holding() {
+    // A GPU 97% full is near-capacity in a look; `gpudoc_diagnoses_total` had no sample under watch.
+    let m = Machine::h200s(1);
+    let hold = |bytes: &str| {
+        let status = m
+            .fakegpu()
+            .args([
+                "set", "--pid", "4000000", "--gpu", "0", "--bytes", bytes, "--ghost",
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    hold("136GiB");
+    let port = free_port();
+    let _watch = Killed(
+        m.gpudoc()
+            .args([
+                "watch",
+                "--interval",
+                "100ms",
+                "--metrics",
+                &port.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let counted = |body: &str| -> Option<f64> {
+        body.lines()
+            .find(|l| {
+                l.starts_with("gpudoc_diagnoses_total{") && l.contains("rule=\"near-capacity\"")
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let body = wait_for("near-capacity counted", 10, || {
+        let (_, body) = get(port, "/metrics", "text/plain")?;
+        counted(&body).map(|_| body)
+    });
+    assert_eq!(counted(&body), Some(1.0), "{body}");
+    assert!(
+        body.contains("# TYPE gpudoc_diagnoses_total counter"),
+        "{body}"
+    );
+    // Once the GPU is nearly empty the diagnosis no longer holds, and the counter keeps its one.
+    hold("1GiB");
+    let body = wait_for("near-capacity no longer active", 10, || {
+        let (_, body) = get(port, "/metrics", "text/plain")?;
+        let active = body.lines().any(|l| {
+            l.starts_with("gpudoc_diagnosis_active{") && l.contains("rule=\"near-capacity\"")
+        });
+        (!active).then_some(body)
+    });
+    assert_eq!(counted(&body), Some(1.0), "{body}");
+}

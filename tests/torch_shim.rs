@@ -353,6 +353,10 @@ fn commands_without_torch_are_unaffected() {
         .map(|l| l.split('=').next().unwrap())
         .collect();
     assert_eq!(added, vec!["GPUDOC_TORCH", "PYTHONPATH"]);
+    // The shim is told warm-up's one definition.
+    let told = b.iter().find(|l| l.starts_with("GPUDOC_TORCH=")).unwrap();
+    let warmup = format!(";warmup={};", gpudoc::torch::warmup::STEPS);
+    assert!(told.contains(&warmup), "{told}");
     assert!(
         a.iter().all(|l| b.contains(l)),
         "--no-torch adds nothing and the shim removes nothing"

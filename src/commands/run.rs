@@ -267,6 +267,10 @@ impl Session {
             observer: Some(observer),
             on_exit: Some(Box::new(self.sampler.looker())),
             stop: Some(self.verdicts.stop.clone()),
+            work: self.channel.as_ref().map(|c| {
+                let t = c.timeline();
+                Box::new(move || t.lock().unwrap().steps_seen()) as supervise::Work
+            }),
         })
     }
 

@@ -10,6 +10,7 @@ use crate::settings::WatchSettings;
 use crate::watch::{CSV_HEADER, Frame, Ui, screen};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyModifiers};
 use crossterm::{cursor, execute, queue, terminal};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -25,6 +26,9 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
     // Looks taken through NVML: each reads every GPU's memory and process list once, the samples
     // `gpudoc_samples_total` counts.
     let looks = Arc::new(AtomicU64::new(0));
+    // Each diagnosis the looks found, once per rule and subject: `gpudoc_diagnoses_total` counts them,
+    // as a run's scrapes do, whether or not a scrape came while it held.
+    let known = Arc::new(Mutex::new(BTreeMap::new()));
     let look = || {
         let memory = match &nvml {
             Some(n) => {
@@ -44,17 +48,20 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
         if let Some(dir) = &s.runs {
             frame.with_runs(&crate::runs::read(dir), unix_s());
         }
+        crate::metrics::remember(&frame.active(), &mut known.lock().unwrap());
         frame
     };
     let latest = Arc::new(Mutex::new(look()));
     let server = match s.metrics {
         Some(addr) => {
             let (frame, host, looks) = (latest.clone(), s.host.clone(), looks.clone());
+            let known = known.clone();
             let per_look = gpus.len() as u64;
             let source = Arc::new(move || {
                 let mut v = frame.lock().unwrap().view(&host);
                 v.device_samples = looks.load(Ordering::Relaxed) * per_look;
                 v.process_samples = v.device_samples;
+                v.seen = crate::metrics::counts(&known.lock().unwrap());
                 v
             });
             Some(

@@ -63,15 +63,8 @@ pub struct Ender {
     thread: JoinHandle<Option<Ended>>,
 }
 
-/// Steps seen so far: the most any process of the job reported (ranks step together).
 fn steps_seen(t: &Mutex<TorchTimeline>) -> u64 {
-    t.lock()
-        .unwrap()
-        .procs
-        .values()
-        .map(|p| p.last_step)
-        .max()
-        .unwrap_or(0)
+    t.lock().unwrap().steps_seen()
 }
 
 /// Whether the run has gone far enough: why, if so (pure).
@@ -129,7 +122,8 @@ fn watch(
     let mut ending = Ending::new(GRACE);
     let mut writes = Writes::default();
     loop {
-        if ending.due(Instant::now(), writes.wrote()).is_some() {
+        let work = steps.as_deref().map_or(0, steps_seen);
+        if ending.due(Instant::now(), writes.wrote(), work).is_some() {
             end_step(pid, &ending);
         }
         match stopped.recv_timeout(LOOK_EVERY * 10) {

@@ -4,6 +4,7 @@
 //! rows themselves are in [`formats`](super::formats).
 
 use super::text::{Kind, OomText, Opened, Vendor, empty, size_bytes, with_exception};
+use crate::program::Program;
 use regex::{Captures, Regex};
 use std::sync::LazyLock;
 
@@ -240,13 +241,13 @@ pub struct Format {
     pub format: &'static str,
     /// Other formats its reading may settle on as it reads more (PyTorch's layouts by their clauses).
     pub layouts: &'static [&'static str],
-    /// The report's `source`.
+    /// The report's `oom.source`: the kind of wording (the program is `source`).
     pub kind: Kind,
     /// The vendor the wording is only ever written for; `None`: NVIDIA's, unless the text has words only
     /// another vendor's texts have.
     pub vendor: Option<Vendor>,
-    /// The program that writes it.
-    pub source: &'static str,
+    /// The program that writes it (`oom.source`).
+    pub source: Program,
     pub means: Means,
     pub allocator: Allocator,
     /// One of these must be on the line before the pattern is tried.
@@ -308,7 +309,7 @@ pub(super) const ROW: Format = Format {
     layouts: &[],
     kind: Kind::CudaRuntime,
     vendor: None,
-    source: "",
+    source: Program::Cuda,
     means: Means::Runtime,
     allocator: Allocator::Other,
     needles: &[],

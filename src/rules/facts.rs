@@ -192,6 +192,8 @@ pub struct TorchFacts {
     pub final_allocated_bytes: i64,
     pub steady_reserved_bytes: i64,
     pub steady_peak_allocated_bytes: i64,
+    /// Steps of warm-up left out of the slopes and steady levels (`torch::warmup::STEPS`).
+    pub warmup_steps: i64,
     pub inactive_split_peak_bytes: i64,
     pub non_pytorch_bytes: i64,
     pub alloc_retries: i64,
@@ -380,12 +382,12 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "oom.source",
         "string",
-        "torch_allocator, cuda_runtime, cuda_library, nccl, xla, tensorflow, cupy, paddle, llama_cpp, vllm, onnxruntime, tensorrt, mxnet, exla",
+        "the program that wrote the text, by its id (pytorch, vllm, llama_cpp, cuda for a CUDA call whose program the text does not name, ...: docs/oom.md's programs); empty for a format this gpudoc does not know",
     ),
     (
         "oom.engine",
         "string",
-        "the inference server or engine that wrote the text, as its reader tells (vllm, sglang, tgi, tensorrt_llm, tensorrt, onnxruntime, llama_cpp, fastertransformer, turbomind): its own settings are the remedies; empty for a framework's allocator (PyTorch, JAX, TensorFlow, ...) or a CUDA call whose program the text does not name, where training advice may fit (oom::program)",
+        "oom.source where it is an inference server or engine (vllm, sglang, tgi, tensorrt_llm, tensorrt, onnxruntime, llama_cpp, fastertransformer, turbomind): its own settings are the remedies; empty for a framework's allocator (PyTorch, JAX, TensorFlow, ...), a library or a CUDA call whose program the text does not name, where training advice may fit (oom::program)",
     ),
     (
         "oom.at_start",
@@ -865,6 +867,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
     ("torch.device_frees", "int", "cudaFree calls"),
     ("torch.steps", "int", "optimizer steps seen"),
     (
+        "torch.warmup_steps",
+        "int",
+        "steps of warm-up: the first steps (forward calls without steps), left out of the slopes, steady levels and phase steps, and before which the shim starts no leak hunt or measured step (torch::warmup)",
+    ),
+    (
         "torch.leak_bytes_per_step",
         "double",
         "slope of allocated memory per step after warm-up (least squares)",
@@ -1060,7 +1067,7 @@ impl Facts {
             },
             oom: OomFacts {
                 cause: "unknown".into(),
-                source: "torch_allocator".into(),
+                source: "pytorch".into(),
                 vendor: "nvidia".into(),
                 gpu: -1,
                 rank: -1,
@@ -1465,8 +1472,7 @@ fn torch_facts(
     ranks: &Ranks,
     gpus: &[GpuFacts],
 ) -> TorchFacts {
-    let warm = (t.steps.len() / 10).max(5).min(t.steps.len());
-    let after = &t.steps[warm..];
+    let after = crate::torch::warmup::after(&t.steps);
     let slope = |f: fn(&crate::torch::Step) -> u64| {
         fit(&after
             .iter()
@@ -1478,7 +1484,7 @@ fn torch_facts(
         .last()
         .zip(after.first())
         .map_or(0, |(l, f)| l.step.saturating_sub(f.step));
-    let phases = phases(t.steps.get(2..).unwrap_or_default());
+    let phases = phases(after);
     let hunt = t
         .hunts
         .iter()
@@ -1511,6 +1517,7 @@ fn torch_facts(
         final_allocated_bytes: t.final_allocated_bytes as i64,
         steady_reserved_bytes: steady_reserved,
         steady_peak_allocated_bytes: steady_peak,
+        warmup_steps: crate::torch::warmup::STEPS as i64,
         inactive_split_peak_bytes: t.peak_inactive_split_bytes as i64,
         non_pytorch_bytes: t.non_pytorch_bytes.unwrap_or(0) as i64,
         alloc_retries: t.alloc_retries as i64,
@@ -1750,8 +1757,12 @@ fn oom_facts(r: &Report, gpus: &[GpuFacts], steps: &super::when::Steps) -> OomFa
         host: host.clone(),
         present: true,
         cause: name_of(o.cause),
-        source: name_of(o.source),
-        engine: crate::oom::program::engine(t).unwrap_or_default().into(),
+        source: crate::oom::program::program(t)
+            .map_or("", crate::program::Program::id)
+            .into(),
+        engine: crate::oom::program::engine(t)
+            .map_or("", crate::program::Program::id)
+            .into(),
         at_start: crate::oom::program::at_start(t),
         vendor: name_of(t.vendor),
         exception: t.exception.clone().unwrap_or_default(),
@@ -2040,6 +2051,42 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_steps_of_warm_up_are_left_out_of_the_slopes_the_steady_levels_and_the_phases() {
+        use crate::torch::warmup;
+        let mut r: Report = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/runs/healthy.report.json"
+        )))
+        .unwrap();
+        // Warm-up fills the cache a GiB a step and peaks high; past it, flat at 4 GiB reserved.
+        let gib = GIB as u64;
+        let n = warmup::STEPS + 20;
+        r.torch.processes[0].steps = (1..=n)
+            .map(|i| {
+                let (reserved, peak) = if warmup::past(i) {
+                    (4 * gib, 5 * gib)
+                } else {
+                    (i * gib, 60 * gib)
+                };
+                crate::torch::Step {
+                    reserved_bytes: reserved,
+                    allocated_bytes: reserved / 2,
+                    peak_allocated_bytes: reserved / 2,
+                    ..step(i, (peak / gib) as f64)
+                }
+            })
+            .collect();
+        let f = Facts::of(&r);
+        let t = &f.torch_processes[0];
+        assert_eq!(t.warmup_steps, warmup::STEPS as i64);
+        assert_eq!(t.leak_bytes_per_step, 0.0);
+        assert_eq!(t.steady_reserved_bytes, 4 * GIB);
+        assert_eq!(t.steady_peak_allocated_bytes, 2 * GIB);
+        assert_eq!(t.steady_peak_reserved_bytes, 5 * GIB);
+        assert_eq!(t.phase_count, 0, "warm-up's peaks are no phase");
+    }
 
     #[test]
     fn others_are_measured_on_the_gpus_the_job_used_only() {

@@ -68,13 +68,12 @@ fn by_steps(r: &Report, d: &Diagnosis, per_step: f64, now_s: f64) -> Option<Outl
     })
 }
 
-/// The last step recorded and the steps per second over the latest half of the records (the pace now,
-/// not the start's, which includes warming up); `None` with fewer than 4 records or no time between.
+/// The last step recorded and the steps per second over the records past warm-up
+/// ([`crate::torch::warmup`]: its compiling and autotuning are no pace of the steps to come); `None`
+/// with fewer than 2 of them or no time between.
 fn pace(steps: &[Step]) -> Option<(u64, f64)> {
-    if steps.len() < 4 {
-        return None;
-    }
-    let (first, last) = (&steps[steps.len() / 2], steps.last()?);
+    let after = crate::torch::warmup::after(steps);
+    let (first, last) = (after.first()?, after.last()?);
     let secs = last.at_s - first.at_s;
     let n = last.step.checked_sub(first.step)?;
     (secs > 0.0 && n > 0).then(|| (last.step, n as f64 / secs))
@@ -129,17 +128,20 @@ mod tests {
     }
 
     #[test]
-    fn the_pace_is_the_latest_half_of_the_steps() {
-        // Slow first steps (compiling), then 10 steps a second.
-        let mut s = steps(10, 1.0);
+    fn the_pace_is_of_the_steps_past_warm_up() {
+        // Slow steps of warm-up (compiling), then 10 steps a second.
+        let warm = crate::torch::warmup::STEPS;
+        let mut s = steps(warm, 1.0);
         s.extend(steps(30, 0.1).into_iter().map(|mut x| {
-            x.step += 10;
-            x.at_s += 10.0;
+            x.step += warm;
+            x.at_s += warm as f64;
             x
         }));
         let (last, per_s) = pace(&s).unwrap();
-        assert_eq!(last, 40);
+        assert_eq!(last, warm + 30);
         assert!((per_s - 10.0).abs() < 1e-9, "{per_s}");
-        assert_eq!(pace(&steps(3, 1.0)), None);
+        // One step past warm-up is no pace yet.
+        assert_eq!(pace(&steps(warm + 1, 1.0)), None);
+        assert!(pace(&steps(warm + 2, 1.0)).is_some());
     }
 }

@@ -6,12 +6,15 @@
 //! processes (`VLLM::EngineCore`). A server started from a script of the user's (`LLM(...)` in Python)
 //! shows none of these and is not recognised.
 
+use crate::program::Program;
+
 /// A server recognised, and its setting as the command line shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Server {
-    /// `vllm`, `sglang`, `tensorrt_llm`, `tgi`.
+    pub program: Program,
+    /// Its id (`vllm`, `sglang`, `tensorrt_llm`, `tgi`: [`Program::id`]).
     pub id: &'static str,
-    /// As messages name it (`vLLM`).
+    /// As messages name it (`vLLM`: [`Program::label`]).
     pub label: &'static str,
     /// The flag that sets its share.
     pub flag: &'static str,
@@ -22,8 +25,7 @@ pub struct Server {
 }
 
 struct Known {
-    id: &'static str,
-    label: &'static str,
+    program: Program,
     /// Program names (the last part of a path).
     programs: &'static [&'static str],
     /// Prefixes of a module run with `python -m`, or of the title a server gives its processes.
@@ -36,24 +38,21 @@ struct Known {
 /// SGLang's default share depends on the GPU and the parallelism: none is given.
 const KNOWN: [Known; 4] = [
     Known {
-        id: "vllm",
-        label: "vLLM",
+        program: Program::Vllm,
         programs: &["vllm"],
         prefixes: &["vllm.", "VLLM::"],
         flag: "--gpu-memory-utilization",
         default: Some(0.9),
     },
     Known {
-        id: "sglang",
-        label: "SGLang",
+        program: Program::Sglang,
         programs: &["sglang"],
         prefixes: &["sglang.", "sglang::"],
         flag: "--mem-fraction-static",
         default: None,
     },
     Known {
-        id: "tensorrt_llm",
-        label: "TensorRT-LLM",
+        program: Program::TensorrtLlm,
         programs: &["trtllm-serve"],
         // Its server's module only: `tensorrt_llm.commands.build` builds an engine and holds no KV cache.
         prefixes: &["tensorrt_llm.commands.serve"],
@@ -61,8 +60,7 @@ const KNOWN: [Known; 4] = [
         default: Some(0.9),
     },
     Known {
-        id: "tgi",
-        label: "Text Generation Inference",
+        program: Program::Tgi,
         programs: &["text-generation-launcher", "text-generation-server"],
         prefixes: &[],
         flag: "--cuda-memory-fraction",
@@ -84,8 +82,9 @@ pub fn recognise<'a>(cmdlines: impl IntoIterator<Item = &'a str>) -> Option<Serv
             || (setting.is_some() && found.as_ref().is_some_and(|f| f.setting.is_none()))
         {
             found = Some(Server {
-                id: k.id,
-                label: k.label,
+                program: k.program,
+                id: k.program.id(),
+                label: k.program.label(),
                 flag: k.flag,
                 fraction: setting.as_ref().map(|s| s.1).or(k.default),
                 setting: setting.map(|s| s.0),

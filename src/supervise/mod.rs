@@ -105,6 +105,9 @@ pub struct Outcome {
 
 /// Called when a child of gpudoc has exited, before it is reaped (the sampler looks once more).
 pub type OnExit = Box<dyn Fn() + Send>;
+/// How far the job's work has come, as its caller counts it (the last optimizer step the shim recorded):
+/// a job ended on request whose work goes on has not answered the signal ([`signals::Ending`]).
+pub type Work = Box<dyn Fn() -> u64 + Send>;
 
 /// A channel the command's output came through, still held by something it left running, and the fd its
 /// bytes go to: handed to a [`drain`]er when gpudoc is done.
@@ -133,6 +136,7 @@ pub struct Child {
     on_exit: Option<OnExit>,
     guard: Option<Guard>,
     stop: Option<Arc<AtomicBool>>,
+    work: Option<Work>,
 }
 
 /// The guard, as gpudoc sees it.
@@ -179,6 +183,8 @@ pub struct Spawn<'a> {
     pub on_exit: Option<OnExit>,
     /// Set when the job is to be ended (`--stop-on`): it gets SIGINT, as from the user's Ctrl-C.
     pub stop: Option<Arc<AtomicBool>>,
+    /// How far the job's work has come, looked at while it is being ended.
+    pub work: Option<Work>,
 }
 
 /// Whether the command gets a terminal of its own (gpudoc runs in the foreground of an interactive
@@ -260,6 +266,7 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
         on_exit: s.on_exit,
         guard: guard::start().map(|st| read_guard(st.guard)),
         stop: s.stop,
+        work: s.work,
     })
 }
 
@@ -693,7 +700,8 @@ impl Child {
     }
 
     /// Ends the job when asked to, as the user's Ctrl-C would: SIGINT to its process group, then, once it
-    /// has written nothing for [`STOP_GRACE`], SIGTERM, then SIGKILL to its whole tree ([`end_step`]).
+    /// has written nothing for [`STOP_GRACE`] or its work went on past the signal ([`Spawn::work`]),
+    /// SIGTERM, then SIGKILL to its whole tree ([`end_step`]).
     /// What it leaves running is ended too.
     fn follow_stop(&self, o: &mut Outcome, w: &mut Waiting) {
         if !self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) || o.escalated {
@@ -704,7 +712,8 @@ impl Child {
         let (ending, writes) = w
             .ending
             .get_or_insert_with(|| (signals::Ending::new(STOP_GRACE), Writes::default()));
-        if let Some(sig) = ending.due(Instant::now(), writes.wrote()) {
+        let work = self.work.as_ref().map_or(0, |f| f());
+        if let Some(sig) = ending.due(Instant::now(), writes.wrote(), work) {
             end_step(self.pid(), ending);
             o.escalated |= sig == libc::SIGKILL;
         }
@@ -878,9 +887,14 @@ pub fn end_step(child: u32, ending: &signals::Ending) {
     };
     if let [.., before, _] = ending.sent() {
         crate::sayln!(
-            "gpudoc: the job still runs {} s after {}: {} to {}",
+            "gpudoc: the job still runs {} s after {}{}: {} to {}",
             ending.waited().as_secs(),
             signals::signal_name(*before),
+            if ending.worked_on() {
+                ", its optimizer steps going on"
+            } else {
+                ""
+            },
             signals::signal_name(sig),
             if sig == libc::SIGKILL {
                 "it and everything it started"

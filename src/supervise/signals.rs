@@ -210,9 +210,16 @@ pub const ENDING_STEPS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGKILL];
 /// The longest a job is given after one step of its ending before the next, however busy it keeps.
 pub const ENDING_MOST: Duration = Duration::from_secs(120);
 
+/// Advances of a job's work (the shim's optimizer step records) seen after a step of its ending that say
+/// it went on working instead of ending: the first may be the work under way when the signal came, the
+/// second was begun after it.
+pub const WORKED_ON: u32 = 2;
+
 /// When the next step of ending a job is due: once it has written nothing for `quiet` since the last step
 /// (a handler saving a checkpoint on KeyboardInterrupt writes: it gets the time it takes, as under a
-/// user's Ctrl-C), and at most [`ENDING_MOST`] after it. Pure: the caller says whether the job wrote.
+/// user's Ctrl-C); at once when its work went on past the step ([`WORKED_ON`]: a handler that swallows
+/// the signal, writing as it trains, has not answered it); and at most [`ENDING_MOST`] after it. Pure: the
+/// caller says whether the job wrote and how far its work has come.
 #[derive(Debug)]
 pub struct Ending {
     quiet: Duration,
@@ -220,6 +227,11 @@ pub struct Ending {
     at: Option<Instant>,
     last_write: Option<Instant>,
     waited: Duration,
+    /// The latest work seen, and how often it advanced since the last step.
+    work: u64,
+    advanced: u32,
+    /// The last step was sent because the job worked on past the one before.
+    worked_on: bool,
 }
 
 impl Ending {
@@ -230,21 +242,32 @@ impl Ending {
             at: None,
             last_write: None,
             waited: Duration::ZERO,
+            work: 0,
+            advanced: 0,
+            worked_on: false,
         }
     }
 
     /// The signal to send at `now`, if a step is due (the first is due at once); `wrote`: the job wrote
-    /// since the last look.
-    pub fn due(&mut self, now: Instant, wrote: bool) -> Option<i32> {
+    /// since the last look; `work`: the latest unit of its work its caller counts (the last optimizer step
+    /// the shim recorded; 0 where nothing counts it).
+    pub fn due(&mut self, now: Instant, wrote: bool, work: u64) -> Option<i32> {
         if wrote {
             self.last_write = Some(now);
         }
+        if work > self.work {
+            self.work = work;
+            self.advanced += u32::from(self.at.is_some());
+        }
+        let worked_on = self.advanced >= WORKED_ON;
         let due = match self.at {
             None => true,
             Some(_) if self.sent >= ENDING_STEPS.len() => false,
             Some(at) => {
                 let busy = self.last_write.map_or(at, |w| w.max(at));
-                now.duration_since(busy) >= self.quiet || now.duration_since(at) >= ENDING_MOST
+                worked_on
+                    || now.duration_since(busy) >= self.quiet
+                    || now.duration_since(at) >= ENDING_MOST
             }
         };
         if !due {
@@ -254,7 +277,14 @@ impl Ending {
         self.sent += 1;
         self.waited = self.at.map_or(Duration::ZERO, |at| now.duration_since(at));
         self.at = Some(now);
+        self.worked_on = worked_on;
+        self.advanced = 0;
         Some(sig)
+    }
+
+    /// Whether the last step was sent because the job's work went on past the one before.
+    pub fn worked_on(&self) -> bool {
+        self.worked_on
     }
 
     /// How long the job was given between the last two steps.
@@ -539,22 +569,54 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
         let mut e = Ending::new(Duration::from_secs(5));
-        assert_eq!(e.due(at(0), false), Some(SIGINT));
-        assert_eq!(e.due(at(4_999), false), None);
-        assert_eq!(e.due(at(5_000), false), Some(SIGTERM));
+        assert_eq!(e.due(at(0), false, 0), Some(SIGINT));
+        assert_eq!(e.due(at(4_999), false, 0), None);
+        assert_eq!(e.due(at(5_000), false, 0), Some(SIGTERM));
         // A handler saving a checkpoint keeps writing: it is given the time it takes.
         for ms in (6_000..60_000).step_by(1_000) {
-            assert_eq!(e.due(at(ms), true), None);
+            assert_eq!(e.due(at(ms), true, 0), None);
         }
-        assert_eq!(e.due(at(63_999), false), None);
-        assert_eq!(e.due(at(64_000), false), Some(SIGKILL));
-        assert_eq!(e.due(at(200_000), false), None);
+        assert_eq!(e.due(at(63_999), false, 0), None);
+        assert_eq!(e.due(at(64_000), false, 0), Some(SIGKILL));
+        assert_eq!(e.due(at(200_000), false, 0), None);
         assert_eq!(e.sent(), &[SIGINT, SIGTERM, SIGKILL]);
         // However busy, at most ENDING_MOST between steps.
         let mut e = Ending::new(Duration::from_secs(5));
-        e.due(at(0), false);
-        assert_eq!(e.due(at(119_000), true), None);
-        assert_eq!(e.due(at(120_000), true), Some(SIGTERM));
+        e.due(at(0), false, 0);
+        assert_eq!(e.due(at(119_000), true, 0), None);
+        assert_eq!(e.due(at(120_000), true, 0), Some(SIGTERM));
+    }
+
+    #[test]
+    fn an_ending_steps_on_at_once_when_the_jobs_work_goes_on_past_the_signal() {
+        // A handler that swallows the SIGINT and trains on, printing each step: it always writes, so
+        // only ENDING_MOST ended it. Its steps going on say it did not answer.
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut e = Ending::new(Duration::from_secs(10));
+        assert_eq!(e.due(at(0), true, 40), Some(SIGINT));
+        // The step under way when the signal came may still end: one advance is no answer yet.
+        assert_eq!(e.due(at(500), true, 41), None);
+        assert_eq!(e.due(at(900), true, 41), None);
+        assert!(!e.worked_on());
+        assert_eq!(e.due(at(1_500), true, 42), Some(SIGTERM));
+        assert!(e.worked_on());
+        assert_eq!(e.waited(), Duration::from_millis(1_500));
+        // A job that ignores SIGTERM as well and steps on gets SIGKILL as soon.
+        assert_eq!(e.due(at(2_000), true, 43), None);
+        assert_eq!(e.due(at(2_500), true, 44), Some(SIGKILL));
+        assert_eq!(e.sent(), &[SIGINT, SIGTERM, SIGKILL]);
+        // A job that answers stops its steps: its handler's writes get their time, as before.
+        let mut e = Ending::new(Duration::from_secs(10));
+        e.due(at(0), true, 40);
+        assert_eq!(e.due(at(500), true, 41), None);
+        for ms in (1_000..60_000).step_by(1_000) {
+            assert_eq!(e.due(at(ms), true, 41), None);
+        }
+        // Work counted before the first step (the steps before the signal) is no advance past it.
+        let mut e = Ending::new(Duration::from_secs(10));
+        assert_eq!(e.due(at(0), false, 900), Some(SIGINT));
+        assert_eq!(e.due(at(100), true, 900), None);
     }
 
     fn seen(sig: i32, relayed: bool) -> Seen {

@@ -13,6 +13,7 @@ pub mod hunt;
 pub mod inside;
 mod stale;
 pub mod view;
+pub mod warmup;
 
 use crate::timeline::{Micros, Series};
 use crate::trace::SharedTrace;
@@ -241,6 +242,11 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
 }
 
 impl TorchTimeline {
+    /// Optimizer steps seen so far: the most any process of the job reported (ranks step together).
+    pub fn steps_seen(&self) -> u64 {
+        self.procs.values().map(|p| p.last_step).max().unwrap_or(0)
+    }
+
     /// The shim's snapshot `shim` went to `file`: the record it belongs to names the file, and the
     /// others none (only one is written). `None`: no file was written (it could not be, or an older
     /// trace does not say which): no record names one, as the shim's own name is no file of the user's.
@@ -423,17 +429,18 @@ impl Channel {
             path.push(":");
             path.push(old);
         }
-        // One variable: hunt mode, peaks, where, then the pipe's path (last: a path may hold any
-        // character).
+        // One variable: hunt mode, peaks, where, warm-up, then the pipe's path (last: a path may hold
+        // any character).
         let mut setting = OsString::from(format!(
-            "hunt={};peaks={};where={};pipe=",
+            "hunt={};peaks={};where={};warmup={};pipe=",
             settings.hunt.env(),
             if settings.reset_peaks {
                 "reset"
             } else {
                 "keep"
             },
-            if settings.snapshot { "snapshot" } else { "on" }
+            if settings.snapshot { "snapshot" } else { "on" },
+            warmup::STEPS
         ));
         setting.push(&fifo);
         let env = vec![

@@ -49,10 +49,12 @@ MIN_FORWARD_S = 0.0003
 RESCAN_EVERY = 64
 # Leak hunting: auto (when memory grows), on (from warm-up on), off. Set from GPUDOC_TORCH.
 HUNT = "auto"
-# Steps before which growth is warm-up; the least records that can show growth, the records looked back
-# over (a leak every few steps rises as stairs, flat between), the rises of their floor that make growth
-# (a leak every step gives one a record; one every 5 steps, at a record a step, 6 in 32 records) and the
-# least growth over them.
+# Steps (or forward calls) of warm-up, before which growth is no leak and nothing is measured: gpudoc run
+# tells it (GPUDOC_TORCH's warmup=, from src/torch/warmup.rs, its one definition); this is for a copy
+# loaded without it (the notebook extension's), and tests/python checks the two agree. Then the least
+# records that can show growth, the records looked back over (a leak every few steps rises as stairs,
+# flat between), the rises of their floor that make growth (a leak every step gives one a record; one
+# every 5 steps, at a record a step, 6 in 32 records) and the least growth over them.
 WARMUP_STEPS = 10
 GROWTH_RECORDS = 8
 GROWTH_WINDOW = 32
@@ -1516,8 +1518,8 @@ class TorchLoader(object):
 def find_spec(finder, name, path, target, here, setting):
     """GpudocFinder's answer when the program imports torch: the spec the finders after it give, with
     TorchLoader in it. `setting` is GPUDOC_TORCH:
-    `hunt=MODE;peaks=reset|keep;where=on|snapshot|off;pipe=PATH`."""
-    global HUNT, WHERE
+    `hunt=MODE;peaks=reset|keep;where=on|snapshot|off;warmup=STEPS;pipe=PATH`."""
+    global HUNT, WHERE, WARMUP_STEPS
     # The pipe's path is last and may hold any character.
     head, _, pipe = setting.partition("pipe=")
     conf = dict(part.partition("=")[::2] for part in head.split(";") if part)
@@ -1525,6 +1527,8 @@ def find_spec(finder, name, path, target, here, setting):
     S.reset_peaks = conf.get("peaks") != "keep"
     HUNT = conf.get("hunt", "auto")
     WHERE = conf.get("where", "on")
+    if conf.get("warmup", "").isdigit():
+        WARMUP_STEPS = int(conf["warmup"])
     finders = list(sys.meta_path)
     mine = [i for i, f in enumerate(finders) if f is finder]
     finder.busy = True
