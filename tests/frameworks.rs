@@ -166,3 +166,51 @@ fn jitted_functions_stay_jaxs_and_a_program_without_jax_loads_nothing() {
     );
     assert_eq!(r["torch"]["processes"], serde_json::json!([]));
 }
+
+#[test]
+fn a_cupy_pool_that_kept_a_one_off_temporary_is_cache_bloat_with_the_pools_numbers() {
+    let (code, r, err) = run(&[], "cupy_programs.py", &["bloat", "1.5"]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "cupy", "{p:#}");
+    assert_eq!(p["gpu"], 0, "matched by the UUID CuPy's runtime gives");
+    assert_eq!(p["peak_reserved_bytes"].as_u64().unwrap(), 8192 * MIB);
+    assert_eq!(p["final_reserved_bytes"].as_u64().unwrap(), 8192 * MIB);
+    assert_eq!(p["steps_total"], 0, "CuPy's readings are no steps");
+    assert!(p["steps"].as_array().unwrap().len() >= 8, "{p:#}");
+    assert!(p["free_blocks"].as_u64().unwrap() >= 1, "{p:#}");
+    assert_eq!(p["pinned_free_blocks"], 0);
+    assert_eq!(p["alloc_retries"], Value::Null);
+    let bloat = message(&r, "cache-bloat");
+    assert!(
+        bloat.contains(
+            "CuPy kept 8.00 GiB reserved while live arrays peaked at 512.00 MiB in its readings"
+        ),
+        "{bloat}"
+    );
+    let advice = diagnosis(&r, "cache-bloat").unwrap()["advice"].to_string();
+    assert!(
+        advice.contains("free_all_blocks") && !advice.contains("torch.cuda.empty_cache"),
+        "{advice}"
+    );
+    assert!(err.contains("CuPy, per process"), "{err}");
+    let (code, r, err) = run(&[], "cupy_programs.py", &["healthy", "1.5"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !fired(&r).contains(&"cache-bloat".to_string()),
+        "{:?}",
+        fired(&r)
+    );
+}
+
+#[test]
+fn a_cupy_pool_at_its_limit_is_an_oom_at_the_cap_with_the_framework_view() {
+    let (code, r, err) = run(&[], "cupy_programs.py", &["oom"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(r["oom"]["cause"], "cap", "{:#}", r["oom"]);
+    assert!(diagnosis(&r, "oom-cap").is_some(), "{:?}", fired(&r));
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "cupy");
+    assert_eq!(p["limit_bytes"].as_u64().unwrap(), 4096 * MIB);
+    assert_eq!(p["peak_reserved_bytes"].as_u64().unwrap(), 4096 * MIB);
+}
