@@ -10,7 +10,7 @@ set -u
 start=$SECONDS
 budget=${OPEN_BUDGET_S:-570}
 # name:args (or name alone) and its limit in seconds (a script past its limit is ended and said TIMED OUT).
-declare -A limit=([fit.sh:frag]=150 [fit.sh]=330 [where.sh]=220 [notebook.sh]=220 [others_arrived.sh]=150 [forecast.sh]=200 [eval_clock.sh:5]=330 [shim_round3.sh]=300 [record_phases.sh:verdicts]=200 [cost_round3.sh:3]=240 [cost_round3.sh:5]=450)
+declare -A limit=([fit.sh:frag]=150 [fit.sh]=330 [where.sh]=220 [notebook.sh]=220 [others_arrived.sh]=150 [forecast.sh]=200 [eval_clock.sh:5]=330 [shim_round3.sh]=300 [record_phases.sh:verdicts]=200 [cost_round3.sh:3]=240 [cost_round3.sh:5]=450 [frameworks.sh]=240)
 (($#)) || set -- "cost_round3.sh:5"
 summary=()
 for item in "$@"; do
