@@ -718,6 +718,35 @@ mod tests {
     }
 
     #[test]
+    fn each_framework_of_a_process_has_its_own_view_and_an_unknown_one_is_no_message() {
+        use framework::Framework;
+        let mut t = TorchTimeline::default();
+        t.apply(
+            br#"{"k":"step","step":1,"dev":0,"t":101.0,"a":10,"r":20,"pid":7}"#,
+            100.0,
+        );
+        t.apply(br#"{"k":"hello","fw":"jax","version":"0.11.2","settings":{"XLA_PYTHON_CLIENT_PREALLOCATE":"false"},"pid":7}"#, 100.0);
+        t.apply(br#"{"k":"step","fw":"jax","step":1,"n":1,"dev":0,"t":101.0,"a":30,"pa":40,"r":64,"lim":96,"lfb":50,"na":3,"pid":7}"#, 100.0);
+        assert!(!t.apply(br#"{"k":"step","fw":"mxnet","dev":0,"a":1,"pid":7}"#, 100.0));
+        let torch = &t.procs[&(7, 0, Framework::Torch)];
+        let jax = &t.procs[&(7, 0, Framework::Jax)];
+        assert_eq!((torch.peak_allocated, torch.limit), (10, None));
+        assert_eq!(
+            (
+                jax.peak_allocated,
+                jax.peak_reserved,
+                jax.limit,
+                jax.largest_free_block
+            ),
+            (40, 64, Some(96), Some(50))
+        );
+        assert_eq!(t.procs.len(), 2);
+        let hello = &t.frameworks[&(7, Framework::Jax)];
+        assert_eq!(hello.settings["XLA_PYTHON_CLIENT_PREALLOCATE"], "false");
+        assert!(t.versions.is_empty(), "JAX's hello is no torch version");
+    }
+
+    #[test]
     fn messages_build_the_timeline() {
         let mut t = TorchTimeline::default();
         t.apply(br#"{"k":"hello","torch":"2.11.0","pid":7,"rank":1}"#, 100.0);

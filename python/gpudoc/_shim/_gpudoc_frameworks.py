@@ -214,8 +214,11 @@ class _Jitted(object):
         try:
             out = self._gpudoc_real(*args, **kwargs)
         except Exception as e:
-            if _is_oom(e):
-                _jax_oom()
+            try:
+                if _is_oom(e):
+                    _jax_oom()
+            except Exception:
+                pass  # the program's own error goes on as it is
             if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
                 e.__traceback__ = e.__traceback__.tb_next
             raise
