@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Machine, diagnosis, fired};
+use common::{Machine, diagnosis, fired, read_json, report};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -213,4 +213,41 @@ fn a_cupy_pool_at_its_limit_is_an_oom_at_the_cap_with_the_framework_view() {
     assert_eq!(p["framework"], "cupy");
     assert_eq!(p["limit_bytes"].as_u64().unwrap(), 4096 * MIB);
     assert_eq!(p["peak_reserved_bytes"].as_u64().unwrap(), 4096 * MIB);
+}
+
+/// A recorded JAX run (as tests/gpu/frameworks.sh records them for fixtures/) is replayed into the run's
+/// own framework view and diagnoses.
+#[test]
+fn a_jax_runs_trace_replays_into_its_own_framework_view() {
+    let m = Machine::h200s(1);
+    let (json, trace) = (m.path("run.json"), m.path("run.trace.jsonl"));
+    let script = fakes().join("jax_programs.py");
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fakes())
+        .arg("run")
+        .arg("--json")
+        .arg(&json)
+        .arg("--trace")
+        .arg(&trace)
+        .args([
+            "--",
+            "python3",
+            script.to_str().unwrap(),
+            "leak",
+            "30",
+            "0.01",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (run, back) = (read_json(&json), report(&trace, &[]));
+    assert_eq!(run["torch"]["processes"][0]["framework"], "jax");
+    for part in ["torch", "diagnoses"] {
+        assert_eq!(back[part], run[part], "{part} differs");
+    }
 }
