@@ -27,16 +27,17 @@ pub struct TorchProcReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     pub pid: u32,
-    /// Whose allocator this is: `torch` (PyTorch's caching allocator), `jax` (XLA's), `cupy` (CuPy's
-    /// memory pool). Allocated is what the framework's live arrays hold, reserved what its allocator
+    /// Whose allocator this is: `torch` (PyTorch's caching allocator; absent), `jax` (XLA's), `cupy`
+    /// (CuPy's memory pool). Allocated is what the framework's live arrays hold, reserved what its allocator
     /// holds from the device.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "super::framework::Framework::is_torch")]
     pub framework: super::framework::Framework,
     /// A framework other than PyTorch: its version and the allocator settings in its environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub framework_hello: Option<super::framework::Hello>,
-    /// Its allocator took its pool whole at its start (JAX's preallocation), by the settings in force.
-    #[serde(default)]
+    /// Its allocator took its pool whole at its start (JAX's preallocation), by the settings in force;
+    /// absent when not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preallocated: bool,
     /// The allocator's limit (JAX: `bytes_limit`; CuPy: the pool's limit, where one is set), its largest
     /// free block and allocation count (JAX), its free blocks (CuPy); absent where not told.
