@@ -41,7 +41,9 @@ fn message(r: &Value, rule: &str) -> String {
 
 #[test]
 fn a_jax_leak_is_diagnosed_with_xlas_own_numbers() {
-    let (code, r, err) = run(&[], "jax_programs.py", &["leak", "40", "0.01"]);
+    // Enough steps that the records past warm-up span 512 MiB of growth whatever stride a loaded
+    // machine makes the shim choose.
+    let (code, r, err) = run(&[], "jax_programs.py", &["leak", "100", "0.01"]);
     assert_eq!(code, 0, "{err}");
     let p = &r["torch"]["processes"][0];
     assert_eq!(p["framework"], "jax", "{p:#}");
@@ -50,16 +52,16 @@ fn a_jax_leak_is_diagnosed_with_xlas_own_numbers() {
         p["gpu"], 0,
         "JAX's device has no UUID: the one GPU NVML saw the process on"
     );
-    assert_eq!(p["steps_total"], 40, "the calls of the jitted step");
+    assert_eq!(p["steps_total"], 100, "the calls of the jitted step");
     // Preallocated: XLA's pool is its limit, 75% of the fake H200, from the start.
     let limit = p["limit_bytes"].as_u64().unwrap();
     assert_eq!(limit, (139.80 * 1024.0 * 1024.0 * 1024.0 * 0.75) as u64);
     assert_eq!(p["peak_reserved_bytes"].as_u64().unwrap(), limit);
     assert_eq!(p["preallocated"], true);
-    // The parameters, 39 kept outputs and the last step's 64 MiB temporary at its peak.
+    // The parameters, 99 kept outputs and the last step's 64 MiB temporary at its peak.
     assert_eq!(
         p["peak_allocated_bytes"].as_u64().unwrap(),
-        (512 + 39 * 16 + 64) * MIB
+        (512 + 99 * 16 + 64) * MIB
     );
     // What JAX cannot tell is absent, not zero.
     for k in [
@@ -77,7 +79,7 @@ fn a_jax_leak_is_diagnosed_with_xlas_own_numbers() {
     );
     let pre = message(&r, "jax-preallocation");
     assert!(
-        pre.contains("JAX preallocated 104.85 GiB and its live arrays used at most 1.17 GiB")
+        pre.contains("JAX preallocated 104.85 GiB and its live arrays used at most 2.11 GiB")
             && pre.contains("XLA_PYTHON_CLIENT_MEM_FRACTION=0.05"),
         "{pre}"
     );
@@ -99,7 +101,7 @@ fn a_healthy_jax_program_on_demand_is_told_nothing_and_its_settings_are_kept() {
     );
     assert_eq!(code, 0, "{err}");
     let p = &r["torch"]["processes"][0];
-    assert_eq!(p["preallocated"], false);
+    assert_eq!(p.get("preallocated"), None, "not preallocated: absent");
     assert_eq!(
         p["framework_hello"]["settings"]["XLA_PYTHON_CLIENT_PREALLOCATE"],
         "false"
