@@ -70,8 +70,9 @@ pub struct TorchView {
     pub step_peak_allocated: Option<u64>,
     pub step_peak_reserved: Option<u64>,
     pub steps: u64,
-    pub alloc_retries: u64,
-    pub ooms: u64,
+    /// PyTorch's counters (absent for other frameworks: no series is exported for them).
+    pub alloc_retries: Option<u64>,
+    pub ooms: Option<u64>,
 }
 
 /// A metric family gpudoc exports: its name, type and help text.
@@ -502,8 +503,8 @@ fn render_torch(f: &mut Family, v: &View) {
             t.step_peak_reserved.map(|x| x as f64)
         }),
         (TORCH_STEPS, |t| Some(t.steps as f64)),
-        (TORCH_ALLOC_RETRIES, |t| Some(t.alloc_retries as f64)),
-        (TORCH_OOMS, |t| Some(t.ooms as f64)),
+        (TORCH_ALLOC_RETRIES, |t| t.alloc_retries.map(|x| x as f64)),
+        (TORCH_OOMS, |t| t.ooms.map(|x| x as f64)),
     ];
     for (m, get) in families {
         f.head(&m);

@@ -438,16 +438,65 @@ fn render_gpu(o: &mut String, r: &Report, g: &GpuReport, p: Paint) {
     }
 }
 
-/// The two views side by side: NVML's figure per process and PyTorch's, and what lies outside PyTorch.
+/// The two views side by side: NVML's figure per process and PyTorch's (or another framework's), and what
+/// lies outside the framework's allocator; one table per framework.
 fn render_torch(o: &mut String, r: &Report, p: Paint) {
     let t = &r.torch;
     if t.processes.is_empty() {
         return;
     }
+    let mut frameworks: Vec<_> = t.processes.iter().map(|q| q.framework).collect();
+    frameworks.sort();
+    frameworks.dedup();
+    let mut shown = 0;
+    for fw in frameworks {
+        let rows: Vec<_> = t.processes.iter().filter(|q| q.framework == fw).collect();
+        let room = MAX_TORCH.saturating_sub(shown).max(1);
+        render_framework_table(o, fw, &rows[..rows.len().min(room)], p);
+        shown += rows.len().min(room);
+        for q in rows.iter().take(room) {
+            if let Some(line) = framework_line(q) {
+                let _ = writeln!(o, "    {}", printable(&line));
+            }
+        }
+    }
+    if t.processes.len() > MAX_TORCH {
+        let more = t.processes.len() - MAX_TORCH;
+        let _ = writeln!(o, "    … and {more} more (see --json)");
+    }
+    for q in t.processes.iter().filter(|q| !q.cells.is_empty()) {
+        let _ = writeln!(o, "    {}", printable(&cells_line(q, &t.ooms)));
+    }
+    let fast = t.processes.iter().filter(|q| q.record_every > 1);
+    if let Some(q) = fast.max_by_key(|q| q.record_every) {
+        // PyTorch's peaks are reset at each record; JAX's are the allocator's own since the start.
+        let peaks = match q.framework.is_torch() {
+            true => "peaks exact over each",
+            false => "peaks since the start",
+        };
+        let text = format!(
+            "steps came fast: recorded every {} ({peaks}), the shim's cost kept under 0.5% of the step time",
+            q.record_every
+        );
+        let _ = writeln!(o, "    {}", p.dim(&text));
+    }
+}
+
+/// A kernel's notebook cells: how many ran, the one that peaked, those that ran out of memory.
+/// One framework's table: per process, NVML's peak, the allocator's peaks, what lies outside it.
+fn render_framework_table(
+    o: &mut String,
+    fw: crate::torch::framework::Framework,
+    rows: &[&crate::torch::view::TorchProcReport],
+    p: Paint,
+) {
+    let name = fw.name();
     let _ = writeln!(
         o,
         "  {}",
-        p.bold("PyTorch, per process (NVML peak = reserved + non-PyTorch):")
+        p.bold(&format!(
+            "{name}, per process (NVML peak = reserved + non-{name}):"
+        ))
     );
     let _ = writeln!(
         o,
@@ -458,12 +507,12 @@ fn render_torch(o: &mut String, r: &Report, p: Paint) {
         "NVML peak",
         "reserved peak",
         "allocated peak",
-        "non-PyTorch",
+        format!("non-{name}"),
         "steps",
         "retries"
     );
     let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "-".into());
-    for q in t.processes.iter().take(MAX_TORCH) {
+    for q in rows {
         let rank = q
             .rank
             .as_ref()
@@ -484,31 +533,45 @@ fn render_torch(o: &mut String, r: &Report, p: Paint) {
             fmt_bytes(q.peak_allocated_bytes),
             opt(q.non_pytorch_bytes),
             q.steps_total,
-            q.alloc_retries
+            q.alloc_retries.map_or("-".into(), |n| n.to_string())
         );
-    }
-    if t.processes.len() > MAX_TORCH {
-        let more = t.processes.len() - MAX_TORCH;
-        let _ = writeln!(o, "    … and {more} more (see --json)");
-    }
-    for q in t.processes.iter().filter(|q| !q.cells.is_empty()) {
-        let _ = writeln!(o, "    {}", printable(&cells_line(q, &t.ooms)));
-    }
-    if let Some(every) = t
-        .processes
-        .iter()
-        .map(|q| q.record_every)
-        .max()
-        .filter(|&n| n > 1)
-    {
-        let text = format!(
-            "steps came fast: recorded every {every} (peaks exact over each), the shim's cost kept under 0.5% of the step time"
-        );
-        let _ = writeln!(o, "    {}", p.dim(&text));
     }
 }
 
-/// A kernel's notebook cells: how many ran, the one that peaked, those that ran out of memory.
+/// What only a framework other than PyTorch tells of its allocator: its version, the settings in force,
+/// its limit and largest free block (JAX), its free blocks (CuPy).
+fn framework_line(q: &crate::torch::view::TorchProcReport) -> Option<String> {
+    let hello = q.framework_hello.as_ref()?;
+    let mut parts = vec![format!(
+        "pid {}: {} {}",
+        q.pid,
+        q.framework.name(),
+        hello.version
+    )];
+    if q.preallocated {
+        parts.push("preallocated its pool".into());
+    }
+    for (k, v) in &hello.settings {
+        parts.push(format!("{k}={v}"));
+    }
+    let bytes = [
+        ("limit", q.limit_bytes),
+        ("largest free block", q.largest_free_block_bytes),
+    ];
+    for (what, b) in bytes {
+        if let Some(b) = b {
+            parts.push(format!("{what} {}", fmt_bytes(b)));
+        }
+    }
+    if let Some(n) = q.free_blocks {
+        parts.push(format!("{n} free blocks"));
+    }
+    if let Some(n) = q.pinned_free_blocks {
+        parts.push(format!("pinned pool: {n} free blocks"));
+    }
+    Some(parts.join(", "))
+}
+
 fn cells_line(q: &crate::torch::view::TorchProcReport, ooms: &[crate::torch::TorchOom]) -> String {
     let peak = q
         .cells

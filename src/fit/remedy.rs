@@ -244,7 +244,7 @@ pub fn fragmentation(r: &crate::report::Report) -> Option<u64> {
         .torch
         .processes
         .iter()
-        .map(|p| p.peak_inactive_split_bytes)
+        .filter_map(|p| p.peak_inactive_split_bytes)
         .max();
     let text = r
         .oom

@@ -130,7 +130,7 @@ pub fn gpu_charts(report: &Report, timeline: Option<&Timeline>) -> Vec<GpuChart>
         .collect()
 }
 
-/// Device memory, each job process, the others together, PyTorch's reserved and allocated per process.
+/// Device memory, each job process, the others together, the framework's (PyTorch's, JAX's, CuPy's) reserved and allocated per process.
 fn sampled(report: &Report, t: &Timeline, g: &GpuTimeline) -> Vec<Steps> {
     let gpu = g.info.index;
     let mut out = vec![Steps {
@@ -183,13 +183,13 @@ fn sampled(report: &Report, t: &Timeline, g: &GpuTimeline) -> Vec<Steps> {
     {
         let at = |s: &crate::torch::Step| (s.at_s * 1e6) as Micros;
         out.push(Steps {
-            label: format!("pid {} PyTorch reserved", p.pid),
+            label: format!("pid {} {} reserved", p.pid, p.framework.name()),
             kind: "reserved",
             pid: Some(p.pid),
             points: p.steps.iter().map(|s| (at(s), s.reserved_bytes)).collect(),
         });
         out.push(Steps {
-            label: format!("pid {} PyTorch allocated", p.pid),
+            label: format!("pid {} {} allocated", p.pid, p.framework.name()),
             kind: "allocated",
             pid: Some(p.pid),
             points: p.steps.iter().map(|s| (at(s), s.allocated_bytes)).collect(),

@@ -296,7 +296,10 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         .collect();
     let holders = cause::holders(t, &job_pids);
     let total = device.map(|d| d.info.total_bytes);
-    let figures = cause::Figures::of(t, &holders, nvml_others, total, device_used_bytes);
+    let mut figures = cause::Figures::of(t, &holders, nvml_others, total, device_used_bytes);
+    if let Some(a) = &allocator {
+        framework_figures(&mut figures, a);
+    }
     let (cause, mut explanation) = cause::cause_of(&figures);
     if let (Some(pid), true) = (holders.this_pid, holders.guessed) {
         explanation.push_str(&format!(
@@ -389,6 +392,28 @@ fn before(t: &Timeline, gpu: Option<u32>, at: Micros) -> Vec<Before> {
             .then(b.peak_bytes.cmp(&a.peak_bytes))
     });
     before
+}
+
+/// The numbers a framework other than PyTorch gave at its OOM, where its text has none (XLA's says only
+/// what it asked for): its live arrays, and its pool's limit as the cap, named by the setting that sets
+/// it. A pool taken whole at the start (JAX's preallocation) is the cap itself: against it, what the
+/// process held is what its arrays held of it.
+fn framework_figures(f: &mut cause::Figures, a: &crate::torch::TorchOom) {
+    let Some(cap) = a.framework.cap_setting() else {
+        return;
+    };
+    f.allocated = f.allocated.or(Some(a.allocated_bytes));
+    let limit = (a.device_limit_bytes > 0).then_some(a.device_limit_bytes);
+    if f.allowed.is_none() && limit.is_some() {
+        (f.allowed, f.allowed_by) = (limit, cap);
+    }
+    let pool_is_cap = limit.is_some_and(|l| a.reserved_bytes >= l);
+    let held = if pool_is_cap {
+        a.allocated_bytes
+    } else {
+        a.reserved_bytes
+    };
+    f.reserved = f.reserved.or(Some(held));
 }
 
 /// The GPU (NVML index) that a CUDA device ordinal in an OOM text names. Inside the job, `cuda:0` is the

@@ -132,6 +132,10 @@ pub struct GpuFacts {
     pub lost: bool,
     pub torch: bool,
     pub torch_phases: i64,
+    pub framework: String,
+    pub framework_reserved_bytes: i64,
+    pub framework_used_peak_bytes: i64,
+    pub framework_fraction: f64,
     pub peak_stretch: String,
     pub peak_since_last_step_s: f64,
     pub growth_bytes: i64,
@@ -186,6 +190,8 @@ pub struct TorchFacts {
     pub rank: i64,
     pub gpu: i64,
     pub torch_version: String,
+    pub framework: String,
+    pub preallocated: bool,
     pub reserved_peak_bytes: i64,
     pub allocated_peak_bytes: i64,
     pub final_reserved_bytes: i64,
@@ -649,7 +655,27 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "gpu.torch",
         "bool",
-        "a PyTorch process reported from this GPU",
+        "the framework view (PyTorch's, JAX's, CuPy's allocator) reported a process from this GPU",
+    ),
+    (
+        "gpu.framework",
+        "string",
+        "the framework whose allocator took its pool whole at its start on this GPU (JAX), empty if none",
+    ),
+    (
+        "gpu.framework_reserved_bytes",
+        "int",
+        "what that framework's allocator held there at its peak (its preallocated pool), 0 if none",
+    ),
+    (
+        "gpu.framework_used_peak_bytes",
+        "int",
+        "the peak of what its live arrays really used of that pool, 0 if none",
+    ),
+    (
+        "gpu.framework_fraction",
+        "double",
+        "the XLA_PYTHON_CLIENT_MEM_FRACTION that holds that peak with 25% headroom (rounded up to 0.05), 0 if none",
     ),
     (
         "gpu.peak_stretch",
@@ -825,6 +851,16 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "NVML's index of its device, -1 if unmatched",
     ),
     ("torch.torch_version", "string", "PyTorch's version"),
+    (
+        "torch.framework",
+        "string",
+        "whose allocator the numbers are: PyTorch, JAX (XLA's: allocated is bytes in use, reserved its pool), CuPy (its default memory pool: used and total bytes)",
+    ),
+    (
+        "torch.preallocated",
+        "bool",
+        "the allocator took its pool whole at its start (JAX's default preallocation): reserved says nothing of what the program needs",
+    ),
     (
         "torch.reserved_peak_bytes",
         "int",
@@ -1169,6 +1205,10 @@ fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
         .map(|g| {
             let held = others.remove(&(host_of(&g.host), g.index));
             let mut f = one_gpu(r, g);
+            let pre = super::framework::on_gpu(r, g);
+            (f.framework, f.framework_reserved_bytes) = (pre.name, pre.reserved_bytes);
+            (f.framework_used_peak_bytes, f.framework_fraction) =
+                (pre.used_peak_bytes, pre.fraction);
             (f.others_peak_bytes, f.others_list) = others_facts(held.unwrap_or_default());
             let on = holding
                 .remove(&(host_of(&g.host), g.index))
@@ -1511,6 +1551,8 @@ fn torch_facts(
         pid: t.pid as i64,
         gpu: t.gpu.map_or(-1, |g| g as i64),
         torch_version: t.torch_version.clone().unwrap_or_default(),
+        framework: super::framework::name(t),
+        preallocated: t.preallocated,
         reserved_peak_bytes: t.peak_reserved_bytes as i64,
         allocated_peak_bytes: t.peak_allocated_bytes as i64,
         final_reserved_bytes: t.final_reserved_bytes as i64,
@@ -1518,12 +1560,12 @@ fn torch_facts(
         steady_reserved_bytes: steady_reserved,
         steady_peak_allocated_bytes: steady_peak,
         warmup_steps: crate::torch::warmup::STEPS as i64,
-        inactive_split_peak_bytes: t.peak_inactive_split_bytes as i64,
+        inactive_split_peak_bytes: t.peak_inactive_split_bytes.unwrap_or(0) as i64,
         non_pytorch_bytes: t.non_pytorch_bytes.unwrap_or(0) as i64,
-        alloc_retries: t.alloc_retries as i64,
-        ooms: t.ooms as i64,
-        device_allocs: t.device_allocs as i64,
-        device_frees: t.device_frees as i64,
+        alloc_retries: t.alloc_retries.unwrap_or(0) as i64,
+        ooms: t.ooms.unwrap_or(0) as i64,
+        device_allocs: t.device_allocs.unwrap_or(0) as i64,
+        device_frees: t.device_frees.unwrap_or(0) as i64,
         steps: t.steps_total as i64,
         leak_bytes_per_step: leak,
         leak_r2: r2,

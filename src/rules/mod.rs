@@ -7,6 +7,7 @@ pub mod bundled;
 mod deferred;
 pub mod facts;
 pub mod forecast;
+pub mod framework;
 pub mod growth;
 pub mod live;
 pub mod look;

@@ -8,6 +8,7 @@
 
 pub mod activity;
 pub mod cells;
+pub mod framework;
 pub mod home;
 pub mod hunt;
 pub mod inside;
@@ -28,7 +29,7 @@ use std::time::{Duration, SystemTime};
 
 /// The shim's files (the marker tells other shims the folder is one), written where [`home::shim_folder`]
 /// says.
-pub const SHIM: [(&str, &str); 7] = [
+pub const SHIM: [(&str, &str); 9] = [
     (
         "sitecustomize.py",
         include_str!("../../python/gpudoc/_shim/sitecustomize.py"),
@@ -52,6 +53,14 @@ pub const SHIM: [(&str, &str); 7] = [
     (
         "_gpudoc_patch.py",
         include_str!("../../python/gpudoc/_shim/_gpudoc_patch.py"),
+    ),
+    (
+        "_gpudoc_frameworks.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_frameworks.py"),
+    ),
+    (
+        "_gpudoc_pipe.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_pipe.py"),
     ),
     (".gpudoc-shim", ""),
 ];
@@ -152,10 +161,11 @@ impl StepLog {
     }
 }
 
-/// One process's allocator on one device.
+/// One process's allocator on one device: PyTorch's, or another framework's (`framework`).
 #[derive(Debug, Clone, Default)]
 pub struct TorchProc {
     pub pid: u32,
+    pub framework: framework::Framework,
     pub rank: Option<serde_json::Value>,
     pub local_rank: Option<serde_json::Value>,
     /// torch's device index (after CUDA_VISIBLE_DEVICES).
@@ -186,12 +196,22 @@ pub struct TorchProc {
     /// When it first did its work (seconds into the run): the shim's first record at a forward call of
     /// the outermost model or at an optimizer step.
     pub first_work_s: Option<f64>,
+    /// What only some frameworks tell: the allocator's limit, its largest free block (last read), the
+    /// allocations it made, its free blocks; `None` where the records never said.
+    pub limit: Option<u64>,
+    pub largest_free_block: Option<u64>,
+    pub allocations: Option<u64>,
+    pub free_blocks: Option<u64>,
+    pub pinned_free_blocks: Option<u64>,
 }
 
 /// The allocator's state at an OOM, from PyTorch's OOM observer (before the exception unwinds).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TorchOom {
     pub pid: u32,
+    /// The framework whose allocator failed (absent: PyTorch's).
+    #[serde(default, skip_serializing_if = "framework::Framework::is_torch")]
+    pub framework: framework::Framework,
     pub rank: Option<serde_json::Value>,
     pub device: u32,
     pub uuid: Option<String>,
@@ -212,7 +232,10 @@ pub struct TorchOom {
 /// Everything the shim reported in a run.
 #[derive(Debug, Clone, Default)]
 pub struct TorchTimeline {
-    pub procs: BTreeMap<(u32, u32), TorchProc>,
+    /// Per (pid, device, framework): a process may use two frameworks on one GPU.
+    pub procs: BTreeMap<(u32, u32, framework::Framework), TorchProc>,
+    /// What each other framework's part of the shim said of itself, per (pid, framework).
+    pub frameworks: BTreeMap<(u32, framework::Framework), framework::Hello>,
     pub ooms: Vec<TorchOom>,
     /// torch version per pid, from each process's first message.
     pub versions: BTreeMap<u32, String>,
@@ -278,7 +301,15 @@ impl TorchTimeline {
             .and_then(|t| t.as_f64())
             .map(|t| (t - start_unix).max(0.0));
         let at: Micros = (t.unwrap_or(0.0) * 1e6) as Micros;
+        let Some(fw) = framework::Framework::of(&v) else {
+            self.bad_lines += 1;
+            return false;
+        };
         match kind {
+            "hello" if !fw.is_torch() => {
+                self.frameworks
+                    .insert((pid, fw), framework::Hello::from_message(&v));
+            }
             "hello" => {
                 let version = v.get("torch").and_then(|x| x.as_str()).unwrap_or("?");
                 self.versions.insert(pid, version.to_string());
@@ -299,10 +330,10 @@ impl TorchTimeline {
                     inside::keep(&mut self.inside, w, MAX_HUNTS);
                 }
             }
-            "s" | "step" | "oom" => self.sample(kind, pid, &v, t, at),
+            "s" | "step" | "oom" => self.sample(kind, (pid, fw), &v, t, at),
             "cell" => {
-                self.sample(kind, pid, &v, t, at);
-                let p = self.procs.get_mut(&(pid, u(&v, "dev") as u32));
+                self.sample(kind, (pid, fw), &v, t, at);
+                let p = self.procs.get_mut(&(pid, u(&v, "dev") as u32, fw));
                 if let Some(p) = p {
                     if p.cells.len() >= cells::MAX_CELLS {
                         p.cells.remove(0);
@@ -320,13 +351,30 @@ impl TorchTimeline {
 
     /// A record of the allocator (`s`: at CUDA's start, `step`: at an optimizer step, `oom`: at an OOM,
     /// `cell`: at a notebook cell's end).
-    fn sample(&mut self, kind: &str, pid: u32, v: &serde_json::Value, t: Option<f64>, at: Micros) {
+    fn sample(
+        &mut self,
+        kind: &str,
+        (pid, fw): (u32, framework::Framework),
+        v: &serde_json::Value,
+        t: Option<f64>,
+        at: Micros,
+    ) {
         let dev = u(v, "dev") as u32;
-        let p = self.procs.entry((pid, dev)).or_insert_with(|| TorchProc {
-            pid,
-            device: dev,
-            ..Default::default()
-        });
+        let p = self
+            .procs
+            .entry((pid, dev, fw))
+            .or_insert_with(|| TorchProc {
+                pid,
+                framework: fw,
+                device: dev,
+                ..Default::default()
+            });
+        let got = |k: &str| v.get(k).and_then(|x| x.as_u64());
+        p.limit = got("lim").or(p.limit);
+        p.largest_free_block = got("lfb").or(p.largest_free_block);
+        p.allocations = got("na").or(p.allocations);
+        p.free_blocks = got("nfb").or(p.free_blocks);
+        p.pinned_free_blocks = got("pfb").or(p.pinned_free_blocks);
         p.rank = v.get("rank").cloned().or(p.rank.take());
         p.local_rank = v.get("local_rank").cloned().or(p.local_rank.take());
         if let Some(id) = v.get("uuid").and_then(|x| x.as_str()) {
@@ -375,12 +423,13 @@ impl TorchTimeline {
         if kind == "oom" && self.ooms.len() < 32 {
             self.ooms.push(TorchOom {
                 pid,
+                framework: fw,
                 rank: p.rank.clone(),
                 device: dev,
                 uuid: p.uuid.clone(),
                 at_s: t.unwrap_or(0.0),
                 requested_bytes: u(v, "alloc"),
-                device_limit_bytes: u(v, "device_allocated"),
+                device_limit_bytes: got("device_allocated").or(got("lim")).unwrap_or(0),
                 device_free_bytes: u(v, "device_free"),
                 allocated_bytes: a,
                 reserved_bytes: r,
@@ -676,13 +725,42 @@ mod tests {
     }
 
     #[test]
+    fn each_framework_of_a_process_has_its_own_view_and_an_unknown_one_is_no_message() {
+        use framework::Framework;
+        let mut t = TorchTimeline::default();
+        t.apply(
+            br#"{"k":"step","step":1,"dev":0,"t":101.0,"a":10,"r":20,"pid":7}"#,
+            100.0,
+        );
+        t.apply(br#"{"k":"hello","fw":"jax","version":"0.11.2","settings":{"XLA_PYTHON_CLIENT_PREALLOCATE":"false"},"pid":7}"#, 100.0);
+        t.apply(br#"{"k":"step","fw":"jax","step":1,"n":1,"dev":0,"t":101.0,"a":30,"pa":40,"r":64,"lim":96,"lfb":50,"na":3,"pid":7}"#, 100.0);
+        assert!(!t.apply(br#"{"k":"step","fw":"mxnet","dev":0,"a":1,"pid":7}"#, 100.0));
+        let torch = &t.procs[&(7, 0, Framework::Torch)];
+        let jax = &t.procs[&(7, 0, Framework::Jax)];
+        assert_eq!((torch.peak_allocated, torch.limit), (10, None));
+        assert_eq!(
+            (
+                jax.peak_allocated,
+                jax.peak_reserved,
+                jax.limit,
+                jax.largest_free_block
+            ),
+            (40, 64, Some(96), Some(50))
+        );
+        assert_eq!(t.procs.len(), 2);
+        let hello = &t.frameworks[&(7, Framework::Jax)];
+        assert_eq!(hello.settings["XLA_PYTHON_CLIENT_PREALLOCATE"], "false");
+        assert!(t.versions.is_empty(), "JAX's hello is no torch version");
+    }
+
+    #[test]
     fn messages_build_the_timeline() {
         let mut t = TorchTimeline::default();
         t.apply(br#"{"k":"hello","torch":"2.11.0","pid":7,"rank":1}"#, 100.0);
         t.apply(br#"{"k":"s","dev":0,"uuid":"GPU-1","t":101.0,"a":10,"r":20,"pa":15,"pr":20,"i":3,"nr":0,"no":0,"nda":2,"ndf":0,"pid":7,"rank":1}"#, 100.0);
         t.apply(br#"{"k":"step","step":1,"dev":0,"t":101.5,"a":12,"r":20,"pa":18,"pr":20,"i":3,"nr":1,"no":0,"nda":2,"ndf":0,"pid":7,"rank":1}"#, 100.0);
         t.apply(b"not json", 100.0);
-        let p = &t.procs[&(7, 0)];
+        let p = &t.procs[&(7, 0, framework::Framework::Torch)];
         assert_eq!(
             (p.peak_allocated, p.peak_reserved, p.alloc_retries),
             (18, 20, 1)

@@ -27,6 +27,31 @@ pub struct TorchProcReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     pub pid: u32,
+    /// Whose allocator this is: `torch` (PyTorch's caching allocator; absent), `jax` (XLA's), `cupy`
+    /// (CuPy's memory pool). Allocated is what the framework's live arrays hold, reserved what its allocator
+    /// holds from the device.
+    #[serde(default, skip_serializing_if = "super::framework::Framework::is_torch")]
+    pub framework: super::framework::Framework,
+    /// A framework other than PyTorch: its version and the allocator settings in its environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework_hello: Option<super::framework::Hello>,
+    /// Its allocator took its pool whole at its start (JAX's preallocation), by the settings in force;
+    /// absent when not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preallocated: bool,
+    /// The allocator's limit (JAX: `bytes_limit`; CuPy: the pool's limit, where one is set), its largest
+    /// free block and allocation count (JAX), its free blocks (CuPy); absent where not told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_free_block_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocations: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_blocks: Option<u64>,
+    /// CuPy's pinned (host) memory pool: its free blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_free_blocks: Option<u64>,
     pub rank: Option<serde_json::Value>,
     pub local_rank: Option<serde_json::Value>,
     pub torch_version: Option<String>,
@@ -38,17 +63,19 @@ pub struct TorchProcReport {
     pub peak_reserved_bytes: u64,
     pub final_allocated_bytes: u64,
     pub final_reserved_bytes: u64,
-    /// Fragmentation: memory in split blocks that are not in use.
-    pub peak_inactive_split_bytes: u64,
+    /// Fragmentation: memory in split blocks that are not in use (PyTorch's; absent for the others).
+    pub peak_inactive_split_bytes: Option<u64>,
     /// NVML's peak for this process on this GPU.
     pub nvml_peak_bytes: Option<u64>,
     /// NVML − PyTorch reserved, at NVML's peak: memory outside PyTorch's allocator.
     pub non_pytorch_bytes: Option<u64>,
-    pub alloc_retries: u64,
-    pub ooms: u64,
-    pub device_allocs: u64,
-    pub device_frees: u64,
-    /// Optimizer steps seen, and the records of them (each covering `steps` steps; past 4096 records,
+    /// PyTorch's counters (absent for the other frameworks, which keep none).
+    pub alloc_retries: Option<u64>,
+    pub ooms: Option<u64>,
+    pub device_allocs: Option<u64>,
+    pub device_frees: Option<u64>,
+    /// Optimizer steps seen (JAX: calls of the jitted function called most; CuPy: none, its records are
+    /// readings ten times a second), and the records of them (each covering `steps` steps; past 4096 records,
     /// every `step_stride`-th is kept).
     pub steps_total: u64,
     pub step_stride: u64,
@@ -131,6 +158,18 @@ fn at_nearest_reading(reserved: &Series, used: &Series, at: u64) -> Option<u64> 
     Some(nvml.saturating_sub(r))
 }
 
+/// The GPU of a process whose framework gave no UUID (JAX's devices have none): the one GPU NVML saw
+/// that process hold memory on, when it held memory on one only.
+fn only_gpu_of(p: &super::TorchProc, nvml: &Timeline) -> Option<u32> {
+    let mut on = nvml
+        .procs
+        .iter()
+        .filter(|((_, pid), s)| *pid == p.pid && s.used.peak() > 0)
+        .map(|((g, _), _)| *g);
+    let first = on.next()?;
+    on.all(|g| g == first).then_some(first)
+}
+
 /// Builds the report object; `gpus` maps UUIDs to NVML indices.
 pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool) -> TorchReport {
     let processes = t
@@ -141,7 +180,8 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                 .uuid
                 .as_ref()
                 .and_then(|id| gpus.iter().find(|g| &g.uuid == id))
-                .map(|g| g.index);
+                .map(|g| g.index)
+                .or_else(|| only_gpu_of(p, nvml));
             let nv = gpu.and_then(|g| nvml.procs.get(&(g, p.pid)));
             let nvml_peak = nv.map(|s| s.used.peak());
             // The two views are sampled separately, each every few milliseconds: take PyTorch's reserved
@@ -157,26 +197,46 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                         .map_or(at_peak, |n| n.min(at_peak)),
                 )
             });
+            let torch_only = |x: u64| p.framework.is_torch().then_some(x);
+            let hello = t.frameworks.get(&(p.pid, p.framework)).cloned();
             TorchProcReport {
                 host: None,
                 pid: p.pid,
+                framework: p.framework,
+                preallocated: hello
+                    .as_ref()
+                    .is_some_and(|h| p.framework.preallocates(&h.settings)),
+                framework_hello: hello,
+                limit_bytes: p.limit,
+                largest_free_block_bytes: p.largest_free_block,
+                allocations: p.allocations,
+                free_blocks: p.free_blocks,
+                pinned_free_blocks: p.pinned_free_blocks,
                 rank: p.rank.clone(),
                 local_rank: p.local_rank.clone(),
-                torch_version: t.versions.get(&p.pid).cloned(),
+                torch_version: p
+                    .framework
+                    .is_torch()
+                    .then(|| t.versions.get(&p.pid).cloned())
+                    .flatten(),
                 device: p.device,
                 gpu,
                 peak_allocated_bytes: p.peak_allocated,
                 peak_reserved_bytes: p.peak_reserved,
                 final_allocated_bytes: p.allocated.last().unwrap_or(0),
                 final_reserved_bytes: p.reserved.last().unwrap_or(0),
-                peak_inactive_split_bytes: p.inactive_split.peak(),
+                peak_inactive_split_bytes: torch_only(p.inactive_split.peak()),
                 nvml_peak_bytes: nvml_peak,
                 non_pytorch_bytes: non_pytorch,
-                alloc_retries: p.alloc_retries,
-                ooms: p.ooms,
-                device_allocs: p.device_allocs,
-                device_frees: p.device_frees,
-                steps_total: p.last_step.max(p.steps.total),
+                alloc_retries: torch_only(p.alloc_retries),
+                ooms: torch_only(p.ooms),
+                device_allocs: torch_only(p.device_allocs),
+                device_frees: torch_only(p.device_frees),
+                steps_total: if p.framework.counts_steps() {
+                    p.last_step.max(p.steps.total)
+                } else {
+                    0
+                },
                 step_stride: p.steps.stride.max(1),
                 steps: p.steps.steps.clone(),
                 record_every: p.record_every.max(1),

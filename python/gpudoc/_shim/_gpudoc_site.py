@@ -1,8 +1,17 @@
 """gpudoc's shim at start-up (run by sitecustomize.py, beside it, in every Python process of the job; valid
 Python 2 and 3). It leaves nothing behind: it takes gpudoc's folders off sys.path, runs the sitecustomize
 it shadows (once, however tools chain theirs), and puts a finder on sys.meta_path that loads
-_gpudoc_torch.py, beside it, when the program really imports torch."""
+_gpudoc_torch.py, beside it, when the program really imports torch (_gpudoc_frameworks.py for JAX and
+CuPy)."""
 
+
+
+# The frameworks the finder watches for, and the part of the shim each loads when the program imports it.
+PARTS = {
+    "torch": ("_gpudoc_torch.py", "gpudoc._shim.torch"),
+    "jax": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
+    "cupy": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
+}
 
 
 def start(loader, code, site):
@@ -44,7 +53,7 @@ def start(loader, code, site):
 
             def find_spec(self, name, path=None, target=None):
                 __tracebackhide__ = True
-                if name != "torch" or self.busy:
+                if name not in PARTS or self.busy:
                     return None
                 # Only the import itself, not a probe (importlib.util.find_spec) or a reload.
                 f = sys._getframe(1)
@@ -53,20 +62,23 @@ def start(loader, code, site):
                 if f is None or f.f_back is None or f.f_back.f_code.co_name != "_find_and_load_unlocked":
                     return None
                 try:
-                    ext = sys.modules["_frozen_importlib_external"]
-                    path_ = os.path.join(here, "_gpudoc_torch.py")
-                    loader_ = ext.SourceFileLoader("gpudoc._shim.torch", path_)
-                    code = loader_.get_code("gpudoc._shim.torch")
-                    if sys.dont_write_bytecode:
-                        cache(loader_, code)
-                    # A module in sys.modules, not a bare dict: Dynamo, tracing a compiled step into
-                    # the step hook, finds the hook's globals by importing their __name__.
-                    hooks = type(sys)("gpudoc._shim.torch")
-                    hooks.__file__ = "<gpudoc> " + path_
-                    # The same writer for the modules it loads later (_precompile).
-                    hooks._cache = cache
-                    sys.modules[hooks.__name__] = hooks
-                    exec(code, hooks.__dict__)
+                    filename, module = PARTS[name]
+                    hooks = sys.modules.get(module)
+                    if hooks is None:
+                        ext = sys.modules["_frozen_importlib_external"]
+                        path_ = os.path.join(here, filename)
+                        loader_ = ext.SourceFileLoader(module, path_)
+                        code = loader_.get_code(module)
+                        if sys.dont_write_bytecode:
+                            cache(loader_, code)
+                        # A module in sys.modules, not a bare dict: Dynamo, tracing a compiled step
+                        # into the step hook, finds the hook's globals by importing their __name__.
+                        hooks = type(sys)(module)
+                        hooks.__file__ = "<gpudoc> " + path_
+                        # The same writer for the modules it loads later (_precompile).
+                        hooks._cache = cache
+                        sys.modules[module] = hooks
+                        exec(code, hooks.__dict__)
                     return hooks.find_spec(self, name, path, target, here, setting)
                 except Exception:
                     return None

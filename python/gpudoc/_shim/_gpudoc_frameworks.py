@@ -1,0 +1,336 @@
+"""gpudoc's shim for the frameworks other than PyTorch, loaded when the program imports JAX or CuPy
+(sitecustomize.py's finder watches for that; a program that imports neither pays nothing). It reads each
+framework's own allocator and sends records of the same kind as PyTorch's (in use, reserved, peaks, steps),
+tagged with the framework; what a framework cannot tell is left out of the record, never sent as zero.
+
+- JAX (XLA's allocator): `device.memory_stats()` of each local GPU device, the preallocation settings in
+  force, and steps: the calls of the jitted function the program calls most (`jax.jit` returns gpudoc's
+  thin wrapper of jax's own). At a RESOURCE_EXHAUSTED error from a jitted call the allocator's numbers are
+  recorded before it reaches the program.
+- CuPy: the default memory pool (used, total, free blocks; its limit where one is set) and the pinned
+  pool's free blocks, read ten times a second by one thread of the shim's (CuPy has no step a hook could
+  count: the readings stand for steps in the records, and the report counts no steps), and at exit.
+
+Every record is taken every Nth step, N chosen so that its cost stays under BUDGET of the step time, as
+PyTorch's (docs/framework.md). Loaded by GpudocFinder as the module `gpudoc._shim.frameworks`.
+"""
+import os
+import sys
+import time
+
+# Share of the step time the shim aims at; records further apart than MAX_STRIDE steps are not made; the
+# stride adapts after ADAPT_AFTER records.
+BUDGET = 0.003
+MAX_STRIDE = 4096
+ADAPT_AFTER = 5
+# CuPy's pool is read this often (seconds): it keeps no peak of its own.
+CUPY_EVERY = 0.1
+__tracebackhide__ = True
+# A bare `raise` re-raises an exception with its own __traceback__ (Python 3.11 and later).
+RERAISE_OWN_TRACEBACK = sys.version_info >= (3, 11)
+PIPE = ("_gpudoc_pipe.py", "gpudoc._shim.pipe")
+PATCH = ("_gpudoc_patch.py", "gpudoc._shim.patch")
+
+
+class _State(object):
+    here = ""
+    pipe = None
+    registry = None
+    # Framework name -> its reader, once imported.
+    views = {}
+
+
+S = _State()
+
+
+def _load(filename, name):
+    """A module of the shim's, from its folder (as _gpudoc_torch.py's _load), or the one loaded already."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = os.path.join(S.here, filename)
+    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, path)
+    code = loader.get_code(name)
+    cache = globals().get("_cache")
+    if sys.dont_write_bytecode and cache is not None:
+        cache(loader, code)
+    module = type(sys)(name)
+    module.__file__ = "<gpudoc> " + path
+    sys.modules[name] = module
+    exec(code, module.__dict__)
+    return module
+
+
+def _patches():
+    """The shim's registry of changes (_gpudoc_patch.py), shared with the PyTorch part."""
+    if S.registry is None:
+        S.registry = _load(*PATCH).PATCHES
+    return S.registry
+
+
+def find_spec(finder, name, path, target, here, setting):
+    """GpudocFinder's answer when the program imports one of the frameworks: the spec the finders after it
+    give, whose loader runs `_after_import` once the framework's module has run."""
+    if S.pipe is None:
+        S.here = here
+        S.pipe = _load(*PIPE).Pipe(setting.partition("pipe=")[2])
+    return sys.modules[PIPE[1]].spec_after(
+        finder, name, path, target, lambda module: _after_import(name, module))
+
+
+def _after_import(name, module):
+    try:
+        if name not in S.views:
+            S.views[name] = INSTALL[name](module)
+    except Exception as e:
+        S.pipe.fail("start " + name, e)
+
+
+def _field(key, value):
+    return ',"%s":%d' % (key, value) if isinstance(value, int) and value >= 0 else ""
+
+
+class View(object):
+    """One framework's records: `read()` gives, per device, (index, uuid or None, {field: bytes}), the
+    fields as PyTorch's records name them (a: in use, r: reserved, pa/pr: their peaks, lim: the
+    allocator's limit, lfb: its largest free block, na: allocations); one it cannot tell is absent."""
+
+    def __init__(self, fw, read):
+        self.fw, self.read = fw, read
+        self.steps = 0
+        self.next = 1
+        self.records = 0
+        self.last_step = 0
+        self.last_t = 0.0
+        self.cost = 0.0
+        self.period = 0.0
+        self.hello = None
+
+    def record(self, kind, covered, extra=""):
+        """One record per device: the numbers now (`kind`: s, step, oom)."""
+        if self.hello is not None:
+            S.pipe.send(self.hello)
+            self.hello = None
+        t = time.time()
+        for dev, uuid, numbers in self.read():
+            body = '{"k":"%s","fw":"%s","step":%d,"n":%d,"dev":%d,"t":%.6f,"c":%d,"p":%d' % (
+                kind, self.fw, self.steps, covered, dev, t, self.cost * 1e6, self.period * 1e6)
+            if uuid:
+                body += ',"uuid":"%s"' % uuid
+            for key in ("a", "r", "pa", "pr", "lim", "lfb", "na", "nfb", "pfb"):
+                body += _field(key, numbers.get(key))
+            S.pipe.send(body + extra)
+
+    def tick(self):
+        """One step ended: every Nth is recorded."""
+        self.steps += 1
+        if self.steps < self.next or S.pipe.dead:
+            return
+        t0 = time.perf_counter()
+        covered = self.steps - self.last_step
+        if self.last_t:
+            self.period = (t0 - self.last_t) / covered
+        try:
+            self.record("step", covered)
+        except Exception as e:
+            S.pipe.fail("step", e)
+            return
+        t1 = time.perf_counter()
+        self.cost = t1 - t0
+        self.records += 1
+        self.last_step, self.last_t = self.steps, t1
+        stride = 1
+        if self.records > ADAPT_AFTER and self.period > 0:
+            stride = min(MAX_STRIDE, int(self.cost / (BUDGET * self.period)) + 1)
+        self.next = self.steps + stride
+
+    def at_exit(self):
+        try:
+            if self.records and not S.pipe.dead:
+                self.record("s", self.steps - self.last_step)
+        except Exception as e:
+            S.pipe.fail("exit", e)
+
+
+def _hello(fw, version, settings):
+    import json
+
+    return '{"k":"hello","fw":"%s","version":%s,"settings":%s,"budget":%s' % (
+        fw, json.dumps(str(version)), json.dumps(settings, sort_keys=True), BUDGET)
+
+
+def _watch_process(view):
+    """The last record at exit; a forked child's messages are its own."""
+    import atexit
+
+    atexit.register(view.at_exit)
+    _patches().callback("atexit", "the last record at exit", lambda: atexit.unregister(view.at_exit))
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=S.pipe.forked)
+        _patches().callback("os.register_at_fork", "a forked child's messages are its own")
+
+
+# -- JAX ------------------------------------------------------------------------------------------------
+# XLA's client reads these when it makes the GPU backend (docs.jax.dev, GPU memory allocation).
+JAX_SETTINGS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+                "XLA_PYTHON_CLIENT_ALLOCATOR")
+# memory_stats()'s keys (xla's PjRtDevice memory_stats), as the records name them.
+JAX_KEYS = (("a", "bytes_in_use"), ("pa", "peak_bytes_in_use"), ("r", "pool_bytes"),
+            ("pr", "peak_pool_bytes"), ("lim", "bytes_limit"), ("lfb", "largest_free_block_bytes"),
+            ("na", "num_allocs"))
+
+
+def _jax_reader(jax):
+    devices = []
+
+    def read():
+        if not devices:
+            devices.extend(d for d in jax.local_devices() if getattr(d, "platform", "") == "gpu")
+        for d in devices:
+            stats = d.memory_stats()
+            if not stats:
+                continue
+            index = getattr(d, "local_hardware_id", None)
+            yield (d.id if index is None else index), None, dict((k, stats.get(name)) for k, name in JAX_KEYS)
+
+    return read
+
+
+def _is_oom(e):
+    return "RESOURCE_EXHAUSTED" in str(e)[:200]
+
+
+class _Jitted(object):
+    """What `jax.jit` returns under gpudoc: jax's own jitted function, called through this. Its calls are
+    counted (the function the program calls most gives the steps); any other attribute is jax's."""
+
+    __slots__ = ("_gpudoc_real", "calls", "__weakref__")
+
+    def __init__(self, real):
+        object.__setattr__(self, "_gpudoc_real", real)
+        object.__setattr__(self, "calls", 0)
+
+    def __call__(self, *args, **kwargs):
+        __tracebackhide__ = True
+        try:
+            out = self._gpudoc_real(*args, **kwargs)
+        except Exception as e:
+            try:
+                if _is_oom(e):
+                    _jax_oom()
+            except Exception:
+                pass  # the program's own error goes on as it is
+            if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
+                e.__traceback__ = e.__traceback__.tb_next
+            raise
+        calls = self.calls + 1
+        object.__setattr__(self, "calls", calls)
+        view = S.views.get("jax")
+        if view is not None and calls > view.steps:
+            view.tick()
+        return out
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        import functools
+
+        return functools.partial(self, obj)
+
+    def __getattr__(self, name):
+        return getattr(self._gpudoc_real, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._gpudoc_real, name, value)
+
+    def __repr__(self):
+        return repr(self._gpudoc_real)
+
+
+def _jax_oom():
+    """The allocator's numbers at a RESOURCE_EXHAUSTED error, before it reaches the program."""
+    try:
+        view = S.views.get("jax")
+        if view is not None and not S.pipe.dead:
+            view.record("oom", view.steps - view.last_step)
+    except Exception as e:
+        S.pipe.fail("oom", e)
+
+
+def _install_jax(jax):
+    settings = dict((k, os.environ[k]) for k in JAX_SETTINGS if k in os.environ)
+    view = View("jax", _jax_reader(jax))
+    view.hello = _hello("jax", getattr(jax, "__version__", "?"), settings)
+    real = jax.jit
+
+    def jit(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if args or "fun" in kwargs:
+            return _Jitted(out)
+        # `jax.jit(static_argnames=...)` without the function: a decorator.
+        return lambda fun: _Jitted(out(fun))
+
+    for key in ("__module__", "__name__", "__qualname__", "__doc__", "__wrapped__"):
+        try:
+            setattr(jit, key, getattr(real, key))
+        except AttributeError:
+            pass
+    _patches().replace(jax, "jit", jit, "counts the calls of jitted functions: the steps of a JAX program")
+    _watch_process(view)
+    return view
+
+
+# -- CuPy -----------------------------------------------------------------------------------------------
+def _cupy_reader(cupy):
+    runtime = cupy.cuda.runtime
+    uuids = {}
+
+    def read():
+        # The pool of the current device (CuPy's MemoryPool answers for it); its numbers now: CuPy keeps
+        # no peak, so a reading's peaks are its own values.
+        pool = cupy.get_default_memory_pool()
+        used, total = pool.used_bytes(), pool.total_bytes()
+        dev = runtime.getDevice()
+        if dev not in uuids:
+            try:
+                raw = runtime.getDeviceProperties(dev).get("uuid")
+                uuids[dev] = "GPU-" + _uuid(raw) if raw else None
+            except Exception:
+                uuids[dev] = None
+        yield dev, uuids[dev], {"a": used, "r": total, "pa": used, "pr": total,
+                                "nfb": pool.n_free_blocks(), "lim": pool.get_limit() or None,
+                                "pfb": cupy.get_default_pinned_memory_pool().n_free_blocks()}
+
+    return read
+
+
+def _uuid(raw):
+    h = raw.hex() if isinstance(raw, bytes) else "".join("%02x" % (ord(b) & 0xFF) for b in raw)
+    return "-".join((h[:8], h[8:12], h[12:16], h[16:20], h[20:32]))
+
+
+def _install_cupy(cupy):
+    view = View("cupy", _cupy_reader(cupy))
+    view.hello = _hello("cupy", getattr(cupy, "__version__", "?"), {})
+    import threading
+
+    def sample():
+        # CuPy has no step a hook could count: its pool is read every CUPY_EVERY seconds, from its first
+        # allocation on (a program that imports CuPy and never allocates is never read). A reading is a
+        # few C calls under the GIL, microseconds.
+        while not S.pipe.dead:
+            time.sleep(CUPY_EVERY)
+            try:
+                if cupy.get_default_memory_pool().total_bytes():
+                    view.steps += 1
+                    view.record("step", 1)
+                    view.records += 1
+                    view.last_step = view.steps
+            except Exception as e:
+                S.pipe.fail("cupy", e)
+
+    threading.Thread(target=sample, name="gpudoc-cupy", daemon=True).start()
+    _watch_process(view)
+    return view
+
+
+INSTALL = {"jax": _install_jax, "cupy": _install_cupy}

@@ -1,0 +1,73 @@
+//! Facts of the framework view that only the frameworks other than PyTorch give: whose allocator a
+//! process's numbers are (`torch.framework`), whether it took its pool whole at its start
+//! (`torch.preallocated`), and per GPU what a preallocating framework reserved there against what its
+//! arrays really used, with the fraction to set instead (`gpu.framework*`, read by `jax-preallocation`).
+
+use crate::report::{GpuReport, Report};
+use crate::torch::view::TorchProcReport;
+
+/// Headroom over the peak in use that the fraction to set leaves (XLA's own temporaries, a longer
+/// sequence than the run's): 25%.
+const HEADROOM: f64 = 1.25;
+
+/// What a preallocating framework held on one GPU (`gpu.framework*`): the largest such process there.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OnGpu {
+    /// The framework's name (`JAX`), empty when no preallocating framework's view is on the GPU.
+    pub name: String,
+    pub reserved_bytes: i64,
+    pub used_peak_bytes: i64,
+    /// `XLA_PYTHON_CLIENT_MEM_FRACTION` that holds the peak in use with 25% headroom, rounded up to
+    /// 0.05; 0 when unknown.
+    pub fraction: f64,
+}
+
+/// The preallocating framework's view of GPU `g` (its host's), if one is there.
+pub fn on_gpu(r: &Report, g: &GpuReport) -> OnGpu {
+    let Some(p) = r
+        .torch
+        .processes
+        .iter()
+        .filter(|p| p.preallocated && p.gpu == Some(g.index) && p.host == g.host)
+        .max_by_key(|p| p.peak_reserved_bytes)
+    else {
+        return OnGpu::default();
+    };
+    OnGpu {
+        name: p.framework.name().to_string(),
+        reserved_bytes: p.peak_reserved_bytes as i64,
+        used_peak_bytes: p.peak_allocated_bytes as i64,
+        fraction: fraction_to_set(p.peak_allocated_bytes, g.total_bytes),
+    }
+}
+
+/// The fraction of a GPU of `total` bytes that holds `peak` with the headroom, rounded up to 0.05 (at
+/// least 0.05, at most 0.95); 0 when the GPU's size is unknown.
+pub fn fraction_to_set(peak: u64, total: u64) -> f64 {
+    if total == 0 {
+        return 0.0;
+    }
+    let need = peak as f64 * HEADROOM / total as f64;
+    ((need * 20.0).ceil() / 20.0).clamp(0.05, 0.95)
+}
+
+/// `torch.framework`: the name of the framework whose allocator a process's numbers are.
+pub fn name(t: &TorchProcReport) -> String {
+    t.framework.name().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn the_fraction_to_set_holds_the_peak_with_headroom_in_steps_of_five_percent() {
+        // 20 GiB of a 140 GiB GPU: 25 GiB with headroom is 17.9%, set as 0.20.
+        assert_eq!(fraction_to_set(20 * GIB, 140 * GIB), 0.20);
+        assert_eq!(fraction_to_set(1, 140 * GIB), 0.05);
+        assert_eq!(fraction_to_set(139 * GIB, 140 * GIB), 0.95);
+        assert_eq!(fraction_to_set(GIB, 0), 0.0);
+    }
+}

@@ -1,0 +1,153 @@
+//! Which framework's allocator a record of the shim's is about: PyTorch's caching allocator, or, from
+//! `_gpudoc_frameworks.py`, JAX's (XLA's) or CuPy's pool. Their records are of one kind (in use,
+//! reserved, peaks, steps), so every rule reads them alike; what a framework cannot tell is absent.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A framework whose allocator the shim reads.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Framework {
+    #[default]
+    Torch,
+    Jax,
+    Cupy,
+}
+
+impl Framework {
+    /// The framework a message is about: its `fw` field (PyTorch's part of the shim sends none).
+    pub fn of(v: &serde_json::Value) -> Option<Framework> {
+        match v.get("fw").and_then(|f| f.as_str()) {
+            None => Some(Framework::Torch),
+            Some("jax") => Some(Framework::Jax),
+            Some("cupy") => Some(Framework::Cupy),
+            Some(_) => None,
+        }
+    }
+
+    /// Its name as a user reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Framework::Torch => "PyTorch",
+            Framework::Jax => "JAX",
+            Framework::Cupy => "CuPy",
+        }
+    }
+
+    /// What sets the limit of its allocator's pool, in words (the cap an OOM ran into); `None` for
+    /// PyTorch, whose texts say their own.
+    pub fn cap_setting(self) -> Option<&'static str> {
+        match self {
+            Framework::Torch => None,
+            Framework::Jax => Some(
+                "XLA_PYTHON_CLIENT_MEM_FRACTION, the share of the GPU XLA's allocator may use (.75 by default)",
+            ),
+            Framework::Cupy => {
+                Some("CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT")
+            }
+        }
+    }
+
+    /// Whether its records are at its steps: CuPy's are readings ten times a second (no step a hook could
+    /// count), which stand for steps in its records, and the report counts no steps for it.
+    pub fn counts_steps(self) -> bool {
+        self != Framework::Cupy
+    }
+
+    pub fn is_torch(&self) -> bool {
+        *self == Framework::Torch
+    }
+
+    /// Whether its allocator took its pool whole at the start, with these settings in force (the
+    /// environment the process had): JAX's preallocates `XLA_PYTHON_CLIENT_MEM_FRACTION` (75%) of the GPU
+    /// unless `XLA_PYTHON_CLIENT_PREALLOCATE=false` or another allocator is chosen.
+    pub fn preallocates(self, settings: &BTreeMap<String, String>) -> bool {
+        let set = |k: &str| settings.get(k).map(|v| v.trim().to_ascii_lowercase());
+        match self {
+            Framework::Jax => {
+                !matches!(
+                    set("XLA_PYTHON_CLIENT_PREALLOCATE").as_deref(),
+                    Some("false" | "0")
+                ) && matches!(
+                    set("XLA_PYTHON_CLIENT_ALLOCATOR").as_deref(),
+                    None | Some("default" | "bfc")
+                )
+            }
+            Framework::Torch | Framework::Cupy => false,
+        }
+    }
+}
+
+/// What a framework's part of the shim said of itself at its first record: its version and the settings
+/// of its allocator the process had in its environment (only those set).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Hello {
+    pub version: String,
+    pub settings: BTreeMap<String, String>,
+}
+
+impl Hello {
+    pub fn from_message(v: &serde_json::Value) -> Hello {
+        let settings = v
+            .get("settings")
+            .and_then(|s| s.as_object())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Hello {
+            version: v
+                .get("version")
+                .and_then(|x| x.as_str())
+                .unwrap_or("?")
+                .to_string(),
+            settings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jax_preallocates_unless_told_not_to() {
+        let with = |pairs: &[(&str, &str)]| {
+            let s = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Framework::Jax.preallocates(&s)
+        };
+        assert!(with(&[]));
+        assert!(with(&[("XLA_PYTHON_CLIENT_MEM_FRACTION", ".5")]));
+        assert!(!with(&[("XLA_PYTHON_CLIENT_PREALLOCATE", "false")]));
+        assert!(!with(&[("XLA_PYTHON_CLIENT_PREALLOCATE", "False")]));
+        assert!(!with(&[("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")]));
+        assert!(!Framework::Cupy.preallocates(&BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_message_names_its_framework_and_an_unknown_one_is_none() {
+        let v = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+        assert_eq!(Framework::of(&v(r#"{"k":"step"}"#)), Some(Framework::Torch));
+        assert_eq!(Framework::of(&v(r#"{"fw":"jax"}"#)), Some(Framework::Jax));
+        assert_eq!(Framework::of(&v(r#"{"fw":"mxnet"}"#)), None);
+    }
+}

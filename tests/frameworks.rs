@@ -1,0 +1,255 @@
+//! The framework view beyond PyTorch, through the shim, with the fake `jax` and `cupy` packages of
+//! fixtures/fake_frameworks (shaped like the real APIs the shim reads): each program gets its framework's
+//! numbers in the report, and its leak, bloat and OOM are diagnosed with them.
+
+mod common;
+
+use common::{Machine, diagnosis, fired, read_json, report};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+const MIB: u64 = 1 << 20;
+
+fn fakes() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake_frameworks")
+}
+
+/// `gpudoc run -- python3 fixtures/fake_frameworks/PROGRAM ARGS` with the fakes first on the path.
+fn run(envs: &[(&str, &str)], program: &str, args: &[&str]) -> (i32, Value, String) {
+    let (code, r, _, err) = run_out(envs, program, args);
+    (code, r, err)
+}
+
+/// [`run`], with the program's standard output: (exit code, report, stdout, stderr).
+fn run_out(envs: &[(&str, &str)], program: &str, args: &[&str]) -> (i32, Value, String, String) {
+    let m = Machine::h200s(1);
+    let path = fakes();
+    let mut all = vec![("PYTHONPATH", path.to_str().unwrap())];
+    all.extend_from_slice(envs);
+    let script = path.join(program);
+    let mut argv = vec![script.to_str().unwrap()];
+    argv.extend_from_slice(args);
+    m.python(&all, &[], &argv)
+}
+
+fn message(r: &Value, rule: &str) -> String {
+    diagnosis(r, rule).unwrap_or_else(|| panic!("{rule} did not fire: {:?}", fired(r)))["message"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_jax_leak_is_diagnosed_with_xlas_own_numbers() {
+    // Enough steps that the records past warm-up span 512 MiB of growth whatever stride a loaded
+    // machine makes the shim choose.
+    let (code, r, err) = run(&[], "jax_programs.py", &["leak", "100", "0.01"]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "jax", "{p:#}");
+    assert_eq!(p["framework_hello"]["version"], "0.11.2");
+    assert_eq!(
+        p["gpu"], 0,
+        "JAX's device has no UUID: the one GPU NVML saw the process on"
+    );
+    assert_eq!(p["steps_total"], 100, "the calls of the jitted step");
+    // Preallocated: XLA's pool is its limit, 75% of the fake H200, from the start.
+    let limit = p["limit_bytes"].as_u64().unwrap();
+    assert_eq!(limit, (139.80 * 1024.0 * 1024.0 * 1024.0 * 0.75) as u64);
+    assert_eq!(p["peak_reserved_bytes"].as_u64().unwrap(), limit);
+    assert_eq!(p["preallocated"], true);
+    // The parameters, 99 kept outputs and the last step's 64 MiB temporary at its peak.
+    assert_eq!(
+        p["peak_allocated_bytes"].as_u64().unwrap(),
+        (512 + 99 * 16 + 64) * MIB
+    );
+    // What JAX cannot tell is absent, not zero.
+    for k in [
+        "alloc_retries",
+        "device_allocs",
+        "peak_inactive_split_bytes",
+    ] {
+        assert_eq!(p[k], Value::Null, "{k}");
+    }
+    assert_eq!(p["non_pytorch_bytes"].as_u64().unwrap(), 500 * MIB);
+    let leak = message(&r, "step-leak");
+    assert!(
+        leak.contains("live JAX arrays grew by 16.00 MiB per step"),
+        "{leak}"
+    );
+    let pre = message(&r, "jax-preallocation");
+    assert!(
+        pre.contains("JAX preallocated 104.85 GiB and its live arrays used at most 2.11 GiB")
+            && pre.contains("XLA_PYTHON_CLIENT_MEM_FRACTION=0.05"),
+        "{pre}"
+    );
+    assert!(
+        !fired(&r).contains(&"cache-bloat".to_string()),
+        "a preallocated pool is no cache bloat: {:?}",
+        fired(&r)
+    );
+    assert!(err.contains("JAX, per process"), "{err}");
+    assert!(err.contains("JAX 0.11.2, preallocated its pool"), "{err}");
+}
+
+#[test]
+fn a_healthy_jax_program_on_demand_is_told_nothing_and_its_settings_are_kept() {
+    let (code, r, err) = run(
+        &[("XLA_PYTHON_CLIENT_PREALLOCATE", "false")],
+        "jax_programs.py",
+        &["healthy", "40", "0.01"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p.get("preallocated"), None, "not preallocated: absent");
+    assert_eq!(
+        p["framework_hello"]["settings"]["XLA_PYTHON_CLIENT_PREALLOCATE"],
+        "false"
+    );
+    // The pool grew in 2 MiB regions to what was used at once: the parameters, the last step's output
+    // and the step's temporary.
+    assert_eq!(
+        p["peak_reserved_bytes"].as_u64().unwrap(),
+        (512 + 16 + 64) * MIB
+    );
+    let rules = fired(&r);
+    for quiet in ["jax-preallocation", "step-leak", "cache-bloat"] {
+        assert!(!rules.contains(&quiet.to_string()), "{quiet}: {rules:?}");
+    }
+}
+
+#[test]
+fn a_jax_oom_is_read_with_the_allocators_numbers_at_the_failure() {
+    let (code, r, err) = run(&[], "jax_programs.py", &["oom", "0", "0.001"]);
+    assert_eq!(code, 1, "{err}");
+    let o = &r["oom"];
+    assert_eq!(o["allocator"]["framework"], "jax", "{o:#}");
+    assert_eq!(o["requested_bytes"].as_u64().unwrap(), 256 * MIB);
+    assert_eq!(o["cause"], "cap", "{o:#}");
+    let why = o["explanation"].as_str().unwrap();
+    assert!(
+        why.contains("may use only 104.85 GiB") && why.contains("XLA_PYTHON_CLIENT_MEM_FRACTION"),
+        "{why}"
+    );
+    let cap = diagnosis(&r, "oom-cap").expect("oom-cap");
+    let advice: Vec<&str> = cap["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(
+        advice
+            .iter()
+            .any(|a| a.contains("XLA_PYTHON_CLIENT_MEM_FRACTION"))
+            && !advice
+                .iter()
+                .any(|a| a.contains("set_per_process_memory_fraction")),
+        "{advice:?}"
+    );
+    assert!(
+        fired(&r).contains(&"step-leak".to_string()),
+        "{:?}",
+        fired(&r)
+    );
+}
+
+#[test]
+fn jitted_functions_stay_jaxs_and_a_program_without_jax_loads_nothing() {
+    let (code, r, out, err) = run_out(&[], "jax_programs.py", &["api"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["torch"]["processes"][0]["steps_total"], 5, "{r:#}");
+    assert_eq!(out, "lowered f\nbound 7\nf\ndone 0\n");
+    let (code, r, out, err) = run_out(&[], "jax_programs.py", &["nojax"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out, "shim modules []\n",
+        "nothing of the frameworks' part is loaded"
+    );
+    assert_eq!(r["torch"]["processes"], serde_json::json!([]));
+}
+
+#[test]
+fn a_cupy_pool_that_kept_a_one_off_temporary_is_cache_bloat_with_the_pools_numbers() {
+    let (code, r, err) = run(&[], "cupy_programs.py", &["bloat", "1.5"]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "cupy", "{p:#}");
+    assert_eq!(p["gpu"], 0, "matched by the UUID CuPy's runtime gives");
+    assert_eq!(p["peak_reserved_bytes"].as_u64().unwrap(), 8192 * MIB);
+    assert_eq!(p["final_reserved_bytes"].as_u64().unwrap(), 8192 * MIB);
+    assert_eq!(p["steps_total"], 0, "CuPy's readings are no steps");
+    assert!(p["steps"].as_array().unwrap().len() >= 8, "{p:#}");
+    assert!(p["free_blocks"].as_u64().unwrap() >= 1, "{p:#}");
+    assert_eq!(p["pinned_free_blocks"], 0);
+    assert_eq!(p["alloc_retries"], Value::Null);
+    let bloat = message(&r, "cache-bloat");
+    assert!(
+        bloat.contains(
+            "CuPy kept 8.00 GiB reserved while live arrays peaked at 512.00 MiB in its readings"
+        ),
+        "{bloat}"
+    );
+    let advice = diagnosis(&r, "cache-bloat").unwrap()["advice"].to_string();
+    assert!(
+        advice.contains("free_all_blocks") && !advice.contains("torch.cuda.empty_cache"),
+        "{advice}"
+    );
+    assert!(err.contains("CuPy, per process"), "{err}");
+    let (code, r, err) = run(&[], "cupy_programs.py", &["healthy", "1.5"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !fired(&r).contains(&"cache-bloat".to_string()),
+        "{:?}",
+        fired(&r)
+    );
+}
+
+#[test]
+fn a_cupy_pool_at_its_limit_is_an_oom_at_the_cap_with_the_framework_view() {
+    let (code, r, err) = run(&[], "cupy_programs.py", &["oom"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(r["oom"]["cause"], "cap", "{:#}", r["oom"]);
+    assert!(diagnosis(&r, "oom-cap").is_some(), "{:?}", fired(&r));
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "cupy");
+    assert_eq!(p["limit_bytes"].as_u64().unwrap(), 4096 * MIB);
+    assert_eq!(p["peak_reserved_bytes"].as_u64().unwrap(), 4096 * MIB);
+}
+
+/// A recorded JAX run (as tests/gpu/frameworks.sh records them for fixtures/) is replayed into the run's
+/// own framework view and diagnoses.
+#[test]
+fn a_jax_runs_trace_replays_into_its_own_framework_view() {
+    let m = Machine::h200s(1);
+    let (json, trace) = (m.path("run.json"), m.path("run.trace.jsonl"));
+    let script = fakes().join("jax_programs.py");
+    let out = m
+        .gpudoc()
+        .env("PYTHONPATH", fakes())
+        .arg("run")
+        .arg("--json")
+        .arg(&json)
+        .arg("--trace")
+        .arg(&trace)
+        .args([
+            "--",
+            "python3",
+            script.to_str().unwrap(),
+            "leak",
+            "30",
+            "0.01",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (run, back) = (read_json(&json), report(&trace, &[]));
+    assert_eq!(run["torch"]["processes"][0]["framework"], "jax");
+    for part in ["torch", "diagnoses"] {
+        assert_eq!(back[part], run[part], "{part} differs");
+    }
+}
