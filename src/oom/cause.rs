@@ -3,6 +3,7 @@
 
 use super::formats::{self, Allocator};
 use super::parse::{Kind, OomText, TextProcess, Vendor};
+use crate::params;
 use crate::units::fmt_bytes as b;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -244,9 +245,15 @@ fn half_printed_unit(bytes: u64) -> u64 {
 }
 
 /// A request counts as fitting in what was free only with room to spare: CUDA maps memory in pages and
-/// needs it in one piece.
+/// needs it in one piece (`oom_fits_margin_pct`, `oom_fits_slack_bytes`).
 fn clearly_fits(req: u64, free: u64) -> bool {
-    free >= req + req / 20 + (64 << 20)
+    let margin = share(req, params::OOM_FITS_MARGIN.uint());
+    free as u128 >= req as u128 + margin as u128 + params::OOM_FITS_SLACK.uint() as u128
+}
+
+/// `pct` percent of `bytes`, rounded down, without overflow.
+fn share(bytes: u64, pct: u64) -> u64 {
+    (bytes as u128 * pct as u128 / 100) as u64
 }
 
 type Verdict = Option<(Cause, String)>;
@@ -421,16 +428,13 @@ fn others(f: &Figures) -> Verdict {
     })
 }
 
-/// The share of its cache PyTorch must hold unallocated for fragmentation to be the cause: below it, the
-/// GPU is full of live tensors and reclaiming the pieces would buy an allocation or two (the real texts
-/// with a few MiB free in the cache of a full GPU hold 0.15-0.8% of it, the fragmented ones 5.6-85%).
-const FRAGMENTED_SHARE_PCT: u64 = 2;
-
 fn fragmented(f: &Figures) -> Verdict {
     let (req, unalloc) = (f.requested?, f.unallocated?);
+    // Below `oom_fragmented_share_pct` of the cache, the GPU is full of live tensors (the table says why).
+    let pct = params::OOM_FRAGMENTED_SHARE.uint();
     let worth = f
         .reserved
-        .is_none_or(|r| unalloc.saturating_mul(100) >= r.saturating_mul(FRAGMENTED_SHARE_PCT));
+        .is_none_or(|r| unalloc.saturating_mul(100) >= r.saturating_mul(pct));
     (unalloc >= req && worth).then(|| {
         (
             Cause::Fragmentation,
@@ -511,7 +515,7 @@ fn self_growth(f: &Figures) -> Verdict {
 /// Without the allocator's numbers, NVML's view decides between others and the job.
 fn nvml_only(f: &Figures) -> Verdict {
     let (total, used) = (f.total?, f.device_used?);
-    if f.others * 2 > total {
+    if f.others as u128 * 100 > total as u128 * params::OOM_OTHERS_SHARE.uint() as u128 {
         return Some((
             Cause::Others,
             format!(
@@ -521,7 +525,7 @@ fn nvml_only(f: &Figures) -> Verdict {
             ),
         ));
     }
-    (used * 10 > total * 9).then(|| {
+    (used as u128 * 100 > total as u128 * params::OOM_FULL.uint() as u128).then(|| {
         (
             Cause::SelfGrowth,
             format!(
