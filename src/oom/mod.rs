@@ -4,6 +4,7 @@
 
 pub mod cause;
 pub mod engines;
+pub mod explain;
 pub mod formats;
 pub mod host;
 pub mod parse;
@@ -297,7 +298,8 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
     let holders = cause::holders(t, &job_pids);
     let total = device.map(|d| d.info.total_bytes);
     let figures = cause::Figures::of(t, &holders, nvml_others, total, device_used_bytes);
-    let (cause, mut explanation) = cause::cause_of(&figures);
+    let found = cause::cause_of(&figures);
+    let (cause, mut explanation) = (found.cause(), explain::words(&found, &figures));
     if let (Some(pid), true) = (holders.this_pid, holders.guessed) {
         explanation.push_str(&format!(
             " (the text names no \"this process\": pid {pid} is taken to be the failing process, a guess)"
