@@ -101,12 +101,12 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
             "oom/h200/torch_cublas",
             "phases/eval_oom",
             "phases/h100/val_keep",
+            "phases/vllm_standin_oom",
         ],
         &[
             "oom/h200/fraction_cap",
             "oom/h200/torch_other_process",
             "oom/h200/torch_too_big",
-            "phases/vllm_standin_oom",
         ],
     ),
     (
@@ -197,11 +197,6 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         &["multi/correct", "multi/rank0_extra"],
     ),
     (
-        "oom-serving",
-        &["phases/vllm_standin_oom"],
-        &["phases/load_oom", "oom/h200/child_hog", "oom/h200/grow_oom"],
-    ),
-    (
         "transient-spike",
         &["runs/spike_noshim"],
         &["runs/spike_small", "runs/spike"],
@@ -252,8 +247,9 @@ fn each_rule_fires_on_its_runs_and_not_on_its_near_misses() {
     }
 }
 
-/// The job's own growth at an OOM is one rule whose variant is the phase the shim saw (`oom.phase`, a fact
-/// its diagnosis records): each real run gets its phase's wording, and no run gets another's.
+/// The job's own growth at an OOM is one rule whose variant is an inference server's (`run.server`), else
+/// the phase the shim saw (`oom.phase`, a fact its diagnosis records): each real run gets its variant's
+/// wording, and no run gets another's.
 #[test]
 fn oom_self_growth_is_told_by_the_phase() {
     let cases: &[(&str, &str, &str)] = &[
@@ -291,6 +287,12 @@ fn oom_self_growth_is_told_by_the_phase() {
         ("oom/h200/grow_oom", "", "the job ran out of memory"),
         ("phases/eval_oom", "", "the job ran out of memory"),
         ("phases/h100/val_keep", "", "the job ran out of memory"),
+        // An inference server is a variant of its own, whatever the phase: its share, not a batch size.
+        (
+            "phases/vllm_standin_oom",
+            "",
+            "vLLM ran out of memory, having filled 89.6% of the GPU itself (the job itself held 125.81 GiB when it asked for 15.98 GiB more). Its share for weights and KV cache",
+        ),
     ];
     for (run, phase, says) in cases {
         let r = report(fixture(&format!("{run}.report.json")), &[]);
@@ -303,6 +305,7 @@ fn oom_self_growth_is_told_by_the_phase() {
             "in an evaluation",
             "while loading",
             "without training",
+            "Its share for weights and KV cache",
         ] {
             assert!(
                 says.contains(other) || !message.contains(other),

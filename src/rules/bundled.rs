@@ -61,10 +61,6 @@ pub const RULES: &[(&str, &str)] = &[
         include_str!("../../rules/oom-self-growth.toml"),
     ),
     (
-        "oom-serving.toml",
-        include_str!("../../rules/oom-serving.toml"),
-    ),
-    (
         "oom-too-big.toml",
         include_str!("../../rules/oom-too-big.toml"),
     ),
