@@ -20,6 +20,7 @@ pub mod origin;
 pub mod orphans;
 pub mod output;
 pub mod paint;
+pub mod params;
 pub mod private;
 pub mod procs;
 pub mod program;

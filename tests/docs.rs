@@ -53,6 +53,28 @@ fn facts_table() {
 }
 
 #[test]
+fn params_table() {
+    use gpudoc::params::{ALL, Number, Unit};
+    let value = |p: &gpudoc::params::Param| match (p.unit, p.value) {
+        (Unit::Bytes, Number::Int(b)) => format!("{b} ({})", gpudoc::units::fmt_bytes(b as u64)),
+        (_, n) => n.to_string(),
+    };
+    let rows = ALL.iter().map(|p| {
+        vec![
+            format!("`param.{}`", p.name),
+            value(p),
+            p.unit.name().to_string(),
+            p.decides.to_string(),
+        ]
+    });
+    section(
+        "docs/rules.md",
+        "params",
+        &table(&["parameter", "value", "unit", "decides"], rows),
+    );
+}
+
+#[test]
 fn rules_table() {
     let set = RuleSet::load(None, &[]).unwrap();
     let rows = set.rules.iter().map(|r| {

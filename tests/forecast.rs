@@ -527,7 +527,7 @@ fn the_h200_leak_replays_to_the_forecast_it_told_early_and_within_15_percent_of_
         common::diagnosis(&again, "near-capacity").is_none(),
         "{again:#}"
     );
-    let oom = common::diagnosis(&again, "oom-near-capacity").unwrap();
+    let oom = common::diagnosis(&again, "oom-self-growth").unwrap();
     assert_eq!(oom["parts"][0]["rule"], "near-capacity", "{oom:#}");
     assert!(
         summary.contains(&format!(
@@ -543,7 +543,7 @@ fn the_h200_leak_that_filled_the_gpu_is_its_ooms_cause_not_fragmentation_nor_the
     let (again, summary, ..) = h200("leak");
     // 220 MiB unallocated in PyTorch's 139 GiB cache (0.15%) against 128 MiB asked: the job's own growth.
     assert_eq!(again["oom"]["cause"], "self_growth", "{summary}");
-    let d = common::diagnosis(&again, "oom-near-capacity").unwrap_or_else(|| panic!("{summary}"));
+    let d = common::diagnosis(&again, "oom-self-growth").unwrap_or_else(|| panic!("{summary}"));
     let message = d["message"].as_str().unwrap();
     assert!(
         // From the end of warm-up (step 10) to step 1075: 1064 steps of 128 MiB.
@@ -576,7 +576,7 @@ fn the_h200_leak_that_filled_the_gpu_is_its_ooms_cause_not_fragmentation_nor_the
     );
     let (_, r, err) = m.run_sh(&[], &script);
     assert_eq!(r["oom"]["cause"], "self_growth", "{err}");
-    let d = common::diagnosis(&r, "oom-near-capacity").unwrap();
+    let d = common::diagnosis(&r, "oom-self-growth").unwrap();
     assert!(
         d["message"]
             .as_str()

@@ -136,7 +136,7 @@ fn the_node_and_rank_that_ran_out_first_leftovers_and_memory_held_before() {
     let got = rules(&m);
     assert_eq!(m["orphans"][0]["host"], "node-a");
     for want in [
-        ("oom-near-capacity", "run"),
+        ("oom-self-growth", "run"),
         ("held-before-start", "GPU 0 on node-b"),
         ("leftover-processes", "run"),
     ] {

@@ -286,7 +286,10 @@ fn an_oom_in_a_cell_is_explained_and_gpudoc_free_gives_its_memory_back() {
         "{text}"
     );
     assert!(
-        text.contains("cause: the job's own growth") && text.contains("[oom-before-training]"),
+        text.contains("cause: the job's own growth")
+            && text.contains(
+                "Out of memory loading the model, or running it without training [oom-self-growth]"
+            ),
         "{text}"
     );
     assert!(
@@ -479,9 +482,10 @@ fn an_oom_in_a_cell_after_training_cells_is_placed_after_their_steps() {
             "{between:?}: {text}"
         );
         assert!(
-            text.contains("[oom-near-capacity]")
-                && !text.contains("[oom-before-training]")
-                && !text.contains("[oom-after-training]"),
+            text.contains("[oom-self-growth]")
+                && !text.contains("without training")
+                && !text.contains("while loading")
+                && !text.contains("in an evaluation"),
             "{between:?}: {text}"
         );
     }

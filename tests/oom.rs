@@ -797,7 +797,7 @@ fn llama_cpp_filling_the_gpu_is_told_fewer_layers_and_a_smaller_context() {
         "{}",
         r["oom"]
     );
-    let advice = advice_of(&r, "oom-near-capacity");
+    let advice = advice_of(&r, "oom-self-growth");
     assert!(
         advice.contains("--n-gpu-layers") && advice.contains("--ctx-size"),
         "{advice}"
@@ -922,7 +922,7 @@ fn inference_engines_get_their_own_settings_not_training_advice() {
         let (r, _) = run_real_text(&m, name, full);
         assert_eq!(r["oom"]["cause"], "self_growth", "{name}: {}", r["oom"]);
         assert_eq!(r["oom"]["format"], engine, "{name}");
-        let advice = advice_of(&r, "oom-near-capacity");
+        let advice = advice_of(&r, "oom-self-growth");
         assert!(advice.contains(setting), "{name}: {advice}");
         for w in TRAINING_WORDS {
             assert!(!advice.contains(w), "{name}: {w}: {advice}");

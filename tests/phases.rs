@@ -88,8 +88,8 @@ fn an_oom_in_evaluation_after_training_gets_evaluation_advice() {
     assert_eq!(code, 1, "{err}");
     assert_eq!(r["oom"]["cause"], "self_growth", "{err}");
     // The GPU it filled is the OOM's story: near-capacity is kept in its diagnosis, not said again.
-    assert_eq!(fired(&r), ["oom-after-training"], "{err}");
-    let d = diagnosis(&r, "oom-after-training").unwrap();
+    assert_eq!(fired(&r), ["oom-self-growth"], "{err}");
+    let d = diagnosis(&r, "oom-self-growth").unwrap();
     assert_eq!(d["parts"][0]["rule"], "near-capacity", "{d}");
     let msg = d["message"].as_str().unwrap();
     assert!(
@@ -98,7 +98,7 @@ fn an_oom_in_evaluation_after_training_gets_evaluation_advice() {
     );
     assert!(msg.contains(": its memory grew by "), "{msg}");
     assert!(
-        fact(&r, "oom-after-training", "oom.growth_bytes") >= 64.0 * GIB,
+        fact(&r, "oom-self-growth", "oom.growth_bytes") >= 64.0 * GIB,
         "{msg}"
     );
     assert!(
@@ -116,8 +116,8 @@ fn an_oom_in_evaluation_after_training_gets_evaluation_advice() {
 fn an_oom_while_loading_gets_loading_advice() {
     let (code, r, err) = phases("load_oom");
     assert_eq!(code, 1, "{err}");
-    assert_eq!(fired(&r), ["oom-before-training"], "{err}");
-    let d = diagnosis(&r, "oom-before-training").unwrap();
+    assert_eq!(fired(&r), ["oom-self-growth"], "{err}");
+    let d = diagnosis(&r, "oom-self-growth").unwrap();
     assert!(
         d["message"]
             .as_str()
@@ -390,8 +390,8 @@ fn a_model_run_under_inference_mode_is_healthy_and_never_hunted() {
 #[test]
 fn an_oom_splits_what_the_list_holds_from_the_graphs_behind_it() {
     for (what, rule) in [
-        ("model_oom", "oom-before-training"),
-        ("model_eval_oom", "oom-near-capacity"),
+        ("model_oom", "oom-self-growth"),
+        ("model_eval_oom", "oom-self-growth"),
     ] {
         let (code, r, err) = phases(what);
         assert_eq!(code, 1, "{what}: {err}");
@@ -470,10 +470,10 @@ fn the_h200s_evaluation_after_training_names_the_line_and_the_list_that_keep_its
 fn an_oom_in_backward_after_a_slow_step_is_a_training_steps() {
     let (code, r, err) = phases("bw_oom");
     assert_eq!(code, 1, "{err}");
-    assert_eq!(fired(&r), ["oom-training-step"], "{err}");
-    let d = diagnosis(&r, "oom-training-step").unwrap();
+    assert_eq!(fired(&r), ["oom-self-growth"], "{err}");
+    let d = diagnosis(&r, "oom-self-growth").unwrap();
     assert_eq!(d["facts"]["oom.phase"], "training_step", "{d}");
-    let msg = message(&r, "oom-training-step");
+    let msg = message(&r, "oom-self-growth");
     assert!(
         msg.starts_with(
             "GPU 0: the job ran out of memory in a training step, in its backward (in "
@@ -506,9 +506,9 @@ fn a_step_that_does_not_fit(msg: &str, d: &Value) {
 fn an_oom_in_the_first_training_forward_names_its_module_and_no_kept_graphs() {
     let (code, r, err) = phases("fwd_oom");
     assert_eq!(code, 1, "{err}");
-    assert_eq!(fired(&r), ["oom-training-step"], "{err}");
-    let d = diagnosis(&r, "oom-training-step").unwrap();
-    let msg = message(&r, "oom-training-step");
+    assert_eq!(fired(&r), ["oom-self-growth"], "{err}");
+    let d = diagnosis(&r, "oom-self-growth").unwrap();
+    let msg = message(&r, "oom-self-growth");
     assert!(
         msg.starts_with(
             "GPU 0: the job ran out of memory in a training step, in its forward (in self.blocks.2.expand), before its first optimizer step ended, "
@@ -533,9 +533,9 @@ fn an_oom_in_the_first_training_forward_names_its_module_and_no_kept_graphs() {
 fn a_validation_that_keeps_its_losses_is_named_as_what_filled_the_gpu() {
     let (code, r, err) = phases("val_keep");
     assert_eq!(code, 1, "{err}");
-    assert_eq!(fired(&r)[0], "oom-training-step", "{err}");
-    let d = diagnosis(&r, "oom-training-step").unwrap();
-    let msg = message(&r, "oom-training-step");
+    assert_eq!(fired(&r)[0], "oom-self-growth", "{err}");
+    let d = diagnosis(&r, "oom-self-growth").unwrap();
+    let msg = message(&r, "oom-self-growth");
     assert!(
         msg.contains("in a training step, in its optimizer step, after step 16, "),
         "{msg}"
@@ -572,8 +572,8 @@ fn the_h100s_backward_after_a_slow_doubled_step_is_a_training_steps_oom() {
     // second and more after the last step ended. Never "after training", never inference_mode.
     let r = h100("bw_oom");
     // The GPU it filled (99% in use) is the OOM's story, told once: no near-capacity beside it.
-    assert_eq!(fired(&r), ["oom-training-step"]);
-    let d = diagnosis(&r, "oom-training-step").unwrap();
+    assert_eq!(fired(&r), ["oom-self-growth"]);
+    let d = diagnosis(&r, "oom-self-growth").unwrap();
     assert_eq!(d["parts"][0]["rule"], "near-capacity", "{d}");
     assert_eq!(d["facts"]["oom.phase"], "training_step", "{d}");
     let msg = d["message"].as_str().unwrap();
@@ -594,8 +594,8 @@ fn the_h100s_backward_after_a_slow_doubled_step_is_a_training_steps_oom() {
 #[test]
 fn the_h100s_first_training_forward_names_blocks_2_expand_and_no_kept_graphs() {
     let r = h100("fwd_oom");
-    assert_eq!(fired(&r), ["oom-training-step"]);
-    let d = diagnosis(&r, "oom-training-step").unwrap();
+    assert_eq!(fired(&r), ["oom-self-growth"]);
+    let d = diagnosis(&r, "oom-self-growth").unwrap();
     let msg = d["message"].as_str().unwrap();
     assert!(
         msg.starts_with("GPU 0: the job ran out of memory in a training step, in its forward (in self.blocks.2.expand), before its first optimizer step ended, "),
@@ -622,7 +622,7 @@ fn the_h100s_validation_keeping_its_losses_names_no_phase_it_cannot_tell() {
     // told from the next step's forward, so no phase and no remedy that presumes one; what filled the GPU
     // is named all the same: the list of losses and the graphs behind them.
     let r = h100("val_keep");
-    let d = diagnosis(&r, "oom-near-capacity").unwrap();
+    let d = diagnosis(&r, "oom-self-growth").unwrap();
     assert_eq!(d["facts"]["oom.phase"], "", "{d}");
     let msg = d["message"].as_str().unwrap();
     assert!(
@@ -630,8 +630,7 @@ fn the_h100s_validation_keeping_its_losses_names_no_phase_it_cannot_tell() {
         "{msg}"
     );
     assert!(
-        details(&r, "oom-near-capacity")[0]
-            .contains("`val_losses.append(model(xv).pow(2).mean())`"),
+        details(&r, "oom-self-growth")[0].contains("`val_losses.append(model(xv).pow(2).mean())`"),
         "{d}"
     );
     assert!(
@@ -649,7 +648,7 @@ fn the_h100s_validation_keeping_its_losses_names_no_phase_it_cannot_tell() {
 fn the_h100s_evaluation_load_and_caching_server_are_told_from_their_evidence() {
     // After eval(), 34 calls with no backward: an evaluation, with the graphs its list keeps.
     let r = h100("eval_oom");
-    let msg = message(&r, "oom-after-training");
+    let msg = message(&r, "oom-self-growth");
     assert!(
         msg.contains("in an evaluation after step 50: forward calls that were no training step's (34 since the last backward)"),
         "{msg}"
@@ -662,7 +661,7 @@ fn the_h100s_evaluation_load_and_caching_server_are_told_from_their_evidence() {
     );
     // Shards onto the GPU before any call: loading.
     let r = h100("load_oom");
-    let msg = message(&r, "oom-before-training");
+    let msg = message(&r, "oom-self-growth");
     assert!(
         msg.contains("ran out of memory while loading, before its first forward call"),
         "{msg}"
@@ -718,9 +717,9 @@ fn a_validation_call_that_runs_out_after_a_step_is_an_evaluation_inside_training
     );
     // The list grows by a validation's graphs every 5 steps: step-leak may tell that too, its own story.
     let all = fired(&r);
-    assert_eq!(all[0], "oom-after-training", "{err}");
+    assert_eq!(all[0], "oom-self-growth", "{err}");
     assert!(all[1..].iter().all(|x| x == "step-leak"), "{all:?}: {err}");
-    let d = diagnosis(&r, "oom-after-training").unwrap();
+    let d = diagnosis(&r, "oom-self-growth").unwrap();
     assert_eq!(d["facts"]["oom.phase"], "evaluation", "{d}");
     let msg = d["message"].as_str().unwrap();
     assert!(

@@ -88,57 +88,25 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         &["oom/h200/grow_oom", "oom/h200/child_hog"],
     ),
     (
-        "oom-after-training",
-        &["phases/h100/eval_oom"],
+        "oom-self-growth",
+        // Its variants, by the phase the shim saw (`oom_self_growth_is_told_by_the_phase`).
         &[
-            "phases/eval_oom",
-            "phases/h100/load_oom",
-            "phases/h100/val_keep",
             "where/oom",
-            "oom/h200/grow_oom",
-            "oom/h200/child_hog",
-            "oom/h200/torch_cublas",
-        ],
-    ),
-    (
-        "oom-before-training",
-        &["phases/h100/load_oom"],
-        &[
-            "phases/load_oom",
+            "phases/h100/bw_oom",
             "phases/h100/fwd_oom",
             "phases/h100/eval_oom",
-            "where/oom",
-            "phases/vllm_standin_oom",
-            "oom/h200/grow_oom",
-            "oom/h200/child_hog",
-            "oom/h200/torch_too_big",
-        ],
-    ),
-    (
-        "oom-near-capacity",
-        // torch_cublas: an OOM in cuBLAS with no look of the shim's at it: no phase is known.
-        &[
+            "phases/h100/load_oom",
             "oom/h200/grow_oom",
             "oom/h200/child_hog",
             "oom/h200/torch_cublas",
             "phases/eval_oom",
             "phases/h100/val_keep",
+            "phases/vllm_standin_oom",
         ],
         &[
             "oom/h200/fraction_cap",
             "oom/h200/torch_other_process",
-            "where/oom",
-        ],
-    ),
-    (
-        "oom-training-step",
-        &["where/oom", "phases/h100/bw_oom", "phases/h100/fwd_oom"],
-        &[
-            "phases/h100/load_oom",
-            "phases/h100/eval_oom",
-            "phases/h100/val_keep",
-            "oom/h200/grow_oom",
-            "oom/h200/child_hog",
+            "oom/h200/torch_too_big",
         ],
     ),
     (
@@ -229,11 +197,6 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         &["multi/correct", "multi/rank0_extra"],
     ),
     (
-        "oom-serving",
-        &["phases/vllm_standin_oom"],
-        &["phases/load_oom", "oom/h200/child_hog", "oom/h200/grow_oom"],
-    ),
-    (
         "transient-spike",
         &["runs/spike_noshim"],
         &["runs/spike_small", "runs/spike"],
@@ -280,6 +243,74 @@ fn each_rule_fires_on_its_runs_and_not_on_its_near_misses() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The job's own growth at an OOM is one rule whose variant is an inference server's (`run.server`), else
+/// the phase the shim saw (`oom.phase`, a fact its diagnosis records): each real run gets its variant's
+/// wording, and no run gets another's.
+#[test]
+fn oom_self_growth_is_told_by_the_phase() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "where/oom",
+            "training_step",
+            "the job ran out of memory in a training step, ",
+        ),
+        (
+            "phases/h100/bw_oom",
+            "training_step",
+            "the job ran out of memory in a training step, in its backward",
+        ),
+        (
+            "phases/h100/fwd_oom",
+            "training_step",
+            "the job ran out of memory in a training step, in its forward",
+        ),
+        (
+            "phases/h100/eval_oom",
+            "evaluation",
+            "the job ran out of memory in an evaluation",
+        ),
+        (
+            "phases/h100/load_oom",
+            "loading",
+            "the job ran out of memory while loading, before its first forward call",
+        ),
+        // torch_cublas: an OOM in cuBLAS with no look of the shim's at it: no phase is known, none said.
+        (
+            "oom/h200/torch_cublas",
+            "",
+            "the job ran out of memory after filling",
+        ),
+        ("oom/h200/grow_oom", "", "the job ran out of memory"),
+        ("phases/eval_oom", "", "the job ran out of memory"),
+        ("phases/h100/val_keep", "", "the job ran out of memory"),
+        // An inference server is a variant of its own, whatever the phase: its share, not a batch size.
+        (
+            "phases/vllm_standin_oom",
+            "",
+            "vLLM ran out of memory, having filled 89.6% of the GPU itself (the job itself held 125.81 GiB when it asked for 15.98 GiB more). Its share for weights and KV cache",
+        ),
+    ];
+    for (run, phase, says) in cases {
+        let r = report(fixture(&format!("{run}.report.json")), &[]);
+        let d = common::diagnosis(&r, "oom-self-growth").unwrap_or_else(|| panic!("{run}"));
+        assert_eq!(d["facts"]["oom.phase"], *phase, "{run}");
+        let message = d["message"].as_str().unwrap();
+        assert!(message.contains(says), "{run}: {message}");
+        for other in [
+            "in a training step",
+            "in an evaluation",
+            "while loading",
+            "without training",
+            "Its share for weights and KV cache",
+        ] {
+            assert!(
+                says.contains(other) || !message.contains(other),
+                "{run}: {message}"
+            );
         }
     }
 }
@@ -384,7 +415,7 @@ fn messages_carry_the_numbers() {
     assert!(!context.contains(" 0 B"), "{context}");
     let cap = message("fraction_cap", "oom-cap");
     assert!(cap.starts_with("GPU 0: the job ran out at the cap it was given, not at the GPU's capacity: the process may use only 34.95 GiB of the GPU (torch.cuda.set_per_process_memory_fraction) and already held 34.58 GiB"), "{cap}");
-    let child = message("child_hog", "oom-near-capacity");
+    let child = message("child_hog", "oom-self-growth");
     assert!(
         child.contains("its other processes 110.51 GiB") && !child.contains("outside"),
         "{child}"

@@ -73,7 +73,7 @@ fn an_oom_in_backward_names_its_module_pass_and_what_memory_held() {
     assert_eq!(parts_sum(w), w["allocated_bytes"].as_u64().unwrap());
     // The diagnosis says where, what held the memory, and the remedy that fits: checkpointing, not
     // loading advice (the OOM came before the first optimizer step ended, in backward).
-    let d = diagnosis(&r, "oom-training-step").expect("the OOM's diagnosis");
+    let d = diagnosis(&r, "oom-self-growth").expect("the OOM's diagnosis");
     let text = d.to_string();
     assert!(
         text.contains("in backward of model.layers.2.mlp (MmBackward0), at fake_torch/model.py:"),
@@ -335,7 +335,7 @@ fn an_oom_in_an_operation_without_parameters_names_the_module_it_ran_in() {
             ("model.head", 0),
         ])
     );
-    let text = diagnosis(&r, "oom-training-step").unwrap().to_string();
+    let text = diagnosis(&r, "oom-self-growth").unwrap().to_string();
     assert!(
         text.contains("in backward of model.blocks.1.attn (SoftmaxBackward0)"),
         "{text}"
@@ -482,7 +482,7 @@ fn the_h200s_records_of_an_oom_in_backward_read_into_the_report() {
     // The shim took a snapshot (snapshot-532-1.pickle, its own name); the trace, older than the end
     // row's record of the file it went to, does not say which file: none is claimed.
     assert_eq!(w["snapshot"], Value::Null);
-    let text = diagnosis(&r, "oom-training-step").unwrap().to_string();
+    let text = diagnosis(&r, "oom-self-growth").unwrap().to_string();
     assert!(
         text.contains("in backward (SoftmaxBackward0), at gpu/where.py:77 `loss.backward()`"),
         "{text}"
@@ -538,7 +538,7 @@ fn the_h200s_oom_in_backward_names_the_blocks_attention_and_places_what_it_saved
         .map(|m| m["activation_bytes"].as_u64().unwrap_or(0))
         .sum();
     assert!(placed * 10 >= saved * 9, "{placed} of {saved}");
-    let text = diagnosis(&r, "oom-training-step").unwrap().to_string();
+    let text = diagnosis(&r, "oom-self-growth").unwrap().to_string();
     assert!(
         text.contains("in backward of model.layers.5.attn (SoftmaxBackward0)"),
         "{text}"

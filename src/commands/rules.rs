@@ -92,6 +92,21 @@ fn explain(set: &RuleSet, id: &str) -> Option<String> {
     );
     let _ = writeln!(o, "from: {}\n", r.source);
     let _ = writeln!(o, "fires when:\n    {}\n", r.when.replace('\n', "\n    "));
+    if !r.own_params().is_empty() {
+        let _ = writeln!(o, "its parameters:");
+        for (name, v) in r.own_params() {
+            let _ = writeln!(o, "    param.{name} = {v}");
+        }
+        let _ = writeln!(o);
+    }
+    let lets = r.lets();
+    if !lets.is_empty() {
+        let _ = writeln!(o, "names:");
+        for (name, src) in &lets {
+            let _ = writeln!(o, "    {name} = {}", src.trim().replace('\n', "\n      "));
+        }
+        let _ = writeln!(o);
+    }
     let _ = writeln!(o, "reads:");
     for fact in &r.reads() {
         let key = fact
@@ -102,7 +117,22 @@ fn explain(set: &RuleSet, id: &str) -> Option<String> {
         let doc = DOC.iter().find(|d| d.0 == key).map_or("", |d| d.2);
         let _ = writeln!(o, "    {fact:<36} {doc}");
     }
-    let _ = writeln!(o, "\nsays:\n    {}", r.message.trim());
+    let _ = writeln!(o, "\nsays:");
+    for m in &r.message {
+        match &m.when {
+            Some(w) => {
+                let title = m
+                    .title
+                    .as_ref()
+                    .map(|t| format!("{t}: "))
+                    .unwrap_or_default();
+                let _ = writeln!(o, "    - (when {w}) {title}{}", m.text.trim());
+            }
+            None => {
+                let _ = writeln!(o, "    {}", m.text.trim());
+            }
+        }
+    }
     for d in &r.details_src {
         let _ = writeln!(o, "      {d}");
     }

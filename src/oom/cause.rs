@@ -1,9 +1,10 @@
 //! Why a GPU ran out of memory, decided from the numbers alone (pure): what the OOM text says, what NVML
-//! saw, and which of the processes the text names belong to the job.
+//! saw, and which of the processes the text names belong to the job. What it finds is data
+//! ([`Finding`]); `oom::explain` words it.
 
 use super::formats::{self, Allocator};
 use super::parse::{Kind, OomText, TextProcess, Vendor};
-use crate::units::fmt_bytes as b;
+use crate::params;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -244,16 +245,128 @@ fn half_printed_unit(bytes: u64) -> u64 {
 }
 
 /// A request counts as fitting in what was free only with room to spare: CUDA maps memory in pages and
-/// needs it in one piece.
+/// needs it in one piece (`oom_fits_margin_pct`, `oom_fits_slack_bytes`).
 fn clearly_fits(req: u64, free: u64) -> bool {
-    free >= req + req / 20 + (64 << 20)
+    let margin = share(req, params::OOM_FITS_MARGIN.uint());
+    free as u128 >= req as u128 + margin as u128 + params::OOM_FITS_SLACK.uint() as u128
 }
 
-type Verdict = Option<(Cause, String)>;
+/// `pct` percent of `bytes`, rounded down, without overflow.
+fn share(bytes: u64, pct: u64) -> u64 {
+    (bytes as u128 * pct as u128 / 100) as u64
+}
 
-/// The cause and the same in words with its numbers.
-pub fn cause_of(f: &Figures) -> (Cause, String) {
-    let steps: [fn(&Figures) -> Verdict; 10] = [
+/// What an OOM's numbers show, decided from them alone: the kind of finding and the figures behind it,
+/// no words ([`Finding::cause`] is its cause; `oom::explain` words it with the [`Figures`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Finding {
+    /// A serving engine refused to start: its share of the GPU (`wanted`) was more than was `free`;
+    /// `by_others`: other processes held memory then.
+    KvStartup {
+        wanted: u64,
+        free: u64,
+        by_others: bool,
+    },
+    /// A serving engine had no room for its KV cache in its share (`short` says how); `by_others`: other
+    /// processes held memory, which the engines count against the share.
+    KvShort { short: KvShort, by_others: bool },
+    /// One allocation of more than 1 EiB: its size was computed wrong.
+    Garbled,
+    /// One allocation larger than the process's cap (`of_cap`) or than the whole device (`limit`).
+    TooBig {
+        requested: u64,
+        limit: u64,
+        of_cap: bool,
+    },
+    /// The process's cap alone stopped it: it `held` that much, and asked the device for `asked` (the
+    /// segment PyTorch's caching allocator asks for, where larger than the request).
+    Capped {
+        allowed: u64,
+        held: u64,
+        requested: u64,
+        asked: u64,
+        free: Option<u64>,
+    },
+    /// More was free than was asked for, with room to spare: the numbers do not explain it.
+    Fits { requested: u64, free: u64 },
+    /// With other processes' memory free, the request would have fit.
+    Others { requested: u64, free: u64 },
+    /// PyTorch held more reserved but unallocated than the request, in pieces too small.
+    Fragmented { requested: u64, unallocated: u64 },
+    /// Memory in use outside the failing process and the job's others that would have made it fit, and
+    /// whose it can be.
+    Outside {
+        requested: u64,
+        outside: u64,
+        held: u64,
+        whose: Whose,
+    },
+    /// The job itself held what filled the GPU.
+    SelfGrowth { requested: u64, held: u64 },
+    /// Without the allocator's numbers: NVML saw other processes hold more than `oom_others_share_pct`.
+    NvmlOthers { total: u64 },
+    /// Without the allocator's numbers: NVML saw the GPU more than `oom_full_pct` full.
+    NvmlFull { used: u64, total: u64 },
+    /// Asked for more than was free, with nothing of who held the rest.
+    ShortOfFree { requested: u64, free: u64 },
+    /// The text carries none of the numbers.
+    NoNumbers,
+}
+
+/// How a serving engine's KV cache fell short.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KvShort {
+    /// The cache holds fewer tokens than one request of `max_model_len`.
+    Tokens { len: u64, tokens: u64 },
+    /// One request of `max_model_len` needs more than the share left for the cache.
+    Bytes { len: u64, needed: u64, left: u64 },
+    /// No room, with no figures.
+    NoRoom,
+}
+
+/// Whose memory outside the failing process can be.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Whose {
+    /// Other processes', or memory PyTorch freed that cudaMallocAsync's pool kept: the text does not tell.
+    OthersOrAsyncPool,
+    /// On a GPU NVML cannot see: other processes', or the system's where the GPU shares its memory.
+    Unseen,
+    /// Other processes', or the process's own memory outside PyTorch.
+    Others,
+}
+
+impl Finding {
+    /// Its cause, in one word.
+    pub fn cause(self) -> Cause {
+        match self {
+            Finding::KvStartup { by_others, .. } | Finding::KvShort { by_others, .. } => {
+                if by_others {
+                    Cause::Others
+                } else {
+                    Cause::Cap
+                }
+            }
+            Finding::Garbled | Finding::TooBig { .. } => Cause::TooBig,
+            Finding::Capped { .. } => Cause::Cap,
+            Finding::Others { .. }
+            | Finding::NvmlOthers { .. }
+            | Finding::Outside {
+                whose: Whose::Others,
+                ..
+            } => Cause::Others,
+            Finding::Fragmented { .. } => Cause::Fragmentation,
+            Finding::SelfGrowth { .. } | Finding::NvmlFull { .. } => Cause::SelfGrowth,
+            Finding::Fits { .. }
+            | Finding::Outside { .. }
+            | Finding::ShortOfFree { .. }
+            | Finding::NoNumbers => Cause::Unknown,
+        }
+    }
+}
+
+/// What the numbers show: the first of the steps, in order, that finds something.
+pub fn cause_of(f: &Figures) -> Finding {
+    let steps: [fn(&Figures) -> Option<Finding>; 10] = [
         kv_cache,
         too_big,
         capped,
@@ -265,98 +378,57 @@ pub fn cause_of(f: &Figures) -> (Cause, String) {
         nvml_only,
         short_of_free,
     ];
-    steps.iter().find_map(|s| s(f)).unwrap_or((
-        Cause::Unknown,
-        "the output does not carry the allocator's numbers".into(),
-    ))
+    steps
+        .iter()
+        .find_map(|s| s(f))
+        .unwrap_or(Finding::NoNumbers)
 }
 
 /// A serving engine had no room for its KV cache in the share of the GPU it may use (vLLM's
 /// `gpu_memory_utilization`, SGLang's `--mem-fraction-static`): the model's weights and its activation
 /// peak took the rest. That share is its cap, unless other processes held memory, which the engines count
 /// against it (they measure what is free).
-fn kv_cache(f: &Figures) -> Verdict {
+fn kv_cache(f: &Figures) -> Option<Finding> {
     let kv = f.kv_cache.as_ref()?;
-    let (engine, share) = (kv.engine, kv.share);
+    let by_others = f.others > 0;
     if let (None, None, Some(wanted), Some(free)) =
         (kv.max_model_len, kv.tokens, kv.needed, kv.left)
     {
-        return Some(startup(f, kv, wanted, free));
+        // It refused to start: less of the GPU was free than its share asks for.
+        return Some(Finding::KvStartup {
+            wanted,
+            free,
+            by_others,
+        });
     }
     let short = match (kv.max_model_len, kv.tokens, kv.needed, kv.left) {
-        (Some(len), Some(tokens), ..) => format!(
-            "vLLM's KV cache holds {tokens} tokens, fewer than one request of max_model_len ({len} tokens) needs"
-        ),
-        (Some(len), _, Some(needed), Some(left)) => format!(
-            "one request of max_model_len ({len} tokens) needs {} of KV cache, more than the {} vLLM had left for it",
-            b(needed),
-            b(left)
-        ),
-        _ => format!("{engine} had no room left for its KV cache"),
+        (Some(len), Some(tokens), ..) => KvShort::Tokens { len, tokens },
+        (Some(len), _, Some(needed), Some(left)) => KvShort::Bytes { len, needed, left },
+        _ => KvShort::NoRoom,
     };
-    if f.others > 0 {
-        return Some((
-            Cause::Others,
-            format!(
-                "{short}: other processes held {} of the GPU, which {engine} counts against its share ({share})",
-                b(f.others)
-            ),
-        ));
-    }
-    let of = f.total.map(|t| format!(" ({})", b(t))).unwrap_or_default();
-    Some((
-        Cause::Cap,
-        format!(
-            "{short} in the share of the GPU{of} it may use ({share}): the model's weights and its activation peak took the rest"
-        ),
-    ))
+    Some(Finding::KvShort { short, by_others })
 }
 
-/// vLLM refused to start: less of the GPU was free than its share asks for, before it loaded anything.
-fn startup(f: &Figures, kv: &KvCache, wanted: u64, free: u64) -> (Cause, String) {
-    let (engine, share) = (kv.engine, kv.share);
-    let of = f.total.map(|t| format!(" of {}", b(t))).unwrap_or_default();
-    let short = format!(
-        "{engine}'s share of the GPU ({share}) is {}, more than the {}{of} free when it started",
-        b(wanted),
-        b(free)
-    );
-    if f.others > 0 {
-        let why = format!("{short}: other processes held {}", b(f.others));
-        return (Cause::Others, why);
-    }
-    let why = format!(
-        "{short}: the rest was in use before it loaded anything, by whom the text does not say"
-    );
-    (Cause::Cap, why)
-}
-
-fn too_big(f: &Figures) -> Verdict {
+fn too_big(f: &Figures) -> Option<Finding> {
     let req = f.requested?;
     if req >= crate::oom::parse::EIB {
-        return Some((
-            Cause::TooBig,
-            "one allocation of more than 1 EiB is larger than any GPU: its size was computed wrong (a negative or garbled number)".into(),
-        ));
+        return Some(Finding::Garbled);
     }
-    let (limit, what) = match (f.allowed, f.total) {
-        (Some(a), _) if req > a => (a, "the memory this process may use".to_string()),
-        (_, Some(t)) if req > t => (t, format!("the whole {}", f.vendor.chip())),
+    let (limit, of_cap) = match (f.allowed, f.total) {
+        (Some(a), _) if req > a => (a, true),
+        (_, Some(t)) if req > t => (t, false),
         _ => return None,
     };
-    Some((
-        Cause::TooBig,
-        format!(
-            "one allocation of {} is larger than {what} ({})",
-            b(req),
-            b(limit)
-        ),
-    ))
+    Some(Finding::TooBig {
+        requested: req,
+        limit,
+        of_cap,
+    })
 }
 
 /// The process's cap, when it alone stopped the allocation: the GPU itself had room for it. A text that
 /// gives no free memory (CuPy's pool checks its limit before it asks the device) needs none.
-fn capped(f: &Figures) -> Verdict {
+fn capped(f: &Figures) -> Option<Finding> {
     let (req, allowed) = (f.requested?, f.allowed?);
     let held = if f.cap_counts_process {
         f.process.or(f.reserved)
@@ -368,191 +440,98 @@ fn capped(f: &Figures) -> Verdict {
     if held + asked + f.slack <= allowed || f.free.is_some_and(|free| !clearly_fits(req, free)) {
         return None;
     }
-    let segment = if asked > req {
-        format!(
-            " (PyTorch asks the device for a {} segment to hold it)",
-            b(asked)
-        )
-    } else {
-        String::new()
-    };
-    let free = f
-        .free
-        .map(|free| format!("; the GPU had {} free", b(free)))
-        .unwrap_or_default();
-    Some((
-        Cause::Cap,
-        format!(
-            "the process may use only {} of the GPU ({}) and already held {} when it asked for {} more{segment}{free}",
-            b(allowed),
-            f.allowed_by,
-            b(held),
-            b(req)
-        ),
-    ))
-}
-
-fn fits(f: &Figures) -> Verdict {
-    let (req, free) = (f.requested?, f.free?);
-    clearly_fits(req, free).then(|| {
-        (
-            Cause::Unknown,
-            format!(
-                "the GPU had {} free, more than the {} asked for: what kept it from fitting is not in the numbers (no free block that large, a limit the text does not show)",
-                b(free),
-                b(req)
-            ),
-        )
+    Some(Finding::Capped {
+        allowed,
+        held,
+        requested: req,
+        asked,
+        free: f.free,
     })
 }
 
-fn others(f: &Figures) -> Verdict {
-    let (req, free) = (f.requested?, f.free?);
-    (f.others > 0 && free + f.others >= req).then(|| {
-        (
-            Cause::Others,
-            format!(
-                "other processes held {} of the GPU; with it free, the {} asked for would have fit ({} was free)",
-                b(f.others),
-                b(req),
-                b(free)
-            ),
-        )
-    })
+fn fits(f: &Figures) -> Option<Finding> {
+    let (requested, free) = (f.requested?, f.free?);
+    clearly_fits(requested, free).then_some(Finding::Fits { requested, free })
 }
 
-/// The share of its cache PyTorch must hold unallocated for fragmentation to be the cause: below it, the
-/// GPU is full of live tensors and reclaiming the pieces would buy an allocation or two (the real texts
-/// with a few MiB free in the cache of a full GPU hold 0.15-0.8% of it, the fragmented ones 5.6-85%).
-const FRAGMENTED_SHARE_PCT: u64 = 2;
+fn others(f: &Figures) -> Option<Finding> {
+    let (requested, free) = (f.requested?, f.free?);
+    (f.others > 0 && free + f.others >= requested).then_some(Finding::Others { requested, free })
+}
 
-fn fragmented(f: &Figures) -> Verdict {
-    let (req, unalloc) = (f.requested?, f.unallocated?);
+fn fragmented(f: &Figures) -> Option<Finding> {
+    let (requested, unallocated) = (f.requested?, f.unallocated?);
+    // Below `oom_fragmented_share_pct` of the cache, the GPU is full of live tensors (the table says why).
+    let pct = params::OOM_FRAGMENTED_SHARE.uint();
     let worth = f
         .reserved
-        .is_none_or(|r| unalloc.saturating_mul(100) >= r.saturating_mul(FRAGMENTED_SHARE_PCT));
-    (unalloc >= req && worth).then(|| {
-        (
-            Cause::Fragmentation,
-            format!(
-                "PyTorch held {} reserved but unallocated, more than the {} asked for, in pieces too small to use",
-                b(unalloc),
-                b(req)
-            ),
-        )
+        .is_none_or(|r| unallocated.saturating_mul(100) >= r.saturating_mul(pct));
+    (unallocated >= requested && worth).then_some(Finding::Fragmented {
+        requested,
+        unallocated,
     })
 }
 
 /// Memory in use that neither the failing process nor the job's others account for: other processes the
 /// text could not name (older PyTorch names none).
-fn outside(f: &Figures) -> Verdict {
-    let (req, free, total, held) = (f.requested?, f.free?, f.total?, f.held()?);
+fn outside(f: &Figures) -> Option<Finding> {
+    let (requested, free, total, held) = (f.requested?, f.free?, f.total?, f.held()?);
     let outside = total.saturating_sub(free + held + f.job_others);
-    if !(outside > held && outside + free >= req) {
+    if !(outside > held && outside + free >= requested) {
         return None;
     }
-    if f.async_pool && f.others == 0 {
+    let whose = if f.async_pool && f.others == 0 {
         // cudaMallocAsync gives what PyTorch frees back to CUDA's pool, which keeps it: the process's own
         // memory, outside PyTorch's figure. Only NVML's view of the processes tells the two apart.
-        return Some((
-            Cause::Unknown,
-            format!(
-                "{} of the GPU was in use outside PyTorch's live tensors while they held {}; with that free, the {} asked for would have fit. It is other processes' memory, or memory PyTorch freed that cudaMallocAsync's pool kept: the text does not tell them apart",
-                b(outside),
-                b(held),
-                b(req)
-            ),
-        ));
-    }
-    if !f.vendor.nvml_sees() {
+        Whose::OthersOrAsyncPool
+    } else if !f.vendor.nvml_sees() {
         // NVML cannot see the GPU, and where it shares the system's RAM (an APU, an integrated GPU) that
         // memory is the system's as much as other processes': nobody to name.
-        return Some((
-            Cause::Unknown,
-            format!(
-                "{} of the GPU was in use outside this process while it held {}; with that free, the {} asked for would have fit. On an {} GPU NVML cannot show who held it: other processes, or where the GPU shares the system's memory (an APU, an integrated GPU) the system's own use of its RAM",
-                b(outside),
-                b(held),
-                b(req),
-                f.vendor.names().0
-            ),
-        ));
-    }
-    Some((
-        Cause::Others,
-        format!(
-            "{} of the GPU was in use outside this process (other processes, or its own memory outside PyTorch), while it held {}; with that free, the {} asked for would have fit",
-            b(outside),
-            b(held),
-            b(req)
-        ),
-    ))
+        Whose::Unseen
+    } else {
+        Whose::Others
+    };
+    Some(Finding::Outside {
+        requested,
+        outside,
+        held,
+        whose,
+    })
 }
 
-fn self_growth(f: &Figures) -> Verdict {
-    let req = f.requested?;
+fn self_growth(f: &Figures) -> Option<Finding> {
+    let requested = f.requested?;
     f.allocated?;
     let held = f.held().filter(|&h| h > 0)?;
-    let job = if f.job_others > 0 {
-        format!(" (and its other processes {})", b(f.job_others))
-    } else {
-        String::new()
-    };
-    Some((
-        Cause::SelfGrowth,
-        format!(
-            "the job itself held {}{job} when it asked for {} more",
-            b(held),
-            b(req)
-        ),
-    ))
+    Some(Finding::SelfGrowth { requested, held })
 }
 
 /// Without the allocator's numbers, NVML's view decides between others and the job.
-fn nvml_only(f: &Figures) -> Verdict {
+fn nvml_only(f: &Figures) -> Option<Finding> {
     let (total, used) = (f.total?, f.device_used?);
-    if f.others * 2 > total {
-        return Some((
-            Cause::Others,
-            format!(
-                "other processes held {} of the GPU's {}",
-                b(f.others),
-                b(total)
-            ),
-        ));
+    if f.others as u128 * 100 > total as u128 * params::OOM_OTHERS_SHARE.uint() as u128 {
+        return Some(Finding::NvmlOthers { total });
     }
-    (used * 10 > total * 9).then(|| {
-        (
-            Cause::SelfGrowth,
-            format!(
-                "the GPU was {} full, mostly by the job",
-                crate::units::fmt_pct(used, total)
-            ),
-        )
-    })
+    (used as u128 * 100 > total as u128 * params::OOM_FULL.uint() as u128)
+        .then_some(Finding::NvmlFull { used, total })
 }
 
 /// A text's figures of what was asked for and what was free (CatBoost's, XGBoost's, Paddle's, a TPU's),
 /// and nothing of who held the rest.
-fn short_of_free(f: &Figures) -> Verdict {
-    let (req, free) = (f.requested?, f.free?);
-    (req > free).then(|| {
-        let of = f.total.map(|t| format!(" of {}", b(t))).unwrap_or_default();
-        (
-            Cause::Unknown,
-            format!(
-                "asked for {} with {}{of} free: the text does not say what held the rest of the {}",
-                b(req),
-                b(free),
-                f.vendor.chip()
-            ),
-        )
-    })
+fn short_of_free(f: &Figures) -> Option<Finding> {
+    let (requested, free) = (f.requested?, f.free?);
+    (requested > free).then_some(Finding::ShortOfFree { requested, free })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cause found and its words, as the report gives them.
+    fn cause_of(f: &Figures) -> (Cause, String) {
+        let found = super::cause_of(f);
+        (found.cause(), crate::oom::explain::words(&found, f))
+    }
 
     const GIB: u64 = 1 << 30;
 
@@ -662,6 +641,21 @@ mod tests {
             ..f
         };
         assert_eq!(cause_of(&under).0, Cause::Unknown);
+    }
+
+    #[test]
+    fn the_finding_is_data_with_the_figures_it_rests_on() {
+        // TheRock#2118 again: what was found, not a sentence, is what the decider gives.
+        let t = crate::oom::parse::parse_line("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 255.98 GiB of which 244.65 GiB is free. 1.05 GiB allowed; Of the allocated memory 1017.01 MiB is allocated by PyTorch, with 17.00 MiB allocated in private pools (e.g., HIP Graphs), and 54.99 MiB is reserved by PyTorch but unallocated.").unwrap();
+        let found = super::cause_of(&Figures::of(&t, &Holders::default(), 0, None, None));
+        assert!(
+            matches!(found, Finding::Capped { requested, asked, free: Some(_), .. }
+                if requested == 2 * MIB && asked == 20 * MIB),
+            "{found:?}"
+        );
+        assert_eq!(found.cause(), Cause::Cap);
+        let none = super::cause_of(&Figures::default());
+        assert_eq!((none, none.cause()), (Finding::NoNumbers, Cause::Unknown));
     }
 
     #[test]

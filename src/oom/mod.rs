@@ -4,6 +4,7 @@
 
 pub mod cause;
 pub mod engines;
+pub mod explain;
 pub mod formats;
 pub mod host;
 pub mod parse;
@@ -300,7 +301,8 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
     if let Some(a) = &allocator {
         framework_figures(&mut figures, a);
     }
-    let (cause, mut explanation) = cause::cause_of(&figures);
+    let found = cause::cause_of(&figures);
+    let (cause, mut explanation) = (found.cause(), explain::words(&found, &figures));
     if let (Some(pid), true) = (holders.this_pid, holders.guessed) {
         explanation.push_str(&format!(
             " (the text names no \"this process\": pid {pid} is taken to be the failing process, a guess)"

@@ -47,38 +47,22 @@ pub const RULES: &[(&str, &str)] = &[
         "near-capacity.toml",
         include_str!("../../rules/near-capacity.toml"),
     ),
-    (
-        "oom-after-training.toml",
-        include_str!("../../rules/oom-after-training.toml"),
-    ),
-    (
-        "oom-before-training.toml",
-        include_str!("../../rules/oom-before-training.toml"),
-    ),
     ("oom-cap.toml", include_str!("../../rules/oom-cap.toml")),
     (
         "oom-fragmentation.toml",
         include_str!("../../rules/oom-fragmentation.toml"),
     ),
     (
-        "oom-near-capacity.toml",
-        include_str!("../../rules/oom-near-capacity.toml"),
-    ),
-    (
         "oom-others.toml",
         include_str!("../../rules/oom-others.toml"),
     ),
     (
-        "oom-serving.toml",
-        include_str!("../../rules/oom-serving.toml"),
+        "oom-self-growth.toml",
+        include_str!("../../rules/oom-self-growth.toml"),
     ),
     (
         "oom-too-big.toml",
         include_str!("../../rules/oom-too-big.toml"),
-    ),
-    (
-        "oom-training-step.toml",
-        include_str!("../../rules/oom-training-step.toml"),
     ),
     (
         "others-arrived.toml",

@@ -1431,8 +1431,8 @@ fn beside_job(r: &Report, rows: &[&ProcessReport], f: &mut ProcFacts) {
     }
 }
 
-/// Most a helper holds on a GPU: a CUDA context (~500 MiB on an H200) and a little.
-const HELPER_MAX: u64 = 1 << 30;
+/// Most a helper holds on a GPU (the table of parameters says why).
+const HELPER_MAX: u64 = crate::params::HELPER_MAX.uint();
 
 /// Whether `who` is a helper holding a CUDA context it should not: a child of a process of the job that
 /// holds GPU memory itself (a torchrun rank's parent, the launcher, holds none), not a rank of its own
@@ -1451,9 +1451,9 @@ fn helper(who: &Who, rows: &[&ProcessReport], ranks: &Ranks, holders: &HashSet<W
         && rows.iter().all(|p| p.in_job && p.peak_bytes <= HELPER_MAX)
 }
 
-/// The most a process without a rank may hold on a GPU not its own for it to count as a stray context (a
-/// context is ~520 MiB on an H200; libraries loaded into it add some).
-const CONTEXT_MAX: u64 = 2 << 30;
+/// The most a process without a rank may hold on a GPU not its own for it to count as a stray context (the
+/// table of parameters says why).
+const CONTEXT_MAX: u64 = crate::params::STRAY_CONTEXT_MAX.uint();
 
 /// The facts of where a process holds memory (`held`: per GPU, its peak in a run, now in a look): its
 /// GPUs, its own GPU and the stray ones; the index of its own GPU's entry, if any. One definition of a

@@ -34,21 +34,16 @@ impl Growth {
     }
 }
 
-/// Fewest slices growth spans, and the least share of the stretch's (1 in MIN_SHARE).
-const MIN_POINTS: usize = 8;
-const MIN_SHARE: usize = 4;
-/// Shortest growth said in a run without steps: a program that rises for a second is loading, not
-/// leaking. After the last step the model is loaded, and a shorter rise counts.
-pub const MIN_SECS: f64 = 2.0;
-pub const MIN_SECS_AFTER_STEPS: f64 = 0.5;
-/// How well a line must fit.
-const MIN_R2: f64 = 0.9;
-/// Below this, a rise is the allocator's noise (its segments are 2 and 20 MiB), not growth.
-const NOISE: u64 = 64 << 20;
-/// Flat this long (slices within the noise of each other), and a tenth of the stretch, ends a ramp: what
-/// came before was a load. Shorter pauses are the program's own pace (a leak in stairs).
-const PLATEAU: usize = 3;
-const PLATEAU_SHARE: usize = 10;
+// The shape of growth, from the table of parameters (what each decides is said there).
+use crate::params;
+const MIN_POINTS: usize = params::GROWTH_MIN_SLICES.uint() as usize;
+const MIN_SHARE: usize = params::GROWTH_MIN_SHARE.uint() as usize;
+pub const MIN_SECS: f64 = params::GROWTH_MIN_S.float();
+pub const MIN_SECS_AFTER_STEPS: f64 = params::GROWTH_MIN_S_AFTER_STEPS.float();
+const MIN_R2: f64 = params::GROWTH_MIN_R2.float();
+const NOISE: u64 = params::GROWTH_NOISE.uint();
+const PLATEAU: usize = params::GROWTH_PLATEAU_SLICES.uint() as usize;
+const PLATEAU_SHARE: usize = params::GROWTH_PLATEAU_SHARE.uint() as usize;
 
 /// The growth that runs to the end of `points` (a stretch of the job's memory with no optimizer step):
 /// from the end of the first plateau (what rose before it was a load, or a level that growth left), or

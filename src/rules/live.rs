@@ -12,8 +12,8 @@ use crate::verdict::{Diagnosis, Forecast};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-/// Evaluations in a row a diagnosis must hold in before it is told.
-pub const CONFIRM: u32 = 2;
+/// Evaluations in a row a diagnosis must hold in before it is told (`live_confirm_looks`).
+pub const CONFIRM: u32 = crate::params::LIVE_CONFIRM.uint() as u32;
 /// The shortest time between two evaluations of the run so far.
 pub const EVERY: Duration = Duration::from_secs(2);
 

@@ -11,6 +11,7 @@ pub mod framework;
 pub mod growth;
 pub mod live;
 pub mod look;
+mod names;
 pub mod phase;
 pub mod serving;
 pub mod story;
@@ -73,13 +74,23 @@ struct RuleFile {
     title: String,
     each: Scope,
     when: toml::Spanned<String>,
-    message: toml::Spanned<String>,
+    /// One template, or variants `{ when, text }` of which the first that holds is said.
+    message: toml::Spanned<MessageFile>,
+    /// Named sub-expressions (`[let]`, `NAME = "CEL"`): each sees the facts, the parameters and the lets
+    /// written above it, and the rule's other expressions see them all by name.
+    #[serde(default, rename = "let")]
+    lets: HashMap<String, toml::Spanned<String>>,
+    /// The rule's own parameters (`[params]`, `NAME = number`), read as `param.NAME` beside the table's
+    /// ([`crate::params`]), whose names they may not take.
+    #[serde(default)]
+    params: HashMap<String, toml::Spanned<toml::Value>>,
     /// Lines under the message, templates like it; one that gives a list is a line per item, one that
     /// gives nothing is left out.
     #[serde(default)]
     details: Vec<String>,
     #[serde(default)]
     advice: Vec<AdviceFile>,
+    /// A page to read, a template like the message's (a variant's own page).
     #[serde(default)]
     docs: Option<String>,
     /// The moment a diagnosis is about: an expression giving seconds into the run (or null).
@@ -105,6 +116,36 @@ struct RuleFile {
     /// its GPU at its moment ([`story`]).
     #[serde(default)]
     part_of: Option<String>,
+}
+
+/// A rule's message as written: one template, or variants of which the first whose `when` holds is said
+/// (a fact that names the variant, `oom.phase`, choosing the wording).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MessageFile {
+    One(String),
+    Variants(Vec<VariantFile>),
+}
+
+/// A variant of a message: said where `when` holds (and no variant above it does), under its own title
+/// where it has one.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VariantFile {
+    when: String,
+    #[serde(default)]
+    title: Option<String>,
+    text: String,
+}
+
+/// A variant of a rule's message as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variant {
+    /// Where it is said (`None`: a plain message, always).
+    pub when: Option<String>,
+    /// Its own title, said instead of the rule's.
+    pub title: Option<String>,
+    pub text: String,
 }
 
 /// A line of advice as written: given always, or only where its condition holds (`{ when = "...", text =
@@ -137,7 +178,9 @@ pub struct Rule {
     pub title: String,
     pub scope: Scope,
     pub when: String,
-    pub message: String,
+    /// Its message's variants as written, in order (one without a condition for a plain message): the
+    /// first that holds is said.
+    pub message: Vec<Variant>,
     /// The detail templates, as written.
     pub details_src: Vec<String>,
     pub advice: Vec<Advice>,
@@ -155,6 +198,8 @@ pub struct Rule {
     condition: Program,
     /// The facts its condition reads.
     condition_reads: Vec<String>,
+    /// Its own parameters (`[params]`) and named sub-expressions (`[let]`).
+    names: names::Names,
     /// `at` and `gpu` as written, with their lines.
     mark_src: [Source; 2],
     /// The message's line.
@@ -167,8 +212,11 @@ pub struct Rule {
 
 /// A rule's message, details, advice conditions and mark, compiled, and the facts they read.
 struct Saying {
-    pieces: Vec<Piece>,
+    /// The message's variants: each one's condition (`None`: always) and template.
+    pieces: Vec<(Option<Program>, Vec<Piece>)>,
     details: Vec<Vec<Piece>>,
+    /// The page to read, as a template.
+    docs: Option<Vec<Piece>>,
     /// Each line of advice's condition (`None`: always given).
     advice: Vec<Option<Program>>,
     /// The facts the advice conditions read.
@@ -327,6 +375,7 @@ fn functions<'a>(env: &Arc<Env>) -> Context<'a, 'a> {
     for (name, v) in CONSTANTS {
         ctx.add_variable_from_value(name, Value::Int(v));
     }
+    ctx.add_variable_from_value("param", names::param_value(&[]));
     let _ = ctx.add_function("fmt_bytes", |b: i64| {
         if b < 0 {
             "an unknown amount".to_string()
@@ -568,13 +617,13 @@ fn example_variables(scope: Scope) -> serde_json::Value {
 /// hide a mistake. The error's line and what is wrong.
 fn check_rule(
     env: &Arc<Env>,
-    scope: Scope,
+    (scope, names): (Scope, &names::Names),
     condition: &Program,
     pieces: &[&[Piece]],
     (read, msg_reads): (&[String], &[String]),
     (when_line, msg_line): (usize, usize),
 ) -> Result<(), (usize, String)> {
-    let example = example_variables(scope);
+    let example = names.example(scope);
     for (paths, line, what) in [(read, when_line, "when"), (msg_reads, msg_line, "message")] {
         if let Some(bad) = paths.iter().find(|p| !resolves(&example, p)) {
             let hint = match scope.var() {
@@ -587,7 +636,8 @@ fn check_rule(
         }
     }
     let vars = Lazy::new(&example);
-    let ctx = context(env, &vars);
+    let root = context(env, &vars);
+    let ctx = names.bind(&root, true).map_err(|e| (when_line, e))?;
     check_operands(condition.expression(), &ctx).map_err(|e| (when_line, format!("when: {e}")))?;
     gives_bool(condition, &ctx).map_err(|e| (when_line, format!("when: {e}")))?;
     for p in pieces.iter().flat_map(|p| p.iter()) {
@@ -604,18 +654,22 @@ fn check_rule(
 /// Each advice condition reads known facts and gives true or false on the example facts.
 fn check_advice(
     env: &Arc<Env>,
-    scope: Scope,
+    (scope, names): (Scope, &names::Names),
     saying: &Saying,
-    line: usize,
+    (line, msg_line): (usize, usize),
 ) -> Result<(), (usize, String)> {
-    let example = example_variables(scope);
+    let example = names.example(scope);
     if let Some(bad) = saying.advice_reads.iter().find(|p| !resolves(&example, p)) {
         return Err((line, format!("advice: unknown fact `{bad}`")));
     }
     let vars = Lazy::new(&example);
-    let ctx = context(env, &vars);
+    let root = context(env, &vars);
+    let ctx = names.bind(&root, true).map_err(|e| (line, e))?;
     for p in saying.advice.iter().flatten() {
         gives_bool(p, &ctx).map_err(|e| (line, format!("advice: {e}")))?;
+    }
+    for p in saying.pieces.iter().filter_map(|v| v.0.as_ref()) {
+        gives_bool(p, &ctx).map_err(|e| (msg_line, format!("message: when: {e}")))?;
     }
     Ok(())
 }
@@ -700,24 +754,22 @@ impl Rule {
             line: e.span().map_or(1, |s| line_of(text, s.start)),
             what: e.message().to_string(),
         })?;
-        let err = |line: usize, what: String| RuleError {
-            file: source.into(),
-            line,
-            what,
-        };
         if f.id.is_empty()
             || !f
                 .id
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         {
-            return Err(err(
-                1,
-                format!("id `{}`: use lower-case letters, digits and `-`", f.id),
-            ));
+            let what = format!("id `{}`: use lower-case letters, digits and `-`", f.id);
+            return Err(RuleError {
+                file: source.into(),
+                line: 1,
+                what,
+            });
         }
         let when_line = value_line(text, f.when.span());
         let msg_line = value_line(text, f.message.span());
+        let names = names::Names::read(&env, text, source, f.params, f.lets)?;
         let condition = compile(&env, f.when.get_ref(), source, when_line)?;
         let mut condition_reads = Vec::new();
         reads(
@@ -729,72 +781,131 @@ impl Rule {
             m.as_ref()
                 .map(|m| (m.get_ref().clone(), value_line(text, m.span())))
         });
+        let when_or_always = |a: AdviceFile| match a {
+            AdviceFile::Always(text) => Advice { when: None, text },
+            AdviceFile::When(w) => Advice {
+                when: Some(w.when),
+                text: w.text,
+            },
+        };
+        let message = match f.message.into_inner() {
+            MessageFile::One(text) => vec![Variant {
+                when: None,
+                title: None,
+                text,
+            }],
+            MessageFile::Variants(v) => v
+                .into_iter()
+                .map(|v| Variant {
+                    when: Some(v.when),
+                    title: v.title,
+                    text: v.text,
+                })
+                .collect(),
+        };
         let rule = Rule {
             id: f.id,
             severity: f.severity,
             title: f.title,
             scope: f.each,
             when: f.when.into_inner().trim().to_string(),
-            message: f.message.into_inner(),
+            message,
             details_src: f.details,
-            advice: f
-                .advice
-                .into_iter()
-                .map(|a| match a {
-                    AdviceFile::Always(text) => Advice { when: None, text },
-                    AdviceFile::When(w) => Advice {
-                        when: Some(w.when),
-                        text: w.text,
-                    },
-                })
-                .collect(),
+            advice: f.advice.into_iter().map(when_or_always).collect(),
             docs: f.docs,
             live: f.live,
             look: f.look,
             story: f.story,
             part_of: f.part_of,
             source: source.into(),
+            condition_reads: names.expand(condition_reads),
             condition,
-            condition_reads,
+            names,
             mark_src,
             msg_line,
             saying: OnceLock::new(),
         };
         if check {
-            let saying = rule.compile_saying(&env)?;
-            let lines = (when_line, msg_line);
-            let all: Vec<&[Piece]> = std::iter::once(saying.pieces.as_slice())
-                .chain(saying.details.iter().map(|d| d.as_slice()))
-                .collect();
-            check_rule(
-                &env,
-                rule.scope,
-                &rule.condition,
-                &all,
-                (&rule.condition_reads, &saying.reads),
-                lines,
-            )
-            .map_err(|(line, what)| err(line, what))?;
             let advice_line = text.find("advice").map_or(msg_line, |o| line_of(text, o));
-            check_advice(&env, rule.scope, &saying, advice_line)
-                .map_err(|(line, what)| err(line, what))?;
-            check_mark(&env, rule.scope, &saying.mark, &rule.mark_src)
-                .map_err(|(line, what)| err(line, what))?;
-            let _ = rule.saying.set(Ok(saying));
+            rule.check(&env, (when_line, msg_line, advice_line))
+                .map_err(|(line, what)| RuleError {
+                    file: source.into(),
+                    line,
+                    what,
+                })?;
         }
         Ok(rule)
+    }
+
+    /// The checks at load of a rule read from a file ([`Rule::parse`]): its saying is compiled and kept.
+    fn check(
+        &self,
+        env: &Arc<Env>,
+        (when_line, msg_line, advice_line): (usize, usize, usize),
+    ) -> Result<(), (usize, String)> {
+        let saying = self.compile_saying(env).map_err(|e| (e.line, e.what))?;
+        let all: Vec<&[Piece]> = saying
+            .pieces
+            .iter()
+            .map(|p| p.1.as_slice())
+            .chain(saying.details.iter().map(|d| d.as_slice()))
+            .chain(saying.docs.iter().map(|d| d.as_slice()))
+            .collect();
+        let names = (self.scope, &self.names);
+        check_rule(
+            env,
+            names,
+            &self.condition,
+            &all,
+            (&self.condition_reads, &saying.reads),
+            (when_line, msg_line),
+        )?;
+        check_advice(env, names, &saying, (advice_line, msg_line))?;
+        check_mark(env, names, &saying.mark, &self.mark_src)?;
+        let _ = self.saying.set(Ok(saying));
+        Ok(())
+    }
+
+    /// Its named sub-expressions as written (`[let]`), in the file's order.
+    pub fn lets(&self) -> Vec<(String, String)> {
+        self.names.lets()
+    }
+
+    /// Its own parameters (`[params]`).
+    pub fn own_params(&self) -> &[(String, crate::params::Number)] {
+        &self.names.params
     }
 
     /// The message, details and mark compiled, with the facts they read.
     fn compile_saying(&self, env: &Env) -> Result<Saying, RuleError> {
         let (file, line) = (self.source.as_str(), self.msg_line);
-        let pieces = template(env, &self.message, file, line)?;
+        let mut variant_reads = Vec::new();
+        let pieces = self
+            .message
+            .iter()
+            .map(|v| {
+                let when = v
+                    .when
+                    .as_deref()
+                    .map(|w| compile(env, w, file, line))
+                    .transpose()?;
+                if let Some(p) = &when {
+                    reads(p.expression(), &HashMap::new(), &mut variant_reads);
+                }
+                Ok((when, template(env, &v.text, file, line)?))
+            })
+            .collect::<Result<Vec<_>, RuleError>>()?;
         let details = self
             .details_src
             .iter()
             .map(|d| template(env, d, file, line))
             .collect::<Result<Vec<_>, _>>()?;
         let mark = Mark::compile(env, &self.mark_src, file)?;
+        let docs = self
+            .docs
+            .as_deref()
+            .map(|d| template(env, d, file, line))
+            .transpose()?;
         let mut advice_reads = Vec::new();
         let advice = self
             .advice
@@ -810,11 +921,15 @@ impl Rule {
                     .transpose()
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut read = Vec::new();
+        let mut read = variant_reads;
         for e in mark.at.iter().chain(mark.gpu.iter()) {
             reads(e.expression(), &HashMap::new(), &mut read);
         }
-        for p in pieces.iter().chain(details.iter().flatten()) {
+        let texts = pieces.iter().flat_map(|p| p.1.iter());
+        for p in texts
+            .chain(details.iter().flatten())
+            .chain(docs.iter().flatten())
+        {
             if let Piece::Expr(e) = p {
                 reads(e.expression(), &HashMap::new(), &mut read);
             }
@@ -822,10 +937,11 @@ impl Rule {
         Ok(Saying {
             pieces,
             details,
+            docs,
             advice,
-            advice_reads,
+            advice_reads: self.names.expand(advice_reads),
             mark,
-            reads: read,
+            reads: self.names.expand(read),
         })
     }
 
@@ -860,62 +976,89 @@ impl Rule {
 
     /// The message, its detail lines and its mark if the rule fires in `ctx`, `None` if it does not.
     fn fire(&self, ctx: &Context) -> Result<Option<Fired>, String> {
+        let scope = self.names.bind(ctx, false)?;
+        let ctx = &scope;
         match self.condition.execute(ctx) {
             Ok(Value::Bool(false)) => Ok(None),
-            Ok(Value::Bool(true)) => {
-                let said = self.saying()?;
-                let message = fill(&said.pieces, ctx).map_err(|e| format!("message: {e}"))?;
-                let mut details = Vec::new();
-                for d in &said.details {
-                    details.extend(lines(d, ctx).map_err(|e| format!("details: {e}"))?);
-                }
-                let run = |p: &Option<Program>, what: &str| {
-                    p.as_ref()
-                        .map(|p| p.execute(ctx).map_err(|e| format!("{what}: {e}")))
-                        .transpose()
-                };
-                let at_s = match run(&said.mark.at, "at")? {
-                    Some(Value::Float(x)) if x >= 0.0 => Some(x),
-                    Some(Value::Int(x)) if x >= 0 => Some(x as f64),
-                    Some(Value::UInt(x)) => Some(x as f64),
-                    _ => None,
-                };
-                let gpu = match run(&said.mark.gpu, "gpu")? {
-                    Some(Value::String(s)) if !s.is_empty() => Some(s.to_string()),
-                    _ => None,
-                };
-                let mut advice = Vec::new();
-                for (a, when) in self.advice.iter().zip(&said.advice) {
-                    let given = match when {
-                        None => true,
-                        Some(p) => match p.execute(ctx) {
-                            Ok(Value::Bool(b)) => b,
-                            Ok(other) => return Err(format!("advice: gave {other:?}")),
-                            Err(e) => return Err(format!("advice: {e}")),
-                        },
-                    };
-                    if given {
-                        advice.push(a.text.clone());
-                    }
-                }
-                Ok(Some(Fired {
-                    message,
-                    details,
-                    advice,
-                    at_s,
-                    gpu,
-                }))
-            }
+            Ok(Value::Bool(true)) => self.say(ctx).map(Some),
             Ok(other) => Err(format!("gave {other:?}, not true or false")),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// What it says where it fires: the first variant of its message that holds, its details, its mark
+    /// and the advice that holds.
+    fn say(&self, ctx: &Context) -> Result<Fired, String> {
+        let said = self.saying()?;
+        let mut message = None;
+        for ((when, pieces), v) in said.pieces.iter().zip(&self.message) {
+            if holds(when.as_ref(), ctx).map_err(|e| format!("message: {e}"))? {
+                let text = fill(pieces, ctx).map_err(|e| format!("message: {e}"))?;
+                message = Some((text, v.title.clone()));
+                break;
+            }
+        }
+        let (message, title) = message.ok_or("message: no variant holds")?;
+        let mut details = Vec::new();
+        for d in &said.details {
+            details.extend(lines(d, ctx).map_err(|e| format!("details: {e}"))?);
+        }
+        let docs = said
+            .docs
+            .as_ref()
+            .map(|d| fill(d, ctx).map_err(|e| format!("docs: {e}")))
+            .transpose()?
+            .filter(|d| !d.is_empty());
+        let run = |p: &Option<Program>, what: &str| {
+            p.as_ref()
+                .map(|p| p.execute(ctx).map_err(|e| format!("{what}: {e}")))
+                .transpose()
+        };
+        let at_s = match run(&said.mark.at, "at")? {
+            Some(Value::Float(x)) if x >= 0.0 => Some(x),
+            Some(Value::Int(x)) if x >= 0 => Some(x as f64),
+            Some(Value::UInt(x)) => Some(x as f64),
+            _ => None,
+        };
+        let gpu = match run(&said.mark.gpu, "gpu")? {
+            Some(Value::String(s)) if !s.is_empty() => Some(s.to_string()),
+            _ => None,
+        };
+        let mut advice = Vec::new();
+        for (a, when) in self.advice.iter().zip(&said.advice) {
+            if holds(when.as_ref(), ctx).map_err(|e| format!("advice: {e}"))? {
+                advice.push(a.text.clone());
+            }
+        }
+        Ok(Fired {
+            title: title.unwrap_or_else(|| self.title.clone()),
+            message,
+            details,
+            docs,
+            advice,
+            at_s,
+            gpu,
+        })
+    }
+}
+
+/// Whether a condition of a message's variant or a line of advice holds (one without a condition always
+/// does).
+fn holds(when: Option<&Program>, ctx: &Context) -> Result<bool, String> {
+    match when.map(|p| p.execute(ctx)) {
+        None => Ok(true),
+        Some(Ok(Value::Bool(b))) => Ok(b),
+        Some(Ok(other)) => Err(format!("gave {other:?}")),
+        Some(Err(e)) => Err(e.to_string()),
     }
 }
 
 /// What a rule says when it fires.
 struct Fired {
+    title: String,
     message: String,
     details: Vec<String>,
+    docs: Option<String>,
     advice: Vec<String>,
     at_s: Option<f64>,
     gpu: Option<String>,
@@ -924,13 +1067,14 @@ struct Fired {
 /// `at` must give a number and `gpu` a string (or null), on every item a rule can be given.
 fn check_mark(
     env: &Arc<Env>,
-    scope: Scope,
+    (scope, names): (Scope, &names::Names),
     mark: &Mark,
     src: &[Source; 2],
 ) -> Result<(), (usize, String)> {
-    let example = example_variables(scope);
+    let example = names.example(scope);
     let vars = Lazy::new(&example);
-    let ctx = context(env, &vars);
+    let root = context(env, &vars);
+    let ctx = names.bind(&root, true).map_err(|e| (0, e))?;
     for ((program, src), (what, number)) in [&mark.at, &mark.gpu]
         .into_iter()
         .zip(src)
@@ -1057,12 +1201,12 @@ impl RuleSet {
                         out.push(Diagnosis {
                             rule: rule.id.clone(),
                             severity: rule.severity,
-                            title: rule.title.clone(),
+                            title: f.title,
                             subject: subject(facts, rule.scope, i),
                             message: f.message,
                             details: f.details,
                             advice: f.advice,
-                            docs: rule.docs.clone(),
+                            docs: f.docs,
                             gpu: f.gpu.or(gpu),
                             pid,
                             at_s: f.at_s,

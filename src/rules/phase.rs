@@ -79,9 +79,9 @@ fn waiting(a: &Activity) -> bool {
     }
 }
 
-/// Before the first backward, this many forward calls with none are calls no backward will follow: a step
-/// calls its model once, or twice or three times (two views, a GAN's discriminator), never this often.
-pub const WAITING_CALLS: u64 = 8;
+/// Before the first backward, this many forward calls with none are calls no backward will follow (the
+/// table of parameters says why).
+pub const WAITING_CALLS: u64 = crate::params::WAITING_CALLS.uint();
 
 /// When a process's optimizer steps ran.
 #[derive(Debug, Clone, Copy, PartialEq)]

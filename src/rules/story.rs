@@ -141,10 +141,10 @@ mod tests {
         let r = report(&[2 * GIB, 60 * GIB, 120 * GIB, 139 * GIB, 139 * GIB, 0]);
         let mut near = said("near-capacity", Severity::Warn, "GPU 0", 3.5);
         near.known_at_s = Some(3.6);
-        let found = vec![said("oom-training-step", Severity::Error, "run", 4.2), near];
+        let found = vec![said("oom-self-growth", Severity::Error, "run", 4.2), near];
         let kept = fold(found, &rules(), &r);
         assert_eq!(kept.len(), 1, "{kept:#?}");
-        assert_eq!(kept[0].rule, "oom-training-step");
+        assert_eq!(kept[0].rule, "oom-self-growth");
         assert_eq!(kept[0].parts.len(), 1);
         assert_eq!(kept[0].parts[0].rule, "near-capacity");
         assert_eq!(kept[0].parts[0].known_at_s, Some(3.6));

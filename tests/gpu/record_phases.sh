@@ -77,7 +77,7 @@ else
   PATH=/tmp/standin:$PATH rec vllm_standin -- vllm serve tiny --gpu-memory-utilization 0.5
   PATH=/tmp/standin:$PATH rec vllm_standin_default -- vllm serve tiny
 fi
-# PyTorch's own OOM inside a server (the stand-in, named vllm, whatever is installed): oom-serving.
+# PyTorch's own OOM inside a server (the stand-in, named vllm, whatever is installed): oom-self-growth, its server's wording.
 mkdir -p /tmp/standin
 printf '#!/bin/sh\nexec python3 %s "$@"\n' $PWD/tests/gpu/serve_standin.py > /tmp/standin/vllm
 chmod +x /tmp/standin/vllm
@@ -93,14 +93,14 @@ python3 - <<'PY'
 import glob, json, os
 want = {
     "infer_leak": {"steady-growth"}, "infer_leak_noshim": {"steady-growth"}, "infer_healthy": set(),
-    "load_serve": set(), "up_and_back": set(), "eval_oom": {"oom-after-training"},
-    "eval_keep": {"steady-growth"}, "eval_healthy": set(), "load_oom": {"oom-before-training"},
+    "load_serve": set(), "up_and_back": set(), "eval_oom": {"oom-self-growth"},
+    "eval_keep": {"steady-growth"}, "eval_healthy": set(), "load_oom": {"oom-self-growth"},
     "workers_cuda": {"worker-contexts"}, "workers_cpu": set(), "vllm": {"server-preallocation"},
     "vllm_default": {"server-preallocation"}, "vllm_standin": {"server-preallocation"},
-    "vllm_standin_default": {"server-preallocation"}, "vllm_standin_oom": {"oom-serving"},
+    "vllm_standin_default": {"server-preallocation"}, "vllm_standin_oom": {"oom-self-growth"},
     "compiled_step": set(),
     "model_leak": {"steady-growth"}, "hook_leak": {"step-leak"}, "local_leak": {"step-leak"},
-    "bw_oom": {"oom-training-step"}, "fwd_oom": {"oom-training-step"}, "val_keep": {"oom-after-training", "step-leak"},
+    "bw_oom": {"oom-self-growth"}, "fwd_oom": {"oom-self-growth"}, "val_keep": {"oom-self-growth", "step-leak"},
     "infer_cache": {"steady-growth"},
 }
 for f in sorted(glob.glob("/tmp/rec28/phases/*.report.json")):

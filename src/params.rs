@@ -1,0 +1,281 @@
+//! The thresholds verdicts depend on: one table, read by the Rust that decides (the OOM's cause, growth,
+//! helpers and stray contexts, the phase at an OOM) and by the rules as `param.NAME`. docs/rules.md lists
+//! it (generated from [`ALL`]; `GPUDOC_BLESS=1 cargo test --test docs`). A leaf: it imports nothing.
+
+/// What a parameter's number counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Bytes,
+    Count,
+    Seconds,
+    Percent,
+    /// A fraction or a fit's R² (0-1).
+    Ratio,
+}
+
+impl Unit {
+    /// Its name in the documentation.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Bytes => "bytes",
+            Unit::Count => "count",
+            Unit::Seconds => "seconds",
+            Unit::Percent => "percent",
+            Unit::Ratio => "ratio",
+        }
+    }
+}
+
+/// A parameter's number: an integer (bytes, counts, whole percents) or not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+impl std::fmt::Display for Number {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Number::Int(i) => write!(f, "{i}"),
+            Number::Float(x) => write!(f, "{x:?}"),
+        }
+    }
+}
+
+/// A named threshold: its value, its unit and what it decides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Param {
+    pub name: &'static str,
+    pub value: Number,
+    pub unit: Unit,
+    pub decides: &'static str,
+}
+
+impl Param {
+    /// Its value as an unsigned integer (bytes, counts, percents).
+    pub const fn uint(&self) -> u64 {
+        match self.value {
+            Number::Int(i) => i as u64,
+            Number::Float(f) => f as u64,
+        }
+    }
+
+    /// Its value as a float.
+    pub const fn float(&self) -> f64 {
+        match self.value {
+            Number::Int(i) => i as f64,
+            Number::Float(f) => f,
+        }
+    }
+}
+
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+
+const fn int(name: &'static str, v: i64, unit: Unit, decides: &'static str) -> Param {
+    Param {
+        name,
+        value: Number::Int(v),
+        unit,
+        decides,
+    }
+}
+
+const fn float(name: &'static str, v: f64, unit: Unit, decides: &'static str) -> Param {
+    Param {
+        name,
+        value: Number::Float(v),
+        unit,
+        decides,
+    }
+}
+
+/// The share of its cache PyTorch must hold unallocated for fragmentation to be an OOM's cause: below it,
+/// the GPU is full of live tensors and reclaiming the pieces would buy an allocation or two (the real
+/// texts with a few MiB free in the cache of a full GPU hold 0.15-0.8% of it, the fragmented ones 5.6-85%).
+pub const OOM_FRAGMENTED_SHARE: Param = int(
+    "oom_fragmented_share_pct",
+    2,
+    Unit::Percent,
+    "an OOM is fragmentation (`oom.cause` `fragmentation`) only where PyTorch held at least this share of its cache reserved but unallocated, and more than the request",
+);
+
+/// A request counts as fitting in what was free only with room to spare: CUDA maps memory in pages and
+/// needs it in one piece.
+pub const OOM_FITS_MARGIN: Param = int(
+    "oom_fits_margin_pct",
+    5,
+    Unit::Percent,
+    "a request fits in the free memory an OOM text gives only with this much of it to spare, plus `oom_fits_slack_bytes`: then the numbers do not explain the OOM (`unknown`), and a cap that left the GPU with less is not the cause",
+);
+
+pub const OOM_FITS_SLACK: Param = int(
+    "oom_fits_slack_bytes",
+    64 * MIB,
+    Unit::Bytes,
+    "the room to spare, beyond `oom_fits_margin_pct`, for a request to fit in the free memory",
+);
+
+pub const OOM_OTHERS_SHARE: Param = int(
+    "oom_others_share_pct",
+    50,
+    Unit::Percent,
+    "without the allocator's numbers, an OOM is other processes' (`others`) where NVML saw them hold more than this share of the GPU",
+);
+
+pub const OOM_FULL: Param = int(
+    "oom_full_pct",
+    90,
+    Unit::Percent,
+    "without the allocator's numbers, an OOM is the job's own growth (`self_growth`) where NVML saw the GPU more than this full, mostly by the job",
+);
+
+/// Before the first backward, this many forward calls with none are calls no backward will follow: a step
+/// calls its model once, or twice or three times (two views, a GAN's discriminator), never this often.
+pub const WAITING_CALLS: Param = int(
+    "waiting_calls",
+    8,
+    Unit::Count,
+    "forward calls with no backward, before the program's first backward, that make an OOM's phase an evaluation or inference rather than a training step (`oom.phase`)",
+);
+
+/// Most a helper holds on a GPU: a CUDA context (~500 MiB on an H200) and a little.
+pub const HELPER_MAX: Param = int(
+    "helper_max_bytes",
+    GIB,
+    Unit::Bytes,
+    "the most a child of the job's GPU process may hold on any GPU to count as a helper with a CUDA context of its own (`process.helper`, `run.helpers`)",
+);
+
+/// A context is ~520 MiB on an H200; libraries loaded into it add some.
+pub const STRAY_CONTEXT_MAX: Param = int(
+    "stray_context_max_bytes",
+    2 * GIB,
+    Unit::Bytes,
+    "the most a process without a rank may hold on a GPU not its own for it to count as a stray context (`process.stray_gpus`)",
+);
+
+pub const GROWTH_MIN_SLICES: Param = int(
+    "growth_min_slices",
+    8,
+    Unit::Count,
+    "the fewest slices of the job's memory steady growth spans (`gpu.growth_bytes`)",
+);
+
+pub const GROWTH_MIN_SHARE: Param = int(
+    "growth_min_share",
+    4,
+    Unit::Count,
+    "steady growth spans at least 1 in this many slices of the stretch it is found in",
+);
+
+/// A program that rises for a second is loading, not leaking.
+pub const GROWTH_MIN_S: Param = float(
+    "growth_min_s",
+    2.0,
+    Unit::Seconds,
+    "the shortest steady growth said in a run without optimizer steps",
+);
+
+/// After the last step the model is loaded, and a shorter rise counts.
+pub const GROWTH_MIN_S_AFTER_STEPS: Param = float(
+    "growth_min_s_after_steps",
+    0.5,
+    Unit::Seconds,
+    "the shortest steady growth said after the last optimizer step",
+);
+
+pub const GROWTH_MIN_R2: Param = float(
+    "growth_min_r2",
+    0.9,
+    Unit::Ratio,
+    "how well a straight line must fit the job's memory for it to be steady growth (R²)",
+);
+
+/// PyTorch's segments are 2 and 20 MiB.
+pub const GROWTH_NOISE: Param = int(
+    "growth_noise_bytes",
+    64 * MIB,
+    Unit::Bytes,
+    "a rise or fall of the job's memory below this is the allocator's noise, not growth, and slices within it of each other are flat",
+);
+
+/// Shorter pauses are the program's own pace (a leak in stairs).
+pub const GROWTH_PLATEAU_SLICES: Param = int(
+    "growth_plateau_slices",
+    3,
+    Unit::Count,
+    "flat this many slices (and a `growth_plateau_share`th of the stretch) ends a ramp: what rose before was a load, and growth is counted after it",
+);
+
+pub const GROWTH_PLATEAU_SHARE: Param = int(
+    "growth_plateau_share",
+    10,
+    Unit::Count,
+    "a plateau that ends a load is also at least 1 in this many slices of the stretch",
+);
+
+pub const LEAK_MIN_R2: Param = float(
+    "leak_min_r2",
+    0.8,
+    Unit::Ratio,
+    "how well a straight line must fit the live tensors step by step for them to be a step leak (`step-leak`, and the OOM that a leak filled)",
+);
+
+pub const LIVE_CONFIRM: Param = int(
+    "live_confirm_looks",
+    2,
+    Unit::Count,
+    "a live rule's diagnosis is told during a run once it held in this many looks in a row",
+);
+
+/// Every parameter, in the order docs/rules.md lists them.
+pub const ALL: &[Param] = &[
+    OOM_FRAGMENTED_SHARE,
+    OOM_FITS_MARGIN,
+    OOM_FITS_SLACK,
+    OOM_OTHERS_SHARE,
+    OOM_FULL,
+    WAITING_CALLS,
+    HELPER_MAX,
+    STRAY_CONTEXT_MAX,
+    GROWTH_MIN_SLICES,
+    GROWTH_MIN_SHARE,
+    GROWTH_MIN_S,
+    GROWTH_MIN_S_AFTER_STEPS,
+    GROWTH_MIN_R2,
+    GROWTH_NOISE,
+    GROWTH_PLATEAU_SLICES,
+    GROWTH_PLATEAU_SHARE,
+    LEAK_MIN_R2,
+    LIVE_CONFIRM,
+];
+
+/// The parameter named `name`.
+pub fn find(name: &str) -> Option<&'static Param> {
+    ALL.iter().find(|p| p.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_fit_a_rule() {
+        for (i, p) in ALL.iter().enumerate() {
+            assert!(
+                p.name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                "{}",
+                p.name
+            );
+            assert!(
+                ALL[..i].iter().all(|q| q.name != p.name),
+                "{} twice",
+                p.name
+            );
+            assert_eq!(find(p.name), Some(p));
+        }
+    }
+}
