@@ -63,8 +63,11 @@ pub enum Row<E> {
     Job { t: f64, gpu: u32, used: u64 },
     /// A GPU stopped answering.
     Lost { t: f64, gpu: u32, error: String },
-    /// A message of the PyTorch shim, as it came (see the framework view's messages).
-    Torch { m: serde_json::Value },
+    /// A message of the PyTorch shim, as it came (`gpudoc schema shim-message`).
+    Torch {
+        #[schemars(with = "crate::torch::message::ShimMessage")]
+        m: serde_json::Value,
+    },
     /// The last row: what only the end of the run knows.
     End { end: E },
 }

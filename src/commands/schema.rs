@@ -17,6 +17,7 @@ pub fn of(name: SchemaName) -> Value {
         SchemaName::Compare => schema_for!(crate::compare::Comparison),
         SchemaName::Orphans => schema_for!(super::orphans::Output<'static>),
         SchemaName::Fit => schema_for!(crate::fit::FitReport),
+        SchemaName::ShimMessage => schema_for!(crate::torch::message::ShimMessage),
     }
     .to_value()
 }

@@ -11,11 +11,13 @@ pub mod cells;
 pub mod home;
 pub mod hunt;
 pub mod inside;
+pub mod message;
 mod stale;
 pub mod view;
 
 use crate::timeline::{Micros, Series};
 use crate::trace::SharedTrace;
+use message::Kind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -266,35 +268,38 @@ impl TorchTimeline {
             return false;
         };
         self.messages += 1;
-        let kind = v.get("k").and_then(|k| k.as_str()).unwrap_or("");
+        let Some(kind) = v.get("k").and_then(|k| k.as_str()).and_then(Kind::of) else {
+            self.bad_lines += 1;
+            return false;
+        };
         let t = v
             .get("t")
             .and_then(|t| t.as_f64())
             .map(|t| (t - start_unix).max(0.0));
         let at: Micros = (t.unwrap_or(0.0) * 1e6) as Micros;
         match kind {
-            "hello" => {
+            Kind::Hello => {
                 let version = v.get("torch").and_then(|x| x.as_str()).unwrap_or("?");
                 self.versions.insert(pid, version.to_string());
             }
-            "error" => {
+            Kind::Error => {
                 let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
                 self.errors.push((pid, s("where"), s("error")));
             }
-            "hunt" => {
+            Kind::Hunt => {
                 if self.hunts.len() < MAX_HUNTS
                     && let Some(h) = hunt::Hunt::from_message(&v, start_unix)
                 {
                     self.hunts.push(h);
                 }
             }
-            "where" => {
+            Kind::Where => {
                 if let Some(w) = inside::Inside::from_message(&v, start_unix) {
                     inside::keep(&mut self.inside, w, MAX_HUNTS);
                 }
             }
-            "s" | "step" | "oom" => self.sample(kind, pid, &v, t, at),
-            "cell" => {
+            Kind::Sample | Kind::Step | Kind::Oom => self.sample(kind, pid, &v, t, at),
+            Kind::Cell => {
                 self.sample(kind, pid, &v, t, at);
                 let p = self.procs.get_mut(&(pid, u(&v, "dev") as u32));
                 if let Some(p) = p {
@@ -304,17 +309,13 @@ impl TorchTimeline {
                     p.cells.push(cells::Cell::from_message(&v, start_unix));
                 }
             }
-            _ => {
-                self.bad_lines += 1;
-                return false;
-            }
         }
         true
     }
 
     /// A record of the allocator (`s`: at CUDA's start, `step`: at an optimizer step, `oom`: at an OOM,
     /// `cell`: at a notebook cell's end).
-    fn sample(&mut self, kind: &str, pid: u32, v: &serde_json::Value, t: Option<f64>, at: Micros) {
+    fn sample(&mut self, kind: Kind, pid: u32, v: &serde_json::Value, t: Option<f64>, at: Micros) {
         let dev = u(v, "dev") as u32;
         let p = self.procs.entry((pid, dev)).or_insert_with(|| TorchProc {
             pid,
@@ -340,14 +341,14 @@ impl TorchTimeline {
         p.ooms = p.ooms.max(u(v, "no"));
         p.device_allocs = p.device_allocs.max(u(v, "nda"));
         p.device_frees = p.device_frees.max(u(v, "ndf"));
-        if matches!(kind, "step" | "s") {
+        if matches!(kind, Kind::Step | Kind::Sample) {
             p.last_step = p.last_step.max(u(v, "step"));
         }
         // A record at a step, or one of the forward clock's (its first comes at the first call).
-        if kind == "step" || (kind == "s" && u(v, "fwd") > 0) {
+        if kind == Kind::Step || (kind == Kind::Sample && u(v, "fwd") > 0) {
             p.first_work_s = p.first_work_s.or(t);
         }
-        if kind == "step" {
+        if kind == Kind::Step {
             p.record_every = u(v, "n").max(1);
             if u(v, "c") > 0 {
                 p.shim_cost_us += u(v, "c");
@@ -366,7 +367,7 @@ impl TorchTimeline {
                 device_frees: u(v, "ndf"),
             });
         }
-        if kind == "oom" && self.ooms.len() < 32 {
+        if kind == Kind::Oom && self.ooms.len() < 32 {
             self.ooms.push(TorchOom {
                 pid,
                 rank: p.rank.clone(),
