@@ -28,8 +28,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 /// The shim's files (the marker tells other shims the folder is one), written where [`home::shim_folder`]
-/// says.
-pub const SHIM: [(&str, &str); 7] = [
+/// says: every file of `python/gpudoc/_shim/` (tests/torch_shim.rs checks that none is left out).
+pub const SHIM: [(&str, &str); 17] = [
     (
         "sitecustomize.py",
         include_str!("../../python/gpudoc/_shim/sitecustomize.py"),
@@ -41,6 +41,46 @@ pub const SHIM: [(&str, &str); 7] = [
     (
         "_gpudoc_torch.py",
         include_str!("../../python/gpudoc/_shim/_gpudoc_torch.py"),
+    ),
+    (
+        "_gpudoc_torch_pipe.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_pipe.py"),
+    ),
+    (
+        "_gpudoc_torch_peaks.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_peaks.py"),
+    ),
+    (
+        "_gpudoc_torch_steps.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_steps.py"),
+    ),
+    (
+        "_gpudoc_torch_clock.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_clock.py"),
+    ),
+    (
+        "_gpudoc_torch_leaks.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_leaks.py"),
+    ),
+    (
+        "_gpudoc_torch_phase.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_phase.py"),
+    ),
+    (
+        "_gpudoc_torch_events.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_events.py"),
+    ),
+    (
+        "_gpudoc_torch_start.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_start.py"),
+    ),
+    (
+        "_gpudoc_torch_cells.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_cells.py"),
+    ),
+    (
+        "_gpudoc_torch_notebook.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_notebook.py"),
     ),
     (
         "_gpudoc_hunt.py",
