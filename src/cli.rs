@@ -75,6 +75,8 @@ pub enum SchemaName {
     Orphans,
     /// `gpudoc fit --json`.
     Fit,
+    /// One message of the PyTorch shim to gpudoc (a trace's `torch` rows carry them).
+    ShimMessage,
 }
 
 #[derive(Debug, clap::Args)]

@@ -22,11 +22,11 @@ const MAX_PENDING: usize = 10_000;
 pub const SCHEMA: &str = "gpudoc.trace/2";
 
 /// One row of a JSON-lines trace (`kind` says which). `E` is what the end row carries (the analysis'
-/// `EndRow`).
+/// `EndRow`), `M` a `torch` row's message (as it came; typed as the shim's `ShimMessage` for the schema).
 #[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[allow(clippy::large_enum_variant)] // built once per row and written at once
-pub enum Row<E> {
+pub enum Row<E, M = serde_json::Value> {
     /// The first row: what ran, where, on which GPUs.
     Start {
         schema: String,
@@ -63,8 +63,8 @@ pub enum Row<E> {
     Job { t: f64, gpu: u32, used: u64 },
     /// A GPU stopped answering.
     Lost { t: f64, gpu: u32, error: String },
-    /// A message of the PyTorch shim, as it came (see the framework view's messages).
-    Torch { m: serde_json::Value },
+    /// A message of the PyTorch shim, as it came (`gpudoc schema shim-message`).
+    Torch { m: M },
     /// The last row: what only the end of the run knows.
     End { end: E },
 }
@@ -201,7 +201,7 @@ impl TraceWriter {
     /// at most [`crate::output::PATIENCE`] for a FIFO's reader.
     pub fn end(&mut self, end: &impl serde::Serialize) {
         if self.format == Format::Jsonl {
-            let row = serde_json::to_string(&Row::End { end }).expect("trace rows serialize");
+            let row = serde_json::to_string(&Row::<_>::End { end }).expect("trace rows serialize");
             self.row(row);
         }
         self.last_flush = Instant::now();

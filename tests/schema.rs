@@ -7,13 +7,14 @@ use common::{Machine, conforms, fixture_files, gpudoc_bin, read_json};
 use std::path::Path;
 use std::process::Command;
 
-const NAMES: [&str; 6] = [
+const NAMES: [&str; 7] = [
     "report",
     "trace-row",
     "baseline",
     "compare",
     "orphans",
     "fit",
+    "shim-message",
 ];
 
 fn root() -> &'static Path {
@@ -119,4 +120,47 @@ fn command_outputs_conform() {
         "{listing}"
     );
     conforms("orphans", &listing);
+}
+
+/// `value` without its members that are `null` or 0: an optional field reads the same absent, `null` or
+/// 0 (the reader's types leave some out when they are: a holder's `graphs`).
+fn without_nulls(value: &serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .filter(|(_, v)| !v.is_null() && v.as_f64() != Some(0.0))
+            .map(|(k, v)| (k.clone(), without_nulls(v)))
+            .collect(),
+        serde_json::Value::Array(a) => a.iter().map(without_nulls).collect(),
+        v => v.clone(),
+    }
+}
+
+#[test]
+fn every_recorded_shim_message_round_trips_through_its_schema() {
+    use gpudoc::torch::message::ShimMessage;
+    let mut kinds = std::collections::BTreeSet::new();
+    for f in fixture_files(".trace.jsonl") {
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let row: serde_json::Value = serde_json::from_str(line).unwrap();
+            if row["kind"] != "torch" {
+                continue;
+            }
+            let m = &row["m"];
+            conforms("shim-message", m);
+            let typed: ShimMessage = serde_json::from_value(m.clone())
+                .unwrap_or_else(|e| panic!("{}: {e}: {m}", f.display()));
+            let back = serde_json::to_value(&typed).unwrap();
+            assert_eq!(without_nulls(&back), without_nulls(m), "{}", f.display());
+            kinds.insert(m["k"].as_str().unwrap().to_string());
+        }
+    }
+    // The recordings hold every kind but a failure's and a pointer to a file (those are checked by the
+    // Python side's messages, tests/python/test_shim_messages.py).
+    let all: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+    assert_eq!(
+        all,
+        ["cell", "hello", "hunt", "oom", "s", "step", "where"],
+        "{kinds:?}"
+    );
 }

@@ -957,6 +957,16 @@ fn the_shims_modules_are_compiled_at_import_torch_even_without_bytecode_writing(
             "_gpudoc_patch",
             "_gpudoc_site",
             "_gpudoc_torch",
+            "_gpudoc_torch_cells",
+            "_gpudoc_torch_clock",
+            "_gpudoc_torch_events",
+            "_gpudoc_torch_leaks",
+            "_gpudoc_torch_notebook",
+            "_gpudoc_torch_peaks",
+            "_gpudoc_torch_phase",
+            "_gpudoc_torch_pipe",
+            "_gpudoc_torch_start",
+            "_gpudoc_torch_steps",
             "_gpudoc_where",
             "sitecustomize"
         ]

@@ -18,6 +18,35 @@ fn train() -> String {
 }
 
 #[test]
+fn every_file_of_the_shims_folder_is_shipped_in_the_binary() {
+    // The binary writes the shim from torch::SHIM where no installed package's folder can be used: a file
+    // left out of it (a new part of _gpudoc_torch.py) would be missing from every job's shim.
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/gpudoc/_shim");
+    let mut files: Vec<String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".py"))
+        .collect();
+    files.sort();
+    let mut shipped: Vec<String> = gpudoc::torch::SHIM
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .filter(|n| n.ends_with(".py"))
+        .collect();
+    shipped.sort();
+    assert_eq!(shipped, files);
+    for (name, text) in gpudoc::torch::SHIM {
+        if name.ends_with(".py") {
+            assert_eq!(
+                std::fs::read_to_string(folder.join(name)).unwrap(),
+                text,
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
 fn per_step_numbers_equal_torchs_own() {
     let m = Machine::h200s(1);
     // Steps slow enough that recording each one costs under the shim's budget.

@@ -11,7 +11,7 @@ A cell costs this extension a few reads when nothing changed: torch's statistics
 (the one `gpudoc run` put in the kernel, or a copy loaded here that keeps the program's own peaks as
 they would be) and NVML's process list once the kernel has a CUDA context. It never imports torch, never
 initialises CUDA and starts no thread. It speaks to the shim through the shim's notebook API only
-(`ShimApi`: the last section of _shim/_gpudoc_torch.py).
+(`ShimApi`: _shim/_gpudoc_torch_notebook.py).
 
 The parts: `Doctor` (one per shell: IPython's callbacks and what they read), `Kept` (the shim's messages
 and each cell's runs, for the engine), the holders' lines (`cell_holders`, `holdings`), the engine's
@@ -59,7 +59,7 @@ LastError = Optional[Tuple[Optional[int], str]]
 
 
 class ShimApi(Protocol):
-    """The shim's notebook API (_shim/_gpudoc_torch.py, its last section), as this extension calls it."""
+    """The shim's notebook API (_shim/_gpudoc_torch_notebook.py), as this extension calls it."""
 
     API: int
     # The key of a cell whose start went by unseen (the extension loading in it).

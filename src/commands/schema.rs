@@ -12,11 +12,14 @@ use std::process::ExitCode;
 pub fn of(name: SchemaName) -> Value {
     match name {
         SchemaName::Report => schema_for!(crate::report::Report),
-        SchemaName::TraceRow => schema_for!(crate::trace::Row<crate::analysis::EndRow>),
+        SchemaName::TraceRow => schema_for!(
+            crate::trace::Row<crate::analysis::EndRow, crate::torch::message::ShimMessage>
+        ),
         SchemaName::Baseline => schema_for!(crate::gate::BaselineFile),
         SchemaName::Compare => schema_for!(crate::compare::Comparison),
         SchemaName::Orphans => schema_for!(super::orphans::Output<'static>),
         SchemaName::Fit => schema_for!(crate::fit::FitReport),
+        SchemaName::ShimMessage => schema_for!(crate::torch::message::ShimMessage),
     }
     .to_value()
 }

@@ -12,12 +12,14 @@ pub mod framework;
 pub mod home;
 pub mod hunt;
 pub mod inside;
+pub mod message;
 mod stale;
 pub mod view;
 pub mod warmup;
 
 use crate::timeline::{Micros, Series};
 use crate::trace::SharedTrace;
+use message::Kind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -28,8 +30,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 /// The shim's files (the marker tells other shims the folder is one), written where [`home::shim_folder`]
-/// says.
-pub const SHIM: [(&str, &str); 9] = [
+/// says: every file of `python/gpudoc/_shim/` (tests/torch_shim.rs checks that none is left out).
+pub const SHIM: [(&str, &str); 19] = [
     (
         "sitecustomize.py",
         include_str!("../../python/gpudoc/_shim/sitecustomize.py"),
@@ -41,6 +43,46 @@ pub const SHIM: [(&str, &str); 9] = [
     (
         "_gpudoc_torch.py",
         include_str!("../../python/gpudoc/_shim/_gpudoc_torch.py"),
+    ),
+    (
+        "_gpudoc_torch_pipe.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_pipe.py"),
+    ),
+    (
+        "_gpudoc_torch_peaks.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_peaks.py"),
+    ),
+    (
+        "_gpudoc_torch_steps.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_steps.py"),
+    ),
+    (
+        "_gpudoc_torch_clock.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_clock.py"),
+    ),
+    (
+        "_gpudoc_torch_leaks.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_leaks.py"),
+    ),
+    (
+        "_gpudoc_torch_phase.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_phase.py"),
+    ),
+    (
+        "_gpudoc_torch_events.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_events.py"),
+    ),
+    (
+        "_gpudoc_torch_start.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_start.py"),
+    ),
+    (
+        "_gpudoc_torch_cells.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_cells.py"),
+    ),
+    (
+        "_gpudoc_torch_notebook.py",
+        include_str!("../../python/gpudoc/_shim/_gpudoc_torch_notebook.py"),
     ),
     (
         "_gpudoc_hunt.py",
@@ -295,7 +337,10 @@ impl TorchTimeline {
             return false;
         };
         self.messages += 1;
-        let kind = v.get("k").and_then(|k| k.as_str()).unwrap_or("");
+        let Some(kind) = v.get("k").and_then(|k| k.as_str()).and_then(Kind::of) else {
+            self.bad_lines += 1;
+            return false;
+        };
         let t = v
             .get("t")
             .and_then(|t| t.as_f64())
@@ -306,32 +351,32 @@ impl TorchTimeline {
             return false;
         };
         match kind {
-            "hello" if !fw.is_torch() => {
+            Kind::Hello if !fw.is_torch() => {
                 self.frameworks
                     .insert((pid, fw), framework::Hello::from_message(&v));
             }
-            "hello" => {
+            Kind::Hello => {
                 let version = v.get("torch").and_then(|x| x.as_str()).unwrap_or("?");
                 self.versions.insert(pid, version.to_string());
             }
-            "error" => {
+            Kind::Error => {
                 let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
                 self.errors.push((pid, s("where"), s("error")));
             }
-            "hunt" => {
+            Kind::Hunt => {
                 if self.hunts.len() < MAX_HUNTS
                     && let Some(h) = hunt::Hunt::from_message(&v, start_unix)
                 {
                     self.hunts.push(h);
                 }
             }
-            "where" => {
+            Kind::Where => {
                 if let Some(w) = inside::Inside::from_message(&v, start_unix) {
                     inside::keep(&mut self.inside, w, MAX_HUNTS);
                 }
             }
-            "s" | "step" | "oom" => self.sample(kind, (pid, fw), &v, t, at),
-            "cell" => {
+            Kind::Sample | Kind::Step | Kind::Oom => self.sample(kind, (pid, fw), &v, t, at),
+            Kind::Cell => {
                 self.sample(kind, (pid, fw), &v, t, at);
                 let p = self.procs.get_mut(&(pid, u(&v, "dev") as u32, fw));
                 if let Some(p) = p {
@@ -341,10 +386,6 @@ impl TorchTimeline {
                     p.cells.push(cells::Cell::from_message(&v, start_unix));
                 }
             }
-            _ => {
-                self.bad_lines += 1;
-                return false;
-            }
         }
         true
     }
@@ -353,7 +394,7 @@ impl TorchTimeline {
     /// `cell`: at a notebook cell's end).
     fn sample(
         &mut self,
-        kind: &str,
+        kind: Kind,
         (pid, fw): (u32, framework::Framework),
         v: &serde_json::Value,
         t: Option<f64>,
@@ -394,14 +435,14 @@ impl TorchTimeline {
         p.ooms = p.ooms.max(u(v, "no"));
         p.device_allocs = p.device_allocs.max(u(v, "nda"));
         p.device_frees = p.device_frees.max(u(v, "ndf"));
-        if matches!(kind, "step" | "s") {
+        if matches!(kind, Kind::Step | Kind::Sample) {
             p.last_step = p.last_step.max(u(v, "step"));
         }
         // A record at a step, or one of the forward clock's (its first comes at the first call).
-        if kind == "step" || (kind == "s" && u(v, "fwd") > 0) {
+        if kind == Kind::Step || (kind == Kind::Sample && u(v, "fwd") > 0) {
             p.first_work_s = p.first_work_s.or(t);
         }
-        if kind == "step" {
+        if kind == Kind::Step {
             p.record_every = u(v, "n").max(1);
             if u(v, "c") > 0 {
                 p.shim_cost_us += u(v, "c");
@@ -420,7 +461,7 @@ impl TorchTimeline {
                 device_frees: u(v, "ndf"),
             });
         }
-        if kind == "oom" && self.ooms.len() < 32 {
+        if kind == Kind::Oom && self.ooms.len() < 32 {
             self.ooms.push(TorchOom {
                 pid,
                 framework: fw,

@@ -1,4 +1,4 @@
-"""The shim's notebook API (the last section of _gpudoc_torch.py; issue 45, item 5): the notebook extension
+"""The shim's notebook API (_gpudoc_torch_notebook.py; issue 45, item 5): the notebook extension
 calls it and nothing else of the shim's, each of its names is public, documented and called as the
 extension's `ShimApi` declares, and each does what the extension relies on. Real torch on the CPU."""
 import ast

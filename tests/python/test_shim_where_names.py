@@ -15,8 +15,7 @@ class Trainer(object):
 def test_an_object_with_a_million_attributes_is_not_read_whole(shim):
     trainer = Trainer()
     trainer.model = torch.nn.Linear(2, 2)  # found: among the first attributes
-    for i in range(1000000):
-        setattr(trainer, "a%d" % i, i)
+    vars(trainer).update(("a%d" % i, i) for i in range(1000000))  # as a million setattr, in a third
     looks = [0]
 
     def profile(frame, event, arg):

@@ -1,0 +1,210 @@
+"""The pipe to gpudoc and the allocator's readings: each message written whole (under PIPE_BUF) to the
+pipe, checked to still be gpudoc's, with SIGPIPE held off; a record of the allocator per device in use.
+
+Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its namespace)."""
+
+import gc
+import json
+import os
+import signal
+import time
+
+# The names of the module's other parts this one uses, for the linters (at run time they are this
+# module's globals).
+MYPY = False
+if MYPY:
+    from gpudoc._shim._gpudoc_torch import (F, GROWTH_WINDOW, RESCAN_EVERY, S)
+    from gpudoc._shim._gpudoc_torch_peaks import (_fold, _keep)
+    from gpudoc._shim._gpudoc_torch_cells import (CELL, _copy)
+
+
+def _rank_field(name, value):
+    if value is None:
+        return ""
+    if value and all("0" <= c <= "9" for c in value):
+        return ',"%s":%d' % (name, int(value))
+    return ',"%s":%s' % (name, json.dumps(value))
+
+
+def _identify():
+    """The fields every message carries: who sent it."""
+    S.tail = (
+        ',"pid":%d' % os.getpid()
+        + _rank_field("rank", os.environ.get("RANK"))
+        + _rank_field("local_rank", os.environ.get("LOCAL_RANK"))
+        + "}\n"
+    )
+
+
+def _open():
+    fd = os.open(S.pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if fd < 3:
+        # A standard descriptor the program closed stays closed for it (its writes fail as they would,
+        # its next file gets that number): the pipe moves above them.
+        import fcntl
+
+        low = fd
+        try:
+            fd = fcntl.fcntl(low, fcntl.F_DUPFD_CLOEXEC, 3)
+        finally:
+            os.close(low)
+    st = os.fstat(fd)
+    S.fd, S.fd_id = fd, (st.st_dev, st.st_ino)
+
+
+def _still_ours():
+    """The descriptor is still gpudoc's pipe: a program may close it and open its own file in its place."""
+    try:
+        st = os.fstat(S.fd)
+        return (st.st_dev, st.st_ino) == S.fd_id
+    except OSError:
+        return False
+
+
+def _send(body):
+    """Writes one message (under PIPE_BUF, so processes writing at once never interleave)."""
+    if CELL.copies is not None:
+        _copy(body + S.tail)
+    if S.dead:
+        return
+    data = (body + S.tail).encode()
+    if len(data) > 4000:
+        return
+    try:
+        if S.fd is None or not _still_ours():
+            _open()
+    except OSError:
+        S.dead = True
+        return
+    # A program that restored SIGPIPE's default would die writing to a pipe gpudoc has left: the signal
+    # is held off while writing, and the one a failed write raised is taken back, even when the program
+    # holds SIGPIPE off itself (it would be delivered once the program lets it through). One already
+    # pending is the program's own: a second one is the same one, and it is left.
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+    theirs = signal.SIGPIPE in old and signal.SIGPIPE in signal.sigpending()
+    try:
+        os.write(S.fd, data)
+    except BlockingIOError:
+        pass  # gpudoc is behind: this record is dropped, the program is never held up
+    except OSError:
+        S.dead = True
+        if not theirs:
+            signal.sigtimedwait({signal.SIGPIPE}, 0)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _fail(where, exc):
+    try:
+        _send('{"k":"error","where":%s,"error":%s' % (
+            json.dumps(where), json.dumps("%s: %s" % (type(exc).__name__, exc))))
+    except Exception:
+        pass
+    S.dead = True
+
+
+def _cur(stats, key):
+    return stats.get(key, {}).get("all", {}).get("current", 0)
+
+
+def _peak(stats, key):
+    return stats.get(key, {}).get("all", {}).get("peak", 0)
+
+
+def _numbers(stats, device, peaks=None):
+    """The allocator's numbers, with the peaks over those a reset erased since the last record; `peaks`:
+    another view's (a notebook cell's), None where not known."""
+    if peaks is None:
+        fold = S.folded.pop(device, (0, 0))
+        peaks = (max(_peak(stats, "allocated_bytes"), fold[0]), max(_peak(stats, "reserved_bytes"), fold[1]))
+        S.recorded_peak[device] = peaks[0]
+    known = "".join(',"%s":%d' % (k, v) for k, v in zip(("pa", "pr"), peaks) if v is not None)
+    return '"dev":%d,"t":%.6f,"a":%d,"r":%d%s,"i":%d,"nr":%d,"no":%d,"nda":%d,"ndf":%d' % (
+        device,
+        time.time(),
+        _cur(stats, "allocated_bytes"),
+        _cur(stats, "reserved_bytes"),
+        known,
+        _cur(stats, "inactive_split_bytes"),
+        stats.get("num_alloc_retries", 0),
+        stats.get("num_ooms", 0),
+        stats.get("num_device_alloc", 0),
+        stats.get("num_device_free", 0),
+    )
+
+
+def _uuid(device):
+    if device not in S.uuids:
+        try:
+            u = str(S.torch.cuda.get_device_properties(device).uuid)
+            S.uuids[device] = u if u.startswith("GPU-") else "GPU-" + u
+        except Exception:
+            S.uuids[device] = None
+        if S.uuids[device]:
+            return ',"uuid":"%s"' % S.uuids[device]
+    return ""
+
+
+def _devices():
+    """The devices this process has allocated on (reading a device's statistics creates no context)."""
+    if S.devices is None or S.records % RESCAN_EVERY == 0:
+        stats = S.orig_stats
+        S.devices = [
+            d for d in range(S.torch.cuda.device_count()) if stats(d).get("num_device_alloc", 0)
+        ]
+    return S.devices
+
+
+def _record(step, covered, kind="step", fwd=None):
+    """One record per device in use: the numbers now and the peaks over the steps since the last one. With
+    `fwd` (the forward clock's count, see _on_forward), a reading at a forward call: an `s` record with
+    its count, over the calls `covered` since the last."""
+    clocked = kind == "step" or fwd is not None
+    for d in _devices():
+        stats = S.orig_stats(d)
+        if fwd is None:
+            head, cost, period = '{"k":"%s","step":%d,"n":%d,' % (kind, step, covered), S.last_cost, S.period
+        else:
+            head, cost, period = '{"k":"s","step":%d,"fwd":%d,"n":%d,' % (step, fwd, covered), F.last_cost, \
+                F.period
+        body = head + '%s%s,"c":%d,"p":%d' % (_numbers(stats, d), _uuid(d), cost * 1e6, period * 1e6)
+        if S.reset_peaks and clocked:
+            _keep(d, stats)
+            if CELL.open:
+                _fold(CELL.erased, d, stats)
+            S.orig_reset(d)
+        _send(body)
+        if clocked:
+            seen = S.growth.setdefault(d, [])
+            seen.append(_cur(stats, "allocated_bytes"))
+            del seen[:-GROWTH_WINDOW]
+
+
+def _uncollected(record):
+    """Runs `record`: what it allocates never starts a collection the program's gc.callbacks would see in
+    its step: the collector is off meanwhile, and what was allocated is freed before it is on again."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        record()
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _send_big(obj):
+    """A message that may not fit one pipe write: written to a file beside the pipe, which gpudoc reads."""
+    body = json.dumps(obj, separators=(",", ":"))[:-1]
+    if len(body) + len(S.tail) < 4000:
+        _send(body)
+        return
+    if CELL.copies is not None:
+        _copy(body + S.tail)
+    if S.dead or not S.pipe:
+        return
+    S.files += 1
+    name = "hunt-%d-%d.json" % (os.getpid(), S.files)
+    path = os.path.join(os.path.dirname(S.pipe), name)
+    with open(path, "w") as f:
+        f.write(body + S.tail)
+    _send('{"k":"file","name":"%s"' % name)
