@@ -12,7 +12,7 @@ import sys
 # module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (HUNT, S, STEP_HOOK, WARMUP_STEPS, WHERE, _like, _patches,
+    from gpudoc._shim._gpudoc_torch import (HUNT, S, STEP_HOOK, WHERE, _like, _patches,
         _precompile, _readable_parts)
     from gpudoc._shim._gpudoc_torch_pipe import (_fail, _identify)
     from gpudoc._shim._gpudoc_torch_peaks import (_user_reset, _user_stats)
