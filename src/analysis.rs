@@ -7,7 +7,7 @@ use crate::oom::scan::{FirstFailure, OomEvent, Scanner};
 use crate::oom::{self, Ending, HostOom};
 use crate::orphans::end::EndResult;
 use crate::procs::ProcInfo;
-use crate::report::{Inputs, Report};
+use crate::report::{Inputs, Moment, Report};
 use crate::rules::RuleSet;
 use crate::sample::Rates;
 use crate::supervise::{Outcome, ProcessEnd};
@@ -51,6 +51,15 @@ pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
 pub fn analyze_so_far(ev: Evidence, rules: &RuleSet) -> Report {
     let mut report = build(ev);
     report.live = true;
+    crate::rules::diagnose(&mut report, rules);
+    report
+}
+
+/// The report of one moment (`gpudoc watch`'s look at the machine: `ev`'s timeline is one sample): the
+/// same stage, with the facts saying it is a look (`run.look`) and what the look knows besides.
+pub fn analyze_moment(ev: Evidence, moment: Moment, rules: &RuleSet) -> Report {
+    let mut report = build(ev);
+    report.moment = Some(moment);
     crate::rules::diagnose(&mut report, rules);
     report
 }

@@ -40,11 +40,8 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
         // be read, without it (`gpudoc orphans` says why).
         let left = orphans::record::Record::living_here(s.leftovers.as_ref()).unwrap_or_default();
         let listing = orphans::listing(memory, &s.dev_prefix, &left);
-        let mut frame = Frame::of(listing, &gpus, me, &s.rules);
-        if let Some(dir) = &s.runs {
-            frame.with_runs(&crate::runs::read(dir), unix_s());
-        }
-        frame
+        let runs = s.runs.as_deref().map(crate::runs::read).unwrap_or_default();
+        Frame::of(listing, &gpus, me, &s.rules, &runs, unix_s())
     };
     let latest = Arc::new(Mutex::new(look()));
     let server = match s.metrics {

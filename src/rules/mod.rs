@@ -9,7 +9,6 @@ pub mod facts;
 pub mod forecast;
 pub mod growth;
 pub mod live;
-pub mod look;
 pub mod phase;
 pub mod serving;
 pub mod story;
