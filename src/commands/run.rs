@@ -203,6 +203,7 @@ impl Session {
             command: lossy(&s.command),
             started_unix_s: unix_s(start_wall),
             rates: s.rates,
+            seen: Default::default(),
         });
         let verdicts = live_verdicts::LiveVerdicts::start(
             sources.clone(),
