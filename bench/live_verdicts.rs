@@ -6,8 +6,8 @@
 
 use gpudoc::analysis::{self, Evidence};
 use gpudoc::gpu::GpuInfo;
+use gpudoc::live::verdicts::Verdicts;
 use gpudoc::rules::RuleSet;
-use gpudoc::rules::live::Verdicts;
 use gpudoc::sample::MAX_POINTS;
 use gpudoc::sample::Rates;
 use gpudoc::timeline::{GpuTimeline, Timeline};

@@ -6,9 +6,7 @@
 pub mod bundled;
 mod deferred;
 pub mod facts;
-pub mod forecast;
 pub mod growth;
-pub mod live;
 pub mod phase;
 pub mod serving;
 pub mod story;

@@ -8,11 +8,11 @@
 //! exactly, so a verdict comes at the run's look or one look earlier. A trace holds changes only: at each
 //! look, every series is taken to hold its last value up to that moment, as the sampler's did.
 
-use super::{Header, LoadError, ReadRow, Rebuild, Trace};
+use super::verdicts::{EVERY, Verdicts};
 use crate::analysis::{self, EndRow, Evidence};
 use crate::oom::scan::Scanner;
+use crate::replay::{Header, LoadError, ReadRow, Rebuild, Trace};
 use crate::rules::RuleSet;
-use crate::rules::live::{EVERY, Verdicts};
 use crate::timeline::{Micros, Timeline};
 use crate::torch::TorchTimeline;
 use crate::trace::Row;
@@ -20,7 +20,7 @@ use std::path::Path;
 
 /// The verdicts `gpudoc run` would have told, and when, over the recorded run in `path`.
 pub fn verdicts(path: &Path, rules: &RuleSet) -> Result<Verdicts, LoadError> {
-    let (rows, end) = timed(super::rows(path)?);
+    let (rows, end) = timed(crate::replay::rows(path)?);
     let mut b = Rebuild::default();
     let mut verdicts = Verdicts::new(rules.live_ids());
     let every = EVERY.as_secs_f64();
@@ -31,7 +31,8 @@ pub fn verdicts(path: &Path, rules: &RuleSet) -> Result<Verdicts, LoadError> {
             observe(&b, end.as_ref(), look, rules, &mut verdicts);
             look += every;
         }
-        b.apply(row).map_err(|what| super::bad(path, n, what))?;
+        b.apply(row)
+            .map_err(|what| crate::replay::bad(path, n, what))?;
         last = at;
     }
     // The looks still to come before the command ended; a trace without its end stops at its last row.
@@ -159,16 +160,16 @@ mod tests {
             "/fixtures/leaks/list.trace.jsonl"
         ));
         let rules = RuleSet::load(None, &[]).unwrap();
-        let (rows, end) = timed(super::super::rows(path).unwrap());
+        let (rows, end) = timed(crate::replay::rows(path).unwrap());
         let end = end.as_ref();
         let mut b = Rebuild::default();
         let mut seen = Timeline::default();
         let both = |b: &Rebuild, seen: &mut Timeline, at_s: f64| {
-            seen.catch_up(&b.trace.timeline);
-            let (header, torch) = (b.trace.header.clone(), b.trace.torch.clone());
+            seen.catch_up(&b.trace().timeline);
+            let (header, torch) = (b.trace().header.clone(), b.trace().torch.clone());
             let whole = so_far(
                 header.clone(),
-                b.trace.timeline.clone(),
+                b.trace().timeline.clone(),
                 torch.clone(),
                 end,
                 at_s,
@@ -201,15 +202,15 @@ mod tests {
         // The run's final report, from the looks' copy and from the whole timeline.
         let last = |timeline: Timeline| {
             let mut ev = so_far(
-                b.trace.header.clone(),
+                b.trace().header.clone(),
                 timeline,
-                b.trace.torch.clone(),
+                b.trace().torch.clone(),
                 end,
                 1e9,
             );
             ev.outcome = end.unwrap().outcome();
             analysis::analyze(ev, &rules)
         };
-        assert_eq!(last(seen), last(b.trace.timeline.clone()));
+        assert_eq!(last(seen), last(b.trace().timeline.clone()));
     }
 }
