@@ -6,8 +6,8 @@
 
 use gpudoc::analysis::{self, Evidence};
 use gpudoc::gpu::GpuInfo;
+use gpudoc::live::verdicts::Verdicts;
 use gpudoc::rules::RuleSet;
-use gpudoc::rules::live::Verdicts;
 use gpudoc::sample::MAX_POINTS;
 use gpudoc::sample::Rates;
 use gpudoc::timeline::{GpuTimeline, Timeline};
@@ -64,7 +64,7 @@ fn look(base: &(Timeline, TorchTimeline), rules: &RuleSet) -> Duration {
     let mut took: Vec<Duration> = (0..5)
         .map(|i| {
             let t = Instant::now();
-            let r = analysis::analyze_so_far(evidence(base.0.clone(), base.1.clone()), rules);
+            let r = analysis::analyze_so_far(&evidence(base.0.clone(), base.1.clone()), rules);
             v.observe(&r, i as f64);
             t.elapsed()
         })

@@ -62,7 +62,7 @@ fn main() {
         .map(|_| {
             let l = listing.clone();
             let t = Instant::now();
-            let f = Frame::of(l, &gpus, 1000, &rules);
+            let f = Frame::of(l, &gpus, 1000, &rules, &[], 0.0);
             let elapsed = t.elapsed();
             assert!(f.rule_errors.is_empty(), "{:?}", f.rule_errors);
             assert!(f.diagnoses.len() >= 8 + 10 + 20, "{}", f.diagnoses.len());

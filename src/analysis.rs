@@ -7,7 +7,7 @@ use crate::oom::scan::{FirstFailure, OomEvent, Scanner};
 use crate::oom::{self, Ending, HostOom};
 use crate::orphans::end::EndResult;
 use crate::procs::ProcInfo;
-use crate::report::{Inputs, Report};
+use crate::report::{Inputs, Moment, Report};
 use crate::rules::RuleSet;
 use crate::sample::Rates;
 use crate::supervise::{Outcome, ProcessEnd};
@@ -41,29 +41,40 @@ pub struct Evidence {
 
 /// The report of a run, diagnosed by `rules`: a function of the evidence alone.
 pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
-    let mut report = build(ev);
+    let mut report = build(&ev);
     crate::rules::diagnose(&mut report, rules);
     report
 }
 
 /// The report of a run still going, on the evidence so far: the same stage, with the facts saying the
-/// run is live (`run.live`), so that a rule can ask more of a run that is not over.
-pub fn analyze_so_far(ev: Evidence, rules: &RuleSet) -> Report {
+/// run is live (`run.live`), so that a rule can ask more of a run that is not over. It borrows the
+/// evidence: a look at a run in progress copies nothing of it (`Timeline::catch_up` keeps it).
+pub fn analyze_so_far(ev: &Evidence, rules: &RuleSet) -> Report {
     let mut report = build(ev);
     report.live = true;
     crate::rules::diagnose(&mut report, rules);
     report
 }
 
-fn build(ev: Evidence) -> Report {
+/// The report of one moment (`gpudoc watch`'s look at the machine: `ev`'s timeline is one sample): the
+/// same stage, with the facts saying it is a look (`run.look`) and what the look knows besides.
+pub fn analyze_moment(ev: Evidence, moment: Moment, rules: &RuleSet) -> Report {
+    let mut report = build(&ev);
+    report.moment = Some(moment);
+    crate::rules::diagnose(&mut report, rules);
+    report
+}
+
+fn build(ev: &Evidence) -> Report {
     let recorded_end = ev.outcome.as_ref().map(|o| o.end);
     let torch_enabled = ev.torch.is_some();
-    let torch_timeline = ev.torch.unwrap_or_default();
+    let none = TorchTimeline::default();
+    let torch_timeline = ev.torch.as_ref().unwrap_or(&none);
     let (ending, oom_report, host_oom) = oom::classify(&oom::Evidence {
         end: recorded_end.unwrap_or(ProcessEnd::Exited(1)),
         scanner: &ev.scanner,
         timeline: &ev.timeline,
-        host: ev.host,
+        host: ev.host.clone(),
         torch_ooms: &torch_timeline.ooms,
         cuda_visible_devices: ev.origin.cuda_visible_devices.as_deref(),
     });
@@ -74,12 +85,12 @@ fn build(ev: Evidence) -> Report {
         (None, None) => Ending::Unknown,
     };
     let torch_report = torch::view::build(
-        &torch_timeline,
+        torch_timeline,
         &ev.timeline,
         &ev.timeline.gpu_infos(),
         torch_enabled,
     );
-    let mut notes = ev.notes;
+    let mut notes = ev.notes.clone();
     if !torch_timeline.errors.is_empty() {
         notes.push(format!(
             "the PyTorch view was lost in {} process(es): {}",
@@ -88,11 +99,11 @@ fn build(ev: Evidence) -> Report {
         ));
     }
     Report::build(Inputs {
-        origin: ev.origin,
-        command: ev.command,
+        origin: ev.origin.clone(),
+        command: ev.command.clone(),
         started_unix_s: ev.started_unix_s,
         outcome: ev.outcome.as_ref(),
-        nvml: ev.nvml,
+        nvml: ev.nvml.clone(),
         rates: ev.rates,
         timeline: &ev.timeline,
         leftovers: &ev.leftovers,

@@ -18,8 +18,6 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
-pub mod live;
-
 /// Report schemas this gpudoc still reads (their missing fields take their defaults).
 const OLD_REPORTS: &[&str] = &["gpudoc.report/1"];
 
@@ -394,7 +392,7 @@ fn each_row(
     Ok(())
 }
 
-fn bad(path: &Path, line: usize, what: String) -> LoadError {
+pub(crate) fn bad(path: &Path, line: usize, what: String) -> LoadError {
     LoadError::Bad {
         path: path.display().to_string(),
         line,
@@ -412,6 +410,12 @@ pub(crate) struct Rebuild {
 impl Rebuild {
     pub(crate) fn apply(&mut self, row: ReadRow) -> Result<(), String> {
         apply_row(&mut self.trace, &mut self.sums, row)
+    }
+
+    /// The trace as the rows applied so far left it (a job summed from process rows not finished).
+    #[cfg(test)]
+    pub(crate) fn trace(&self) -> &Trace {
+        &self.trace
     }
 
     /// The trace so far, as the rows applied give it.

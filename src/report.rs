@@ -61,6 +61,22 @@ pub struct Report {
     /// A report of the run so far, made while it runs (live verdicts, `--metrics`): never written.
     #[serde(skip)]
     pub live: bool,
+    /// A report of one moment, not of a run (`gpudoc watch`'s look at the machine): never written.
+    #[serde(skip)]
+    pub moment: Option<Moment>,
+}
+
+/// One look at the machine (`gpudoc watch`): no job ran, so "the job" is the watcher's own processes (its
+/// uid), "others" are other users', and what is held now stands where a run has its peaks (the report's
+/// timeline is one sample, at 0 s). What a look knows that a run does not is here.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Moment {
+    /// The watcher's uid.
+    pub me: u32,
+    /// Every process holding GPU memory or a device file, judged as `gpudoc orphans` judges it.
+    pub holders: Vec<crate::orphans::Holder>,
+    /// What the runs in progress forecast, seen at this moment.
+    pub forecasts: Vec<crate::runs::RunForecast>,
 }
 
 /// One node's run in a merged report.
@@ -351,6 +367,7 @@ impl Report {
             diagnoses: Vec::new(),
             forecasts: Vec::new(),
             live: false,
+            moment: None,
             gate: None,
             rule_errors: Vec::new(),
             notes: i.notes,

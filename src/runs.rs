@@ -19,6 +19,47 @@ pub struct Published {
     pub forecasts: Vec<Forecast>,
 }
 
+/// A GPU a run in progress forecasts full, as seen at one moment (`gpudoc watch`'s look).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunForecast {
+    pub gpu: u32,
+    /// Seconds from this moment until it is full.
+    pub full_in_s: f64,
+    /// The run's gpudoc, its command, and the rule that forecast it.
+    pub pid: u32,
+    pub command: String,
+    pub rule: String,
+    /// In words, as the run says its forecasts, with the run named (the look rule `forecast` says it).
+    #[serde(skip)]
+    pub words: String,
+}
+
+/// What the runs in progress forecast, seen at `now_unix_s`: each run's latest estimate, brought to now.
+pub fn forecasts_at(runs: &[Published], now_unix_s: f64) -> Vec<RunForecast> {
+    let mut out = Vec::new();
+    for r in runs {
+        let at_s = now_unix_s - r.started_unix_s;
+        for f in &r.forecasts {
+            let now = crate::verdict::Estimate { at_s, ..f.last };
+            let command = crate::units::shorten(&crate::units::printable(&r.command), 60);
+            out.push(RunForecast {
+                gpu: f.gpu,
+                full_in_s: now.full_in_s().max(0.0),
+                pid: r.pid,
+                command: r.command.clone(),
+                rule: f.rule.clone(),
+                words: format!(
+                    "{} (gpudoc run, pid {}, {}: {command})",
+                    f.words(&now),
+                    r.pid,
+                    f.rule
+                ),
+            });
+        }
+    }
+    out
+}
+
 fn file(dir: &Path, pid: u32) -> PathBuf {
     dir.join(format!("{pid}.json"))
 }

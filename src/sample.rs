@@ -500,13 +500,15 @@ impl Sampler {
         None
     }
 
-    /// A function that gives the timeline so far and NVML's status (a copy, taken under the lock the
-    /// sampler takes between NVML calls).
-    pub fn reader(&self) -> impl Fn() -> (Timeline, Option<NvmlStatus>) + Send + Sync + use<> {
+    /// A function that brings a copy of the timeline up to date with the timeline so far, taking only
+    /// what the copy lacks ([`Timeline::catch_up`]), under the lock the sampler takes between NVML calls;
+    /// and gives NVML's status.
+    pub fn reader(&self) -> impl Fn(&mut Timeline) -> Option<NvmlStatus> + Send + Sync + use<> {
         let shared = self.shared.clone();
-        move || {
+        move |copy| {
             let s = shared.lock().unwrap();
-            (s.timeline.clone(), s.nvml.clone())
+            copy.catch_up(&s.timeline);
+            s.nvml.clone()
         }
     }
 

@@ -17,6 +17,10 @@ pub struct Series {
     peak_at: Micros,
     samples: u64,
     last_at: Micros,
+    /// How many times [`Series::thin_to`] rewrote the points: a copy kept up to date by
+    /// [`Series::catch_up`] knows from it that the points it has are no longer the series'.
+    #[serde(skip)]
+    thinned: u32,
 }
 
 impl Series {
@@ -90,6 +94,7 @@ impl Series {
         if self.points.len() <= max.max(2) {
             return;
         }
+        self.thinned += 1;
         let last = *self.points.last().unwrap();
         let merged: Vec<(Micros, u64)> = self
             .points
@@ -101,6 +106,20 @@ impl Series {
         if self.points.last() != Some(&last) {
             self.points.push(last);
         }
+    }
+
+    /// Brings this copy of `source` up to date, taking only the points it lacks: a series only grows at its
+    /// end, but when `source` was thinned since, its points are taken again (once per thinning, which
+    /// halves them, so every point is copied a bounded number of times however long the run).
+    pub fn catch_up(&mut self, source: &Series) {
+        if self.thinned != source.thinned || self.points.len() > source.points.len() {
+            self.clone_from(source);
+            return;
+        }
+        self.points
+            .extend_from_slice(&source.points[self.points.len()..]);
+        (self.peak, self.peak_at) = (source.peak, source.peak_at);
+        (self.samples, self.last_at) = (source.samples, source.last_at);
     }
 
     /// The highest value the series had at any moment in [lo, hi].
@@ -233,6 +252,45 @@ impl Timeline {
         (seen <= look + FIRST_LOOK_SLACK).then(|| p.used.first().unwrap_or(0))
     }
 
+    /// Brings this copy of `source` up to date, taking only what it lacks: the points each series gained
+    /// since the last catch-up, and the GPUs and processes new since. What a look at a run in progress
+    /// does instead of copying the whole timeline, whose copy grows with the run.
+    pub fn catch_up(&mut self, source: &Timeline) {
+        self.gpus.truncate(source.gpus.len());
+        for (i, g) in source.gpus.iter().enumerate() {
+            match self.gpus.get_mut(i) {
+                Some(mine) if mine.info == g.info => {
+                    mine.used.catch_up(&g.used);
+                    mine.job.catch_up(&g.job);
+                    mine.driver_reserved = g.driver_reserved;
+                    mine.lost.clone_from(&g.lost);
+                    mine.unsupported.clone_from(&g.unsupported);
+                }
+                Some(mine) => *mine = g.clone(),
+                None => self.gpus.push(g.clone()),
+            }
+        }
+        self.procs.retain(|k, _| source.procs.contains_key(k));
+        for (k, p) in &source.procs {
+            match self.procs.get_mut(k) {
+                Some(mine) => {
+                    mine.used.catch_up(&p.used);
+                    mine.in_job = p.in_job;
+                    mine.visible = p.visible;
+                    mine.uid = p.uid;
+                    mine.ppid = p.ppid;
+                    mine.cmdline.clone_from(&p.cmdline);
+                }
+                None => {
+                    self.procs.insert(*k, p.clone());
+                }
+            }
+        }
+        self.device_samples = source.device_samples;
+        self.process_samples = source.process_samples;
+        self.heap_bytes = source.heap_bytes;
+    }
+
     /// The GPU with NVML index `index`.
     pub fn gpu_mut(&mut self, index: u32) -> Option<&mut GpuTimeline> {
         self.gpus.iter_mut().find(|g| g.info.index == index)
@@ -328,5 +386,60 @@ mod tests {
         s.push(0, 1);
         s.push(1002, 7);
         assert_eq!(s.bucket_max(1003, 4), vec![1, 1, 1, 7]);
+    }
+
+    #[test]
+    fn a_copy_caught_up_now_and_then_is_the_timeline_through_thinning_and_new_processes() {
+        let info = |index| GpuInfo {
+            index,
+            name: "NVIDIA H200".into(),
+            uuid: format!("GPU-{index}"),
+            total_bytes: 100,
+        };
+        let mut t = Timeline::default();
+        t.gpus.push(GpuTimeline::new(info(0)));
+        let mut copy = Timeline::default();
+        for i in 0..5_000u64 {
+            // Memory that changes at every sample, thinned at 64 points as the sampler thins at its
+            // MAX_POINTS: the copy's points are rewritten every few dozen samples.
+            let g = &mut t.gpus[0];
+            g.used.push(i * 10, (i * 7919) % 1000);
+            g.used.thin_to(64);
+            g.job.push(i * 10, i % 13);
+            if i == 1_000 {
+                t.gpus.push(GpuTimeline::new(info(1)));
+            }
+            if i >= 1_000 {
+                t.gpus[1].used.push(i * 10, i % 3);
+            }
+            let pid = (i / 700) as u32;
+            let p = t.procs.entry((0, pid)).or_insert_with(|| ProcTimeline {
+                pid,
+                gpu: 0,
+                in_job: true,
+                visible: true,
+                cmdline: format!("p{pid}"),
+                uid: None,
+                ppid: None,
+                used: Series::default(),
+            });
+            p.used.push(i * 10, i % 5);
+            if i % 97 == 0 || i % 101 == 0 {
+                copy.catch_up(&t);
+                let same = |a: &Timeline, b: &Timeline| {
+                    a.gpus.len() == b.gpus.len()
+                        && a.gpus
+                            .iter()
+                            .zip(&b.gpus)
+                            .all(|(x, y)| x.info == y.info && x.used == y.used && x.job == y.job)
+                        && a.procs.len() == b.procs.len()
+                        && a.procs.iter().zip(&b.procs).all(|(x, y)| {
+                            x.0 == y.0 && x.1.used == y.1.used && x.1.cmdline == y.1.cmdline
+                        })
+                };
+                assert!(same(&copy, &t), "at sample {i}");
+            }
+        }
+        assert!(t.gpus[0].used.thinned > 10, "{}", t.gpus[0].used.thinned);
     }
 }

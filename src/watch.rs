@@ -1,18 +1,22 @@
 //! `gpudoc watch`: every GPU and every process holding memory, judged as `gpudoc orphans` judges them,
-//! and diagnosed by the rules with `look = true` on the facts of the look (`rules::look`). A [`Frame`] is
+//! and diagnosed by the rules with `look = true` as a run is: the look is a report of one moment
+//! (`analysis::analyze_moment`), through the run's facts and rules. A [`Frame`] is
 //! one look; it renders as a terminal screen, a JSON line or CSV rows, and as Prometheus metrics. Pure:
 //! the loop, the terminal and the keys are in `commands/watch.rs`.
 
+use crate::analysis::{self, Evidence};
 use crate::gpu::GpuInfo;
 use crate::metrics::{GpuView, ProcView, View};
 use crate::orphans::{Holder, Listing, Verdict};
 use crate::paint::Paint;
+use crate::report::Moment;
 use crate::rules::RuleSet;
-use crate::rules::facts::Facts;
-use crate::rules::look::GpuNow;
+use crate::runs::RunForecast;
+use crate::timeline::{GpuTimeline, ProcTimeline, Series, Timeline};
 use crate::units::{fmt_bytes, printable, shorten};
 use crate::verdict::{Diagnosis, Severity};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::fmt::Write;
 
 /// One look at the machine.
@@ -29,18 +33,6 @@ pub struct Frame {
     pub forecasts: Vec<RunForecast>,
     /// Why NVML could not be asked, if it could not.
     pub nvml_error: Option<String>,
-}
-
-/// A GPU a run in progress forecasts full.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunForecast {
-    pub gpu: u32,
-    /// Seconds from this look until it is full.
-    pub full_in_s: f64,
-    /// The run's gpudoc, its command, and the rule that forecast it.
-    pub pid: u32,
-    pub command: String,
-    pub rule: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -83,9 +75,17 @@ impl Sort {
 }
 
 impl Frame {
-    /// The frame of a listing, diagnosed by `rules` (the look rules); `me` is the watcher's uid (its
-    /// processes are "the job", other uids' are "others'").
-    pub fn of(listing: Listing, gpus: &[GpuInfo], me: u32, rules: &RuleSet) -> Frame {
+    /// The frame of a listing, diagnosed by `rules` (the look rules) as a report of this one moment; `me`
+    /// is the watcher's uid (its processes are "the job", other uids' are "others'"), `runs` the runs in
+    /// progress, whose forecasts are seen at `now_unix_s`.
+    pub fn of(
+        listing: Listing,
+        gpus: &[GpuInfo],
+        me: u32,
+        rules: &RuleSet,
+        runs: &[crate::runs::Published],
+        now_unix_s: f64,
+    ) -> Frame {
         let gpus: Vec<GpuLine> = gpus
             .iter()
             .map(|g| GpuLine {
@@ -100,55 +100,15 @@ impl Frame {
                 total_bytes: g.total_bytes,
             })
             .collect();
-        let now: Vec<GpuNow> = gpus
-            .iter()
-            .map(|g| GpuNow {
-                index: g.index,
-                name: &g.name,
-                used_bytes: g.used_bytes,
-                total_bytes: g.total_bytes,
-            })
-            .collect();
-        let (diagnoses, rule_errors) = rules.evaluate(&Facts::of_look(&now, &listing.holders, me));
+        let report = moment(&gpus, listing.holders, me, rules, runs, now_unix_s);
+        let moment = report.moment.unwrap_or_default();
         Frame {
             gpus,
-            processes: listing.holders,
-            diagnoses,
-            rule_errors,
-            forecasts: Vec::new(),
+            processes: moment.holders,
+            diagnoses: report.diagnoses,
+            rule_errors: report.rule_errors,
+            forecasts: moment.forecasts,
             nvml_error: listing.nvml_error,
-        }
-    }
-
-    /// Adds what the runs in progress forecast, seen at `now_unix_s`: each as a `forecast` diagnosis.
-    pub fn with_runs(&mut self, runs: &[crate::runs::Published], now_unix_s: f64) {
-        for r in runs {
-            let at_s = now_unix_s - r.started_unix_s;
-            for f in &r.forecasts {
-                let now = crate::verdict::Estimate { at_s, ..f.last };
-                let mut d = diagnosis(
-                    "forecast",
-                    Severity::Warn,
-                    "A run in progress forecasts this GPU full",
-                    format!("GPU {}", f.gpu),
-                    format!(
-                        "{} (gpudoc run, pid {}, {}: {})",
-                        f.words(&now),
-                        r.pid,
-                        f.rule,
-                        shorten(&printable(&r.command), 60)
-                    ),
-                );
-                d.gpu = Some(format!("GPU {}", f.gpu));
-                self.diagnoses.push(d);
-                self.forecasts.push(RunForecast {
-                    gpu: f.gpu,
-                    full_in_s: now.full_in_s().max(0.0),
-                    pid: r.pid,
-                    command: r.command.clone(),
-                    rule: f.rule.clone(),
-                });
-            }
         }
     }
 
@@ -237,6 +197,73 @@ impl Frame {
     }
 }
 
+/// The report of one look, diagnosed by `rules`: the look's GPUs and holders as a run's timeline of one
+/// moment, through the run's analysis, facts and rules.
+fn moment(
+    gpus: &[GpuLine],
+    holders: Vec<Holder>,
+    me: u32,
+    rules: &RuleSet,
+    runs: &[crate::runs::Published],
+    now_unix_s: f64,
+) -> crate::report::Report {
+    let ev = Evidence {
+        started_unix_s: now_unix_s,
+        timeline: timeline(gpus, &holders, me),
+        ..Evidence::default()
+    };
+    let moment = Moment {
+        me,
+        holders,
+        forecasts: crate::runs::forecasts_at(runs, now_unix_s),
+    };
+    analysis::analyze_moment(ev, moment, rules)
+}
+
+/// The look as a timeline of one sample, at 0 s: each GPU's memory in use and the watcher's processes'
+/// sum on it (the job's series), and each holder's memory on each GPU. A holder with no memory anywhere
+/// (a device file open) has no row: the facts take it from the moment's holders.
+fn timeline(gpus: &[GpuLine], holders: &[Holder], me: u32) -> Timeline {
+    let mut t = Timeline::default();
+    for g in gpus {
+        let mut gt = GpuTimeline::new(GpuInfo {
+            index: g.index,
+            name: g.name.clone(),
+            uuid: g.uuid.clone(),
+            total_bytes: g.total_bytes,
+        });
+        gt.used.push(0, g.used_bytes);
+        t.gpus.push(gt);
+    }
+    let mut job: HashMap<u32, u64> = HashMap::new();
+    for h in holders {
+        let in_job = h.uid == Some(me);
+        for &(gpu, bytes) in h.gpu_bytes.iter().filter(|g| g.1 > 0) {
+            if in_job {
+                *job.entry(gpu).or_default() += bytes;
+            }
+            let mut used = Series::default();
+            used.push(0, bytes);
+            let p = ProcTimeline {
+                pid: h.pid,
+                gpu,
+                in_job,
+                // Its owner is read from /proc: a ghost, which /proc does not have, has none.
+                visible: h.uid.is_some(),
+                cmdline: h.cmdline.clone(),
+                uid: h.uid,
+                ppid: h.ppid,
+                used,
+            };
+            t.procs.insert((gpu, h.pid), p);
+        }
+    }
+    for g in &mut t.gpus {
+        g.job.push(0, job.get(&g.info.index).copied().unwrap_or(0));
+    }
+    t
+}
+
 /// The header of [`Frame::csv`].
 pub const CSV_HEADER: &str = "unix_s,gpu,used_bytes,total_bytes,pid,bytes,verdict,command\n";
 
@@ -257,31 +284,6 @@ pub fn verdict_words(v: Verdict) -> String {
         Verdict::Orphan => "an orphan".into(),
         Verdict::Detached | Verdict::Live => verdict_name(v).into(),
         _ => format!("a {}", verdict_name(v)),
-    }
-}
-
-fn diagnosis(
-    rule: &str,
-    severity: Severity,
-    title: &str,
-    subject: String,
-    message: String,
-) -> Diagnosis {
-    Diagnosis {
-        rule: rule.into(),
-        severity,
-        title: title.into(),
-        subject,
-        message,
-        details: Vec::new(),
-        advice: Vec::new(),
-        docs: None,
-        gpu: None,
-        pid: None,
-        at_s: None,
-        facts: Default::default(),
-        known_at_s: None,
-        parts: Vec::new(),
     }
 }
 
@@ -423,7 +425,7 @@ mod tests {
             gpu_used: vec![(0, 96 * GIB), (1, 10 * GIB)],
             ..Default::default()
         };
-        Frame::of(listing, &gpus, 1000, rules)
+        Frame::of(listing, &gpus, 1000, rules, &[], 0.0)
     }
 
     fn said(f: &Frame) -> Vec<(&str, &str)> {
@@ -470,6 +472,134 @@ mod tests {
         assert!(f.rule_errors.is_empty(), "{:?}", f.rule_errors);
         assert_eq!(verdict_words(Verdict::Ghost), "a ghost");
         assert_eq!(verdict_words(Verdict::Live), "live");
+    }
+
+    /// The facts of a look, as the rules see them: the report of the moment through the run's facts.
+    fn facts(holders: Vec<Holder>, gpus: Vec<GpuLine>, me: u32) -> crate::rules::facts::Facts {
+        let rules = RuleSet::load(None, &[]).unwrap().looks();
+        let r = moment(&gpus, holders, me, &rules, &[], 0.0);
+        crate::rules::facts::Facts::of(&r)
+    }
+
+    #[test]
+    fn the_job_is_the_watchers_the_others_other_users_and_a_ghost_neither() {
+        let gpus = (0..2)
+            .map(|index| GpuLine {
+                index,
+                name: "NVIDIA H200".into(),
+                used_bytes: 30 * GIB,
+                total_bytes: 100 * GIB,
+                ..Default::default()
+            })
+            .collect();
+        let mut anon = holder(3, 3000, vec![(0, 4 * GIB)], Verdict::Live);
+        anon.user = None;
+        let mut ghost = holder(4, 0, vec![(0, 8 * GIB)], Verdict::Ghost);
+        ghost.uid = None;
+        // A leftover a run recorded, holding a device file and no memory.
+        let mut device = holder(5, 1000, vec![], Verdict::Orphan);
+        (device.devices, device.left_by) = (vec!["/dev/nvidia0".into()], Some("run".into()));
+        let holders = vec![
+            holder(1, 1000, vec![(0, 10 * GIB), (1, 5 * GIB)], Verdict::Live),
+            holder(2, 2000, vec![(0, GIB)], Verdict::Live),
+            anon,
+            ghost,
+            device,
+        ];
+        let f = facts(holders, gpus, 1000);
+        assert!(f.run.look && !f.run.live);
+        assert_eq!(
+            (f.run.exit_code, f.run.classification.as_str()),
+            (-1, "unknown")
+        );
+        let g = &f.gpus[0];
+        assert_eq!(
+            (g.peak_used_bytes, g.peak_used_pct),
+            (30 * GIB as i64, 30.0)
+        );
+        assert_eq!(g.job_peak_bytes, 10 * GIB as i64);
+        // Other users' memory, the most first; a user without a name by uid; the ghost's is nobody's.
+        assert_eq!(g.others_peak_bytes, 5 * GIB as i64);
+        assert_eq!(
+            g.others_list,
+            "pid 3 (uid 3000) 4.00 GiB; pid 2 (u2000) 1.00 GiB"
+        );
+        assert_eq!((f.gpus[1].job_share, f.run.job_gpus), (0.5, 2));
+        let p = |pid: i64| f.processes.iter().find(|p| p.pid == pid).unwrap();
+        assert!(p(1).in_job && p(1).visible && !p(1).leftover);
+        assert_eq!((p(1).main_gpu, p(1).stray_gpus.as_slice()), (0, &[][..]));
+        assert_eq!(
+            (p(1).verdict.as_str(), p(1).user.as_str()),
+            ("live", "u1000")
+        );
+        assert!(!p(4).visible && !p(4).in_job);
+        // The device holder is a process of the look, a leftover holding nothing.
+        assert!(
+            p(5).leftover && p(5).in_job && p(5).peak_bytes == 0,
+            "{:?}",
+            p(5)
+        );
+        assert_eq!(p(5).reason, "its parent died");
+    }
+
+    #[test]
+    fn a_run_in_progress_forecast_is_said_by_a_look_rule_that_can_be_switched_off() {
+        let e = crate::verdict::Estimate {
+            at_s: 10.0,
+            full_at_s: 310.0,
+            room_bytes: 20 * GIB,
+            rate_bytes_per_s: (64 << 20) as f64,
+            bytes_per_step: None,
+            full_at_step: None,
+        };
+        let run = crate::runs::Published {
+            pid: 77,
+            start_ticks: 1,
+            command: "python3 train.py".into(),
+            started_unix_s: 1000.0,
+            forecasts: vec![crate::verdict::Forecast {
+                rule: "steady-growth".into(),
+                subject: "GPU 0".into(),
+                gpu: 0,
+                first: e,
+                last: e,
+                held_by: None,
+            }],
+        };
+        let look = |disabled: &[String]| {
+            let rules = RuleSet::load(None, disabled).unwrap().looks();
+            let gpus = vec![GpuInfo {
+                index: 0,
+                name: "NVIDIA H200".into(),
+                uuid: "GPU-0".into(),
+                total_bytes: 100 * GIB,
+            }];
+            // Seen 70 s after the estimate was made: 4 min left.
+            Frame::of(
+                Listing::default(),
+                &gpus,
+                1000,
+                &rules,
+                std::slice::from_ref(&run),
+                1070.0,
+            )
+        };
+        let f = look(&[]);
+        let d = f.diagnoses.iter().find(|d| d.rule == "forecast").unwrap();
+        assert_eq!(
+            (d.subject.as_str(), d.gpu.as_deref()),
+            ("GPU 0", Some("GPU 0"))
+        );
+        assert_eq!(d.title, "A run in progress forecasts this GPU full");
+        assert_eq!(
+            d.message,
+            "GPU 0 will be full in ~4 min at +64.00 MiB/s (gpudoc run, pid 77, steady-growth: python3 train.py)"
+        );
+        assert_eq!((f.forecasts[0].full_in_s, f.forecasts[0].pid), (240.0, 77));
+        // A rule like any other: --disable-rule forecast keeps the forecast's numbers, not its words.
+        let f = look(&["forecast".into()]);
+        assert!(f.diagnoses.is_empty(), "{:?}", f.diagnoses);
+        assert_eq!(f.forecasts.len(), 1);
     }
 
     #[test]

@@ -67,6 +67,8 @@ const RULE_CASES: &[(&str, &[&str], &[&str])] = &[
         &["runs/jax_noprealloc"],
     ),
     ("leftover-holder", &[], &["runs/leftover", "runs/healthy"]),
+    // A run's own forecasts are its own (told with step-leak or steady-growth), not a look's.
+    ("forecast", &[], &["leaks/list", "runs/healthy"]),
     (
         "leftover-processes",
         &["runs/leftover"],

@@ -73,7 +73,7 @@ fn live_verdicts(f: &std::path::Path, s: &ReportSettings, r: &mut Report) -> Res
             ),
         ));
     }
-    let v = replay::live::verdicts(f, &s.rules)
+    let v = crate::live::replay::verdicts(f, &s.rules)
         .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
     v.annotate(r);
     Ok(())

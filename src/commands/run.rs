@@ -18,9 +18,7 @@ use crate::torch;
 use crate::trace::{SharedTrace, TraceWriter};
 use crate::{gate, summary};
 
-mod live_metrics;
-mod live_verdicts;
-mod so_far;
+use crate::live::{metrics as live_metrics, so_far, telling as live_verdicts};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -203,6 +201,7 @@ impl Session {
             command: lossy(&s.command),
             started_unix_s: unix_s(start_wall),
             rates: s.rates,
+            seen: Default::default(),
         });
         let verdicts = live_verdicts::LiveVerdicts::start(
             sources.clone(),

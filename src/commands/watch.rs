@@ -44,10 +44,8 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
         // be read, without it (`gpudoc orphans` says why).
         let left = orphans::record::Record::living_here(s.leftovers.as_ref()).unwrap_or_default();
         let listing = orphans::listing(memory, &s.dev_prefix, &left);
-        let mut frame = Frame::of(listing, &gpus, me, &s.rules);
-        if let Some(dir) = &s.runs {
-            frame.with_runs(&crate::runs::read(dir), unix_s());
-        }
+        let runs = s.runs.as_deref().map(crate::runs::read).unwrap_or_default();
+        let frame = Frame::of(listing, &gpus, me, &s.rules, &runs, unix_s());
         crate::metrics::remember(&frame.active(), &mut known.lock().unwrap());
         frame
     };

@@ -109,6 +109,12 @@ impl Holder {
         self.gpu_bytes.iter().map(|&(_, b)| b).sum()
     }
 
+    /// Its owner in words: the user's name, else `uid N`; `None` when /proc can't tell (a ghost).
+    pub fn owner(&self) -> Option<String> {
+        let uid = self.uid?;
+        Some(self.user.clone().unwrap_or_else(|| format!("uid {uid}")))
+    }
+
     /// Leftovers are what `--kill` ends: orphans that hold GPU memory, and what a `gpudoc run` recorded it
     /// left (it said so, and pointed here) that holds GPU memory or a device. An orphan with only a device
     /// file open (an NVML-reading tool, say) holds nothing worth ending; nor does a recorded one that holds

@@ -15,6 +15,7 @@ pub const RULES: &[(&str, &str)] = &[
         "driver-too-old.toml",
         include_str!("../../rules/driver-too-old.toml"),
     ),
+    ("forecast.toml", include_str!("../../rules/forecast.toml")),
     (
         "gpu-imbalance.toml",
         include_str!("../../rules/gpu-imbalance.toml"),

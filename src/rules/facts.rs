@@ -151,6 +151,7 @@ pub struct GpuFacts {
     pub growth_holders: Vec<String>,
     pub growth_graph_bytes: i64,
     pub growth_graph_holder: String,
+    pub forecast: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -333,7 +334,7 @@ pub const DOC: &[(&str, &str, &str)] = &[
     (
         "run.look",
         "bool",
-        "the facts are of one look at the machine by `gpudoc watch` (`look = true`), not of a run: the job is the watcher's own processes (its uid), the others other users'; gpu.peak_used_*, the job's and the others' bytes are what is held now (gpu.peak_used_at_s 0); what only a run has (a timeline, steps, an OOM, an exit) is empty",
+        "the facts are of one look at the machine by `gpudoc watch` (`look = true`), not of a run: the job is the watcher's own processes (its uid), the others other users'; gpu.peak_used_*, the job's and the others' bytes are what is held now (gpu.peak_used_at_s 0); what only a run has (a timeline, steps, an OOM, an exit, its server: run.server) is empty; the facts are the run's, of a report of that one moment",
     ),
     (
         "run.server",
@@ -747,6 +748,11 @@ pub const DOC: &[(&str, &str, &str)] = &[
         "gpu.growth_graph_holder",
         "string",
         "what holds those tensors, empty if none",
+    ),
+    (
+        "gpu.forecast",
+        "string",
+        "in a look, what the runs in progress (`gpudoc run`) forecast of this GPU, in the words a run says its forecasts, each with its run (`GPU 0 will be full in ~5 min at +64.00 MiB/step (gpudoc run, pid 4242, step-leak: python3 train.py)`), the soonest first, `; ` between runs; empty in a run and when none does",
     ),
     (
         "process.host",
@@ -1188,10 +1194,16 @@ fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
     // Per GPU: the command lines of every process holding memory there, and those outside the job.
     let mut holding: HashMap<(String, u32), Vec<&str>> = HashMap::new();
     let mut others: HashMap<(String, u32), Vec<Other>> = HashMap::new();
+    let owners = r.moment.as_ref().map(owners);
     for p in r.processes.iter().filter(|p| p.peak_bytes > 0) {
         let on = (host_of(&p.host), p.gpu);
-        if !p.in_job {
-            let who = crate::units::shorten(&p.cmdline, 60);
+        // In a look, another user's process is named by its owner; a ghost, whose owner can't be read,
+        // is nobody's.
+        let who = match &owners {
+            None => Some(crate::units::shorten(&p.cmdline, 60)),
+            Some(o) => o.get(&p.pid).cloned().flatten(),
+        };
+        if let Some(who) = who.filter(|_| !p.in_job) {
             others
                 .entry(on.clone())
                 .or_default()
@@ -1214,6 +1226,7 @@ fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
                 .remove(&(host_of(&g.host), g.index))
                 .unwrap_or_default();
             f.server = server_among(on);
+            f.forecast = forecast(r, g.index);
             when_facts(r, g, steps, &mut f);
             f
         })
@@ -1227,6 +1240,24 @@ fn gpu_facts(r: &Report, steps: &super::when::Steps) -> Vec<GpuFacts> {
         };
     }
     gpus
+}
+
+/// In a look, what the runs in progress forecast of GPU `gpu`, in words, the soonest first (`gpu.forecast`).
+fn forecast(r: &Report, gpu: u32) -> String {
+    let Some(m) = &r.moment else {
+        return String::new();
+    };
+    let mut of: Vec<_> = m.forecasts.iter().filter(|f| f.gpu == gpu).collect();
+    of.sort_by(|a, b| a.full_in_s.total_cmp(&b.full_in_s));
+    of.iter()
+        .map(|f| f.words.as_str())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// In a look, each holder's owner in words (its user's name, else `uid N`; `None` for a ghost).
+fn owners(m: &crate::report::Moment) -> HashMap<u32, Option<String>> {
+    m.holders.iter().map(|h| (h.pid, h.owner())).collect()
 }
 
 /// The inference server (its id) holding a GPU, from the command lines of the processes holding memory
@@ -1393,7 +1424,7 @@ fn process_facts(r: &Report, ranks: &Ranks) -> Vec<ProcFacts> {
         .filter(|(_, rows)| rows.iter().any(|p| p.in_job && p.peak_bytes > 0))
         .map(|(who, _)| who.clone())
         .collect();
-    by_pid
+    let mut ps: Vec<ProcFacts> = by_pid
         .iter()
         .map(|(who, rows)| {
             let mut f = one_process(who.clone(), rows, ranks);
@@ -1401,7 +1432,42 @@ fn process_facts(r: &Report, ranks: &Ranks) -> Vec<ProcFacts> {
             beside_job(r, rows, &mut f);
             f
         })
-        .collect()
+        .collect();
+    if let Some(m) = &r.moment {
+        judged(m, &mut ps);
+    }
+    ps
+}
+
+/// In a look, what `gpudoc orphans` makes of each process (`process.user`, `.verdict`, `.reason`,
+/// `.leftover`). One that holds a device file and no memory has no row in the report: it is a process of
+/// the look too, holding nothing.
+fn judged(m: &crate::report::Moment, ps: &mut Vec<ProcFacts>) {
+    let mut at: HashMap<i64, usize> = ps.iter().enumerate().map(|(i, p)| (p.pid, i)).collect();
+    for h in &m.holders {
+        let i = *at.entry(h.pid as i64).or_insert_with(|| {
+            ps.push(ProcFacts {
+                pid: h.pid as i64,
+                cmdline: h.cmdline.clone(),
+                in_job: h.uid == Some(m.me),
+                rank: -1,
+                local_rank: -1,
+                main_gpu: -1,
+                parent_pid: h.ppid.map_or(-1, i64::from),
+                visible: h.uid.is_some(),
+                job_gpu: -1,
+                job_gpu_start_bytes: -1,
+                job_gpu_high_from_s: -1.0,
+                ..Default::default()
+            });
+            ps.len() - 1
+        });
+        let f = &mut ps[i];
+        f.user = h.user.clone().unwrap_or_default();
+        f.verdict = name_of(h.verdict);
+        f.reason = h.reason.clone();
+        f.leftover = h.is_leftover();
+    }
 }
 
 /// What a process held on the GPUs the job used: the one where it held the most, what it held there at
@@ -1976,7 +2042,8 @@ fn server_facts(r: &Report, f: &mut RunFacts) {
             .map(|p| p.cmdline.as_str()),
     );
     f.server_fraction = -1.0;
-    let Some(s) = super::serving::recognise(lines) else {
+    // A look ran no job: its server is known by the processes holding a GPU only (gpu.server).
+    let Some(s) = super::serving::recognise(lines).filter(|_| r.moment.is_none()) else {
         return;
     };
     f.server = s.id.into();
@@ -2015,6 +2082,7 @@ fn helper_facts(ps: &[ProcFacts], f: &mut RunFacts) {
 fn run_facts(r: &Report, gpus: &[GpuFacts], ps: &[ProcFacts]) -> RunFacts {
     let mut f = run_basics(r, gpus);
     f.live = r.live;
+    f.look = r.moment.is_some();
     server_facts(r, &mut f);
     helper_facts(ps, &mut f);
     f

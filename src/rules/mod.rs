@@ -6,11 +6,8 @@
 pub mod bundled;
 mod deferred;
 pub mod facts;
-pub mod forecast;
 pub mod framework;
 pub mod growth;
-pub mod live;
-pub mod look;
 mod names;
 pub mod phase;
 pub mod serving;

@@ -95,7 +95,7 @@ fn room(r: &Report, gpu: u32) -> Option<u64> {
 }
 
 fn label(g: &crate::report::GpuReport) -> String {
-    super::facts::gpu_label(g.host.as_deref().unwrap_or(""), g.index as i64)
+    crate::rules::facts::gpu_label(g.host.as_deref().unwrap_or(""), g.index as i64)
 }
 
 fn number(d: &Diagnosis, fact: &str) -> Option<f64> {

@@ -6,7 +6,7 @@
 //! ends the job.
 
 use super::so_far::Sources;
-use crate::rules::live::{Told, Verdicts};
+use super::verdicts::{EVERY, Told, Verdicts};
 use crate::verdict::Forecast;
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::rules::live::EVERY;
 /// An evaluation that took T is followed by at least T × CPU_SHARE of rest: at most 2% of one core.
 const CPU_SHARE: u32 = 50;
 /// How often words waiting for the end of the command's line are tried again.

@@ -8,18 +8,19 @@
 //! exactly, so a verdict comes at the run's look or one look earlier. A trace holds changes only: at each
 //! look, every series is taken to hold its last value up to that moment, as the sampler's did.
 
-use super::{LoadError, ReadRow, Rebuild, Trace};
+use super::verdicts::{EVERY, Verdicts};
 use crate::analysis::{self, EndRow, Evidence};
 use crate::oom::scan::Scanner;
+use crate::replay::{Header, LoadError, ReadRow, Rebuild, Trace};
 use crate::rules::RuleSet;
-use crate::rules::live::{EVERY, Verdicts};
 use crate::timeline::{Micros, Timeline};
+use crate::torch::TorchTimeline;
 use crate::trace::Row;
 use std::path::Path;
 
 /// The verdicts `gpudoc run` would have told, and when, over the recorded run in `path`.
 pub fn verdicts(path: &Path, rules: &RuleSet) -> Result<Verdicts, LoadError> {
-    let (rows, end) = timed(super::rows(path)?);
+    let (rows, end) = timed(crate::replay::rows(path)?);
     let mut b = Rebuild::default();
     let mut verdicts = Verdicts::new(rules.live_ids());
     let every = EVERY.as_secs_f64();
@@ -30,7 +31,8 @@ pub fn verdicts(path: &Path, rules: &RuleSet) -> Result<Verdicts, LoadError> {
             observe(&b, end.as_ref(), look, rules, &mut verdicts);
             look += every;
         }
-        b.apply(row).map_err(|what| super::bad(path, n, what))?;
+        b.apply(row)
+            .map_err(|what| crate::replay::bad(path, n, what))?;
         last = at;
     }
     // The looks still to come before the command ended; a trace without its end stops at its last row.
@@ -83,7 +85,19 @@ fn observe(b: &Rebuild, end: Option<&EndRow>, at_s: f64, rules: &RuleSet, v: &mu
         ..
     } = b.so_far();
     hold_to(&mut timeline, (at_s * 1e6).round() as Micros);
-    // What the run knew from its start on, that only the end row carries: the driver's reserve.
+    let ev = so_far(header, timeline, torch, end, at_s);
+    v.observe(&analysis::analyze_so_far(&ev, rules), at_s);
+}
+
+/// The evidence of the run so far at `at_s`: what the rows so far give, and what the run knew from its
+/// start on that only the end row carries (the driver's reserve, NVML's status, the rates).
+fn so_far(
+    header: Header,
+    mut timeline: Timeline,
+    torch: TorchTimeline,
+    end: Option<&EndRow>,
+    at_s: f64,
+) -> Evidence {
     if let Some(e) = end {
         e.complete(&mut timeline);
     }
@@ -98,7 +112,7 @@ fn observe(b: &Rebuild, end: Option<&EndRow>, at_s: f64, rules: &RuleSet, v: &mu
         })
         .unwrap_or_default();
     let shim = end.is_some_and(|e| e.torch_enabled) || torch.messages > 0;
-    let ev = Evidence {
+    Evidence {
         origin: header.origin,
         command: header.command,
         started_unix_s: header.unix_s,
@@ -111,8 +125,7 @@ fn observe(b: &Rebuild, end: Option<&EndRow>, at_s: f64, rules: &RuleSet, v: &mu
         torch: shim.then_some(torch),
         scanner,
         ..Evidence::default()
-    };
-    v.observe(&analysis::analyze_so_far(ev, rules), at_s);
+    }
 }
 
 /// Every series still going holds its last value up to `at`: the samples the trace did not write
@@ -129,5 +142,75 @@ fn hold_to(t: &mut Timeline, at: Micros) {
         if let Some(v) = p.used.last().filter(|&v| v > 0 && p.used.last_at() < at) {
             p.used.push(at, v);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A look that brings its copy of the timeline up to date with the rows since the last look
+    /// (`Timeline::catch_up`, as `gpudoc run`'s looks do) sees the run as a look that copies the whole
+    /// timeline: at every look of a recorded run replayed row by row, and at its end, where the final
+    /// report is the same too.
+    #[test]
+    fn looks_that_take_only_the_new_samples_see_the_run_as_whole_copies_do() {
+        let path = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/leaks/list.trace.jsonl"
+        ));
+        let rules = RuleSet::load(None, &[]).unwrap();
+        let (rows, end) = timed(crate::replay::rows(path).unwrap());
+        let end = end.as_ref();
+        let mut b = Rebuild::default();
+        let mut seen = Timeline::default();
+        let both = |b: &Rebuild, seen: &mut Timeline, at_s: f64| {
+            seen.catch_up(&b.trace().timeline);
+            let (header, torch) = (b.trace().header.clone(), b.trace().torch.clone());
+            let whole = so_far(
+                header.clone(),
+                b.trace().timeline.clone(),
+                torch.clone(),
+                end,
+                at_s,
+            );
+            let mine = so_far(header, std::mem::take(seen), torch, end, at_s);
+            let reports = (
+                analysis::analyze_so_far(&mine, &rules),
+                analysis::analyze_so_far(&whole, &rules),
+            );
+            *seen = mine.timeline;
+            reports
+        };
+        let (mut look, mut looks) = (EVERY.as_secs_f64(), 0);
+        for (at, n, row) in rows {
+            while at > look {
+                let (mine, whole) = both(&b, &mut seen, look);
+                assert_eq!(mine, whole, "at {look} s");
+                (look, looks) = (look + EVERY.as_secs_f64(), looks + 1);
+            }
+            b.apply(row).unwrap_or_else(|e| panic!("line {n}: {e}"));
+        }
+        assert!(looks >= 5, "{looks} looks");
+        let (mine, whole) = both(&b, &mut seen, end.unwrap().duration_s);
+        assert_eq!(mine, whole);
+        assert!(
+            whole.diagnoses.iter().any(|d| d.rule == "step-leak"),
+            "{:?}",
+            whole.diagnoses
+        );
+        // The run's final report, from the looks' copy and from the whole timeline.
+        let last = |timeline: Timeline| {
+            let mut ev = so_far(
+                b.trace().header.clone(),
+                timeline,
+                b.trace().torch.clone(),
+                end,
+                1e9,
+            );
+            ev.outcome = end.unwrap().outcome();
+            analysis::analyze(ev, &rules)
+        };
+        assert_eq!(last(seen), last(b.trace().timeline.clone()));
     }
 }

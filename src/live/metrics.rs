@@ -3,9 +3,9 @@
 //! `--metrics-linger`.
 
 use super::so_far::Sources;
+use super::verdicts::Verdicts;
 use crate::metrics::View;
 use crate::report::Report;
-use crate::rules::live::Verdicts;
 use crate::serve::{Server, Source};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
