@@ -136,7 +136,14 @@ fn a_runs_trace_replayed_tells_its_live_verdicts_again_and_its_report_keeps_them
         (&f["rule"], &f["gpu"]),
         "{again:#}"
     );
-    assert_eq!(g["first"]["bytes_per_step"], f["first"]["bytes_per_step"]);
+    // The same rate (a straight-line fit over the looks' records: the last bits may differ).
+    let rate = |x: &Value| x["first"]["bytes_per_step"].as_f64().unwrap();
+    assert!(
+        (rate(g) - rate(f)).abs() <= 1e-9 * rate(f).abs(),
+        "{} vs {}",
+        rate(g),
+        rate(f)
+    );
     assert_eq!(g["first"]["at_s"].as_f64(), Some(known(&again)));
     // Without the flag, a trace says nothing of the run's live verdicts; the run's report, diagnosed
     // again, keeps them.

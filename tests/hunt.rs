@@ -119,7 +119,8 @@ fn a_leak_every_fifth_step_is_hunted_and_named_with_its_line_and_holder() {
     // Flat for four steps, 64 MiB more at the fifth: the level rises as stairs (a validation every 5
     // steps that keeps what it made), never record after record.
     let (r, err) = leak_run("every5", 80, &[]);
-    let d = common::diagnosis(&r, "step-leak").unwrap_or_else(|| panic!("{err}\n{:#}", r["diagnoses"]));
+    let d =
+        common::diagnosis(&r, "step-leak").unwrap_or_else(|| panic!("{err}\n{:#}", r["diagnoses"]));
     let details = d["details"].as_array().unwrap();
     let script = std::fs::read_to_string(fake_torch().join("leaks.py")).unwrap();
     let line = 1 + script
@@ -127,7 +128,10 @@ fn a_leak_every_fifth_step_is_hunted_and_named_with_its_line_and_holder() {
         .position(|l| l.trim() == "kept.append(torch.empty(64 * MiB))")
         .unwrap();
     let site = format!("allocated at fake_torch/leaks.py:{line} in <module>");
-    assert!(details[0].as_str().unwrap().starts_with(&site), "{details:#?}");
+    assert!(
+        details[0].as_str().unwrap().starts_with(&site),
+        "{details:#?}"
+    );
     assert!(
         details[1]
             .as_str()
