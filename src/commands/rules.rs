@@ -20,12 +20,8 @@ pub fn run(what: What, rules: Result<RuleSet, String>) -> Result<ExitCode, Failu
         What::List => list(&rules.map_err(|e| Failure::new(exit::USAGE, e))?),
         What::Explain(id) => {
             let set = rules.map_err(|e| Failure::new(exit::USAGE, e))?;
-            explain(&set, &id).ok_or_else(|| {
-                Failure::new(
-                    exit::USAGE,
-                    format!("no rule `{id}` (see `gpudoc rules list`)"),
-                )
-            })?
+            explain(&set, &id)
+                .ok_or_else(|| Failure::new(exit::USAGE, crate::rules::no_rule(&id)))?
         }
     };
     output::stdout(&text).map_err(|e| Failure::printing(e, exit::USAGE))?;

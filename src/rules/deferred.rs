@@ -171,5 +171,14 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("no rule `no-such-rule`"), "{e}");
+        // A rule that became a variant of another names where it went.
+        let e = RunRules::load(None, &["oom-training-step".into()])
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .contains("`oom-training-step`: it is one of the variants of `oom-self-growth`"),
+            "{e}"
+        );
     }
 }

@@ -1094,13 +1094,33 @@ fn check_mark(
     Ok(())
 }
 
+/// Rules that became variants of another, by their old id: what a user's `--disable-rule` or
+/// `gpudoc rules explain` of the old id is told.
+const MERGED: [(&str, &str); 5] = [
+    ("oom-near-capacity", "oom-self-growth"),
+    ("oom-before-training", "oom-self-growth"),
+    ("oom-training-step", "oom-self-growth"),
+    ("oom-after-training", "oom-self-growth"),
+    ("oom-serving", "oom-self-growth"),
+];
+
+/// What is said of an id that names no rule: where a rule of that id went, or where to find the ids.
+pub fn no_rule(id: &str) -> String {
+    match MERGED.iter().find(|(old, _)| *old == id) {
+        Some((_, now)) => format!(
+            "no rule `{id}`: it is one of the variants of `{now}` now (`gpudoc rules explain {now}`)"
+        ),
+        None => format!("no rule `{id}` (see `gpudoc rules list`)"),
+    }
+}
+
 /// Each id given to `--disable-rule` must name a rule.
 fn check_disabled(ids: &[&str], disabled: &[String]) -> Result<(), RuleError> {
     match disabled.iter().find(|d| !ids.contains(&d.as_str())) {
         Some(id) => Err(RuleError {
             file: "--disable-rule".into(),
             line: 0,
-            what: format!("no rule `{id}` (see `gpudoc rules list`)"),
+            what: no_rule(id),
         }),
         None => Ok(()),
     }
