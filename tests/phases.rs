@@ -650,7 +650,7 @@ fn the_h100s_evaluation_load_and_caching_server_are_told_from_their_evidence() {
     let r = h100("eval_oom");
     let msg = message(&r, "oom-self-growth");
     assert!(
-        msg.contains("in an evaluation after step 50: forward calls that were no training step's (34 since the last backward)"),
+        msg.contains("in an evaluation after step 50: 34 forward calls under grad since the last backward, which no backward followed (a validation or an evaluation without torch.no_grad())"),
         "{msg}"
     );
     assert!(
@@ -723,7 +723,7 @@ fn a_validation_call_that_runs_out_after_a_step_is_an_evaluation_inside_training
     assert_eq!(d["facts"]["oom.phase"], "evaluation", "{d}");
     let msg = d["message"].as_str().unwrap();
     assert!(
-        msg.contains("ran out of memory in an evaluation after step 16: forward calls that were no training step's (2 since the last backward)"),
+        msg.contains("ran out of memory in an evaluation after step 16: 2 forward calls under grad since the last backward, which no backward followed (a validation or an evaluation without torch.no_grad())"),
         "{msg}"
     );
     assert!(
