@@ -329,8 +329,8 @@ impl View {
 }
 
 /// Keeps each diagnosis of `active` (rule, severity, subject) in `known` the first time its rule holds
-/// for its subject: `known` is what `gpudoc_diagnoses_total` counts, whoever looks (`run` at each scrape,
-/// `watch` at each look).
+/// for its subject: `known` is what `gpudoc_diagnoses_total` counts for a run (its subjects are its own
+/// processes and GPUs; `watch`, whose subjects come and go for days, counts [`Episodes`]).
 pub fn remember(
     active: &[(String, String, String)],
     known: &mut BTreeMap<(String, String), String>,
@@ -349,6 +349,38 @@ pub fn counts(known: &BTreeMap<(String, String), String>) -> BTreeMap<(String, S
         *seen.entry((rule.clone(), severity.clone())).or_default() += 1;
     }
     seen
+}
+
+/// What `gpudoc_diagnoses_total` counts for `watch`, which runs for days while processes come and go: a
+/// diagnosis each time it begins to hold for its subject (it held at this look and not at the last one),
+/// so what is kept is only what holds now (a set of every subject ever seen grows with every new PID).
+#[derive(Debug, Default)]
+pub struct Episodes {
+    holding: std::collections::BTreeSet<(String, String)>,
+    counts: BTreeMap<(String, String), u64>,
+}
+
+impl Episodes {
+    /// One look's active diagnoses (rule, severity, subject).
+    pub fn look(&mut self, active: &[(String, String, String)]) {
+        let mut now = std::collections::BTreeSet::new();
+        for (rule, severity, subject) in active {
+            let key = (rule.clone(), subject.clone());
+            if !self.holding.contains(&key) {
+                *self
+                    .counts
+                    .entry((rule.clone(), severity.clone()))
+                    .or_default() += 1;
+            }
+            now.insert(key);
+        }
+        self.holding = now;
+    }
+
+    /// Per (rule, severity), the diagnoses that began to hold: a [`View`]'s `seen`.
+    pub fn counts(&self) -> BTreeMap<(String, String), u64> {
+        self.counts.clone()
+    }
 }
 
 /// Per GPU, the soonest any forecast of `r` has it full, from the report's end (now, for a report of
@@ -571,6 +603,25 @@ fn render_live(f: &mut Family, v: &View) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watchers_count_is_of_diagnoses_beginning_to_hold_and_keeps_only_what_holds_now() {
+        let d = |rule: &str, pid: u32| (rule.to_string(), "warn".to_string(), format!("pid {pid}"));
+        let mut e = Episodes::default();
+        e.look(&[d("leftover-holder", 1)]);
+        e.look(&[d("leftover-holder", 1)]);
+        let count = |e: &Episodes| e.counts()[&("leftover-holder".into(), "warn".into())];
+        assert_eq!(count(&e), 1, "counted once while it holds");
+        e.look(&[]);
+        e.look(&[d("leftover-holder", 1)]);
+        assert_eq!(count(&e), 2, "and again when it begins to hold again");
+        // Days of churn: ten thousand processes, each held once; what is kept is what holds now.
+        for pid in 2..10_002 {
+            e.look(&[d("leftover-holder", pid)]);
+        }
+        assert_eq!(count(&e), 10_002);
+        assert_eq!(e.holding.len(), 1);
+    }
 
     fn view() -> View {
         View {

@@ -10,7 +10,6 @@ use crate::settings::WatchSettings;
 use crate::watch::{CSV_HEADER, Frame, Ui, screen};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyModifiers};
 use crossterm::{cursor, execute, queue, terminal};
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -26,9 +25,9 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
     // Looks taken through NVML: each reads every GPU's memory and process list once, the samples
     // `gpudoc_samples_total` counts.
     let looks = Arc::new(AtomicU64::new(0));
-    // Each diagnosis the looks found, once per rule and subject: `gpudoc_diagnoses_total` counts them,
-    // as a run's scrapes do, whether or not a scrape came while it held.
-    let known = Arc::new(Mutex::new(BTreeMap::new()));
+    // Each diagnosis the looks found, each time it began to hold for its subject:
+    // `gpudoc_diagnoses_total` counts them, whether or not a scrape came while it held.
+    let known = Arc::new(Mutex::new(crate::metrics::Episodes::default()));
     let look = || {
         let memory = match &nvml {
             Some(n) => {
@@ -46,7 +45,7 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
         let listing = orphans::listing(memory, &s.dev_prefix, &left);
         let runs = s.runs.as_deref().map(crate::runs::read).unwrap_or_default();
         let frame = Frame::of(listing, &gpus, me, &s.rules, &runs, unix_s());
-        crate::metrics::remember(&frame.active(), &mut known.lock().unwrap());
+        known.lock().unwrap().look(&frame.active());
         frame
     };
     let latest = Arc::new(Mutex::new(look()));
@@ -59,7 +58,7 @@ pub fn run(s: WatchSettings) -> Result<ExitCode, Failure> {
                 let mut v = frame.lock().unwrap().view(&host);
                 v.device_samples = looks.load(Ordering::Relaxed) * per_look;
                 v.process_samples = v.device_samples;
-                v.seen = crate::metrics::counts(&known.lock().unwrap());
+                v.seen = known.lock().unwrap().counts();
                 v
             });
             Some(
