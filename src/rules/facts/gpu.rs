@@ -1,0 +1,258 @@
+//! Each GPU's facts (`gpu.*`): its memory, the job's peak and steady level, spikes, growth, the others on
+//! it.
+
+use super::torch::{leak_holders, leak_sites};
+use super::{host_of, median, pct};
+use crate::report::Report;
+use serde::Serialize;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GpuFacts {
+    pub host: String,
+    pub label: String,
+    pub index: i64,
+    pub name: String,
+    pub total_bytes: i64,
+    pub peak_used_bytes: i64,
+    pub peak_used_pct: f64,
+    pub start_used_bytes: i64,
+    pub others_peak_bytes: i64,
+    pub others_list: String,
+    /// An inference server among the processes holding memory on this GPU (see `serving`).
+    pub server: String,
+    pub job_peak_bytes: i64,
+    pub job_peak_pct: f64,
+    pub job_final_bytes: i64,
+    pub job_share: f64,
+    pub steady_bytes: i64,
+    pub steady_pct: f64,
+    pub rise_s: f64,
+    pub last_held_bytes: i64,
+    pub spike_bytes: i64,
+    pub spike_ratio: f64,
+    pub spike_duration_s: f64,
+    pub spike_at_s: f64,
+    pub peak_used_at_s: f64,
+    pub lost: bool,
+    pub torch: bool,
+    pub torch_phases: i64,
+    pub peak_stretch: String,
+    pub peak_since_last_step_s: f64,
+    pub growth_bytes: i64,
+    pub growth_rate_bytes_per_s: f64,
+    pub growth_r2: f64,
+    pub growth_s: f64,
+    pub growth_from_s: f64,
+    pub growth_after_step: i64,
+    pub loading: bool,
+    pub growth_live_bytes: i64,
+    pub time_to_full_s: f64,
+    pub growth_sites: Vec<String>,
+    pub growth_holders: Vec<String>,
+    pub growth_graph_bytes: i64,
+    pub growth_graph_holder: String,
+}
+
+/// How a GPU is named in messages: `GPU 0`, `GPU 0 on node-a` in a merged report.
+pub fn gpu_label(host: &str, gpu: i64) -> String {
+    match (gpu, host) {
+        (g, _) if g < 0 => "an unknown GPU".into(),
+        (g, "") => format!("GPU {g}"),
+        (g, h) => format!("GPU {g} on {h}"),
+    }
+}
+
+pub(super) fn gpu_facts(r: &Report, steps: &crate::rules::when::Steps) -> Vec<GpuFacts> {
+    // Per GPU: the command lines of every process holding memory there, and those outside the job.
+    let mut holding: HashMap<(String, u32), Vec<&str>> = HashMap::new();
+    let mut others: HashMap<(String, u32), Vec<Other>> = HashMap::new();
+    for p in r.processes.iter().filter(|p| p.peak_bytes > 0) {
+        let on = (host_of(&p.host), p.gpu);
+        if !p.in_job {
+            let who = crate::units::shorten(&p.cmdline, 60);
+            others
+                .entry(on.clone())
+                .or_default()
+                .push((p.pid, who, p.peak_bytes));
+        }
+        holding.entry(on).or_default().push(&p.cmdline);
+    }
+    let mut gpus: Vec<GpuFacts> = r
+        .gpus
+        .iter()
+        .map(|g| {
+            let held = others.remove(&(host_of(&g.host), g.index));
+            let mut f = one_gpu(r, g);
+            (f.others_peak_bytes, f.others_list) = others_facts(held.unwrap_or_default());
+            let on = holding
+                .remove(&(host_of(&g.host), g.index))
+                .unwrap_or_default();
+            f.server = server_among(on);
+            when_facts(r, g, steps, &mut f);
+            f
+        })
+        .collect();
+    let max_job = gpus.iter().map(|g| g.job_peak_bytes).max().unwrap_or(0);
+    for g in &mut gpus {
+        g.job_share = if max_job > 0 {
+            g.job_peak_bytes as f64 / max_job as f64
+        } else {
+            0.0
+        };
+    }
+    gpus
+}
+
+/// The inference server (its id) holding a GPU, from the command lines of the processes holding memory
+/// there: `gpu.server`. Only when the server's processes are all there is: any other process (a training
+/// job, a notebook) has only what the server left it, and its next allocation can run out.
+pub(in crate::rules) fn server_among<'a>(cmdlines: impl IntoIterator<Item = &'a str>) -> String {
+    // Each line a server's, or none is named; among them, as `recognise` prefers: one that gives its
+    // setting, else the first.
+    let servers: Option<Vec<_>> = cmdlines
+        .into_iter()
+        .map(|l| crate::rules::serving::recognise([l]))
+        .collect();
+    let servers = servers.unwrap_or_default();
+    servers
+        .iter()
+        .find(|s| s.setting.is_some())
+        .or(servers.first())
+        .map(|s| s.id.to_string())
+        .unwrap_or_default()
+}
+
+/// A process outside the job on a GPU: its pid, who it is in words, and its memory there.
+pub(in crate::rules) type Other = (u32, String, u64);
+
+/// What the processes outside the job hold on a GPU, summed, and in words, the most first
+/// (`gpu.others_peak_bytes`, `gpu.others_list`).
+pub(in crate::rules) fn others_facts(mut others: Vec<Other>) -> (i64, String) {
+    others.sort_by_key(|o| (std::cmp::Reverse(o.2), o.0));
+    let list: Vec<String> = others
+        .iter()
+        .map(|(pid, who, b)| format!("pid {pid} ({who}) {}", crate::units::fmt_bytes(*b)))
+        .collect();
+    (others.iter().map(|o| o.2 as i64).sum(), list.join("; "))
+}
+
+fn one_gpu(r: &Report, g: &crate::report::GpuReport) -> GpuFacts {
+    let total = g.total_bytes as i64;
+    let held: Vec<i64> = g
+        .job_timeline
+        .iter()
+        .map(|&(_, v)| v as i64)
+        .filter(|&v| v > 0)
+        .collect();
+    let steady = median(held);
+    let peak = g.job_peak_bytes as i64;
+    let half = steady + (peak - steady) / 2;
+    let width = if g.job_timeline.len() > 1 {
+        g.job_timeline[1].0 - g.job_timeline[0].0
+    } else {
+        r.duration_s
+    };
+    let above = g
+        .job_timeline
+        .iter()
+        .filter(|&&(_, v)| (v as i64) > half && peak > steady)
+        .count();
+    let first = g
+        .job_timeline
+        .iter()
+        .find(|&&(_, v)| v > 0)
+        .map(|&(t, _)| t);
+    let high = g
+        .job_timeline
+        .iter()
+        .find(|&&(_, v)| v as f64 >= 0.9 * peak as f64 && v > 0)
+        .map(|&(t, _)| t);
+    let host = host_of(&g.host);
+    GpuFacts {
+        label: gpu_label(&host, g.index as i64),
+        host,
+        index: g.index as i64,
+        name: g.name.clone(),
+        total_bytes: total,
+        peak_used_bytes: g.peak_used_bytes as i64,
+        peak_used_pct: pct(g.peak_used_bytes as i64, total),
+        start_used_bytes: g.start_used_bytes as i64,
+        job_peak_bytes: peak,
+        job_peak_pct: pct(peak, total),
+        job_final_bytes: g.job_final_bytes as i64,
+        job_share: 0.0,
+        steady_bytes: steady,
+        steady_pct: pct(steady, total),
+        last_held_bytes: g
+            .job_timeline
+            .iter()
+            .rev()
+            .map(|&(_, v)| v as i64)
+            .find(|&v| v > 0)
+            .unwrap_or(0),
+        rise_s: first.zip(high).map_or(0.0, |(a, b)| b - a),
+        spike_bytes: peak - steady,
+        spike_ratio: if steady > 0 {
+            peak as f64 / steady as f64
+        } else {
+            0.0
+        },
+        spike_duration_s: above as f64 * width,
+        spike_at_s: g.job_peak_at_s,
+        peak_used_at_s: g.peak_used_at_s,
+        lost: g.lost.is_some(),
+        torch: r
+            .torch
+            .processes
+            .iter()
+            .any(|t| t.gpu == Some(g.index) && t.host == g.host),
+        torch_phases: 0,
+        ..Default::default()
+    }
+}
+
+/// Where the GPU's peak fell among the phases, and growth no step explains, with the time it leaves.
+fn when_facts(
+    r: &Report,
+    g: &crate::report::GpuReport,
+    steps: &crate::rules::when::Steps,
+    f: &mut GpuFacts,
+) {
+    let w = crate::rules::when::gpu(steps, g, r.oom.as_ref());
+    (f.peak_stretch, _, f.peak_since_last_step_s) = w.peak;
+    let torch: Vec<_> = r
+        .torch
+        .processes
+        .iter()
+        .filter(|t| t.gpu == Some(g.index) && t.host == g.host)
+        .collect();
+    f.growth_live_bytes = match torch.is_empty() {
+        true => -1,
+        false => torch.iter().map(|t| t.final_allocated_bytes as i64).sum(),
+    };
+    f.growth_from_s = -1.0;
+    f.time_to_full_s = -1.0;
+    f.growth_after_step = w.growth_after_step;
+    f.loading = !torch.is_empty() && torch.iter().all(|t| t.started_work_s().is_none());
+    if let Some(h) = torch
+        .iter()
+        .flat_map(|t| &t.hunts)
+        .filter(|h| h.why != "oom" && (h.error.is_some() || h.steps > 0))
+        .max_by(|a, b| a.at_s.total_cmp(&b.at_s))
+    {
+        f.growth_sites = leak_sites(h);
+        f.growth_holders = leak_holders(h);
+        f.growth_graph_bytes = h.graphs().0 as i64;
+        f.growth_graph_holder = h.graphs().1.to_string();
+    }
+    let Some(gr) = w.growth else { return };
+    let room =
+        f.total_bytes - g.driver_reserved_bytes as i64 - f.others_peak_bytes - gr.to_bytes as i64;
+    f.growth_bytes = gr.bytes() as i64;
+    f.growth_rate_bytes_per_s = gr.rate;
+    f.growth_r2 = gr.r2;
+    f.growth_s = gr.secs();
+    f.growth_from_s = gr.from_s;
+    f.time_to_full_s = room.max(0) as f64 / gr.rate;
+}

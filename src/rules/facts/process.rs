@@ -1,0 +1,233 @@
+//! Each process's facts (`process.*`): one entry per PID holding GPU memory, its rank, its own GPU and
+//! stray contexts, whether it is a helper, and what it held beside the job.
+
+use super::{gpu_label, host_of};
+use crate::report::{ProcessReport, Report};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProcFacts {
+    pub host: String,
+    pub pid: i64,
+    pub cmdline: String,
+    pub in_job: bool,
+    pub rank: i64,
+    pub local_rank: i64,
+    pub gpus: i64,
+    pub main_gpu: i64,
+    pub main_bytes: i64,
+    pub peak_bytes: i64,
+    pub stray_gpus: Vec<i64>,
+    pub stray_bytes: i64,
+    pub parent_pid: i64,
+    pub helper: bool,
+    pub visible: bool,
+    pub job_gpu: i64,
+    pub job_gpu_label: String,
+    pub job_gpu_bytes: i64,
+    pub job_gpu_start_bytes: i64,
+    pub job_gpu_high_from_s: f64,
+    pub job_gpu_high_s: f64,
+    pub user: String,
+    pub verdict: String,
+    pub reason: String,
+    pub leftover: bool,
+}
+
+/// RANK and LOCAL_RANK per PID, and each PID's PyTorch processes, from the framework view.
+pub(super) struct Ranks<'a> {
+    by_pid: HashMap<Who, (i64, i64)>,
+    torch: HashMap<Who, Vec<&'a crate::torch::view::TorchProcReport>>,
+}
+
+/// A process: its host (empty but in merged reports) and PID.
+pub(super) type Who = (String, u32);
+
+impl<'a> Ranks<'a> {
+    pub(super) fn of(r: &'a Report) -> Ranks<'a> {
+        let n = |v: &Option<serde_json::Value>| {
+            v.as_ref()
+                .and_then(|x| x.as_i64().or_else(|| x.as_str()?.parse().ok()))
+                .unwrap_or(-1)
+        };
+        let mut by_pid = HashMap::new();
+        let mut torch: HashMap<Who, Vec<_>> = HashMap::new();
+        for t in &r.torch.processes {
+            let who = (host_of(&t.host), t.pid);
+            by_pid
+                .entry(who.clone())
+                .or_insert((n(&t.rank), n(&t.local_rank)));
+            torch.entry(who).or_default().push(t);
+        }
+        Ranks { by_pid, torch }
+    }
+
+    pub(super) fn of_pid(&self, who: &Who) -> (i64, i64) {
+        self.by_pid.get(who).copied().unwrap_or((-1, -1))
+    }
+}
+
+/// Processes, merged over GPUs: one entry per PID.
+pub(super) fn process_facts(r: &Report, ranks: &Ranks) -> Vec<ProcFacts> {
+    let mut by_pid: BTreeMap<Who, Vec<&ProcessReport>> = BTreeMap::new();
+    for p in &r.processes {
+        by_pid.entry((host_of(&p.host), p.pid)).or_default().push(p);
+    }
+    let holders: HashSet<Who> = by_pid
+        .iter()
+        .filter(|(_, rows)| rows.iter().any(|p| p.in_job && p.peak_bytes > 0))
+        .map(|(who, _)| who.clone())
+        .collect();
+    by_pid
+        .iter()
+        .map(|(who, rows)| {
+            let mut f = one_process(who.clone(), rows, ranks);
+            f.helper = helper(who, rows, ranks, &holders);
+            beside_job(r, rows, &mut f);
+            f
+        })
+        .collect()
+}
+
+/// What a process held on the GPUs the job used: the one where it held the most, what it held there at
+/// the start, and its longest stretch near its peak there.
+fn beside_job(r: &Report, rows: &[&ProcessReport], f: &mut ProcFacts) {
+    let job_gpu = |p: &ProcessReport| {
+        r.gpus
+            .iter()
+            .any(|g| g.index == p.gpu && g.host == p.host && g.job_peak_bytes > 0)
+    };
+    let best = rows
+        .iter()
+        .filter(|p| p.peak_bytes > 0 && job_gpu(p))
+        .max_by_key(|p| p.peak_bytes);
+    f.visible = rows.iter().all(|p| p.visible);
+    f.job_gpu = -1;
+    f.job_gpu_start_bytes = -1;
+    f.job_gpu_high_from_s = -1.0;
+    let Some(p) = best else { return };
+    f.job_gpu = p.gpu as i64;
+    f.job_gpu_label = gpu_label(&host_of(&p.host), p.gpu as i64);
+    f.job_gpu_bytes = p.peak_bytes as i64;
+    if let (Some(start), Some(from), Some(len)) = (p.start_bytes, p.high_from_s, p.high_s) {
+        f.job_gpu_start_bytes = start as i64;
+        f.job_gpu_high_from_s = from;
+        f.job_gpu_high_s = len;
+    }
+}
+
+/// Most a helper holds on a GPU: a CUDA context (~500 MiB on an H200) and a little.
+const HELPER_MAX: u64 = 1 << 30;
+
+/// Whether `who` is a helper holding a CUDA context it should not: a child of a process of the job that
+/// holds GPU memory itself (a torchrun rank's parent, the launcher, holds none), not a rank of its own
+/// (DataLoader workers inherit their rank's RANK), holding no more than a context's worth on any GPU.
+fn helper(who: &Who, rows: &[&ProcessReport], ranks: &Ranks, holders: &HashSet<Who>) -> bool {
+    let Some(parent) = rows
+        .iter()
+        .find_map(|p| p.ppid)
+        .map(|pp| (who.0.clone(), pp))
+    else {
+        return false;
+    };
+    let rank = ranks.of_pid(who).0;
+    holders.contains(&parent)
+        && (rank < 0 || rank == ranks.of_pid(&parent).0)
+        && rows.iter().all(|p| p.in_job && p.peak_bytes <= HELPER_MAX)
+}
+
+/// The most a process without a rank may hold on a GPU not its own for it to count as a stray context (a
+/// context is ~520 MiB on an H200; libraries loaded into it add some).
+const CONTEXT_MAX: u64 = 2 << 30;
+
+/// The facts of where a process holds memory (`held`: per GPU, its peak in a run, now in a look): its
+/// GPUs, its own GPU and the stray ones; the index of its own GPU's entry, if any. One definition of a
+/// stray context, for a run's processes and a look's (`gpudoc watch`). A rank's own GPU is `own`, its
+/// LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by UUID), where it holds memory;
+/// anything it holds elsewhere is stray, whatever its size. Without one, the GPU where it holds the most
+/// is its own, and only context-sized footprints elsewhere (2 GiB, or a tenth of its own GPU's) count as
+/// stray. `None` when it holds nothing anywhere.
+pub(in crate::rules) fn place(
+    held: &[(u32, u64)],
+    own: Option<u32>,
+    f: &mut ProcFacts,
+) -> Option<usize> {
+    f.gpus = held.iter().filter(|h| h.1 > 0).count() as i64;
+    f.peak_bytes = held.iter().map(|h| h.1 as i64).sum();
+    f.main_gpu = -1;
+    let own = own.and_then(|g| held.iter().position(|&(gpu, b)| gpu == g && b > 0));
+    let main = own.or_else(|| (0..held.len()).max_by_key(|&i| held[i].1))?;
+    let limit = match own {
+        Some(_) => u64::MAX,
+        None => CONTEXT_MAX.max(held[main].1 / 10),
+    };
+    let stray = held
+        .iter()
+        .filter(|&&(gpu, b)| gpu != held[main].0 && b > 0 && b <= limit);
+    f.main_gpu = held[main].0 as i64;
+    f.main_bytes = held[main].1 as i64;
+    f.stray_gpus = stray.clone().map(|&(gpu, _)| gpu as i64).collect();
+    f.stray_bytes = stray.map(|&(_, b)| b as i64).sum();
+    Some(main)
+}
+
+fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
+    let (rank, local_rank) = ranks.of_pid(&who);
+    let own = ranks
+        .torch
+        .get(&who)
+        .into_iter()
+        .flatten()
+        .find(|t| local_rank >= 0 && t.device as i64 == local_rank)
+        .and_then(|t| t.gpu);
+    let held: Vec<(u32, u64)> = rows.iter().map(|p| (p.gpu, p.peak_bytes)).collect();
+    let mut f = ProcFacts {
+        pid: who.1 as i64,
+        host: who.0,
+        rank,
+        local_rank,
+        parent_pid: rows.iter().find_map(|p| p.ppid).map_or(-1, i64::from),
+        ..Default::default()
+    };
+    // A process's rows are never empty: it is listed because NVML saw it on a GPU.
+    let main = rows[place(&held, own, &mut f).unwrap_or(0)];
+    f.cmdline = main.cmdline.clone();
+    f.in_job = main.in_job;
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::report::Report;
+    use crate::rules::facts::{Facts, GIB};
+
+    #[test]
+    fn others_are_measured_on_the_gpus_the_job_used_only() {
+        let mut r: Report = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/others/fake_arrived.report.json"
+        )))
+        .unwrap();
+        let other = |f: &Facts| f.processes.iter().find(|p| !p.in_job).unwrap().clone();
+        let f = other(&Facts::of(&r));
+        assert_eq!((f.job_gpu, f.job_gpu_label.as_str()), (0, "GPU 0"));
+        assert_eq!((f.job_gpu_bytes, f.job_gpu_start_bytes), (20 * GIB, 0));
+        assert!(f.visible && f.job_gpu_high_s >= 15.0 && f.job_gpu_high_from_s >= 1.9);
+        // On a GPU the job did not use, it is none of the job's business.
+        for p in r.processes.iter_mut().filter(|p| !p.in_job) {
+            p.gpu = 1;
+        }
+        let f = other(&Facts::of(&r));
+        assert_eq!(
+            (f.job_gpu, f.job_gpu_start_bytes, f.job_gpu_high_s),
+            (-1, -1, 0.0)
+        );
+        // A report from before the start was recorded: unknown, never a zero.
+        for p in &mut r.processes {
+            (p.gpu, p.start_bytes, p.high_from_s, p.high_s) = (0, None, None, None);
+        }
+        let f = other(&Facts::of(&r));
+        assert_eq!((f.job_gpu, f.job_gpu_start_bytes), (0, -1));
+    }
+}

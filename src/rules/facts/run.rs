@@ -1,0 +1,199 @@
+//! The run's facts (`run.*`): how it ended, the machine, the job's GPUs, orphans, the inference server
+//! it runs, the helpers holding contexts.
+
+use super::{GpuFacts, ProcFacts, gpu_label, name_of};
+use crate::report::Report;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunFacts {
+    pub duration_s: f64,
+    pub exit_code: i64,
+    pub signal: i64,
+    pub classification: String,
+    pub driver: String,
+    pub cuda_driver_version: f64,
+    pub cuda_runtime_version: f64,
+    pub gpus: i64,
+    pub job_gpus: i64,
+    pub job_peak_max_bytes: i64,
+    pub job_peak_min_bytes: i64,
+    pub job_peak_max_gpu: i64,
+    pub job_peak_min_gpu: i64,
+    pub job_peak_max_label: String,
+    pub job_peak_min_label: String,
+    pub job_peak_max_at_s: f64,
+    pub hosts: i64,
+    pub imbalance_ratio: f64,
+    pub orphans: i64,
+    pub orphans_gpu_bytes: i64,
+    pub orphan_list: String,
+    pub host_oom: bool,
+    pub has_torch: bool,
+    pub server: String,
+    pub server_label: String,
+    pub server_flag: String,
+    pub server_setting: String,
+    pub server_fraction: f64,
+    pub helpers: i64,
+    pub helpers_bytes: i64,
+    pub helper_list: String,
+    pub live: bool,
+    pub look: bool,
+}
+
+/// `2.11.0+cu130` → 13.0; 0.0 when there is no CUDA tag.
+pub fn cuda_of_torch(version: &str) -> f64 {
+    let Some(tag) = version.split("+cu").nth(1) else {
+        return 0.0;
+    };
+    let digits: String = tag.chars().take_while(|c| c.is_ascii_digit()).collect();
+    match digits.len() {
+        3 => {
+            digits[..2].parse::<f64>().unwrap_or(0.0)
+                + digits[2..].parse::<f64>().unwrap_or(0.0) / 10.0
+        }
+        2 => {
+            digits[..1].parse::<f64>().unwrap_or(0.0)
+                + digits[1..].parse::<f64>().unwrap_or(0.0) / 10.0
+        }
+        _ => 0.0,
+    }
+}
+
+/// The inference server the job runs, if a command line shows one (`serving`).
+fn server_facts(r: &Report, f: &mut RunFacts) {
+    let command = r.command.join(" ");
+    let lines = std::iter::once(command.as_str()).chain(
+        r.processes
+            .iter()
+            .filter(|p| p.in_job)
+            .map(|p| p.cmdline.as_str()),
+    );
+    f.server_fraction = -1.0;
+    let Some(s) = crate::rules::serving::recognise(lines) else {
+        return;
+    };
+    f.server = s.id.into();
+    f.server_label = s.label.into();
+    f.server_flag = s.flag.into();
+    f.server_setting = s.setting.unwrap_or_default();
+    f.server_fraction = s.fraction.unwrap_or(-1.0);
+}
+
+/// The helpers holding contexts (see `helper`), in words: a multiprocessing child is named as one, other
+/// command lines are cut at 60 characters.
+fn helper_facts(ps: &[ProcFacts], f: &mut RunFacts) {
+    let helpers: Vec<&ProcFacts> = ps.iter().filter(|p| p.helper).collect();
+    let cmd = |c: &str| {
+        if c.contains("multiprocessing.spawn") || c.contains("multiprocessing.forkserver") {
+            "a multiprocessing child".to_string()
+        } else if c.chars().count() > 60 {
+            format!("{}...", c.chars().take(60).collect::<String>())
+        } else {
+            c.to_string()
+        }
+    };
+    f.helpers = helpers.len() as i64;
+    f.helpers_bytes = helpers.iter().map(|p| p.peak_bytes).sum();
+    f.helper_list = helpers
+        .iter()
+        .map(|p| {
+            let on = gpu_label(&p.host, p.main_gpu);
+            let b = crate::units::fmt_bytes(p.peak_bytes as u64);
+            format!("pid {} ({}) {b} on {on}", p.pid, cmd(&p.cmdline))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+}
+
+pub(super) fn run_facts(r: &Report, gpus: &[GpuFacts], ps: &[ProcFacts]) -> RunFacts {
+    let mut f = run_basics(r, gpus);
+    f.live = r.live;
+    server_facts(r, &mut f);
+    helper_facts(ps, &mut f);
+    f
+}
+
+/// The job's GPUs: how many, the largest and smallest of its per-GPU peaks, and their ratio.
+pub(in crate::rules) fn job_facts(gpus: &[GpuFacts], f: &mut RunFacts) {
+    let used: Vec<&GpuFacts> = gpus.iter().filter(|g| g.job_peak_bytes > 0).collect();
+    let max_g = used.iter().max_by_key(|g| g.job_peak_bytes);
+    let min_g = used.iter().min_by_key(|g| g.job_peak_bytes);
+    f.gpus = gpus.len() as i64;
+    f.job_gpus = used.len() as i64;
+    f.job_peak_max_bytes = max_g.map_or(0, |g| g.job_peak_bytes);
+    f.job_peak_min_bytes = min_g.map_or(0, |g| g.job_peak_bytes);
+    f.job_peak_max_gpu = max_g.map_or(-1, |g| g.index);
+    f.job_peak_min_gpu = min_g.map_or(-1, |g| g.index);
+    f.job_peak_max_label = max_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone());
+    f.job_peak_min_label = min_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone());
+    f.job_peak_max_at_s = max_g.map_or(-1.0, |g| g.spike_at_s);
+    f.imbalance_ratio = match (max_g, min_g) {
+        (Some(a), Some(b)) if b.job_peak_bytes > 0 => {
+            a.job_peak_bytes as f64 / b.job_peak_bytes as f64
+        }
+        _ => 1.0,
+    };
+}
+
+fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
+    let cuda_runtime = r
+        .torch
+        .processes
+        .iter()
+        .filter_map(|t| t.torch_version.as_deref())
+        .map(cuda_of_torch)
+        .fold(0.0, f64::max);
+    let orphan_bytes =
+        |o: &crate::report::Orphan| -> u64 { o.gpu_bytes.iter().map(|&(_, b)| b).sum() };
+    let mut f = RunFacts {
+        duration_s: r.duration_s,
+        exit_code: r.exit.code.map_or(-1, i64::from),
+        signal: r.exit.signal.unwrap_or(0) as i64,
+        classification: name_of(r.exit.classification),
+        driver: r.nvml.driver.clone().unwrap_or_default(),
+        cuda_driver_version: r
+            .nvml
+            .cuda_driver
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0),
+        cuda_runtime_version: cuda_runtime,
+        hosts: r.hosts.len().max(1) as i64,
+        orphans: r.orphans.len() as i64,
+        orphans_gpu_bytes: r.orphans.iter().map(|o| orphan_bytes(o) as i64).sum(),
+        orphan_list: r
+            .orphans
+            .iter()
+            .map(|o| {
+                let b = crate::units::fmt_bytes(orphan_bytes(o));
+                let on = o
+                    .host
+                    .as_deref()
+                    .map(|h| format!(" on {h}"))
+                    .unwrap_or_default();
+                format!("pid {}{on} ({}) {b}", o.pid, o.cmdline)
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        host_oom: r.exit.classification == crate::oom::Ending::HostOomKill,
+        has_torch: !r.torch.processes.is_empty(),
+        ..Default::default()
+    };
+    job_facts(gpus, &mut f);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_version_from_torch_tag() {
+        assert_eq!(cuda_of_torch("2.11.0+cu130"), 13.0);
+        assert_eq!(cuda_of_torch("2.4.1+cu121"), 12.1);
+        assert_eq!(cuda_of_torch("1.13.1+cu117"), 11.7);
+        assert_eq!(cuda_of_torch("2.11.0"), 0.0);
+    }
+}
