@@ -7,51 +7,105 @@ use crate::report::Report;
 use serde::Serialize;
 use std::collections::HashMap;
 
+facts! {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GpuFacts {
+    /// its host, in a report merged from several (empty otherwise)
     pub host: String,
+    /// how messages name it: `GPU 0`, or `GPU 0 on node-a` in a merged report
     pub label: String,
+    /// NVML's index
     pub index: i64,
+    /// the GPU's name
     pub name: String,
+    /// capacity
     pub total_bytes: i64,
+    /// peak device memory in use (what nvidia-smi shows)
     pub peak_used_bytes: i64,
+    /// that, % of capacity
     pub peak_used_pct: f64,
+    /// memory in use before the job started (held by others)
     pub start_used_bytes: i64,
+    /// sum of the peaks of processes outside the job (in a look: what other users' processes hold now; one
+    /// whose owner can't be read, a ghost, is neither the job's nor others')
     pub others_peak_bytes: i64,
+    /// those processes, in words, the most first: pid, command (in a look: its owner), memory
     pub others_list: String,
-    /// An inference server among the processes holding memory on this GPU (see `serving`).
+    /// an inference server (as run.server: vllm, sglang, tensorrt_llm, tgi) whose processes are all that hold
+    /// memory on this GPU, the job's or others'; empty if none, or if any other process holds memory there
+    /// (it has only what the server left; in a look, the only way a server is known)
     pub server: String,
+    /// peak of the job's processes' memory
     pub job_peak_bytes: i64,
+    /// that, % of capacity
     pub job_peak_pct: f64,
+    /// the job's memory at the end
     pub job_final_bytes: i64,
+    /// this GPU's job peak / the largest job peak over GPUs
     pub job_share: f64,
+    /// the job's usual level: the median of its timeline while it held memory
     pub steady_bytes: i64,
+    /// that, % of capacity
     pub steady_pct: f64,
+    /// time from the job's first memory on this GPU to 90% of its peak (to the timeline's resolution)
     pub rise_s: f64,
+    /// the job's memory in the last part of the run while it still held some (before its processes exited)
     pub last_held_bytes: i64,
+    /// job peak − steady level
     pub spike_bytes: i64,
+    /// job peak / steady level
     pub spike_ratio: f64,
+    /// how long the job stayed above halfway between steady level and peak
     pub spike_duration_s: f64,
+    /// when the job peaked
     pub spike_at_s: f64,
+    /// when the device's memory in use peaked
     pub peak_used_at_s: f64,
+    /// the GPU stopped answering during the run
     pub lost: bool,
+    /// a PyTorch process reported from this GPU
     pub torch: bool,
+    /// steps whose peak the framework view saw far above the others, on this GPU (see torch.phase_count)
     pub torch_phases: i64,
+    /// when the job's peak on it fell among the optimizer steps' records: before_steps, steps, after_steps (a
+    /// time, not what ran then: see oom.phase); empty without the framework view
     pub peak_stretch: String,
+    /// seconds after the last optimizer step it came, -1 before the first or if unknown
     pub peak_since_last_step_s: f64,
+    /// steady growth of the job's memory with no optimizer step to explain it (a run without steps, or after
+    /// the last one), 0 if none: a straight rise to the program's end that never came back (docs/rules.md,
+    /// Beyond the training step)
     pub growth_bytes: i64,
+    /// its rate (least squares), bytes per second
     pub growth_rate_bytes_per_s: f64,
+    /// how well a straight line fits it (R², 0..1)
     pub growth_r2: f64,
+    /// how long it lasted, to the last moment the job held memory
     pub growth_s: f64,
+    /// when it started, -1 if none
     pub growth_from_s: f64,
+    /// the last optimizer step before it, -1 in a run without steps
     pub growth_after_step: i64,
+    /// the job's PyTorch processes on this GPU have not yet called their model nor stepped (the shim recorded
+    /// neither): what its memory does is loading; false where they have, or without the shim
     pub loading: bool,
+    /// PyTorch's live tensors on this GPU at its last reading (the exit record), summed over processes; -1
+    /// without one
     pub growth_live_bytes: i64,
+    /// at that rate, seconds until the GPU is full (its capacity less the driver's reserve, other processes'
+    /// peaks and the level reached), -1 if not growing
     pub time_to_full_s: f64,
+    /// where the memory that stayed alive was allocated, from the last leak hunt of a PyTorch process on this
+    /// GPU (counted in forward calls of the outermost module in a program without steps), in words
     pub growth_sites: Vec<String>,
+    /// what kept it alive, in words, from the same hunt
     pub growth_holders: Vec<String>,
+    /// of what that hunt found kept, the bytes behind held tensors' autograd graphs (see oom.graph_bytes), 0
+    /// if none
     pub growth_graph_bytes: i64,
+    /// what holds those tensors, empty if none
     pub growth_graph_holder: String,
+}
 }
 
 /// How a GPU is named in messages: `GPU 0`, `GPU 0 on node-a` in a merged report.

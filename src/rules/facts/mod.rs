@@ -1,20 +1,74 @@
 //! The facts rules read, computed from a report (so a saved report can be diagnosed again). Every fact is
-//! documented in [`DOC`]; a test checks that the example facts, every rule, the documentation and the
-//! README agree.
+//! documented once, by the doc comment on its field, which [`documented`] gives to `gpudoc rules facts`
+//! and docs/rules.md (a test checks that the example facts, every rule and the documentation agree).
 
 //!
 //! One file a subject: the run (`run`), each GPU (`gpu`), each process holding GPU memory (`process`),
 //! each PyTorch process (`torch`, with its notebook cells in `cell`), the OOM (`oom`).
 
+/// A fact as documented: its name in its group, its type as a rule sees it, and what it means.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fact {
+    pub name: &'static str,
+    pub ty: &'static str,
+    /// The field's doc comment, its lines joined.
+    pub doc: &'static str,
+}
+
+/// The type of a fact as a rule sees it: CEL's name for it.
+pub trait FactType {
+    const NAME: &'static str;
+}
+
+macro_rules! fact_types {
+    ($($t:ty => $name:literal),* $(,)?) => {
+        $(impl FactType for $t {
+            const NAME: &'static str = $name;
+        })*
+    };
+}
+
+fact_types! {
+    i64 => "int",
+    f64 => "double",
+    bool => "bool",
+    String => "string",
+    Vec<i64> => "list(int)",
+    Vec<String> => "list(string)",
+}
+
+/// Declares a group of facts: the struct, and its documentation (`FIELDS`) from its fields' doc comments,
+/// so a fact's name, type and meaning are written once, where it is.
+macro_rules! facts {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[doc = $doc:literal])+ pub $field:ident: $ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[doc = $doc])+ pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// Its facts, each with its type and its doc comment.
+            pub const FIELDS: &'static [$crate::rules::facts::Fact] = &[$($crate::rules::facts::Fact {
+                name: stringify!($field),
+                ty: <$ty as $crate::rules::facts::FactType>::NAME,
+                doc: concat!($($doc),+),
+            }),*];
+        }
+    };
+}
+
 mod cell;
-mod doc;
 mod gpu;
 mod oom;
 mod process;
 mod run;
 mod torch;
 
-pub use doc::DOC;
 pub use gpu::{GpuFacts, gpu_label};
 pub(super) use gpu::{Other, others_facts, server_among};
 pub use oom::OomFacts;
@@ -36,6 +90,26 @@ pub struct Facts {
     pub gpus: Vec<GpuFacts>,
     pub processes: Vec<ProcFacts>,
     pub torch_processes: Vec<TorchFacts>,
+}
+
+/// Every fact, by the name a rule reads it (`run.exit_code`, `gpu.total_bytes`), with its type and what it
+/// means: the reference for rule authors (`gpudoc rules facts`, `gpudoc rules explain`, docs/rules.md).
+pub fn documented() -> Vec<(String, &'static str, &'static str)> {
+    let groups = [
+        ("run", RunFacts::FIELDS),
+        ("oom", OomFacts::FIELDS),
+        ("gpu", GpuFacts::FIELDS),
+        ("process", ProcFacts::FIELDS),
+        ("torch", TorchFacts::FIELDS),
+    ];
+    groups
+        .into_iter()
+        .flat_map(|(group, fields)| {
+            fields
+                .iter()
+                .map(move |f| (format!("{group}.{}", f.name), f.ty, f.doc.trim()))
+        })
+        .collect()
 }
 
 const GIB: i64 = 1 << 30;

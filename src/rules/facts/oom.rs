@@ -6,51 +6,120 @@ use crate::rules::phase::Phase;
 use crate::torch::activity::Activity;
 use serde::Serialize;
 
+facts! {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct OomFacts {
+    /// the command printed an out-of-memory report
     pub present: bool,
+    /// too_big, cap, others, fragmentation, self_growth, unknown
     pub cause: String,
+    /// torch_allocator, cuda_runtime, cuda_library, nccl, xla, tensorflow, cupy, paddle, llama_cpp, vllm,
+    /// onnxruntime, tensorrt, mxnet, exla
     pub source: String,
+    /// the inference server or engine that wrote the text, as its reader tells (vllm, sglang, tgi,
+    /// tensorrt_llm, tensorrt, onnxruntime, llama_cpp, fastertransformer, turbomind): its own settings are
+    /// the remedies; empty for a framework's allocator (PyTorch, JAX, TensorFlow, ...) or a CUDA call whose
+    /// program the text does not name, where training advice may fit (oom::program)
     pub engine: String,
+    /// the text says the program found less of the GPU free at its start than it was to take, before loading
+    /// anything (vLLM's start-up check): its share is too large for what others left
     pub at_start: bool,
+    /// the GPU's vendor as the text shows it: nvidia, or amd (ROCm), intel (XPU) or apple (MPS), which NVML
+    /// cannot see; empty without an OOM
     pub vendor: String,
+    /// the exception class, if printed
     pub exception: String,
+    /// every field of the text was found
     pub complete: bool,
+    /// the GPU it happened on, -1 if unknown
     pub gpu: i64,
+    /// the rank that printed it, -1 if none
     pub rank: i64,
+    /// the allocation that failed, -1 if unknown
     pub requested_bytes: i64,
+    /// free memory on the GPU then, as printed, -1 if unknown
     pub free_bytes: i64,
+    /// the GPU's capacity, as printed, -1 if unknown
     pub total_bytes: i64,
+    /// PyTorch's live tensors then, -1 if unknown
     pub allocated_bytes: i64,
+    /// PyTorch's whole cache then, -1 if unknown
     pub reserved_bytes: i64,
+    /// cached by PyTorch but unallocated then, -1 if unknown
     pub reserved_unallocated_bytes: i64,
+    /// the process's cap (set_per_process_memory_fraction), -1 if none was printed
     pub allowed_bytes: i64,
+    /// memory processes outside the job held on that GPU
     pub others_bytes: i64,
+    /// memory the job's other processes held on that GPU
     pub job_others_bytes: i64,
+    /// those processes, in words
     pub others: String,
+    /// the job's peak on that GPU, % of its capacity
     pub job_peak_pct: f64,
+    /// the cause with its numbers, in words
     pub explanation: String,
+    /// where in the model it happened and what the memory held, what held it (the shim's search at the OOM):
+    /// place, breakdown, holders, sites (empty when unknown)
     pub filled_by: Vec<String>,
+    /// `forward`, `backward`, `optimizer` or `other` (the shim's look at the OOM), "" when unknown
     pub pass: String,
+    /// the module it happened in (`model.layers.2.mlp`), "" when unknown
     pub module: String,
+    /// what held most of allocated memory then: `activations` (saved for backward), `parameters`,
+    /// `gradients`, `optimizer_state`, `other`; "" when unknown
     pub largest_part: String,
+    /// its share of allocated memory, percent (0 when unknown)
     pub largest_part_pct: f64,
+    /// the host it happened on, in a merged report (empty otherwise)
     pub host: String,
+    /// its GPU as messages name it (`GPU 1`, `GPU 1 on node-b`, `an unknown GPU`)
     pub label: String,
+    /// when the OOM text was printed (seconds into the run), -1 without one
     pub at_s: f64,
+    /// what the program was doing, from the shim's evidence at the OOM (never from the time): loading (before
+    /// its first forward call, backward or step), training_step (in backward, in optimizer.step(), or a
+    /// forward under grad in train() mode with no earlier call waiting for its backward), evaluation (forward
+    /// calls under no_grad or inference_mode, after eval(), or under grad with no backward following, in a
+    /// program that has trained), inference (the same in one that never trained); empty where the evidence
+    /// does not decide (a forward under grad during training, whose calls the shim does not count) or without
+    /// the shim
     pub phase: String,
+    /// optimizer steps ended by then, -1 if unknown
     pub steps: i64,
+    /// seconds since the last of them, -1 before the first or if unknown
     pub since_last_step_s: f64,
+    /// steady growth of the job's memory on its GPU up to the OOM, with no optimizer step to explain it (see
+    /// gpu.growth_bytes), 0 if none
     pub growth_bytes: i64,
+    /// its rate, bytes per second
     pub growth_rate_bytes_per_s: f64,
+    /// how long it lasted
     pub growth_s: f64,
+    /// of the live tensors at the OOM, the bytes no Python object refers to, behind held tensors that carry
+    /// an autograd graph (grad_fn): what their forward passes saved and no backward has freed yet; 0 if none
+    /// or unknown (the shim's search at the OOM), and in a training step's own forward or backward (see
+    /// oom.graphs_kept)
     pub graph_bytes: i64,
+    /// what holds those tensors (`list `outs` (eval.py, in evaluate), 150 items`), empty if none
     pub graph_holder: String,
+    /// those graphs outlived the step or call that made them, so no backward will free them: the OOM came in
+    /// an evaluation or inference (oom.phase), or in an optimizer's step (whose backward has freed the step's
+    /// own graph); false in a training step's forward or backward, whose graph is its own activations
+    /// (oom.graph_bytes is then 0), and when unknown
     pub graphs_kept: bool,
+    /// forward calls of the outermost model since the last backward began (calls no backward followed), while
+    /// the shim counted them (before the first optimizer step, in an evaluation after eval()); -1 when
+    /// unknown
     pub waiting_forwards: i64,
+    /// what the live tensors of the failing process grew by step after step before it (its
+    /// torch.leak_total_bytes: the straight-line fit over its steps), 0 if none or unknown
     pub leak_total_bytes: i64,
+    /// that growth per step
     pub leak_bytes_per_step: f64,
+    /// R² of that fit (1: every step the same), 0 if unknown
     pub leak_r2: f64,
+}
 }
 
 /// The processes an OOM text names, in words; else those NVML saw holding memory then.

@@ -6,33 +6,71 @@ use crate::report::{ProcessReport, Report};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+facts! {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ProcFacts {
+    /// its host, in a report merged from several (empty otherwise)
     pub host: String,
+    /// PID
     pub pid: i64,
+    /// command line
     pub cmdline: String,
+    /// part of the job (in a look: the watcher's own, by its uid)
     pub in_job: bool,
+    /// RANK, -1 if unknown
     pub rank: i64,
+    /// LOCAL_RANK, -1 if unknown
     pub local_rank: i64,
+    /// GPUs it held memory on
     pub gpus: i64,
+    /// its own GPU: its LOCAL_RANK's device when it is a PyTorch rank, else the GPU where it held the most
     pub main_gpu: i64,
+    /// its peak there
     pub main_bytes: i64,
+    /// sum of its peaks over GPUs
     pub peak_bytes: i64,
+    /// other GPUs it held memory on (for a process without a rank: only where it held no more than a CUDA
+    /// context's worth, 2 GiB or a tenth of its main GPU's)
     pub stray_gpus: Vec<i64>,
+    /// what it held on them
     pub stray_bytes: i64,
+    /// its parent, -1 if unknown
     pub parent_pid: i64,
+    /// a process that holds a CUDA context it should not: in the job, a child of a process of the job that
+    /// itself holds GPU memory, not a rank of its own (no RANK from the shim, or its parent's) and holding no
+    /// more than 1 GiB on any GPU (a context is ~500 MiB on an H200): a DataLoader worker or another helper
+    /// that touched CUDA
     pub helper: bool,
+    /// /proc has its PID: false inside a container that doesn't share the host's PID namespace, where NVML's
+    /// PIDs can't be placed in or out of the job
     pub visible: bool,
+    /// of the GPUs the job held memory on, the one where this process held the most; -1 if it held none there
     pub job_gpu: i64,
+    /// that GPU as messages name it, empty if none
     pub job_gpu_label: String,
+    /// its peak there
     pub job_gpu_bytes: i64,
+    /// what it held there at the run's start: at gpudoc's first look at the GPU's processes, a process first
+    /// read within 0.1 s of it counted as there (the one definition, timeline::Timeline::at_first_look, which
+    /// the OOM's window reads too); 0: it was not there yet, -1 if unknown
     pub job_gpu_start_bytes: i64,
+    /// when its longest stretch there above half-way from that start to its peak began, -1 if unknown
     pub job_gpu_high_from_s: f64,
+    /// how long that stretch lasted, without a break (to now, in a run still going): short for memory that
+    /// came and went in a blip; 0 if unknown
     pub job_gpu_high_s: f64,
+    /// its owner's name, in a look (empty in a run, and where /proc can't tell)
     pub user: String,
+    /// in a look, what `gpudoc orphans` makes of it: orphan, detached, zombie, ghost, service, live (empty in
+    /// a run)
     pub verdict: String,
+    /// in a look, why, in one line (`its parent died`; empty in a run)
     pub reason: String,
+    /// in a look, a leftover `gpudoc orphans --kill` would end: an orphan holding GPU memory, or what a
+    /// `gpudoc run` recorded it left running that holds GPU memory or a device file (false in a run, whose
+    /// leftovers are run.orphans)
     pub leftover: bool,
+}
 }
 
 /// RANK and LOCAL_RANK per PID, and each PID's PyTorch processes, from the framework view.

@@ -5,41 +5,82 @@ use super::{GpuFacts, ProcFacts, gpu_label, name_of};
 use crate::report::Report;
 use serde::Serialize;
 
+facts! {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RunFacts {
+    /// length of the run
     pub duration_s: f64,
+    /// what gpudoc run exits with (128+N for signal N), -1 if not recorded
     pub exit_code: i64,
+    /// the signal that ended the command, 0 if none
     pub signal: i64,
+    /// success, gpu_oom, host_oom_kill, signal, failure; unknown when not recorded
     pub classification: String,
+    /// NVIDIA driver version
     pub driver: String,
+    /// highest CUDA version the driver supports (13.0), 0 if unknown
     pub cuda_driver_version: f64,
+    /// CUDA version the job's PyTorch was built for (from +cu130), 0 if unknown
     pub cuda_runtime_version: f64,
+    /// GPUs on the machine
     pub gpus: i64,
+    /// GPUs on which the job held memory
     pub job_gpus: i64,
+    /// largest per-GPU job peak
     pub job_peak_max_bytes: i64,
+    /// smallest per-GPU job peak among the GPUs the job used
     pub job_peak_min_bytes: i64,
+    /// the GPU with the largest job peak
     pub job_peak_max_gpu: i64,
+    /// the GPU with the smallest job peak (among those used)
     pub job_peak_min_gpu: i64,
+    /// the GPU with the largest job peak, as messages name it
     pub job_peak_max_label: String,
+    /// the GPU with the smallest job peak, as messages name it
     pub job_peak_min_label: String,
+    /// when that GPU's job peak was, -1 if the job used none
     pub job_peak_max_at_s: f64,
+    /// hosts the run spans (more than 1 in a report merged from several nodes)
     pub hosts: i64,
+    /// largest / smallest per-GPU job peak (1.0 with one GPU)
     pub imbalance_ratio: f64,
+    /// job descendants still running after the command exited
     pub orphans: i64,
+    /// GPU memory they held
     pub orphans_gpu_bytes: i64,
+    /// them, in words (pid, command, memory)
     pub orphan_list: String,
+    /// the kernel's OOM killer ended a job process
     pub host_oom: bool,
+    /// the PyTorch shim reported from at least one process
     pub has_torch: bool,
+    /// an inference server that preallocates its share of the GPU on purpose, recognised from the command
+    /// lines of the job and its processes: vllm, sglang, tensorrt_llm, tgi; empty if none
     pub server: String,
+    /// that server as messages name it (`vLLM`)
     pub server_label: String,
+    /// the flag that sets its share (`--gpu-memory-utilization`)
     pub server_flag: String,
+    /// that flag and its value as a command line gives it (`--gpu-memory-utilization 0.8`); empty when none
+    /// does
     pub server_setting: String,
+    /// the share it takes: the value given, else its default; -1 where the default depends on the GPU
+    /// (SGLang)
     pub server_fraction: f64,
+    /// processes of the job holding a CUDA context they should not (see process.helper)
     pub helpers: i64,
+    /// what they held, their peaks summed
     pub helpers_bytes: i64,
+    /// them, in words (pid, command, memory, GPU)
     pub helper_list: String,
+    /// the run is still going: the rule is judged live, on the run so far (`live = true`); false at its end
     pub live: bool,
+    /// the facts are of one look at the machine by `gpudoc watch` (`look = true`), not of a run: the job is
+    /// the watcher's own processes (its uid), the others other users'; gpu.peak_used_*, the job's and the
+    /// others' bytes are what is held now (gpu.peak_used_at_s 0); what only a run has (a timeline, steps, an
+    /// OOM, an exit) is empty
     pub look: bool,
+}
 }
 
 /// `2.11.0+cu130` → 13.0; 0.0 when there is no CUDA tag.

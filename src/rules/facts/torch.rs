@@ -7,50 +7,98 @@ use super::{GIB, GpuFacts, gpu_label, host_of, median};
 use crate::rules::growth::fit;
 use serde::Serialize;
 
+facts! {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TorchFacts {
+    /// its host, in a report merged from several (empty otherwise)
     pub host: String,
+    /// its GPU as messages name it (`GPU 0`, `GPU 0 on node-a`)
     pub label: String,
+    /// PID
     pub pid: i64,
+    /// RANK, -1 if unknown
     pub rank: i64,
+    /// NVML's index of its device, -1 if unmatched
     pub gpu: i64,
+    /// PyTorch's version
     pub torch_version: String,
+    /// the allocator's peak reserved (cache) memory
     pub reserved_peak_bytes: i64,
+    /// the allocator's peak live tensors
     pub allocated_peak_bytes: i64,
+    /// reserved at the end
     pub final_reserved_bytes: i64,
+    /// allocated at the end
     pub final_allocated_bytes: i64,
+    /// median reserved over the steps after warm-up (final reserved without steps)
     pub steady_reserved_bytes: i64,
+    /// median per-step peak of live tensors after warm-up (peak allocated without steps)
     pub steady_peak_allocated_bytes: i64,
+    /// peak memory in split blocks not in use (fragmentation)
     pub inactive_split_peak_bytes: i64,
+    /// NVML − reserved at NVML's peak (context, libraries)
     pub non_pytorch_bytes: i64,
+    /// times the allocator freed its cache and retried (cudaMalloc failed)
     pub alloc_retries: i64,
+    /// OOMs the allocator raised
     pub ooms: i64,
+    /// cudaMalloc calls
     pub device_allocs: i64,
+    /// cudaFree calls
     pub device_frees: i64,
+    /// optimizer steps seen
     pub steps: i64,
+    /// slope of allocated memory per step after warm-up (least squares)
     pub leak_bytes_per_step: f64,
+    /// how well a straight line fits it (R², 0..1)
     pub leak_r2: f64,
+    /// the slope times the steps it was fitted over
     pub leak_total_bytes: i64,
+    /// slope of cudaMalloc calls per step after warm-up
     pub device_allocs_per_step: f64,
+    /// slope of cudaFree calls per step after warm-up
     pub device_frees_per_step: f64,
+    /// allocation retries by the last step (not those of an OOM after it)
     pub step_alloc_retries: i64,
+    /// slope of allocation retries per step after warm-up
     pub alloc_retries_per_step: f64,
+    /// capacity of its GPU, 0 if unmatched
     pub gpu_total_bytes: i64,
+    /// median per-step peak of reserved memory over the steps that are not phases
     pub steady_peak_reserved_bytes: i64,
+    /// the highest per-step peak of reserved memory among the phase steps (0 without any)
     pub phase_peak_reserved_bytes: i64,
+    /// phase steps: a step record whose peak reserved memory is above the steady level (the lower quartile)
+    /// by 2 GiB and half of it, in a run that comes back down after one (growth that never does is no phase)
     pub phase_count: i64,
+    /// their step numbers (the first 8; a record covering several steps gives its last)
     pub phase_steps: Vec<i64>,
+    /// steps between phase steps when they come at a regular interval (3 or more), else 0
     pub phase_period_steps: i64,
+    /// the most steps one phase record covers (1: each is placed at its step; more: the shim recorded every
+    /// Nth step)
     pub phase_span_steps: i64,
+    /// a leak hunt recorded this process's memory history
     pub hunted: bool,
+    /// where the memory that stayed alive in the hunt's window was allocated, in words (or why the hunt
+    /// failed)
     pub leak_sites: Vec<String>,
+    /// what keeps it alive, in words
     pub leak_holders: Vec<String>,
+    /// notebook cells run in this process (a Jupyter kernel), 0 elsewhere
     pub cells: i64,
+    /// the cell whose last runs each left more allocated, the most in all: `its first line` (cell 12 when it
+    /// has none)
     pub cell: String,
+    /// its last runs that each left at least 1 MiB more allocated than they found, in a row
     pub cell_runs: i64,
+    /// their execution counts, in words: In [3], [5] and [7]
     pub cell_numbers: String,
+    /// allocated memory those runs left behind, on average
     pub cell_growth_bytes_per_run: f64,
+    /// allocated memory those runs left behind, in all
     pub cell_growth_bytes: i64,
+}
 }
 
 pub(super) fn torch_facts(
