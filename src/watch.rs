@@ -130,7 +130,7 @@ impl Frame {
                     "forecast",
                     Severity::Warn,
                     "A run in progress forecasts this GPU full",
-                    format!("GPU {}", f.gpu),
+                    crate::ident::GpuRef::new(None, f.gpu).to_string(),
                     format!(
                         "{} (gpudoc run, pid {}, {}: {})",
                         f.words(&now),
@@ -139,7 +139,7 @@ impl Frame {
                         shorten(&printable(&r.command), 60)
                     ),
                 );
-                d.gpu = Some(format!("GPU {}", f.gpu));
+                d.gpu = Some(crate::ident::GpuRef::new(None, f.gpu));
                 self.diagnoses.push(d);
                 self.forecasts.push(RunForecast {
                     gpu: f.gpu,
@@ -457,7 +457,10 @@ mod tests {
             "{}",
             d[2].message
         );
-        assert_eq!((d[2].at_s, d[2].gpu.as_deref()), (None, Some("GPU 0")));
+        assert_eq!(
+            (d[2].at_s, d[2].gpu.clone()),
+            (None, Some(crate::ident::GpuRef::new(None, 0)))
+        );
         assert!(!d[2].advice.is_empty());
         assert_eq!(
             d[3].message,

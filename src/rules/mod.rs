@@ -17,6 +17,7 @@ mod when;
 
 pub use deferred::RunRules;
 
+use crate::ident::{GpuRef, ProcRef};
 use crate::verdict::{Diagnosis, Severity};
 use cel::common::ast::{Expr, IdedExpr};
 use cel::common::types::CelNull;
@@ -880,7 +881,7 @@ impl Rule {
                     _ => None,
                 };
                 let gpu = match run(&said.mark.gpu, "gpu")? {
-                    Some(Value::String(s)) if !s.is_empty() => Some(s.to_string()),
+                    Some(Value::String(s)) => GpuRef::parse(&s),
                     _ => None,
                 };
                 let mut advice = Vec::new();
@@ -917,7 +918,8 @@ struct Fired {
     details: Vec<String>,
     advice: Vec<String>,
     at_s: Option<f64>,
-    gpu: Option<String>,
+    /// The GPU the rule's `gpu` expression named (none where its words name no GPU NVML sees).
+    gpu: Option<GpuRef>,
 }
 
 /// `at` must give a number and `gpu` a string (or null), on every item a rule can be given.
@@ -1120,13 +1122,13 @@ impl VariableResolver for Item<'_> {
     }
 }
 
-/// What a diagnosis is about: `run`, `GPU 0`, `pid 1234`.
+/// What a diagnosis is about: `run`, `GPU 0`, `pid 1234`, `pid 1234 on node-a`.
 fn subject(facts: &Facts, scope: Scope, i: usize) -> String {
     match scope {
         Scope::Run => "run".to_string(),
         Scope::Gpu => facts.gpus[i].label.clone(),
-        Scope::Process => pid_on(facts.processes[i].pid, &facts.processes[i].host),
-        Scope::Torch => pid_on(facts.torch_processes[i].pid, &facts.torch_processes[i].host),
+        Scope::Process => facts.processes[i].who().to_string(),
+        Scope::Torch => facts.torch_processes[i].who().to_string(),
     }
 }
 
@@ -1153,29 +1155,20 @@ fn read_values(
         .collect()
 }
 
-/// The GPU (its label) and the process an item of a rule's scope is.
-fn about(facts: &Facts, scope: Scope, i: usize) -> (Option<String>, Option<u32>) {
-    let label = |host: &str, gpu: i64| (gpu >= 0).then(|| facts::gpu_label(host, gpu));
+/// The GPU and the process an item of a rule's scope is.
+fn about(facts: &Facts, scope: Scope, i: usize) -> (Option<GpuRef>, Option<u32>) {
+    let who = |p: ProcRef| Some(p.pid);
     match scope {
         Scope::Run => (None, None),
-        Scope::Gpu => (Some(facts.gpus[i].label.clone()), None),
+        Scope::Gpu => (Some(facts.gpus[i].gpu()), None),
         Scope::Process => {
             let p = &facts.processes[i];
-            (label(&p.host, p.main_gpu), Some(p.pid as u32))
+            (p.main_gpu(), who(p.who()))
         }
         Scope::Torch => {
             let t = &facts.torch_processes[i];
-            (label(&t.host, t.gpu), Some(t.pid as u32))
+            (t.on_gpu(), who(t.who()))
         }
-    }
-}
-
-/// `pid 42`, or `pid 42 on node-a` in a merged report.
-fn pid_on(pid: i64, host: &str) -> String {
-    if host.is_empty() {
-        format!("pid {pid}")
-    } else {
-        format!("pid {pid} on {host}")
     }
 }
 
@@ -1305,6 +1298,34 @@ mod tests {
             failed[0].starts_with("rule ratio:") && failed[0].contains("zero"),
             "{failed:?}"
         );
+    }
+
+    #[test]
+    fn a_rules_gpu_is_a_gpu_nvml_sees_never_words_for_none() {
+        let text = "id = \"g\"\nseverity = \"warn\"\ntitle = \"t\"\neach = \"run\"\ngpu = \"oom.label\"\nwhen = \"true\"\nmessage = \"m\"\n";
+        let set = RuleSet {
+            rules: vec![Rule::parse(text, "g.toml").unwrap()],
+            env: env(),
+        };
+        let gpu_of = |oom: facts::OomFacts| {
+            let f = Facts {
+                oom,
+                ..Facts::default()
+            };
+            set.evaluate(&f).0[0].gpu.clone()
+        };
+        // An OOM on no GPU that NVML sees (`an unknown GPU`, `Intel GPU 0 (XPU)`) marks none.
+        assert_eq!(gpu_of(facts::OomFacts::absent()), None);
+        let intel = facts::OomFacts {
+            label: "Intel GPU 0 (XPU)".into(),
+            ..facts::OomFacts::absent()
+        };
+        assert_eq!(gpu_of(intel), None);
+        let merged = facts::OomFacts {
+            label: "GPU 1 on node-b".into(),
+            ..facts::OomFacts::absent()
+        };
+        assert_eq!(gpu_of(merged), Some(GpuRef::new(Some("node-b"), 1)));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! it.
 
 use super::torch::{leak_holders, leak_sites};
-use super::{host_of, median, pct};
+use super::{gpu_label, host_of, median, pct};
+use crate::ident::GpuRef;
 use crate::report::Report;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -108,21 +109,12 @@ pub struct GpuFacts {
 }
 }
 
-/// How a GPU is named in messages: `GPU 0`, `GPU 0 on node-a` in a merged report.
-pub fn gpu_label(host: &str, gpu: i64) -> String {
-    match (gpu, host) {
-        (g, _) if g < 0 => "an unknown GPU".into(),
-        (g, "") => format!("GPU {g}"),
-        (g, h) => format!("GPU {g} on {h}"),
-    }
-}
-
 pub(super) fn gpu_facts(r: &Report, steps: &crate::rules::when::Steps) -> Vec<GpuFacts> {
     // Per GPU: the command lines of every process holding memory there, and those outside the job.
-    let mut holding: HashMap<(String, u32), Vec<&str>> = HashMap::new();
-    let mut others: HashMap<(String, u32), Vec<Other>> = HashMap::new();
+    let mut holding: HashMap<GpuRef, Vec<&str>> = HashMap::new();
+    let mut others: HashMap<GpuRef, Vec<Other>> = HashMap::new();
     for p in r.processes.iter().filter(|p| p.peak_bytes > 0) {
-        let on = (host_of(&p.host), p.gpu);
+        let on = GpuRef::new(p.host.as_deref(), p.gpu);
         if !p.in_job {
             let who = crate::units::shorten(&p.cmdline, 60);
             others
@@ -136,12 +128,10 @@ pub(super) fn gpu_facts(r: &Report, steps: &crate::rules::when::Steps) -> Vec<Gp
         .gpus
         .iter()
         .map(|g| {
-            let held = others.remove(&(host_of(&g.host), g.index));
+            let held = others.remove(&g.gpu());
             let mut f = one_gpu(r, g);
             (f.others_peak_bytes, f.others_list) = others_facts(held.unwrap_or_default());
-            let on = holding
-                .remove(&(host_of(&g.host), g.index))
-                .unwrap_or_default();
+            let on = holding.remove(&g.gpu()).unwrap_or_default();
             f.server = server_among(on);
             when_facts(r, g, steps, &mut f);
             f

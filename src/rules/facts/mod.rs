@@ -69,7 +69,7 @@ mod process;
 mod run;
 mod torch;
 
-pub use gpu::{GpuFacts, gpu_label};
+pub use gpu::GpuFacts;
 pub(super) use gpu::{Other, others_facts, server_among};
 pub use oom::OomFacts;
 pub use process::ProcFacts;
@@ -78,6 +78,7 @@ pub(super) use run::job_facts;
 pub use run::{RunFacts, cuda_of_torch};
 pub use torch::TorchFacts;
 
+use crate::ident::{GpuRef, ProcRef};
 use crate::report::Report;
 use process::Ranks;
 use serde::Serialize;
@@ -204,6 +205,53 @@ impl Facts {
                 ..Default::default()
             }],
         }
+    }
+}
+
+/// The GPU a fact's host (empty but in merged reports) and index (-1: unknown) name.
+pub(super) fn gpu_of(host: &str, index: i64) -> Option<GpuRef> {
+    let index = u32::try_from(index).ok()?;
+    Some(GpuRef::new(Some(host).filter(|h| !h.is_empty()), index))
+}
+
+/// How messages name the GPU a fact's host and index name: `GPU 0`, `GPU 0 on node-a`, `an unknown GPU`.
+pub(super) fn gpu_label(host: &str, index: i64) -> String {
+    GpuRef::label(gpu_of(host, index).as_ref())
+}
+
+/// The process a fact's host (empty but in merged reports) and PID name.
+fn proc_of(host: &str, pid: i64) -> ProcRef {
+    ProcRef::new(Some(host).filter(|h| !h.is_empty()), pid as u32)
+}
+
+impl GpuFacts {
+    /// Which GPU this is.
+    pub fn gpu(&self) -> GpuRef {
+        gpu_of(&self.host, self.index).expect("a GPU's facts have its index")
+    }
+}
+
+impl ProcFacts {
+    /// Which process this is.
+    pub fn who(&self) -> ProcRef {
+        proc_of(&self.host, self.pid)
+    }
+
+    /// The GPU it works on, if it holds memory anywhere.
+    pub fn main_gpu(&self) -> Option<GpuRef> {
+        gpu_of(&self.host, self.main_gpu)
+    }
+}
+
+impl TorchFacts {
+    /// Which process this is.
+    pub fn who(&self) -> ProcRef {
+        proc_of(&self.host, self.pid)
+    }
+
+    /// Its GPU, where PyTorch's device was matched to one NVML sees.
+    pub fn on_gpu(&self) -> Option<GpuRef> {
+        gpu_of(&self.host, self.gpu)
     }
 }
 

@@ -2,6 +2,7 @@
 //! stray contexts, whether it is a helper, and what it held beside the job.
 
 use super::{gpu_label, host_of};
+use crate::ident::ProcRef;
 use crate::report::{ProcessReport, Report};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -79,8 +80,8 @@ pub(super) struct Ranks<'a> {
     torch: HashMap<Who, Vec<&'a crate::torch::view::TorchProcReport>>,
 }
 
-/// A process: its host (empty but in merged reports) and PID.
-pub(super) type Who = (String, u32);
+/// A process: its host (in merged reports) and PID.
+pub(super) type Who = ProcRef;
 
 impl<'a> Ranks<'a> {
     pub(super) fn of(r: &'a Report) -> Ranks<'a> {
@@ -92,7 +93,7 @@ impl<'a> Ranks<'a> {
         let mut by_pid = HashMap::new();
         let mut torch: HashMap<Who, Vec<_>> = HashMap::new();
         for t in &r.torch.processes {
-            let who = (host_of(&t.host), t.pid);
+            let who = ProcRef::new(t.host.as_deref(), t.pid);
             by_pid
                 .entry(who.clone())
                 .or_insert((n(&t.rank), n(&t.local_rank)));
@@ -110,7 +111,10 @@ impl<'a> Ranks<'a> {
 pub(super) fn process_facts(r: &Report, ranks: &Ranks) -> Vec<ProcFacts> {
     let mut by_pid: BTreeMap<Who, Vec<&ProcessReport>> = BTreeMap::new();
     for p in &r.processes {
-        by_pid.entry((host_of(&p.host), p.pid)).or_default().push(p);
+        by_pid
+            .entry(ProcRef::new(p.host.as_deref(), p.pid))
+            .or_default()
+            .push(p);
     }
     let holders: HashSet<Who> = by_pid
         .iter()
@@ -165,7 +169,7 @@ fn helper(who: &Who, rows: &[&ProcessReport], ranks: &Ranks, holders: &HashSet<W
     let Some(parent) = rows
         .iter()
         .find_map(|p| p.ppid)
-        .map(|pp| (who.0.clone(), pp))
+        .map(|pp| ProcRef::new(who.host.as_deref(), pp))
     else {
         return false;
     };
@@ -221,8 +225,8 @@ fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
         .and_then(|t| t.gpu);
     let held: Vec<(u32, u64)> = rows.iter().map(|p| (p.gpu, p.peak_bytes)).collect();
     let mut f = ProcFacts {
-        pid: who.1 as i64,
-        host: who.0,
+        pid: who.pid as i64,
+        host: who.host.unwrap_or_default(),
         rank,
         local_rank,
         parent_pid: rows.iter().find_map(|p| p.ppid).map_or(-1, i64::from),

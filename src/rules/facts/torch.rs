@@ -4,6 +4,7 @@
 use super::cell::cell_facts;
 use super::process::Ranks;
 use super::{GIB, GpuFacts, gpu_label, host_of, median};
+use crate::ident::ProcRef;
 use crate::rules::growth::fit;
 use serde::Serialize;
 
@@ -141,7 +142,7 @@ pub(super) fn torch_facts(
     let host = host_of(&t.host);
     TorchFacts {
         label: gpu_label(&host, t.gpu.map_or(-1, |g| g as i64)),
-        rank: ranks.of_pid(&(host.clone(), t.pid)).0,
+        rank: ranks.of_pid(&ProcRef::new(t.host.as_deref(), t.pid)).0,
         host,
         pid: t.pid as i64,
         gpu: t.gpu.map_or(-1, |g| g as i64),
