@@ -2,7 +2,7 @@
 //! it.
 
 use super::torch::{leak_holders, leak_sites};
-use super::{gpu_label, host_of, median, pct};
+use super::{gpu_label, host_of, pct, steady_level};
 use crate::ident::GpuRef;
 use crate::report::Report;
 use serde::Serialize;
@@ -44,7 +44,7 @@ pub struct GpuFacts {
     pub job_final_bytes: i64,
     /// this GPU's job peak / the largest job peak over GPUs
     pub job_share: f64,
-    /// the job's usual level: the median of its timeline while it held memory
+    /// the job's steady level (the median) over its timeline while it held memory
     pub steady_bytes: i64,
     /// that, % of capacity
     pub steady_pct: f64,
@@ -183,13 +183,8 @@ pub(in crate::rules) fn others_facts(mut others: Vec<Other>) -> (i64, String) {
 
 fn one_gpu(r: &Report, g: &crate::report::GpuReport) -> GpuFacts {
     let total = g.total_bytes as i64;
-    let held: Vec<i64> = g
-        .job_timeline
-        .iter()
-        .map(|&(_, v)| v as i64)
-        .filter(|&v| v > 0)
-        .collect();
-    let steady = median(held);
+    let held = g.job_timeline.iter().map(|&(_, v)| v as i64);
+    let steady = steady_level(held.filter(|&v| v > 0));
     let peak = g.job_peak_bytes as i64;
     let half = steady + (peak - steady) / 2;
     let width = if g.job_timeline.len() > 1 {

@@ -123,6 +123,16 @@ pub(in crate::rules) fn pct(part: i64, whole: i64) -> f64 {
     }
 }
 
+/// The steady level of a series of readings: the level it held most of the time, spikes and phases
+/// aside, the median (the upper one of an even number), 0 for none. The one definition of "steady" the
+/// facts use; each says which readings it is of: `gpu.steady_bytes` the job's timeline where it held
+/// memory, `torch.steady_reserved_bytes` and `torch.steady_peak_allocated_bytes` the step records after
+/// warm-up, `torch.steady_peak_reserved_bytes` the step peaks at or under the phase bar.
+pub fn steady_level(readings: impl IntoIterator<Item = i64>) -> i64 {
+    median(readings.into_iter().collect())
+}
+
+/// The middle value (the upper one of an even number), 0 for none.
 pub(super) fn median(mut v: Vec<i64>) -> i64 {
     if v.is_empty() {
         return 0;
@@ -264,4 +274,19 @@ pub(in crate::rules) fn name_of<T: serde::Serialize>(v: T) -> String {
         .ok()
         .and_then(|v| v.as_str().map(String::from))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steady_level_is_what_the_readings_held_most_of_the_time() {
+        // A spike and a load ramp move it not at all: 4 of 7 readings at 10 GiB.
+        let readings = [1, 5, 10, 10, 10, 10, 120].map(|g| g * GIB);
+        assert_eq!(steady_level(readings), 10 * GIB);
+        // Of an even number, the upper middle; of none, 0.
+        assert_eq!(steady_level([2, 4, 6, 8]), 6);
+        assert_eq!(steady_level([]), 0);
+    }
 }

@@ -3,7 +3,7 @@
 
 use super::cell::cell_facts;
 use super::process::Ranks;
-use super::{GIB, GpuFacts, gpu_label, host_of, median};
+use super::{GIB, GpuFacts, gpu_label, host_of, median, steady_level};
 use crate::ident::ProcRef;
 use crate::rules::growth::fit;
 use serde::Serialize;
@@ -31,9 +31,9 @@ pub struct TorchFacts {
     pub final_reserved_bytes: i64,
     /// allocated at the end
     pub final_allocated_bytes: i64,
-    /// median reserved over the steps after warm-up (final reserved without steps)
+    /// the steady level of reserved memory over the steps after warm-up (final reserved with fewer than 3)
     pub steady_reserved_bytes: i64,
-    /// median per-step peak of live tensors after warm-up (peak allocated without steps)
+    /// the steady level of the per-step peaks of live tensors after warm-up (peak allocated with fewer than 3)
     pub steady_peak_allocated_bytes: i64,
     /// peak memory in split blocks not in use (fragmentation)
     pub inactive_split_peak_bytes: i64,
@@ -65,12 +65,12 @@ pub struct TorchFacts {
     pub alloc_retries_per_step: f64,
     /// capacity of its GPU, 0 if unmatched
     pub gpu_total_bytes: i64,
-    /// median per-step peak of reserved memory over the steps that are not phases
+    /// the steady level of the per-step peaks of reserved memory over the steps that are not phases
     pub steady_peak_reserved_bytes: i64,
     /// the highest per-step peak of reserved memory among the phase steps (0 without any)
     pub phase_peak_reserved_bytes: i64,
-    /// phase steps: a step record whose peak reserved memory is above the steady level (the lower quartile)
-    /// by 2 GiB and half of it, in a run that comes back down after one (growth that never does is no phase)
+    /// phase steps: a step record whose peak reserved memory is above the lower quartile of the peaks by 2
+    /// GiB and half of it, in a run that comes back down after one (growth that never does is no phase)
     pub phase_count: i64,
     /// their step numbers (the first 8; a record covering several steps gives its last)
     pub phase_steps: Vec<i64>,
@@ -128,13 +128,8 @@ pub(super) fn torch_facts(
         .find(|h| h.why != "oom" && (h.error.is_some() || h.steps > 0));
     let (steady_reserved, steady_peak) = if after.len() >= 3 {
         (
-            median(after.iter().map(|s| s.reserved_bytes as i64).collect()),
-            median(
-                after
-                    .iter()
-                    .map(|s| s.peak_allocated_bytes as i64)
-                    .collect(),
-            ),
+            steady_level(after.iter().map(|s| s.reserved_bytes as i64)),
+            steady_level(after.iter().map(|s| s.peak_allocated_bytes as i64)),
         )
     } else {
         (t.final_reserved_bytes as i64, t.peak_allocated_bytes as i64)
@@ -222,7 +217,7 @@ pub(super) fn leak_holders(h: &crate::torch::hunt::Hunt) -> Vec<String> {
 /// Steps whose peak stands far above the steady per-step peak: an evaluation, a checkpoint.
 #[derive(Debug, Default, PartialEq)]
 struct Phases {
-    /// Median per-step peak of reserved memory.
+    /// The steady level of the per-step peaks of reserved memory ([`steady_level`]).
     steady: i64,
     /// Highest peak among the phase steps.
     peak: i64,
@@ -246,7 +241,7 @@ fn phases(recs: &[crate::torch::Step]) -> Phases {
     sorted.sort_unstable();
     let bar = sorted[sorted.len() / 4] + (2 * GIB).max(sorted[sorted.len() / 4] / 2);
     let high: Vec<usize> = (0..recs.len()).filter(|&i| peak(&recs[i]) > bar).collect();
-    let steady = median(recs.iter().map(peak).filter(|&p| p <= bar).collect());
+    let steady = steady_level(recs.iter().map(peak).filter(|&p| p <= bar));
     let comes_back = high
         .iter()
         .any(|&i| recs.get(i + 1).is_some_and(|n| peak(n) <= bar));
