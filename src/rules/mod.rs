@@ -3,6 +3,7 @@
 //! message are CEL (the `cel` crate), evaluated over the [`facts`] of a run. A rule that does not parse,
 //! names a fact that does not exist or compares the wrong types fails at load with its file and line.
 
+mod absent;
 pub mod bundled;
 mod deferred;
 pub mod facts;
@@ -19,11 +20,12 @@ pub use deferred::RunRules;
 
 use crate::ident::{GpuRef, ProcRef};
 use crate::verdict::{Diagnosis, Severity};
+use absent::Compiled;
 use cel::common::ast::{Expr, IdedExpr};
 use cel::common::types::CelNull;
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
-use cel::{Context, Env, Program, Value};
+use cel::{Context, Env, Value};
 use facts::Facts;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -152,7 +154,7 @@ pub struct Rule {
     pub story: Option<String>,
     /// The story its diagnosis is part of (`part_of = "oom"`).
     pub part_of: Option<String>,
-    condition: Program,
+    condition: Compiled,
     /// The facts its condition reads.
     condition_reads: Vec<String>,
     /// `at` and `gpu` as written, with their lines.
@@ -170,7 +172,7 @@ struct Saying {
     pieces: Vec<Piece>,
     details: Vec<Vec<Piece>>,
     /// Each line of advice's condition (`None`: always given).
-    advice: Vec<Option<Program>>,
+    advice: Vec<Option<Compiled>>,
     /// The facts the advice conditions read.
     advice_reads: Vec<String>,
     mark: Mark,
@@ -180,8 +182,8 @@ struct Saying {
 /// Where on the run's timeline a diagnosis points: the moment and the GPU (see `RuleFile`).
 #[derive(Default)]
 struct Mark {
-    at: Option<Program>,
-    gpu: Option<Program>,
+    at: Option<Compiled>,
+    gpu: Option<Compiled>,
 }
 
 /// An expression as written and the line it is on.
@@ -207,7 +209,7 @@ impl std::fmt::Debug for Rule {
 
 enum Piece {
     Text(String),
-    Expr(Program),
+    Expr(Compiled),
 }
 
 /// A rule that can't be used, with where (`line` 0: the whole file, or a flag).
@@ -327,22 +329,48 @@ fn functions<'a>(env: &Arc<Env>) -> Context<'a, 'a> {
     for (name, v) in CONSTANTS {
         ctx.add_variable_from_value(name, Value::Int(v));
     }
-    let _ = ctx.add_function("fmt_bytes", |b: i64| {
-        if b < 0 {
-            "an unknown amount".to_string()
-        } else {
-            crate::units::fmt_bytes(b as u64)
-        }
+    // An absent fact (null), and a -1 that still means one, are said to be unknown.
+    let _ = ctx.add_function("fmt_bytes", |b: Value| match b {
+        Value::Int(b) if b >= 0 => Ok(Value::from(crate::units::fmt_bytes(b as u64))),
+        Value::UInt(b) => Ok(Value::from(crate::units::fmt_bytes(b))),
+        Value::Int(_) | Value::Null => Ok(Value::from("an unknown amount")),
+        other => Err(not_a_number("fmt_bytes", &other)),
     });
     let _ = ctx.add_function("fmt_list", |l: Arc<Vec<Value>>| {
         l.iter().map(render).collect::<Vec<_>>().join(", ")
     });
     let _ = ctx.add_function("fmt_cmd", |c: Arc<String>| crate::units::shorten(&c, 60));
-    let _ = ctx.add_function("fmt_pct", |p: f64| format!("{p:.1}%"));
-    let _ = ctx.add_function("fmt_ratio", |r: f64| format!("{r:.1}x"));
-    let _ = ctx.add_function("fmt_secs", |s: f64| crate::units::fmt_secs(s));
+    let _ = ctx.add_function("fmt_pct", |p: Value| {
+        of_double("fmt_pct", p, |p| format!("{p:.1}%"))
+    });
+    let _ = ctx.add_function("fmt_ratio", |r: Value| {
+        of_double("fmt_ratio", r, |r| format!("{r:.1}x"))
+    });
+    let _ = ctx.add_function("fmt_secs", |s: Value| {
+        of_double("fmt_secs", s, crate::units::fmt_secs)
+    });
     ctx
 }
+
+/// A formatting function of a double: `unknown` for an absent fact.
+fn of_double(
+    name: &str,
+    v: Value,
+    f: impl Fn(f64) -> String,
+) -> Result<Value, cel::ExecutionError> {
+    match v {
+        Value::Float(x) => Ok(Value::from(f(x))),
+        Value::Null => Ok(Value::from(UNKNOWN)),
+        other => Err(not_a_number(name, &other)),
+    }
+}
+
+fn not_a_number(name: &str, v: &Value) -> cel::ExecutionError {
+    cel::ExecutionError::function_error(name, format!("takes a number, not {v:?}"))
+}
+
+/// How a template prints an absent fact.
+const UNKNOWN: &str = "unknown";
 
 fn line_of(doc: &str, offset: usize) -> usize {
     doc[..offset.min(doc.len())].matches('\n').count() + 1
@@ -356,8 +384,8 @@ fn value_line(doc: &str, span: std::ops::Range<usize>) -> usize {
     line_of(doc, span.start) + usize::from(skip)
 }
 
-fn compile(env: &Env, src: &str, file: &str, line: usize) -> Result<Program, RuleError> {
-    env.compile(src).map_err(|e| {
+fn compile(env: &Env, src: &str, file: &str, line: usize) -> Result<Compiled, RuleError> {
+    env.compile(src).map(|p| Compiled::of(&p)).map_err(|e| {
         let first = e.errors.first();
         let (l, c) = first.map_or((1, 0), |p| {
             (p.pos.0.max(1) as usize, p.pos.1.max(0) as usize)
@@ -569,7 +597,7 @@ fn example_variables(scope: Scope) -> serde_json::Value {
 fn check_rule(
     env: &Arc<Env>,
     scope: Scope,
-    condition: &Program,
+    condition: &Compiled,
     pieces: &[&[Piece]],
     (read, msg_reads): (&[String], &[String]),
     (when_line, msg_line): (usize, usize),
@@ -622,7 +650,7 @@ fn check_advice(
 
 /// A condition gives true or false on the example facts (an error that only real values could avoid,
 /// a division by zero, is no fault of the rule's).
-fn gives_bool(p: &Program, ctx: &Context) -> Result<(), String> {
+fn gives_bool(p: &Compiled, ctx: &Context) -> Result<(), String> {
     match p.execute(ctx) {
         Ok(Value::Bool(_)) => Ok(()),
         Ok(other) => Err(format!("must be true or false, not {other:?}")),
@@ -677,7 +705,7 @@ fn render(value: &Value) -> String {
         }
         Value::Bool(b) => b.to_string(),
         Value::List(l) => l.iter().map(render).collect::<Vec<_>>().join(", "),
-        Value::Null => "-".into(),
+        Value::Null => UNKNOWN.into(),
         other => format!("{other:?}"),
     }
 }
@@ -869,7 +897,7 @@ impl Rule {
                 for d in &said.details {
                     details.extend(lines(d, ctx).map_err(|e| format!("details: {e}"))?);
                 }
-                let run = |p: &Option<Program>, what: &str| {
+                let run = |p: &Option<Compiled>, what: &str| {
                     p.as_ref()
                         .map(|p| p.execute(ctx).map_err(|e| format!("{what}: {e}")))
                         .transpose()
