@@ -1357,6 +1357,40 @@ mod tests {
     }
 
     #[test]
+    fn a_figure_the_oom_text_did_not_give_is_unknown_never_a_number() {
+        // An OOM text that named no request, no free memory and no GPU.
+        let f = Facts {
+            oom: facts::OomFacts::absent(),
+            ..Facts::default()
+        };
+        let rule = |when: &str, message: &str| {
+            let text = format!(
+                "id = \"x\"\nseverity = \"warn\"\ntitle = \"t\"\neach = \"run\"\nwhen = \"{when}\"\nmessage = \"{message}\"\n"
+            );
+            let set = RuleSet {
+                rules: vec![Rule::parse(&text, "x.toml").unwrap()],
+                env: env(),
+            };
+            let (found, failed) = set.evaluate(&f);
+            assert!(failed.is_empty(), "{failed:?}");
+            found.first().map(|d| d.message.clone())
+        };
+        // A condition on an absent figure does not hold, whichever way it asks.
+        assert_eq!(rule("oom.requested_bytes >= 0", "m"), None);
+        assert_eq!(rule("oom.requested_bytes < 0", "m"), None);
+        assert_eq!(rule("oom.gpu * 2 > oom.free_bytes", "m"), None);
+        // A template says it is unknown.
+        let said = rule(
+            "oom.requested_bytes == null",
+            "asked {oom.requested_bytes} ({fmt_bytes(oom.free_bytes)} free) on GPU {oom.gpu}",
+        );
+        assert_eq!(
+            said.as_deref(),
+            Some("asked unknown (an unknown amount free) on GPU unknown")
+        );
+    }
+
+    #[test]
     fn a_hundred_thousand_processes_are_diagnosed_without_error() {
         // 100,000 process entries, each of the per-process rules evaluated once per process: this took
         // hours when every item re-serialized every fact (bench/diagnose.rs measures how it scales).

@@ -31,24 +31,24 @@ pub struct OomFacts {
     pub exception: String,
     /// every field of the text was found
     pub complete: bool,
-    /// the GPU it happened on, -1 if unknown
-    pub gpu: i64,
-    /// the rank that printed it, -1 if none
-    pub rank: i64,
-    /// the allocation that failed, -1 if unknown
-    pub requested_bytes: i64,
-    /// free memory on the GPU then, as printed, -1 if unknown
-    pub free_bytes: i64,
-    /// the GPU's capacity, as printed, -1 if unknown
-    pub total_bytes: i64,
-    /// PyTorch's live tensors then, -1 if unknown
-    pub allocated_bytes: i64,
-    /// PyTorch's whole cache then, -1 if unknown
-    pub reserved_bytes: i64,
-    /// cached by PyTorch but unallocated then, -1 if unknown
-    pub reserved_unallocated_bytes: i64,
-    /// the process's cap (set_per_process_memory_fraction), -1 if none was printed
-    pub allowed_bytes: i64,
+    /// the GPU it happened on (NVML's index), null if unknown
+    pub gpu: Option<i64>,
+    /// the rank that printed it, null if none
+    pub rank: Option<i64>,
+    /// the allocation that failed, null if the text did not say
+    pub requested_bytes: Option<i64>,
+    /// free memory on the GPU then, as printed, null if the text did not say
+    pub free_bytes: Option<i64>,
+    /// the GPU's capacity, as printed, null if the text did not say
+    pub total_bytes: Option<i64>,
+    /// PyTorch's live tensors then, null if the text did not say
+    pub allocated_bytes: Option<i64>,
+    /// PyTorch's whole cache then, null if the text did not say
+    pub reserved_bytes: Option<i64>,
+    /// cached by PyTorch but unallocated then, null if the text did not say
+    pub reserved_unallocated_bytes: Option<i64>,
+    /// the process's cap (set_per_process_memory_fraction), null if none was printed
+    pub allowed_bytes: Option<i64>,
     /// memory processes outside the job held on that GPU
     pub others_bytes: i64,
     /// memory the job's other processes held on that GPU
@@ -170,7 +170,7 @@ pub(super) fn oom_facts(
         };
     };
     let t = &o.event.text;
-    let g = |v: Option<u64>| v.map_or(-1, |x| x as i64);
+    let g = |v: Option<u64>| v.map(|x| x as i64);
     let host = host_of(&o.host);
     let on = o
         .gpu
@@ -210,8 +210,8 @@ pub(super) fn oom_facts(
         vendor: name_of(t.vendor),
         exception: t.exception.clone().unwrap_or_default(),
         complete: t.complete,
-        gpu: o.gpu.map_or(-1, |x| x as i64),
-        rank: o.event.rank.map_or(-1, |x| x as i64),
+        gpu: o.gpu.map(i64::from),
+        rank: o.event.rank.map(|x| x as i64),
         requested_bytes: g(t.requested_bytes),
         free_bytes: g(t.free_bytes),
         total_bytes: g(t.total_bytes),
@@ -257,7 +257,7 @@ fn kept_graphs(phase: Option<Phase>, pass: Option<&str>, act: Option<&Activity>)
 pub(super) fn oom_leak(oom: &mut OomFacts, torch: &[TorchFacts]) {
     let failing = torch
         .iter()
-        .filter(|t| oom.present && t.gpu == oom.gpu && t.host == oom.host)
+        .filter(|t| oom.present && Some(t.gpu).filter(|g| *g >= 0) == oom.gpu && t.host == oom.host)
         .max_by_key(|t| t.leak_total_bytes);
     if let Some(t) = failing.filter(|t| t.leak_total_bytes > 0) {
         oom.leak_total_bytes = t.leak_total_bytes;
@@ -270,8 +270,6 @@ impl OomFacts {
     /// The facts of no OOM: its GPU, rank, moment and steps unknown.
     pub(in crate::rules) fn absent() -> OomFacts {
         OomFacts {
-            gpu: -1,
-            rank: -1,
             label: gpu_label("", -1),
             at_s: -1.0,
             steps: -1,
