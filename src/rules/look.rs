@@ -52,10 +52,8 @@ impl Facts {
         }
         let mut run = RunFacts {
             look: true,
-            exit_code: -1,
             classification: "unknown".into(),
             hosts: 1,
-            server_fraction: -1.0,
             ..Default::default()
         };
         job_facts(&gpus, &mut run);
@@ -112,9 +110,7 @@ fn holder(h: &Holder, me: u32) -> ProcFacts {
         pid: h.pid as i64,
         cmdline: h.cmdline.clone(),
         in_job: h.uid == Some(me),
-        rank: -1,
-        local_rank: -1,
-        parent_pid: h.ppid.map_or(-1, i64::from),
+        parent_pid: h.ppid.map(i64::from),
         // Its owner is read from /proc: a ghost, which /proc does not have, has none.
         visible: h.uid.is_some(),
         job_gpu: -1,

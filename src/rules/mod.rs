@@ -1391,6 +1391,36 @@ mod tests {
     }
 
     #[test]
+    fn a_stray_context_without_a_rank_is_named_by_its_command_not_rank_minus_one() {
+        let set = RuleSet::load(None, &[]).unwrap();
+        let said = |rank: Option<i64>| {
+            let mut f = Facts::example();
+            f.processes = vec![facts::ProcFacts {
+                pid: 7,
+                cmdline: "python3 train.py".into(),
+                in_job: true,
+                rank,
+                main_gpu: 0,
+                stray_gpus: vec![1],
+                ..Default::default()
+            }];
+            let (found, _) = set.evaluate(&f);
+            let d = found.iter().find(|d| d.rule == "stray-context").unwrap();
+            d.message.clone()
+        };
+        assert!(
+            said(None).starts_with("pid 7 (python3 train.py) works on GPU 0"),
+            "{}",
+            said(None)
+        );
+        assert!(
+            said(Some(3)).starts_with("pid 7 (rank 3) works on GPU 0"),
+            "{}",
+            said(Some(3))
+        );
+    }
+
+    #[test]
     fn a_hundred_thousand_processes_are_diagnosed_without_error() {
         // 100,000 process entries, each of the per-process rules evaluated once per process: this took
         // hours when every item re-serialized every fact (bench/diagnose.rs measures how it scales).

@@ -175,12 +175,18 @@ impl Facts {
         }
     }
 
-    /// Facts with one of everything, every field set: what rules are checked against at load.
+    /// Facts with one of everything, every field set (none null, so that a rule is checked against a
+    /// value of each fact's type): what rules are checked against at load.
     pub fn example() -> Facts {
         Facts {
             run: RunFacts {
                 classification: "success".into(),
                 driver: "580.159.04".into(),
+                exit_code: Some(0),
+                job_peak_max_gpu: Some(0),
+                job_peak_min_gpu: Some(0),
+                job_peak_max_at_s: Some(0.0),
+                server_fraction: Some(0.9),
                 ..Default::default()
             },
             oom: OomFacts {
@@ -205,9 +211,13 @@ impl Facts {
             }],
             processes: vec![ProcFacts {
                 stray_gpus: vec![1],
+                rank: Some(0),
+                local_rank: Some(0),
+                parent_pid: Some(1),
                 ..Default::default()
             }],
             torch_processes: vec![TorchFacts {
+                rank: Some(0),
                 phase_steps: vec![25, 50],
                 leak_sites: vec!["allocated at a.py:1".into(), "allocated at b.py:2".into()],
                 leak_holders: vec![
@@ -281,6 +291,29 @@ pub(in crate::rules) fn name_of<T: serde::Serialize>(v: T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_example_rules_are_checked_against_has_a_value_for_every_fact() {
+        fn nulls(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Null => out.push(at.to_string()),
+                serde_json::Value::Object(o) => o
+                    .iter()
+                    .for_each(|(k, x)| nulls(x, &format!("{at}.{k}"), out)),
+                serde_json::Value::Array(a) => {
+                    a.iter().for_each(|x| nulls(x, &format!("{at}[]"), out))
+                }
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        nulls(
+            &serde_json::to_value(Facts::example()).unwrap(),
+            "",
+            &mut found,
+        );
+        assert!(found.is_empty(), "set these in Facts::example: {found:?}");
+    }
 
     #[test]
     fn a_steady_level_is_what_the_readings_held_most_of_the_time() {

@@ -18,10 +18,10 @@ pub struct ProcFacts {
     pub cmdline: String,
     /// part of the job (in a look: the watcher's own, by its uid)
     pub in_job: bool,
-    /// RANK, -1 if unknown
-    pub rank: i64,
-    /// LOCAL_RANK, -1 if unknown
-    pub local_rank: i64,
+    /// RANK, null if it has none (or is no PyTorch process)
+    pub rank: Option<i64>,
+    /// LOCAL_RANK, null if it has none
+    pub local_rank: Option<i64>,
     /// GPUs it held memory on
     pub gpus: i64,
     /// its own GPU: its LOCAL_RANK's device when it is a PyTorch rank, else the GPU where it held the most
@@ -35,8 +35,8 @@ pub struct ProcFacts {
     pub stray_gpus: Vec<i64>,
     /// what it held on them
     pub stray_bytes: i64,
-    /// its parent, -1 if unknown
-    pub parent_pid: i64,
+    /// its parent, null if unknown
+    pub parent_pid: Option<i64>,
     /// a process that holds a CUDA context it should not: in the job, a child of a process of the job that
     /// itself holds GPU memory, not a rank of its own (no RANK from the shim, or its parent's) and holding no
     /// more than 1 GiB on any GPU (a context is ~500 MiB on an H200): a DataLoader worker or another helper
@@ -76,7 +76,7 @@ pub struct ProcFacts {
 
 /// RANK and LOCAL_RANK per PID, and each PID's PyTorch processes, from the framework view.
 pub(super) struct Ranks<'a> {
-    by_pid: HashMap<Who, (i64, i64)>,
+    by_pid: HashMap<Who, (Option<i64>, Option<i64>)>,
     torch: HashMap<Who, Vec<&'a crate::torch::view::TorchProcReport>>,
 }
 
@@ -88,7 +88,6 @@ impl<'a> Ranks<'a> {
         let n = |v: &Option<serde_json::Value>| {
             v.as_ref()
                 .and_then(|x| x.as_i64().or_else(|| x.as_str()?.parse().ok()))
-                .unwrap_or(-1)
         };
         let mut by_pid = HashMap::new();
         let mut torch: HashMap<Who, Vec<_>> = HashMap::new();
@@ -102,8 +101,9 @@ impl<'a> Ranks<'a> {
         Ranks { by_pid, torch }
     }
 
-    pub(super) fn of_pid(&self, who: &Who) -> (i64, i64) {
-        self.by_pid.get(who).copied().unwrap_or((-1, -1))
+    /// RANK and LOCAL_RANK of a process, where it has them.
+    pub(super) fn of_pid(&self, who: &Who) -> (Option<i64>, Option<i64>) {
+        self.by_pid.get(who).copied().unwrap_or_default()
     }
 }
 
@@ -175,7 +175,7 @@ fn helper(who: &Who, rows: &[&ProcessReport], ranks: &Ranks, holders: &HashSet<W
     };
     let rank = ranks.of_pid(who).0;
     holders.contains(&parent)
-        && (rank < 0 || rank == ranks.of_pid(&parent).0)
+        && (rank.is_none() || rank == ranks.of_pid(&parent).0)
         && rows.iter().all(|p| p.in_job && p.peak_bytes <= HELPER_MAX)
 }
 
@@ -221,7 +221,7 @@ fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
         .get(&who)
         .into_iter()
         .flatten()
-        .find(|t| local_rank >= 0 && t.device as i64 == local_rank)
+        .find(|t| local_rank == Some(i64::from(t.device)))
         .and_then(|t| t.gpu);
     let held: Vec<(u32, u64)> = rows.iter().map(|p| (p.gpu, p.peak_bytes)).collect();
     let mut f = ProcFacts {
@@ -229,7 +229,7 @@ fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
         host: who.host.unwrap_or_default(),
         rank,
         local_rank,
-        parent_pid: rows.iter().find_map(|p| p.ppid).map_or(-1, i64::from),
+        parent_pid: rows.iter().find_map(|p| p.ppid).map(i64::from),
         ..Default::default()
     };
     // A process's rows are never empty: it is listed because NVML saw it on a GPU.

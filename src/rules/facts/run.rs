@@ -10,8 +10,8 @@ facts! {
 pub struct RunFacts {
     /// length of the run
     pub duration_s: f64,
-    /// what gpudoc run exits with (128+N for signal N), -1 if not recorded
-    pub exit_code: i64,
+    /// what gpudoc run exits with (128+N for signal N), null if not recorded
+    pub exit_code: Option<i64>,
     /// the signal that ended the command, 0 if none
     pub signal: i64,
     /// success, gpu_oom, host_oom_kill, signal, failure; unknown when not recorded
@@ -30,16 +30,16 @@ pub struct RunFacts {
     pub job_peak_max_bytes: i64,
     /// smallest per-GPU job peak among the GPUs the job used
     pub job_peak_min_bytes: i64,
-    /// the GPU with the largest job peak
-    pub job_peak_max_gpu: i64,
-    /// the GPU with the smallest job peak (among those used)
-    pub job_peak_min_gpu: i64,
+    /// the GPU with the largest job peak, null if the job used none
+    pub job_peak_max_gpu: Option<i64>,
+    /// the GPU with the smallest job peak (among those used), null if the job used none
+    pub job_peak_min_gpu: Option<i64>,
     /// the GPU with the largest job peak, as messages name it
     pub job_peak_max_label: String,
     /// the GPU with the smallest job peak, as messages name it
     pub job_peak_min_label: String,
-    /// when that GPU's job peak was, -1 if the job used none
-    pub job_peak_max_at_s: f64,
+    /// when that GPU's job peak was, null if the job used none
+    pub job_peak_max_at_s: Option<f64>,
     /// hosts the run spans (more than 1 in a report merged from several nodes)
     pub hosts: i64,
     /// largest / smallest per-GPU job peak (1.0 with one GPU)
@@ -64,9 +64,9 @@ pub struct RunFacts {
     /// that flag and its value as a command line gives it (`--gpu-memory-utilization 0.8`); empty when none
     /// does
     pub server_setting: String,
-    /// the share it takes: the value given, else its default; -1 where the default depends on the GPU
-    /// (SGLang)
-    pub server_fraction: f64,
+    /// the share it takes: the value given, else its default; null where the default depends on the GPU
+    /// (SGLang) or no server runs
+    pub server_fraction: Option<f64>,
     /// processes of the job holding a CUDA context they should not (see process.helper)
     pub helpers: i64,
     /// what they held, their peaks summed
@@ -111,7 +111,6 @@ fn server_facts(r: &Report, f: &mut RunFacts) {
             .filter(|p| p.in_job)
             .map(|p| p.cmdline.as_str()),
     );
-    f.server_fraction = -1.0;
     let Some(s) = crate::rules::serving::recognise(lines) else {
         return;
     };
@@ -119,7 +118,7 @@ fn server_facts(r: &Report, f: &mut RunFacts) {
     f.server_label = s.label.into();
     f.server_flag = s.flag.into();
     f.server_setting = s.setting.unwrap_or_default();
-    f.server_fraction = s.fraction.unwrap_or(-1.0);
+    f.server_fraction = s.fraction;
 }
 
 /// The helpers holding contexts (see `helper`), in words: a multiprocessing child is named as one, other
@@ -165,11 +164,11 @@ pub(in crate::rules) fn job_facts(gpus: &[GpuFacts], f: &mut RunFacts) {
     f.job_gpus = used.len() as i64;
     f.job_peak_max_bytes = max_g.map_or(0, |g| g.job_peak_bytes);
     f.job_peak_min_bytes = min_g.map_or(0, |g| g.job_peak_bytes);
-    f.job_peak_max_gpu = max_g.map_or(-1, |g| g.index);
-    f.job_peak_min_gpu = min_g.map_or(-1, |g| g.index);
+    f.job_peak_max_gpu = max_g.map(|g| g.index);
+    f.job_peak_min_gpu = min_g.map(|g| g.index);
     f.job_peak_max_label = max_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone());
     f.job_peak_min_label = min_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone());
-    f.job_peak_max_at_s = max_g.map_or(-1.0, |g| g.spike_at_s);
+    f.job_peak_max_at_s = max_g.map(|g| g.spike_at_s);
     f.imbalance_ratio = match (max_g, min_g) {
         (Some(a), Some(b)) if b.job_peak_bytes > 0 => {
             a.job_peak_bytes as f64 / b.job_peak_bytes as f64
@@ -190,7 +189,7 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         |o: &crate::report::Orphan| -> u64 { o.gpu_bytes.iter().map(|&(_, b)| b).sum() };
     let mut f = RunFacts {
         duration_s: r.duration_s,
-        exit_code: r.exit.code.map_or(-1, i64::from),
+        exit_code: r.exit.code.map(i64::from),
         signal: r.exit.signal.unwrap_or(0) as i64,
         classification: name_of(r.exit.classification),
         driver: r.nvml.driver.clone().unwrap_or_default(),

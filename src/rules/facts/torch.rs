@@ -17,8 +17,8 @@ pub struct TorchFacts {
     pub label: String,
     /// PID
     pub pid: i64,
-    /// RANK, -1 if unknown
-    pub rank: i64,
+    /// RANK, null if it has none
+    pub rank: Option<i64>,
     /// NVML's index of its device, -1 if unmatched
     pub gpu: i64,
     /// PyTorch's version
