@@ -113,9 +113,6 @@ fn holder(h: &Holder, me: u32) -> ProcFacts {
         parent_pid: h.ppid.map(i64::from),
         // Its owner is read from /proc: a ghost, which /proc does not have, has none.
         visible: h.uid.is_some(),
-        job_gpu: -1,
-        job_gpu_start_bytes: -1,
-        job_gpu_high_from_s: -1.0,
         user: h.user.clone().unwrap_or_default(),
         verdict: name_of(h.verdict),
         reason: h.reason.clone(),
@@ -190,7 +187,7 @@ mod tests {
         assert_eq!((f.gpus[1].job_share, f.run.job_gpus), (0.5, 2));
         let p = &f.processes[0];
         assert!(p.in_job && p.visible && !p.leftover);
-        assert_eq!((p.main_gpu, p.stray_gpus.as_slice()), (0, &[][..]));
+        assert_eq!((p.main_gpu, p.stray_gpus.as_slice()), (Some(0), &[][..]));
         assert_eq!((p.verdict.as_str(), p.user.as_str()), ("live", "u1000"));
         assert!(!f.processes[3].visible && !f.processes[3].in_job);
     }

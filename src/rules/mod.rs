@@ -1400,7 +1400,7 @@ mod tests {
                 cmdline: "python3 train.py".into(),
                 in_job: true,
                 rank,
-                main_gpu: 0,
+                main_gpu: Some(0),
                 stray_gpus: vec![1],
                 ..Default::default()
             }];

@@ -160,7 +160,7 @@ impl Facts {
         for g in &mut gpus {
             g.torch_phases = torch_processes
                 .iter()
-                .filter(|t| t.gpu == g.index && t.host == g.host)
+                .filter(|t| t.gpu == Some(g.index) && t.host == g.host)
                 .map(|t| t.phase_count)
                 .sum();
         }
@@ -211,6 +211,10 @@ impl Facts {
             }],
             processes: vec![ProcFacts {
                 stray_gpus: vec![1],
+                main_gpu: Some(0),
+                job_gpu: Some(0),
+                job_gpu_start_bytes: Some(0),
+                job_gpu_high_from_s: Some(0.0),
                 rank: Some(0),
                 local_rank: Some(0),
                 parent_pid: Some(1),
@@ -218,6 +222,7 @@ impl Facts {
             }],
             torch_processes: vec![TorchFacts {
                 rank: Some(0),
+                gpu: Some(0),
                 phase_steps: vec![25, 50],
                 leak_sites: vec!["allocated at a.py:1".into(), "allocated at b.py:2".into()],
                 leak_holders: vec![
@@ -261,7 +266,7 @@ impl ProcFacts {
 
     /// The GPU it works on, if it holds memory anywhere.
     pub fn main_gpu(&self) -> Option<GpuRef> {
-        gpu_of(&self.host, self.main_gpu)
+        gpu_of(&self.host, self.main_gpu?)
     }
 }
 
@@ -273,7 +278,7 @@ impl TorchFacts {
 
     /// Its GPU, where PyTorch's device was matched to one NVML sees.
     pub fn on_gpu(&self) -> Option<GpuRef> {
-        gpu_of(&self.host, self.gpu)
+        gpu_of(&self.host, self.gpu?)
     }
 }
 

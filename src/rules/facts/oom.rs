@@ -257,7 +257,7 @@ fn kept_graphs(phase: Option<Phase>, pass: Option<&str>, act: Option<&Activity>)
 pub(super) fn oom_leak(oom: &mut OomFacts, torch: &[TorchFacts]) {
     let failing = torch
         .iter()
-        .filter(|t| oom.present && Some(t.gpu).filter(|g| *g >= 0) == oom.gpu && t.host == oom.host)
+        .filter(|t| oom.present && t.gpu == oom.gpu && t.host == oom.host)
         .max_by_key(|t| t.leak_total_bytes);
     if let Some(t) = failing.filter(|t| t.leak_total_bytes > 0) {
         oom.leak_total_bytes = t.leak_total_bytes;

@@ -24,8 +24,9 @@ pub struct ProcFacts {
     pub local_rank: Option<i64>,
     /// GPUs it held memory on
     pub gpus: i64,
-    /// its own GPU: its LOCAL_RANK's device when it is a PyTorch rank, else the GPU where it held the most
-    pub main_gpu: i64,
+    /// its own GPU: its LOCAL_RANK's device when it is a PyTorch rank, else the GPU where it held the most;
+    /// null if it held memory nowhere
+    pub main_gpu: Option<i64>,
     /// its peak there
     pub main_bytes: i64,
     /// sum of its peaks over GPUs
@@ -45,18 +46,19 @@ pub struct ProcFacts {
     /// /proc has its PID: false inside a container that doesn't share the host's PID namespace, where NVML's
     /// PIDs can't be placed in or out of the job
     pub visible: bool,
-    /// of the GPUs the job held memory on, the one where this process held the most; -1 if it held none there
-    pub job_gpu: i64,
+    /// of the GPUs the job held memory on, the one where this process held the most; null if it held none
+    /// there
+    pub job_gpu: Option<i64>,
     /// that GPU as messages name it, empty if none
     pub job_gpu_label: String,
     /// its peak there
     pub job_gpu_bytes: i64,
     /// what it held there at the run's start: at gpudoc's first look at the GPU's processes, a process first
     /// read within 0.1 s of it counted as there (the one definition, timeline::Timeline::at_first_look, which
-    /// the OOM's window reads too); 0: it was not there yet, -1 if unknown
-    pub job_gpu_start_bytes: i64,
-    /// when its longest stretch there above half-way from that start to its peak began, -1 if unknown
-    pub job_gpu_high_from_s: f64,
+    /// the OOM's window reads too); 0: it was not there yet, null if unknown
+    pub job_gpu_start_bytes: Option<i64>,
+    /// when its longest stretch there above half-way from that start to its peak began, null if unknown
+    pub job_gpu_high_from_s: Option<f64>,
     /// how long that stretch lasted, without a break (to now, in a run still going): short for memory that
     /// came and went in a blip; 0 if unknown
     pub job_gpu_high_s: f64,
@@ -145,16 +147,13 @@ fn beside_job(r: &Report, rows: &[&ProcessReport], f: &mut ProcFacts) {
         .filter(|p| p.peak_bytes > 0 && job_gpu(p))
         .max_by_key(|p| p.peak_bytes);
     f.visible = rows.iter().all(|p| p.visible);
-    f.job_gpu = -1;
-    f.job_gpu_start_bytes = -1;
-    f.job_gpu_high_from_s = -1.0;
     let Some(p) = best else { return };
-    f.job_gpu = p.gpu as i64;
+    f.job_gpu = Some(i64::from(p.gpu));
     f.job_gpu_label = gpu_label(&host_of(&p.host), p.gpu as i64);
     f.job_gpu_bytes = p.peak_bytes as i64;
     if let (Some(start), Some(from), Some(len)) = (p.start_bytes, p.high_from_s, p.high_s) {
-        f.job_gpu_start_bytes = start as i64;
-        f.job_gpu_high_from_s = from;
+        f.job_gpu_start_bytes = Some(start as i64);
+        f.job_gpu_high_from_s = Some(from);
         f.job_gpu_high_s = len;
     }
 }
@@ -197,7 +196,7 @@ pub(in crate::rules) fn place(
 ) -> Option<usize> {
     f.gpus = held.iter().filter(|h| h.1 > 0).count() as i64;
     f.peak_bytes = held.iter().map(|h| h.1 as i64).sum();
-    f.main_gpu = -1;
+    f.main_gpu = None;
     let own = own.and_then(|g| held.iter().position(|&(gpu, b)| gpu == g && b > 0));
     let main = own.or_else(|| (0..held.len()).max_by_key(|&i| held[i].1))?;
     let limit = match own {
@@ -207,7 +206,7 @@ pub(in crate::rules) fn place(
     let stray = held
         .iter()
         .filter(|&&(gpu, b)| gpu != held[main].0 && b > 0 && b <= limit);
-    f.main_gpu = held[main].0 as i64;
+    f.main_gpu = Some(i64::from(held[main].0));
     f.main_bytes = held[main].1 as i64;
     f.stray_gpus = stray.clone().map(|&(gpu, _)| gpu as i64).collect();
     f.stray_bytes = stray.map(|&(_, b)| b as i64).sum();
@@ -253,9 +252,12 @@ mod tests {
         .unwrap();
         let other = |f: &Facts| f.processes.iter().find(|p| !p.in_job).unwrap().clone();
         let f = other(&Facts::of(&r));
-        assert_eq!((f.job_gpu, f.job_gpu_label.as_str()), (0, "GPU 0"));
-        assert_eq!((f.job_gpu_bytes, f.job_gpu_start_bytes), (20 * GIB, 0));
-        assert!(f.visible && f.job_gpu_high_s >= 15.0 && f.job_gpu_high_from_s >= 1.9);
+        assert_eq!((f.job_gpu, f.job_gpu_label.as_str()), (Some(0), "GPU 0"));
+        assert_eq!(
+            (f.job_gpu_bytes, f.job_gpu_start_bytes),
+            (20 * GIB, Some(0))
+        );
+        assert!(f.visible && f.job_gpu_high_s >= 15.0 && f.job_gpu_high_from_s >= Some(1.9));
         // On a GPU the job did not use, it is none of the job's business.
         for p in r.processes.iter_mut().filter(|p| !p.in_job) {
             p.gpu = 1;
@@ -263,13 +265,13 @@ mod tests {
         let f = other(&Facts::of(&r));
         assert_eq!(
             (f.job_gpu, f.job_gpu_start_bytes, f.job_gpu_high_s),
-            (-1, -1, 0.0)
+            (None, None, 0.0)
         );
         // A report from before the start was recorded: unknown, never a zero.
         for p in &mut r.processes {
             (p.gpu, p.start_bytes, p.high_from_s, p.high_s) = (0, None, None, None);
         }
         let f = other(&Facts::of(&r));
-        assert_eq!((f.job_gpu, f.job_gpu_start_bytes), (0, -1));
+        assert_eq!((f.job_gpu, f.job_gpu_start_bytes), (Some(0), None));
     }
 }

@@ -2,6 +2,7 @@
 //! it runs, the helpers holding contexts.
 
 use super::{GpuFacts, ProcFacts, gpu_label, name_of};
+use crate::ident::GpuRef;
 use crate::report::Report;
 use serde::Serialize;
 
@@ -139,7 +140,7 @@ fn helper_facts(ps: &[ProcFacts], f: &mut RunFacts) {
     f.helper_list = helpers
         .iter()
         .map(|p| {
-            let on = gpu_label(&p.host, p.main_gpu);
+            let on = GpuRef::label(p.main_gpu().as_ref());
             let b = crate::units::fmt_bytes(p.peak_bytes as u64);
             format!("pid {} ({}) {b} on {on}", p.pid, cmd(&p.cmdline))
         })

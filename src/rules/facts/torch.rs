@@ -19,8 +19,8 @@ pub struct TorchFacts {
     pub pid: i64,
     /// RANK, null if it has none
     pub rank: Option<i64>,
-    /// NVML's index of its device, -1 if unmatched
-    pub gpu: i64,
+    /// NVML's index of its device, null if unmatched
+    pub gpu: Option<i64>,
     /// PyTorch's version
     pub torch_version: String,
     /// the allocator's peak reserved (cache) memory
@@ -140,7 +140,7 @@ pub(super) fn torch_facts(
         rank: ranks.of_pid(&ProcRef::new(t.host.as_deref(), t.pid)).0,
         host,
         pid: t.pid as i64,
-        gpu: t.gpu.map_or(-1, |g| g as i64),
+        gpu: t.gpu.map(i64::from),
         torch_version: t.torch_version.clone().unwrap_or_default(),
         reserved_peak_bytes: t.peak_reserved_bytes as i64,
         allocated_peak_bytes: t.peak_allocated_bytes as i64,
