@@ -463,7 +463,10 @@ mod tests {
             "{}",
             d[2].message
         );
-        assert_eq!((d[2].at_s, d[2].gpu.as_deref()), (None, Some("GPU 0")));
+        assert_eq!(
+            (d[2].at_s, d[2].gpu.clone()),
+            (None, Some(crate::ident::GpuRef::new(None, 0)))
+        );
         assert!(!d[2].advice.is_empty());
         assert_eq!(
             d[3].message,
