@@ -60,7 +60,10 @@ pub struct Found {
 /// the allocation site its details name; the subject when it is no process (`run`, `GPU 0`).
 fn place(r: &Report, d: &crate::verdict::Diagnosis) -> String {
     let Some(pid) = d.pid else {
-        return d.gpu.clone().unwrap_or_else(|| d.subject.clone());
+        return d
+            .gpu
+            .as_ref()
+            .map_or_else(|| d.subject.clone(), |g| g.to_string());
     };
     let rank = r
         .torch
@@ -74,7 +77,8 @@ fn place(r: &Report, d: &crate::verdict::Diagnosis) -> String {
         let rest = l.strip_prefix("allocated at ")?;
         rest.split(' ').next().map(str::to_string)
     });
-    let parts: Vec<String> = [d.gpu.clone(), rank, site].into_iter().flatten().collect();
+    let gpu = d.gpu.as_ref().map(|g| g.to_string());
+    let parts: Vec<String> = [gpu, rank, site].into_iter().flatten().collect();
     if parts.is_empty() {
         // A process on no one GPU: the same words without the pid (`pid 12 on node-a` → `a process on
         // node-a`).
@@ -96,7 +100,7 @@ fn keyed(r: &Report) -> std::collections::BTreeMap<String, Vec<Found>> {
             severity: d.severity,
             subject: d.subject.clone(),
             place,
-            gpu: d.gpu.clone(),
+            gpu: d.gpu.as_ref().map(|g| g.to_string()),
             pid: d.pid,
         });
     }

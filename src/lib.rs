@@ -12,6 +12,7 @@ pub mod fit;
 pub mod gate;
 pub mod gpu;
 pub mod html;
+pub mod ident;
 pub mod live;
 pub mod merge;
 pub mod metrics;

@@ -322,6 +322,13 @@ pub struct Inputs<'a> {
     pub notes: Vec<String>,
 }
 
+impl GpuReport {
+    /// Which GPU this is: its index on its host.
+    pub fn gpu(&self) -> crate::ident::GpuRef {
+        crate::ident::GpuRef::new(self.host.as_deref(), self.index)
+    }
+}
+
 impl Report {
     /// The report of a run: a function of its inputs alone.
     pub fn build(i: Inputs) -> Report {

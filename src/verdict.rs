@@ -60,8 +60,13 @@ pub struct Diagnosis {
     pub docs: Option<String>,
     /// The GPU it is about, as messages name it (`GPU 0`, `GPU 0 on node-a`): the item's for a rule of
     /// GPUs, processes or PyTorch processes, the rule's `gpu` expression otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<String>,
+    #[serde(
+        default,
+        with = "crate::ident::gpu_label",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<String>")]
+    pub gpu: Option<crate::ident::GpuRef>,
     /// The process it is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,

@@ -463,7 +463,10 @@ mod tests {
             "{}",
             d[2].message
         );
-        assert_eq!((d[2].at_s, d[2].gpu.as_deref()), (None, Some("GPU 0")));
+        assert_eq!(
+            (d[2].at_s, d[2].gpu.clone()),
+            (None, Some(crate::ident::GpuRef::new(None, 0)))
+        );
         assert!(!d[2].advice.is_empty());
         assert_eq!(
             d[3].message,
@@ -510,7 +513,7 @@ mod tests {
         assert!(f.run.look && !f.run.live);
         assert_eq!(
             (f.run.exit_code, f.run.classification.as_str()),
-            (-1, "unknown")
+            (None, "unknown")
         );
         let g = &f.gpus[0];
         assert_eq!(
@@ -527,7 +530,10 @@ mod tests {
         assert_eq!((f.gpus[1].job_share, f.run.job_gpus), (0.5, 2));
         let p = |pid: i64| f.processes.iter().find(|p| p.pid == pid).unwrap();
         assert!(p(1).in_job && p(1).visible && !p(1).leftover);
-        assert_eq!((p(1).main_gpu, p(1).stray_gpus.as_slice()), (0, &[][..]));
+        assert_eq!(
+            (p(1).main_gpu, p(1).stray_gpus.as_slice()),
+            (Some(0), &[][..])
+        );
         assert_eq!(
             (p(1).verdict.as_str(), p(1).user.as_str()),
             ("live", "u1000")
@@ -587,8 +593,8 @@ mod tests {
         let f = look(&[]);
         let d = f.diagnoses.iter().find(|d| d.rule == "forecast").unwrap();
         assert_eq!(
-            (d.subject.as_str(), d.gpu.as_deref()),
-            ("GPU 0", Some("GPU 0"))
+            (d.subject.as_str(), d.gpu.as_ref().map(|g| g.to_string())),
+            ("GPU 0", Some("GPU 0".to_string()))
         );
         assert_eq!(d.title, "A run in progress forecasts this GPU full");
         assert_eq!(

@@ -604,7 +604,7 @@ fn rules_list_and_explain() {
         "{text}"
     );
     assert!(
-        text.contains("median reserved over the steps after warm-up"),
+        text.contains("the steady level of reserved memory over the steps after warm-up"),
         "facts are explained: {text}"
     );
     let out = Command::new(gpudoc_bin())

@@ -3,7 +3,7 @@
 use crate::exit::{self, Failure};
 use crate::output;
 use crate::rules::RuleSet;
-use crate::rules::facts::DOC;
+use crate::rules::facts::documented;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -31,7 +31,7 @@ pub fn run(what: What, rules: Result<RuleSet, String>) -> Result<ExitCode, Failu
 /// The facts table, as the README's reference shows it.
 pub fn facts() -> String {
     let mut o = String::from("| fact | type | meaning |\n|---|---|---|\n");
-    for (name, ty, doc) in DOC {
+    for (name, ty, doc) in documented() {
         let _ = writeln!(o, "| `{name}` | {ty} | {doc} |");
     }
     o
@@ -104,13 +104,14 @@ fn explain(set: &RuleSet, id: &str) -> Option<String> {
         let _ = writeln!(o);
     }
     let _ = writeln!(o, "reads:");
+    let documented = documented();
     for fact in &r.reads() {
         let key = fact
             .replace("[]", "")
             .replace("gpus.", "gpu.")
             .replace("processes.", "process.")
             .replace("torch_processes.", "torch.");
-        let doc = DOC.iter().find(|d| d.0 == key).map_or("", |d| d.2);
+        let doc = documented.iter().find(|d| d.0 == key).map_or("", |d| d.2);
         let _ = writeln!(o, "    {fact:<36} {doc}");
     }
     let _ = writeln!(o, "\nsays:");

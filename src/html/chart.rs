@@ -77,7 +77,7 @@ fn mib(b: u64) -> f64 {
 
 /// A GPU as messages name it: `GPU 0`, `GPU 0 on node-a`.
 pub fn label_of(host: Option<&str>, index: u32) -> String {
-    crate::rules::facts::gpu_label(host.unwrap_or(""), index as i64)
+    crate::ident::GpuRef::new(host, index).to_string()
 }
 
 /// A GPU the job never touched and nobody used: the page gives it a line, not a chart.

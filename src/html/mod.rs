@@ -20,7 +20,7 @@ pub fn render(report: &Report, timeline: Option<&Timeline>) -> String {
         "gpus": chart::gpu_charts(report, timeline),
         "steps": chart::step_charts(report),
         "diagnoses": report.diagnoses.iter().map(|d| serde_json::json!({
-            "rule": d.rule, "severity": d.severity, "gpu": d.gpu, "pid": d.pid, "at": d.at_s,
+            "rule": d.rule, "severity": d.severity, "gpu": d.gpu.as_ref().map(|g| g.to_string()), "pid": d.pid, "at": d.at_s,
         })).collect::<Vec<_>>(),
     });
     let data = serde_json::to_string(&data)
@@ -152,15 +152,15 @@ fn diagnoses(o: &mut String, r: &Report) {
             let _ = write!(o, "</ul>");
         }
         let mut foot = Vec::new();
-        if let Some(g) = &d.gpu {
+        if let Some(g) = d.gpu.as_ref().map(|g| g.to_string()) {
             let at = d
                 .at_s
                 .map(|a| format!(" at {}", fmt_secs(a)))
                 .unwrap_or_default();
             foot.push(format!(
                 "<a href=\"#gpu-{}\" class=\"show\">show on {}{at}</a>",
-                slug(g),
-                esc(g)
+                slug(&g),
+                esc(&g)
             ));
         }
         if let Some(url) = &d.docs {

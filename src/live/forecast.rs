@@ -23,10 +23,7 @@ pub fn outlook(r: &Report, d: &Diagnosis, now_s: f64) -> Option<Outlook> {
         return by_steps(r, d, per_step, now_s);
     }
     let rate = number(d, "gpu.growth_rate_bytes_per_s").filter(|b| *b > 0.0)?;
-    let gpu = r
-        .gpus
-        .iter()
-        .find(|g| d.gpu.as_deref() == Some(label(g).as_str()))?;
+    let gpu = r.gpus.iter().find(|g| d.gpu.as_ref() == Some(&g.gpu()))?;
     let room = room(r, gpu.index)?;
     Some(Outlook {
         gpu: gpu.index,
@@ -92,10 +89,6 @@ fn room(r: &Report, gpu: u32) -> Option<u64> {
             .saturating_sub(g.driver_reserved_bytes)
             .saturating_sub(g.final_used_bytes),
     )
-}
-
-fn label(g: &crate::report::GpuReport) -> String {
-    crate::rules::facts::gpu_label(g.host.as_deref().unwrap_or(""), g.index as i64)
 }
 
 fn number(d: &Diagnosis, fact: &str) -> Option<f64> {

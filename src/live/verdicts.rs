@@ -145,7 +145,7 @@ mod tests {
                 details: Vec::new(),
                 advice: Vec::new(),
                 docs: None,
-                gpu: Some("GPU 0".into()),
+                gpu: Some(crate::ident::GpuRef::new(None, 0)),
                 pid: None,
                 at_s: None,
                 facts: Default::default(),

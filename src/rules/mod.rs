@@ -3,6 +3,7 @@
 //! message are CEL (the `cel` crate), evaluated over the [`facts`] of a run. A rule that does not parse,
 //! names a fact that does not exist or compares the wrong types fails at load with its file and line.
 
+mod absent;
 pub mod bundled;
 mod deferred;
 pub mod facts;
@@ -16,12 +17,14 @@ mod when;
 
 pub use deferred::RunRules;
 
+use crate::ident::{GpuRef, ProcRef};
 use crate::verdict::{Diagnosis, Severity};
+use absent::Compiled;
 use cel::common::ast::{Expr, IdedExpr};
 use cel::common::types::CelNull;
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
-use cel::{Context, Env, Program, Value};
+use cel::{Context, Env, Value};
 use facts::Facts;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -192,7 +195,7 @@ pub struct Rule {
     pub story: Option<String>,
     /// The story its diagnosis is part of (`part_of = "oom"`).
     pub part_of: Option<String>,
-    condition: Program,
+    condition: Compiled,
     /// The facts its condition reads.
     condition_reads: Vec<String>,
     /// Its own parameters (`[params]`) and named sub-expressions (`[let]`).
@@ -210,12 +213,12 @@ pub struct Rule {
 /// A rule's message, details, advice conditions and mark, compiled, and the facts they read.
 struct Saying {
     /// The message's variants: each one's condition (`None`: always) and template.
-    pieces: Vec<(Option<Program>, Vec<Piece>)>,
+    pieces: Vec<(Option<Compiled>, Vec<Piece>)>,
     details: Vec<Vec<Piece>>,
     /// The page to read, as a template.
     docs: Option<Vec<Piece>>,
     /// Each line of advice's condition (`None`: always given).
-    advice: Vec<Option<Program>>,
+    advice: Vec<Option<Compiled>>,
     /// The facts the advice conditions read.
     advice_reads: Vec<String>,
     mark: Mark,
@@ -225,8 +228,8 @@ struct Saying {
 /// Where on the run's timeline a diagnosis points: the moment and the GPU (see `RuleFile`).
 #[derive(Default)]
 struct Mark {
-    at: Option<Program>,
-    gpu: Option<Program>,
+    at: Option<Compiled>,
+    gpu: Option<Compiled>,
 }
 
 /// An expression as written and the line it is on.
@@ -252,7 +255,7 @@ impl std::fmt::Debug for Rule {
 
 enum Piece {
     Text(String),
-    Expr(Program),
+    Expr(Compiled),
 }
 
 /// A rule that can't be used, with where (`line` 0: the whole file, or a flag).
@@ -373,22 +376,48 @@ fn functions<'a>(env: &Arc<Env>) -> Context<'a, 'a> {
         ctx.add_variable_from_value(name, Value::Int(v));
     }
     ctx.add_variable_from_value("param", names::param_value(&[]));
-    let _ = ctx.add_function("fmt_bytes", |b: i64| {
-        if b < 0 {
-            "an unknown amount".to_string()
-        } else {
-            crate::units::fmt_bytes(b as u64)
-        }
+    // An absent fact (null), and a -1 that still means one, are said to be unknown.
+    let _ = ctx.add_function("fmt_bytes", |b: Value| match b {
+        Value::Int(b) if b >= 0 => Ok(Value::from(crate::units::fmt_bytes(b as u64))),
+        Value::UInt(b) => Ok(Value::from(crate::units::fmt_bytes(b))),
+        Value::Int(_) | Value::Null => Ok(Value::from("an unknown amount")),
+        other => Err(not_a_number("fmt_bytes", &other)),
     });
     let _ = ctx.add_function("fmt_list", |l: Arc<Vec<Value>>| {
         l.iter().map(render).collect::<Vec<_>>().join(", ")
     });
     let _ = ctx.add_function("fmt_cmd", |c: Arc<String>| crate::units::shorten(&c, 60));
-    let _ = ctx.add_function("fmt_pct", |p: f64| format!("{p:.1}%"));
-    let _ = ctx.add_function("fmt_ratio", |r: f64| format!("{r:.1}x"));
-    let _ = ctx.add_function("fmt_secs", |s: f64| crate::units::fmt_secs(s));
+    let _ = ctx.add_function("fmt_pct", |p: Value| {
+        of_double("fmt_pct", p, |p| format!("{p:.1}%"))
+    });
+    let _ = ctx.add_function("fmt_ratio", |r: Value| {
+        of_double("fmt_ratio", r, |r| format!("{r:.1}x"))
+    });
+    let _ = ctx.add_function("fmt_secs", |s: Value| {
+        of_double("fmt_secs", s, crate::units::fmt_secs)
+    });
     ctx
 }
+
+/// A formatting function of a double: `unknown` for an absent fact.
+fn of_double(
+    name: &str,
+    v: Value,
+    f: impl Fn(f64) -> String,
+) -> Result<Value, cel::ExecutionError> {
+    match v {
+        Value::Float(x) => Ok(Value::from(f(x))),
+        Value::Null => Ok(Value::from(UNKNOWN)),
+        other => Err(not_a_number(name, &other)),
+    }
+}
+
+fn not_a_number(name: &str, v: &Value) -> cel::ExecutionError {
+    cel::ExecutionError::function_error(name, format!("takes a number, not {v:?}"))
+}
+
+/// How a template prints an absent fact.
+const UNKNOWN: &str = "unknown";
 
 fn line_of(doc: &str, offset: usize) -> usize {
     doc[..offset.min(doc.len())].matches('\n').count() + 1
@@ -402,8 +431,8 @@ fn value_line(doc: &str, span: std::ops::Range<usize>) -> usize {
     line_of(doc, span.start) + usize::from(skip)
 }
 
-fn compile(env: &Env, src: &str, file: &str, line: usize) -> Result<Program, RuleError> {
-    env.compile(src).map_err(|e| {
+fn compile(env: &Env, src: &str, file: &str, line: usize) -> Result<Compiled, RuleError> {
+    env.compile(src).map(|p| Compiled::of(&p)).map_err(|e| {
         let first = e.errors.first();
         let (l, c) = first.map_or((1, 0), |p| {
             (p.pos.0.max(1) as usize, p.pos.1.max(0) as usize)
@@ -615,7 +644,7 @@ fn example_variables(scope: Scope) -> serde_json::Value {
 fn check_rule(
     env: &Arc<Env>,
     (scope, names): (Scope, &names::Names),
-    condition: &Program,
+    condition: &Compiled,
     pieces: &[&[Piece]],
     (read, msg_reads): (&[String], &[String]),
     (when_line, msg_line): (usize, usize),
@@ -673,7 +702,7 @@ fn check_advice(
 
 /// A condition gives true or false on the example facts (an error that only real values could avoid,
 /// a division by zero, is no fault of the rule's).
-fn gives_bool(p: &Program, ctx: &Context) -> Result<(), String> {
+fn gives_bool(p: &Compiled, ctx: &Context) -> Result<(), String> {
     match p.execute(ctx) {
         Ok(Value::Bool(_)) => Ok(()),
         Ok(other) => Err(format!("must be true or false, not {other:?}")),
@@ -728,7 +757,7 @@ fn render(value: &Value) -> String {
         }
         Value::Bool(b) => b.to_string(),
         Value::List(l) => l.iter().map(render).collect::<Vec<_>>().join(", "),
-        Value::Null => "-".into(),
+        Value::Null => UNKNOWN.into(),
         other => format!("{other:?}"),
     }
 }
@@ -1006,7 +1035,7 @@ impl Rule {
             .map(|d| fill(d, ctx).map_err(|e| format!("docs: {e}")))
             .transpose()?
             .filter(|d| !d.is_empty());
-        let run = |p: &Option<Program>, what: &str| {
+        let run = |p: &Option<Compiled>, what: &str| {
             p.as_ref()
                 .map(|p| p.execute(ctx).map_err(|e| format!("{what}: {e}")))
                 .transpose()
@@ -1018,7 +1047,7 @@ impl Rule {
             _ => None,
         };
         let gpu = match run(&said.mark.gpu, "gpu")? {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.to_string()),
+            Some(Value::String(s)) => GpuRef::parse(&s),
             _ => None,
         };
         let mut advice = Vec::new();
@@ -1041,7 +1070,7 @@ impl Rule {
 
 /// Whether a condition of a message's variant or a line of advice holds (one without a condition always
 /// does).
-fn holds(when: Option<&Program>, ctx: &Context) -> Result<bool, String> {
+fn holds(when: Option<&Compiled>, ctx: &Context) -> Result<bool, String> {
     match when.map(|p| p.execute(ctx)) {
         None => Ok(true),
         Some(Ok(Value::Bool(b))) => Ok(b),
@@ -1058,7 +1087,8 @@ struct Fired {
     docs: Option<String>,
     advice: Vec<String>,
     at_s: Option<f64>,
-    gpu: Option<String>,
+    /// The GPU the rule's `gpu` expression named (none where its words name no GPU NVML sees).
+    gpu: Option<GpuRef>,
 }
 
 /// `at` must give a number and `gpu` a string (or null), on every item a rule can be given.
@@ -1282,13 +1312,13 @@ impl VariableResolver for Item<'_> {
     }
 }
 
-/// What a diagnosis is about: `run`, `GPU 0`, `pid 1234`.
+/// What a diagnosis is about: `run`, `GPU 0`, `pid 1234`, `pid 1234 on node-a`.
 fn subject(facts: &Facts, scope: Scope, i: usize) -> String {
     match scope {
         Scope::Run => "run".to_string(),
         Scope::Gpu => facts.gpus[i].label.clone(),
-        Scope::Process => pid_on(facts.processes[i].pid, &facts.processes[i].host),
-        Scope::Torch => pid_on(facts.torch_processes[i].pid, &facts.torch_processes[i].host),
+        Scope::Process => facts.processes[i].who().to_string(),
+        Scope::Torch => facts.torch_processes[i].who().to_string(),
     }
 }
 
@@ -1315,29 +1345,20 @@ fn read_values(
         .collect()
 }
 
-/// The GPU (its label) and the process an item of a rule's scope is.
-fn about(facts: &Facts, scope: Scope, i: usize) -> (Option<String>, Option<u32>) {
-    let label = |host: &str, gpu: i64| (gpu >= 0).then(|| facts::gpu_label(host, gpu));
+/// The GPU and the process an item of a rule's scope is.
+fn about(facts: &Facts, scope: Scope, i: usize) -> (Option<GpuRef>, Option<u32>) {
+    let who = |p: ProcRef| Some(p.pid);
     match scope {
         Scope::Run => (None, None),
-        Scope::Gpu => (Some(facts.gpus[i].label.clone()), None),
+        Scope::Gpu => (Some(facts.gpus[i].gpu()), None),
         Scope::Process => {
             let p = &facts.processes[i];
-            (label(&p.host, p.main_gpu), Some(p.pid as u32))
+            (p.main_gpu(), who(p.who()))
         }
         Scope::Torch => {
             let t = &facts.torch_processes[i];
-            (label(&t.host, t.gpu), Some(t.pid as u32))
+            (t.on_gpu(), who(t.who()))
         }
-    }
-}
-
-/// `pid 42`, or `pid 42 on node-a` in a merged report.
-fn pid_on(pid: i64, host: &str) -> String {
-    if host.is_empty() {
-        format!("pid {pid}")
-    } else {
-        format!("pid {pid} on {host}")
     }
 }
 
@@ -1470,6 +1491,98 @@ mod tests {
     }
 
     #[test]
+    fn a_rules_gpu_is_a_gpu_nvml_sees_never_words_for_none() {
+        let text = "id = \"g\"\nseverity = \"warn\"\ntitle = \"t\"\neach = \"run\"\ngpu = \"oom.label\"\nwhen = \"true\"\nmessage = \"m\"\n";
+        let set = RuleSet {
+            rules: vec![Rule::parse(text, "g.toml").unwrap()],
+            env: env(),
+        };
+        let gpu_of = |oom: facts::OomFacts| {
+            let f = Facts {
+                oom,
+                ..Facts::default()
+            };
+            set.evaluate(&f).0[0].gpu.clone()
+        };
+        // An OOM on no GPU that NVML sees (`an unknown GPU`, `Intel GPU 0 (XPU)`) marks none.
+        assert_eq!(gpu_of(facts::OomFacts::absent()), None);
+        let intel = facts::OomFacts {
+            label: "Intel GPU 0 (XPU)".into(),
+            ..facts::OomFacts::absent()
+        };
+        assert_eq!(gpu_of(intel), None);
+        let merged = facts::OomFacts {
+            label: "GPU 1 on node-b".into(),
+            ..facts::OomFacts::absent()
+        };
+        assert_eq!(gpu_of(merged), Some(GpuRef::new(Some("node-b"), 1)));
+    }
+
+    #[test]
+    fn a_figure_the_oom_text_did_not_give_is_unknown_never_a_number() {
+        // An OOM text that named no request, no free memory and no GPU.
+        let f = Facts {
+            oom: facts::OomFacts::absent(),
+            ..Facts::default()
+        };
+        let rule = |when: &str, message: &str| {
+            let text = format!(
+                "id = \"x\"\nseverity = \"warn\"\ntitle = \"t\"\neach = \"run\"\nwhen = \"{when}\"\nmessage = \"{message}\"\n"
+            );
+            let set = RuleSet {
+                rules: vec![Rule::parse(&text, "x.toml").unwrap()],
+                env: env(),
+            };
+            let (found, failed) = set.evaluate(&f);
+            assert!(failed.is_empty(), "{failed:?}");
+            found.first().map(|d| d.message.clone())
+        };
+        // A condition on an absent figure does not hold, whichever way it asks.
+        assert_eq!(rule("oom.requested_bytes >= 0", "m"), None);
+        assert_eq!(rule("oom.requested_bytes < 0", "m"), None);
+        assert_eq!(rule("oom.gpu * 2 > oom.free_bytes", "m"), None);
+        // A template says it is unknown.
+        let said = rule(
+            "oom.requested_bytes == null",
+            "asked {oom.requested_bytes} ({fmt_bytes(oom.free_bytes)} free) on GPU {oom.gpu}",
+        );
+        assert_eq!(
+            said.as_deref(),
+            Some("asked unknown (an unknown amount free) on GPU unknown")
+        );
+    }
+
+    #[test]
+    fn a_stray_context_without_a_rank_is_named_by_its_command_not_rank_minus_one() {
+        let set = RuleSet::load(None, &[]).unwrap();
+        let said = |rank: Option<i64>| {
+            let mut f = Facts::example();
+            f.processes = vec![facts::ProcFacts {
+                pid: 7,
+                cmdline: "python3 train.py".into(),
+                in_job: true,
+                rank,
+                main_gpu: Some(0),
+                stray_gpus: vec![1],
+                ..Default::default()
+            }];
+            let (found, _) = set.evaluate(&f);
+            let d = found.iter().find(|d| d.rule == "stray-context").unwrap();
+            d.message.clone()
+        };
+        assert!(
+            said(None).starts_with("pid 7 (python3 train.py) works on GPU 0"),
+            "{}",
+            said(None)
+        );
+        assert!(
+            said(Some(3)).starts_with("pid 7 (rank 3) works on GPU 0"),
+            "{}",
+            said(Some(3))
+        );
+    }
+
+    #[test]
     fn a_hundred_thousand_processes_are_diagnosed_without_error() {
         // 100,000 process entries, each of the per-process rules evaluated once per process: this took
         // hours when every item re-serialized every fact (bench/diagnose.rs measures how it scales).
@@ -1520,17 +1633,17 @@ mod tests {
         ] {
             paths(&ex[list][0], alias, &mut have);
         }
-        let documented: Vec<&str> = facts::DOC.iter().map(|d| d.0).collect();
+        let documented: Vec<String> = facts::documented().into_iter().map(|d| d.0).collect();
         for p in &have {
             assert!(
-                documented.contains(&p.as_str()),
-                "fact {p} is not in facts::DOC"
+                documented.contains(p),
+                "fact {p} has no doc comment in rules/facts/"
             );
         }
         for d in &documented {
             assert!(
                 have.iter().any(|p| p == d),
-                "facts::DOC names {d}, which is no fact"
+                "rules/facts/ documents {d}, which rules cannot read"
             );
         }
     }

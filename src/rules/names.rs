@@ -3,9 +3,10 @@
 //! and mark read by name. A let is evaluated for each item before the condition, in the file's order, and
 //! sees the lets above it.
 
+use super::absent::Compiled;
 use super::{RuleError, Scope, check_operands, compile, depends_on_values, reads, value_line};
 use crate::params::Number;
-use cel::{Context, Env, Program, Value};
+use cel::{Context, Env, Value};
 use std::collections::HashMap;
 
 /// The names a rule's expressions see besides its lets: the facts' variables and `param`.
@@ -63,7 +64,7 @@ fn param_json(own: &[(String, Number)]) -> serde_json::Value {
 struct Let {
     name: String,
     src: String,
-    program: Program,
+    program: Compiled,
     reads: Vec<String>,
 }
 

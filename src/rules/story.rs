@@ -8,7 +8,7 @@
 //! diagnosis that explains it. Which rules tell and which are parts is data, in the rule files.
 
 use super::RuleSet;
-use crate::report::{GpuReport, Report};
+use crate::report::Report;
 use crate::verdict::{Diagnosis, Part};
 
 /// `found` with each part folded into the first diagnosis (most severe first) that tells its story on
@@ -63,7 +63,7 @@ fn one_moment(r: &Report, part: &Diagnosis, teller: &Diagnosis) -> bool {
     let (Some(a), Some(b)) = (part.at_s, teller.at_s) else {
         return true;
     };
-    let Some(g) = r.gpus.iter().find(|g| label(g) == *gpu) else {
+    let Some(g) = r.gpus.iter().find(|g| g.gpu() == *gpu) else {
         return true;
     };
     let outside = r
@@ -87,13 +87,10 @@ fn one_moment(r: &Report, part: &Diagnosis, teller: &Diagnosis) -> bool {
         .all(|&v| v.saturating_mul(2) >= level)
 }
 
-fn label(g: &GpuReport) -> String {
-    super::facts::gpu_label(g.host.as_deref().unwrap_or(""), g.index as i64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ident::GpuRef;
     use crate::verdict::Severity;
 
     const GIB: u64 = 1 << 30;
@@ -123,7 +120,7 @@ mod tests {
             details: Vec::new(),
             advice: Vec::new(),
             docs: None,
-            gpu: Some("GPU 0".into()),
+            gpu: Some(GpuRef::new(None, 0)),
             pid: None,
             at_s: Some(at_s),
             facts: Default::default(),
@@ -163,7 +160,7 @@ mod tests {
         assert_eq!(kept.len(), 3, "{kept:#?}");
         // The same near-capacity beside an OOM of GPU 1.
         let mut other = found;
-        other[0].gpu = Some("GPU 1".into());
+        other[0].gpu = Some(GpuRef::new(None, 1));
         other[0].at_s = Some(1.0);
         assert_eq!(fold(other, &rules(), &r).len(), 3);
     }

@@ -1,0 +1,329 @@
+//! The facts rules read, computed from a report (so a saved report can be diagnosed again). Every fact is
+//! documented once, by the doc comment on its field, which [`documented`] gives to `gpudoc rules facts`
+//! and docs/rules.md (a test checks that the example facts, every rule and the documentation agree).
+
+//!
+//! One file a subject: the run (`run`), each GPU (`gpu`), each process holding GPU memory (`process`),
+//! each PyTorch process (`torch`, with its notebook cells in `cell`), the OOM (`oom`).
+
+/// A fact as documented: its name in its group, its type as a rule sees it, and what it means.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fact {
+    pub name: &'static str,
+    pub ty: &'static str,
+    /// The field's doc comment, its lines joined.
+    pub doc: &'static str,
+}
+
+/// The type of a fact as a rule sees it: CEL's name for it.
+pub trait FactType {
+    const NAME: &'static str;
+}
+
+macro_rules! fact_types {
+    ($($t:ty => $name:literal),* $(,)?) => {
+        $(impl FactType for $t {
+            const NAME: &'static str = $name;
+        })*
+    };
+}
+
+fact_types! {
+    i64 => "int",
+    f64 => "double",
+    bool => "bool",
+    String => "string",
+    Vec<i64> => "list(int)",
+    Option<i64> => "int or null",
+    Option<f64> => "double or null",
+    Vec<String> => "list(string)",
+}
+
+/// Declares a group of facts: the struct, and its documentation (`FIELDS`) from its fields' doc comments,
+/// so a fact's name, type and meaning are written once, where it is.
+macro_rules! facts {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[doc = $doc:literal])+ pub $field:ident: $ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[doc = $doc])+ pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// Its facts, each with its type and its doc comment.
+            pub const FIELDS: &'static [$crate::rules::facts::Fact] = &[$($crate::rules::facts::Fact {
+                name: stringify!($field),
+                ty: <$ty as $crate::rules::facts::FactType>::NAME,
+                doc: concat!($($doc),+),
+            }),*];
+        }
+    };
+}
+
+mod cell;
+mod gpu;
+mod oom;
+mod process;
+mod run;
+mod torch;
+
+pub use gpu::GpuFacts;
+pub use oom::OomFacts;
+pub use process::ProcFacts;
+pub use run::{RunFacts, cuda_of_torch};
+pub use torch::TorchFacts;
+
+use crate::ident::{GpuRef, ProcRef};
+use crate::report::Report;
+use process::Ranks;
+use serde::Serialize;
+
+/// Facts of one run, as the rules see them. Integers are bytes or counts, `_s` seconds, `_pct` percent.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Facts {
+    pub run: RunFacts,
+    pub oom: OomFacts,
+    pub gpus: Vec<GpuFacts>,
+    pub processes: Vec<ProcFacts>,
+    pub torch_processes: Vec<TorchFacts>,
+}
+
+/// Every fact, by the name a rule reads it (`run.exit_code`, `gpu.total_bytes`), with its type and what it
+/// means: the reference for rule authors (`gpudoc rules facts`, `gpudoc rules explain`, docs/rules.md).
+pub fn documented() -> Vec<(String, &'static str, &'static str)> {
+    let groups = [
+        ("run", RunFacts::FIELDS),
+        ("oom", OomFacts::FIELDS),
+        ("gpu", GpuFacts::FIELDS),
+        ("process", ProcFacts::FIELDS),
+        ("torch", TorchFacts::FIELDS),
+    ];
+    groups
+        .into_iter()
+        .flat_map(|(group, fields)| {
+            fields
+                .iter()
+                .map(move |f| (format!("{group}.{}", f.name), f.ty, f.doc.trim()))
+        })
+        .collect()
+}
+
+const GIB: i64 = 1 << 30;
+
+pub(in crate::rules) fn pct(part: i64, whole: i64) -> f64 {
+    if whole > 0 {
+        part as f64 * 100.0 / whole as f64
+    } else {
+        0.0
+    }
+}
+
+/// The steady level of a series of readings: the level it held most of the time, spikes and phases
+/// aside, the median (the upper one of an even number), 0 for none. The one definition of "steady" the
+/// facts use; each says which readings it is of: `gpu.steady_bytes` the job's timeline where it held
+/// memory, `torch.steady_reserved_bytes` and `torch.steady_peak_allocated_bytes` the step records after
+/// warm-up, `torch.steady_peak_reserved_bytes` the step peaks at or under the phase bar.
+pub fn steady_level(readings: impl IntoIterator<Item = i64>) -> i64 {
+    median(readings.into_iter().collect())
+}
+
+/// The middle value (the upper one of an even number), 0 for none.
+pub(super) fn median(mut v: Vec<i64>) -> i64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+impl Facts {
+    /// Computes the facts of a report, in time linear in its size.
+    pub fn of(r: &Report) -> Facts {
+        let ranks = Ranks::of(r);
+        let steps = super::when::Steps::of(r);
+        let gpus = gpu::gpu_facts(r, &steps);
+        let processes = process::process_facts(r, &ranks);
+        let mut gpus = gpus;
+        let torch_processes: Vec<TorchFacts> = r
+            .torch
+            .processes
+            .iter()
+            .map(|t| torch::torch_facts(t, &ranks, &gpus))
+            .collect();
+        for g in &mut gpus {
+            g.torch_phases = torch_processes
+                .iter()
+                .filter(|t| t.gpu == Some(g.index) && t.host == g.host)
+                .map(|t| t.phase_count)
+                .sum();
+        }
+        let mut oom = oom::oom_facts(r, &gpus, &steps);
+        oom::oom_leak(&mut oom, &torch_processes);
+        Facts {
+            run: run::run_facts(r, &gpus, &processes),
+            oom,
+            gpus,
+            processes,
+            torch_processes,
+        }
+    }
+
+    /// Facts with one of everything, every field set (none null, so that a rule is checked against a
+    /// value of each fact's type): what rules are checked against at load.
+    pub fn example() -> Facts {
+        Facts {
+            run: RunFacts {
+                classification: "success".into(),
+                driver: "580.159.04".into(),
+                exit_code: Some(0),
+                job_peak_max_gpu: Some(0),
+                job_peak_min_gpu: Some(0),
+                job_peak_max_at_s: Some(0.0),
+                server_fraction: Some(0.9),
+                ..Default::default()
+            },
+            oom: OomFacts {
+                cause: "unknown".into(),
+                source: "pytorch".into(),
+                vendor: "nvidia".into(),
+                gpu: Some(0),
+                rank: Some(0),
+                requested_bytes: Some(0),
+                free_bytes: Some(0),
+                total_bytes: Some(0),
+                allocated_bytes: Some(0),
+                reserved_bytes: Some(0),
+                reserved_unallocated_bytes: Some(0),
+                allowed_bytes: Some(0),
+                filled_by: vec!["held by list `kept`".into(), "allocated at a.py:1".into()],
+                ..Default::default()
+            },
+            gpus: vec![GpuFacts {
+                name: "NVIDIA H200".into(),
+                ..Default::default()
+            }],
+            processes: vec![ProcFacts {
+                stray_gpus: vec![1],
+                main_gpu: Some(0),
+                job_gpu: Some(0),
+                job_gpu_start_bytes: Some(0),
+                job_gpu_high_from_s: Some(0.0),
+                rank: Some(0),
+                local_rank: Some(0),
+                parent_pid: Some(1),
+                ..Default::default()
+            }],
+            torch_processes: vec![TorchFacts {
+                rank: Some(0),
+                gpu: Some(0),
+                phase_steps: vec![25, 50],
+                leak_sites: vec!["allocated at a.py:1".into(), "allocated at b.py:2".into()],
+                leak_holders: vec![
+                    "kept alive by list `kept`".into(),
+                    "kept alive by dict `c`".into(),
+                ],
+                ..Default::default()
+            }],
+        }
+    }
+}
+
+/// The GPU a fact's host (empty but in merged reports) and index (-1: unknown) name.
+pub(super) fn gpu_of(host: &str, index: i64) -> Option<GpuRef> {
+    let index = u32::try_from(index).ok()?;
+    Some(GpuRef::new(Some(host).filter(|h| !h.is_empty()), index))
+}
+
+/// How messages name the GPU a fact's host and index name: `GPU 0`, `GPU 0 on node-a`, `an unknown GPU`.
+pub(super) fn gpu_label(host: &str, index: i64) -> String {
+    GpuRef::label(gpu_of(host, index).as_ref())
+}
+
+/// The process a fact's host (empty but in merged reports) and PID name.
+fn proc_of(host: &str, pid: i64) -> ProcRef {
+    ProcRef::new(Some(host).filter(|h| !h.is_empty()), pid as u32)
+}
+
+impl GpuFacts {
+    /// Which GPU this is.
+    pub fn gpu(&self) -> GpuRef {
+        gpu_of(&self.host, self.index).expect("a GPU's facts have its index")
+    }
+}
+
+impl ProcFacts {
+    /// Which process this is.
+    pub fn who(&self) -> ProcRef {
+        proc_of(&self.host, self.pid)
+    }
+
+    /// The GPU it works on, if it holds memory anywhere.
+    pub fn main_gpu(&self) -> Option<GpuRef> {
+        gpu_of(&self.host, self.main_gpu?)
+    }
+}
+
+impl TorchFacts {
+    /// Which process this is.
+    pub fn who(&self) -> ProcRef {
+        proc_of(&self.host, self.pid)
+    }
+
+    /// Its GPU, where PyTorch's device was matched to one NVML sees.
+    pub fn on_gpu(&self) -> Option<GpuRef> {
+        gpu_of(&self.host, self.gpu?)
+    }
+}
+
+pub(super) fn host_of(h: &Option<String>) -> String {
+    h.clone().unwrap_or_default()
+}
+
+pub(in crate::rules) fn name_of<T: serde::Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_rules_are_checked_against_has_a_value_for_every_fact() {
+        fn nulls(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Null => out.push(at.to_string()),
+                serde_json::Value::Object(o) => o
+                    .iter()
+                    .for_each(|(k, x)| nulls(x, &format!("{at}.{k}"), out)),
+                serde_json::Value::Array(a) => {
+                    a.iter().for_each(|x| nulls(x, &format!("{at}[]"), out))
+                }
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        nulls(
+            &serde_json::to_value(Facts::example()).unwrap(),
+            "",
+            &mut found,
+        );
+        assert!(found.is_empty(), "set these in Facts::example: {found:?}");
+    }
+
+    #[test]
+    fn a_steady_level_is_what_the_readings_held_most_of_the_time() {
+        // A spike and a load ramp move it not at all: 4 of 7 readings at 10 GiB.
+        let readings = [1, 5, 10, 10, 10, 10, 120].map(|g| g * GIB);
+        assert_eq!(steady_level(readings), 10 * GIB);
+        // Of an even number, the upper middle; of none, 0.
+        assert_eq!(steady_level([2, 4, 6, 8]), 6);
+        assert_eq!(steady_level([]), 0);
+    }
+}

@@ -1,0 +1,366 @@
+//! The OOM's facts (`oom.*`): what the text said, where it happened, what filled the GPU, and the phase.
+
+use super::{GpuFacts, TorchFacts, gpu_label, host_of, name_of};
+use crate::report::Report;
+use crate::rules::phase::Phase;
+use crate::torch::activity::Activity;
+use serde::Serialize;
+
+facts! {
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OomFacts {
+    /// the command printed an out-of-memory report
+    pub present: bool,
+    /// too_big, cap, others, fragmentation, self_growth, unknown
+    pub cause: String,
+    /// the program that wrote the text, by its id (pytorch, vllm, llama_cpp, cuda for a CUDA call whose
+    /// program the text does not name, ...: docs/oom.md's programs); empty for a format this gpudoc does not
+    /// know
+    pub source: String,
+    /// oom.source where it is an inference server or engine (vllm, sglang, tgi, tensorrt_llm, tensorrt,
+    /// onnxruntime, llama_cpp, fastertransformer, turbomind): its own settings are the remedies; empty for a
+    /// framework's allocator (PyTorch, JAX, TensorFlow, ...), a library or a CUDA call whose program the text
+    /// does not name, where training advice may fit (oom::program)
+    pub engine: String,
+    /// the text says the program found less of the GPU free at its start than it was to take, before loading
+    /// anything (vLLM's start-up check): its share is too large for what others left
+    pub at_start: bool,
+    /// the GPU's vendor as the text shows it: nvidia, or amd (ROCm), intel (XPU) or apple (MPS), which NVML
+    /// cannot see; empty without an OOM
+    pub vendor: String,
+    /// the exception class, if printed
+    pub exception: String,
+    /// every field of the text was found
+    pub complete: bool,
+    /// the GPU it happened on (NVML's index), null if unknown
+    pub gpu: Option<i64>,
+    /// the rank that printed it, null if none
+    pub rank: Option<i64>,
+    /// the allocation that failed, null if the text did not say
+    pub requested_bytes: Option<i64>,
+    /// free memory on the GPU then, as printed, null if the text did not say
+    pub free_bytes: Option<i64>,
+    /// the GPU's capacity, as printed, null if the text did not say
+    pub total_bytes: Option<i64>,
+    /// PyTorch's live tensors then, null if the text did not say
+    pub allocated_bytes: Option<i64>,
+    /// PyTorch's whole cache then, null if the text did not say
+    pub reserved_bytes: Option<i64>,
+    /// cached by PyTorch but unallocated then, null if the text did not say
+    pub reserved_unallocated_bytes: Option<i64>,
+    /// the process's cap (set_per_process_memory_fraction), null if none was printed
+    pub allowed_bytes: Option<i64>,
+    /// memory processes outside the job held on that GPU
+    pub others_bytes: i64,
+    /// memory the job's other processes held on that GPU
+    pub job_others_bytes: i64,
+    /// those processes, in words
+    pub others: String,
+    /// the job's peak on that GPU, % of its capacity
+    pub job_peak_pct: f64,
+    /// the cause with its numbers, in words
+    pub explanation: String,
+    /// where in the model it happened and what the memory held, what held it (the shim's search at the OOM):
+    /// place, breakdown, holders, sites (empty when unknown)
+    pub filled_by: Vec<String>,
+    /// `forward`, `backward`, `optimizer` or `other` (the shim's look at the OOM), "" when unknown
+    pub pass: String,
+    /// the module it happened in (`model.layers.2.mlp`), "" when unknown
+    pub module: String,
+    /// what held most of allocated memory then: `activations` (saved for backward), `parameters`,
+    /// `gradients`, `optimizer_state`, `other`; "" when unknown
+    pub largest_part: String,
+    /// its share of allocated memory, percent (0 when unknown)
+    pub largest_part_pct: f64,
+    /// the host it happened on, in a merged report (empty otherwise)
+    pub host: String,
+    /// its GPU as messages name it (`GPU 1`, `GPU 1 on node-b`, `an unknown GPU`)
+    pub label: String,
+    /// when the OOM text was printed (seconds into the run), -1 without one
+    pub at_s: f64,
+    /// what the program was doing, from the shim's evidence at the OOM (never from the time): loading (before
+    /// its first forward call, backward or step), training_step (in backward, in optimizer.step(), or a
+    /// forward under grad in train() mode with no earlier call waiting for its backward), evaluation (forward
+    /// calls under no_grad or inference_mode, after eval(), or under grad with no backward following, in a
+    /// program that has trained), inference (the same in one that never trained); empty where the evidence
+    /// does not decide (a forward under grad during training, whose calls the shim does not count) or without
+    /// the shim
+    pub phase: String,
+    /// optimizer steps ended by then, -1 if unknown
+    pub steps: i64,
+    /// seconds since the last of them, -1 before the first or if unknown
+    pub since_last_step_s: f64,
+    /// steady growth of the job's memory on its GPU up to the OOM, with no optimizer step to explain it (see
+    /// gpu.growth_bytes), 0 if none
+    pub growth_bytes: i64,
+    /// its rate, bytes per second
+    pub growth_rate_bytes_per_s: f64,
+    /// how long it lasted
+    pub growth_s: f64,
+    /// of the live tensors at the OOM, the bytes no Python object refers to, behind held tensors that carry
+    /// an autograd graph (grad_fn): what their forward passes saved and no backward has freed yet; 0 if none
+    /// or unknown (the shim's search at the OOM), and in a training step's own forward or backward (see
+    /// oom.graphs_kept)
+    pub graph_bytes: i64,
+    /// what holds those tensors (`list `outs` (eval.py, in evaluate), 150 items`), empty if none
+    pub graph_holder: String,
+    /// those graphs outlived the step or call that made them, so no backward will free them: the OOM came in
+    /// an evaluation or inference (oom.phase), or in an optimizer's step (whose backward has freed the step's
+    /// own graph); false in a training step's forward or backward, whose graph is its own activations
+    /// (oom.graph_bytes is then 0), and when unknown
+    pub graphs_kept: bool,
+    /// forward calls of the outermost model since the last backward began (calls no backward followed), while
+    /// the shim counted them (before the first optimizer step, in an evaluation after eval()); -1 when
+    /// unknown
+    pub waiting_forwards: i64,
+    /// what the live tensors of the failing process grew by step after step before it (its
+    /// torch.leak_total_bytes: the straight-line fit over its steps), 0 if none or unknown
+    pub leak_total_bytes: i64,
+    /// that growth per step
+    pub leak_bytes_per_step: f64,
+    /// R² of that fit (1: every step the same), 0 if unknown
+    pub leak_r2: f64,
+}
+}
+
+/// The processes an OOM text names, in words; else those NVML saw holding memory then.
+fn oom_others(o: &crate::oom::OomReport) -> String {
+    let t = &o.event.text;
+    let with_cmd = |pid: u32, cmdline: &str, bytes: u64| {
+        let cmd = if cmdline.is_empty() {
+            String::new()
+        } else {
+            format!(" ({cmdline})")
+        };
+        format!("pid {pid}{cmd} {}", crate::units::fmt_bytes(bytes))
+    };
+    let mut others: Vec<String> = t
+        .other_processes
+        .iter()
+        .map(|p| {
+            let cmd = o
+                .before
+                .iter()
+                .find(|b| b.pid == p.pid)
+                .map_or("", |b| b.cmdline.as_str());
+            with_cmd(p.pid, cmd, p.bytes)
+        })
+        .collect();
+    if others.is_empty() {
+        others = o
+            .before
+            .iter()
+            .filter(|b| !b.in_job && b.visible && b.bytes_at > 0)
+            .map(|b| with_cmd(b.pid, &b.cmdline, b.bytes_at))
+            .collect();
+    }
+    others.join("; ")
+}
+
+pub(super) fn oom_facts(
+    r: &Report,
+    gpus: &[GpuFacts],
+    steps: &crate::rules::when::Steps,
+) -> OomFacts {
+    let (_, steps, since_last_step_s) = crate::rules::when::oom(steps, r);
+    let Some(o) = &r.oom else {
+        return OomFacts {
+            steps,
+            since_last_step_s,
+            ..OomFacts::absent()
+        };
+    };
+    let t = &o.event.text;
+    let g = |v: Option<u64>| v.map(|x| x as i64);
+    let host = host_of(&o.host);
+    let on = o
+        .gpu
+        .and_then(|i| gpus.iter().find(|x| x.index == i as i64 && x.host == host));
+    let inside = oom_inside(r).filter(|w| w.saw_model());
+    let pass = inside.and_then(|w| w.pass.clone());
+    let activity = o.allocator.as_ref().and_then(|a| a.activity);
+    let phase = Phase::at_oom(activity.as_ref(), pass.as_deref());
+    let graphs_kept = kept_graphs(phase, pass.as_deref(), activity.as_ref());
+    // A training step's own graph is its activations, told per module (oom.largest_part, filled_by).
+    let own = matches!(phase, Some(Phase::TrainingStep | Phase::Loading));
+    let (graph_bytes, graph_holder) = oom_hunt(r)
+        .map(|h| h.graphs())
+        .filter(|_| graphs_kept || !own)
+        .map_or((0, String::new()), |(b, h)| (b as i64, h.to_string()));
+    OomFacts {
+        phase: phase.map_or("", |p| p.name()).into(),
+        waiting_forwards: activity
+            .and_then(|a| a.forwards_without_backward)
+            .map_or(-1, |n| n as i64),
+        // The shim's own count at the OOM where it gave one: steps ended by then, exactly.
+        steps: activity.and_then(|a| a.steps).map_or(steps, |n| n as i64),
+        since_last_step_s,
+        growth_bytes: on.map_or(0, |x| x.growth_bytes),
+        growth_rate_bytes_per_s: on.map_or(0.0, |x| x.growth_rate_bytes_per_s),
+        growth_s: on.map_or(0.0, |x| x.growth_s),
+        graph_bytes,
+        graph_holder,
+        graphs_kept,
+        label: oom_label(o, &host),
+        host: host.clone(),
+        present: true,
+        cause: name_of(o.cause),
+        source: crate::oom::program::program(t)
+            .map_or("", crate::program::Program::id)
+            .into(),
+        engine: crate::oom::program::engine(t)
+            .map_or("", crate::program::Program::id)
+            .into(),
+        at_start: crate::oom::program::at_start(t),
+        vendor: name_of(t.vendor),
+        exception: t.exception.clone().unwrap_or_default(),
+        complete: t.complete,
+        gpu: o.gpu.map(i64::from),
+        rank: o.event.rank.map(|x| x as i64),
+        requested_bytes: g(t.requested_bytes),
+        free_bytes: g(t.free_bytes),
+        total_bytes: g(t.total_bytes),
+        allocated_bytes: g(t.allocated_bytes),
+        reserved_bytes: g(t.reserved_bytes),
+        reserved_unallocated_bytes: g(t.reserved_unallocated_bytes),
+        allowed_bytes: g(t.allowed_bytes),
+        others_bytes: o.others_bytes as i64,
+        job_others_bytes: o.job_others_bytes as i64,
+        others: oom_others(o),
+        job_peak_pct: on.map_or(0.0, |x| x.job_peak_pct),
+        explanation: o.explanation.clone(),
+        filled_by: filled_by(r),
+        pass: pass.unwrap_or_default(),
+        module: inside.and_then(|w| w.module.clone()).unwrap_or_default(),
+        largest_part: inside.map_or("", |w| w.parts.largest()).into(),
+        largest_part_pct: inside.map_or(0.0, |w| {
+            let top = w.parts.ranked().first().map_or(0, |p| p.1);
+            top as f64 * 100.0 / w.parts.sum().max(1) as f64
+        }),
+        at_s: o.event.at_s,
+        ..Default::default()
+    }
+}
+
+/// Whether the autograd graphs behind held tensors at an OOM outlived the step or call that made them, so
+/// that no backward will free them: in an evaluation or inference (forward calls no backward followed),
+/// and in an optimizer's step (the step's own backward has freed its graph by then). In a training step's
+/// forward or backward the live graph is that step's own, whose backward frees it: not counted as kept.
+fn kept_graphs(phase: Option<Phase>, pass: Option<&str>, act: Option<&Activity>) -> bool {
+    let stepping =
+        pass == Some("optimizer") || act.is_some_and(|a| a.in_optimizer_step == Some(true));
+    let backward = pass == Some("backward") || act.is_some_and(|a| a.in_backward == Some(true));
+    match phase {
+        Some(Phase::Evaluation | Phase::Inference) => true,
+        Some(Phase::TrainingStep) => stepping && !backward,
+        Some(Phase::Loading) | None => false,
+    }
+}
+
+/// The step-by-step growth of the failing process's live tensors before the OOM: the PyTorch process on
+/// its GPU (and host) that grew the most.
+pub(super) fn oom_leak(oom: &mut OomFacts, torch: &[TorchFacts]) {
+    let failing = torch
+        .iter()
+        .filter(|t| oom.present && t.gpu == oom.gpu && t.host == oom.host)
+        .max_by_key(|t| t.leak_total_bytes);
+    if let Some(t) = failing.filter(|t| t.leak_total_bytes > 0) {
+        oom.leak_total_bytes = t.leak_total_bytes;
+        oom.leak_bytes_per_step = t.leak_bytes_per_step;
+        oom.leak_r2 = t.leak_r2;
+    }
+}
+
+impl OomFacts {
+    /// The facts of no OOM: its GPU, rank, moment and steps unknown.
+    pub(in crate::rules) fn absent() -> OomFacts {
+        OomFacts {
+            label: gpu_label("", -1),
+            at_s: -1.0,
+            steps: -1,
+            since_last_step_s: -1.0,
+            ..Default::default()
+        }
+    }
+}
+
+/// The OOM's GPU as messages name it; a GPU NVML cannot see (AMD, Intel, Apple, a TPU) by its vendor and
+/// the text's device number ("Intel GPU 0 (XPU)").
+fn oom_label(o: &crate::oom::OomReport, host: &str) -> String {
+    let t = &o.event.text;
+    if t.vendor.nvml_sees() {
+        return gpu_label(host, o.gpu.map_or(-1, |x| x as i64));
+    }
+    let on = if host.is_empty() {
+        String::new()
+    } else {
+        format!(" on {host}")
+    };
+    let platform = t.vendor.names().1;
+    let device = t
+        .gpu
+        .map_or_else(|| t.vendor.one(), |d| t.vendor.numbered(d));
+    format!("{device}{on} ({platform})")
+}
+
+/// The failing process (or any, when it is not known which), and the time of the OOM the report is about
+/// (the one nearest to it: a program may have caught earlier ones).
+fn oom_when(r: &Report) -> (Option<u32>, f64) {
+    let o = r.oom.as_ref();
+    let pid = o.and_then(|o| o.allocator.as_ref().map(|a| a.pid).or(o.this_pid));
+    let at = o.map_or(f64::MAX, |o| {
+        o.allocator.as_ref().map_or(o.event.at_s, |a| a.at_s)
+    });
+    (pid, at)
+}
+
+/// Where in the model the OOM happened (the shim's look at it).
+fn oom_inside(r: &Report) -> Option<&crate::torch::inside::Inside> {
+    let (pid, at) = oom_when(r);
+    r.torch
+        .processes
+        .iter()
+        .filter(|p| pid.is_none_or(|x| x == p.pid))
+        .flat_map(|p| &p.inside)
+        .filter(|w| w.why == "oom" && w.error.is_none())
+        .min_by(|a, b| (a.at_s - at).abs().total_cmp(&(b.at_s - at).abs()))
+}
+
+/// The shim's search at the OOM the report is about, in the process that failed (or any, if it is not
+/// known which).
+fn oom_hunt(r: &Report) -> Option<&crate::torch::hunt::Hunt> {
+    let (pid, at) = oom_when(r);
+    r.torch
+        .processes
+        .iter()
+        .filter(|p| pid.is_none_or(|x| x == p.pid))
+        .flat_map(|p| &p.hunts)
+        .filter(|h| h.why == "oom" && h.error.is_none())
+        .min_by(|a, b| (a.at_s - at).abs().total_cmp(&(b.at_s - at).abs()))
+}
+
+/// What filled the GPU at the OOM: where in the model it happened and what the memory held (the shim's
+/// look), then what held it (the shim's search then).
+fn filled_by(r: &Report) -> Vec<String> {
+    let mut out = oom_inside(r).map(|w| w.lines()).unwrap_or_default();
+    out.extend(oom_holders(r));
+    out
+}
+
+/// What held the GPU at the OOM, from the shim's search then.
+fn oom_holders(r: &Report) -> Vec<String> {
+    let Some(h) = oom_hunt(r) else {
+        return Vec::new();
+    };
+    let mut out = h.holder_lines("held by");
+    if let (Some(n), Some(b)) = (h.tensors, h.tensor_bytes)
+        && n > 0
+    {
+        out.push(format!(
+            "{n} Python tensors on the GPU held {} in all",
+            crate::units::fmt_bytes(b)
+        ));
+    }
+    out.extend(h.site_lines());
+    out
+}
