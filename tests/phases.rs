@@ -617,16 +617,16 @@ fn the_h100s_first_training_forward_names_blocks_2_expand_and_no_kept_graphs() {
 }
 
 #[test]
-fn the_h100s_validation_keeping_its_losses_names_no_phase_it_cannot_tell() {
-    // The OOM came in the first validation call after a step (in its loss, outside the model's call): not
-    // told from the next step's forward, so no phase and no remedy that presumes one; what filled the GPU
-    // is named all the same: the list of losses and the graphs behind them.
+fn the_h100s_validation_keeping_its_losses_is_an_evaluation_and_a_step_leak_with_site_and_holder() {
+    // Every 5 steps a validation under grad, without eval(), keeps its losses as tensors: their graphs
+    // fill the GPU. The OOM came in a validation's loss, two forward calls under grad after the last
+    // backward: an evaluation (issue 43, item 3), with the list whose graphs filled the GPU named.
     let r = h100("val_keep");
     let d = diagnosis(&r, "oom-self-growth").unwrap();
-    assert_eq!(d["facts"]["oom.phase"], "", "{d}");
+    assert_eq!(d["facts"]["oom.phase"], "evaluation", "{d}");
     let msg = d["message"].as_str().unwrap();
     assert!(
-        msg.starts_with("GPU 0: the job ran out of memory after optimizer step 50 "),
+        msg.starts_with("GPU 0: the job ran out of memory in an evaluation after step 50: 2 forward calls under grad since the last backward, which no backward followed"),
         "{msg}"
     );
     assert!(
@@ -642,6 +642,19 @@ fn the_h100s_validation_keeping_its_losses_names_no_phase_it_cannot_tell() {
     // The saved activations are the kept graphs': checkpointing the model would not help.
     assert!(!advice.contains("activation checkpointing"), "{advice}");
     assert!(!advice.contains("Reduce the batch size"), "{advice}");
+    // The leak grows only every fifth step: the hunt still found its line and its holder.
+    let lines = details(&r, "step-leak");
+    assert!(
+        lines[0].contains("in validation_kept `val_losses.append(model(xv).pow(2).mean())`"),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("kept alive by the autograd graphs behind")
+                && l.contains("list `val_losses`")
+        ),
+        "{lines:#?}"
+    );
 }
 
 #[test]

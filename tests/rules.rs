@@ -288,7 +288,12 @@ fn oom_self_growth_is_told_by_the_phase() {
         ),
         ("oom/h200/grow_oom", "", "the job ran out of memory"),
         ("phases/eval_oom", "", "the job ran out of memory"),
-        ("phases/h100/val_keep", "", "the job ran out of memory"),
+        // A validation inside training, under grad and without eval(): forward calls no backward followed.
+        (
+            "phases/h100/val_keep",
+            "evaluation",
+            "the job ran out of memory in an evaluation after step 50: 2 forward calls under grad",
+        ),
         // An inference server is a variant of its own, whatever the phase: its share, not a batch size.
         (
             "phases/vllm_standin_oom",

@@ -5,8 +5,10 @@ tagged with the framework; what a framework cannot tell is left out of the recor
 
 - JAX (XLA's allocator): `device.memory_stats()` of each local GPU device, the preallocation settings in
   force, and steps: the calls of the jitted function the program calls most (`jax.jit` returns gpudoc's
-  thin wrapper of jax's own). At a RESOURCE_EXHAUSTED error from a jitted call the allocator's numbers are
-  recorded before it reaches the program.
+  thin wrapper of jax's own). At a RESOURCE_EXHAUSTED error the allocator's numbers are recorded: from a
+  jitted call before it reaches the program, and, since JAX dispatches asynchronously and a computation's
+  error is raised where the program waits for its result (`block_until_ready()`, printing, copying it to
+  the host), at an uncaught one through `sys.excepthook` (chained to the hook before it).
 - CuPy: the default memory pool (used, total, free blocks; its limit where one is set) and the pinned
   pool's free blocks, read ten times a second by one thread of the shim's (CuPy has no step a hook could
   count: the readings stand for steps in the records, and the report counts no steps), and at exit.
@@ -38,6 +40,8 @@ class _State(object):
     registry = None
     # Framework name -> its reader, once imported.
     views = {}
+    # id() of the last OOM error recorded (never the error itself: its traceback holds the program's arrays).
+    oom_id = 0
 
 
 S = _State()
@@ -216,7 +220,7 @@ class _Jitted(object):
         except Exception as e:
             try:
                 if _is_oom(e):
-                    _jax_oom()
+                    _jax_oom(e)
             except Exception:
                 pass  # the program's own error goes on as it is
             if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
@@ -246,14 +250,31 @@ class _Jitted(object):
         return repr(self._gpudoc_real)
 
 
-def _jax_oom():
-    """The allocator's numbers at a RESOURCE_EXHAUSTED error, before it reaches the program."""
+def _jax_oom(error):
+    """The allocator's numbers at a RESOURCE_EXHAUSTED error (once per error), while the arrays it found
+    are still alive."""
     try:
         view = S.views.get("jax")
-        if view is not None and not S.pipe.dead:
+        if view is not None and not S.pipe.dead and S.oom_id != id(error):
+            S.oom_id = id(error)
             view.record("oom", view.steps - view.last_step)
     except Exception as e:
         S.pipe.fail("oom", e)
+
+
+def _excepthook(previous):
+    """sys.excepthook that records an uncaught RESOURCE_EXHAUSTED error's allocator numbers (its traceback
+    still holds the frames, and so the arrays, that filled the GPU), then hands the error to `previous`."""
+
+    def excepthook(kind, value, tb):
+        try:
+            if _is_oom(value):
+                _jax_oom(value)
+        except Exception:
+            pass  # the program's error is printed as it would be without gpudoc
+        return previous(kind, value, tb)
+
+    return excepthook
 
 
 def _install_jax(jax):
@@ -275,6 +296,9 @@ def _install_jax(jax):
         except AttributeError:
             pass
     _patches().replace(jax, "jit", jit, "counts the calls of jitted functions: the steps of a JAX program")
+    _patches().replace(sys, "excepthook", _excepthook(sys.excepthook),
+                       "records XLA's allocator at an uncaught RESOURCE_EXHAUSTED error (JAX raises it where "
+                       "the program waits for a result), then calls the hook before it")
     _watch_process(view)
     return view
 
