@@ -289,16 +289,19 @@ fn the_h100s_jax_runs_are_told_with_xlas_own_numbers() {
     // The same loop dropping its outputs: preallocation told, no leak.
     let r = h100("jax_healthy");
     assert_eq!(fired(&r), ["jax-preallocation"]);
-    // Kept 2 GiB outputs until XLA's allocator ran out: the real text read (recorded before the shim
-    // recorded an OOM raised outside the jitted call: the allocator's numbers are not in this trace).
+    // Kept 2 GiB outputs until XLA's allocator ran out, 20 GiB short of the GPU: its RESOURCE_EXHAUSTED
+    // came from `block_until_ready()`, outside the jitted call, and is read with XLA's numbers.
     let r = h100("jax_oom");
-    assert_eq!(
-        r["oom"]["requested_bytes"].as_u64().unwrap(),
-        2 << 30,
-        "{:#}",
-        r["oom"]
+    let o = &r["oom"];
+    assert_eq!(o["requested_bytes"].as_u64().unwrap(), 2 << 30, "{o:#}");
+    assert_eq!(o["allocator"]["framework"], "jax", "{o:#}");
+    assert_eq!(o["cause"], "cap", "{o:#}");
+    let why = o["explanation"].as_str().unwrap();
+    assert!(
+        why.contains("may use only 59.38 GiB") && why.contains("XLA_PYTHON_CLIENT_MEM_FRACTION"),
+        "{why}"
     );
-    assert_eq!(r["torch"]["processes"][0]["framework"], "jax");
+    assert_eq!(fired(&r), ["oom-cap", "step-leak"]);
 }
 
 #[test]
