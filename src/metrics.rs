@@ -320,40 +320,19 @@ impl View {
         }
     }
 
-    /// Counts the diagnoses seen holding since the start: `known` keeps (rule, subject) → severity across
-    /// scrapes; `seen` becomes its count per (rule, severity).
-    pub fn count_new(&mut self, known: &mut BTreeMap<(String, String), String>) {
-        remember(&self.active, known);
-        self.seen = counts(known);
+    /// Counts the diagnoses that began to hold, this scrape's included, into `episodes`; `seen` becomes
+    /// their count per (rule, severity).
+    pub fn count_new(&mut self, episodes: &mut Episodes) {
+        episodes.look(&self.active);
+        self.seen = episodes.counts();
     }
 }
 
-/// Keeps each diagnosis of `active` (rule, severity, subject) in `known` the first time its rule holds
-/// for its subject: `known` is what `gpudoc_diagnoses_total` counts for a run (its subjects are its own
-/// processes and GPUs; `watch`, whose subjects come and go for days, counts [`Episodes`]).
-pub fn remember(
-    active: &[(String, String, String)],
-    known: &mut BTreeMap<(String, String), String>,
-) {
-    for (rule, severity, subject) in active {
-        known
-            .entry((rule.clone(), subject.clone()))
-            .or_insert_with(|| severity.clone());
-    }
-}
-
-/// `known` ([`remember`]) counted per (rule, severity): a [`View`]'s `seen`.
-pub fn counts(known: &BTreeMap<(String, String), String>) -> BTreeMap<(String, String), u64> {
-    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for ((rule, _), severity) in known.iter() {
-        *seen.entry((rule.clone(), severity.clone())).or_default() += 1;
-    }
-    seen
-}
-
-/// What `gpudoc_diagnoses_total` counts for `watch`, which runs for days while processes come and go: a
-/// diagnosis each time it begins to hold for its subject (it held at this look and not at the last one),
-/// so what is kept is only what holds now (a set of every subject ever seen grows with every new PID).
+/// What `gpudoc_diagnoses_total` counts, for `run` and `watch` alike: a diagnosis each time it begins to
+/// hold for its subject (it holds at this look or scrape and did not at the last one), so what is kept is
+/// only what holds now (a set of every subject ever seen would grow with every new PID of a node agent's
+/// days). A run's diagnoses told live stay in its report, so each counts once unless it stops and
+/// begins to hold again.
 #[derive(Debug, Default)]
 pub struct Episodes {
     holding: std::collections::BTreeSet<(String, String)>,
@@ -703,7 +682,7 @@ mod tests {
     #[test]
     fn diagnoses_are_counted_once_while_they_hold() {
         let mut v = view();
-        let mut known = Default::default();
+        let mut known = Episodes::default();
         v.count_new(&mut known);
         v.count_new(&mut known);
         assert_eq!(v.seen[&("near-capacity".into(), "warn".into())], 1);
@@ -711,5 +690,13 @@ mod tests {
             .push(("near-capacity".into(), "warn".into(), "GPU 1".into()));
         v.count_new(&mut known);
         assert_eq!(v.seen[&("near-capacity".into(), "warn".into())], 2);
+        // GPU 0's stops holding and begins again: a second episode of it.
+        v.active.retain(|(_, _, subject)| subject == "GPU 1");
+        v.count_new(&mut known);
+        assert_eq!(v.seen[&("near-capacity".into(), "warn".into())], 2);
+        v.active
+            .push(("near-capacity".into(), "warn".into(), "GPU 0".into()));
+        v.count_new(&mut known);
+        assert_eq!(v.seen[&("near-capacity".into(), "warn".into())], 3);
     }
 }

@@ -7,7 +7,6 @@ use super::verdicts::Verdicts;
 use crate::metrics::View;
 use crate::report::Report;
 use crate::serve::{Server, Source};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +14,7 @@ use std::time::Duration;
 /// Diagnoses seen since the start, and the view of the finished run once there is one.
 #[derive(Default)]
 struct State {
-    known: BTreeMap<(String, String), String>,
+    known: crate::metrics::Episodes,
     last: Option<View>,
 }
 
