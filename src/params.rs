@@ -130,6 +130,15 @@ pub const OOM_FULL: Param = int(
     "without the allocator's numbers, an OOM is the job's own growth (`self_growth`) where NVML saw the GPU more than this full, mostly by the job",
 );
 
+/// The first steps compile and autotune, fill the allocator's cache and make the optimizer's state: what
+/// they hold says nothing of the steps to come (`torch::warmup`, the one definition; the shim is told it).
+pub const WARMUP_STEPS: Param = int(
+    "warmup_steps",
+    10,
+    Unit::Count,
+    "a process's first steps (forward calls without steps) are warm-up, left out of the slopes per step (`step-leak`, `allocator-thrash`), the steady levels (`cache-bloat`), the phase steps (`phase-peak`), the forecasts' pace, and before which the shim starts no leak hunt or measured step (`torch.warmup_steps`)",
+);
+
 /// Before the first backward, this many forward calls with none are calls no backward will follow: a step
 /// calls its model once, or twice or three times (two views, a GAN's discriminator), never this often.
 pub const WAITING_CALLS: Param = int(
@@ -153,6 +162,29 @@ pub const STRAY_CONTEXT_MAX: Param = int(
     2 * GIB,
     Unit::Bytes,
     "the most a process without a rank may hold on a GPU not its own for it to count as a stray context (`process.stray_gpus`)",
+);
+
+/// A process without a rank that holds more than a context elsewhere is doing work there, not stray.
+pub const STRAY_CONTEXT_MAX_PCT: Param = int(
+    "stray_context_max_pct",
+    10,
+    Unit::Percent,
+    "beside `stray_context_max_bytes`, a process without a rank may hold up to this share of what it holds on its own GPU on another GPU for it to count as a stray context there (the larger of the two)",
+);
+
+/// An evaluation every N steps stands well above the training steps; a step's own noise does not.
+pub const PHASE_MIN_ABOVE: Param = int(
+    "phase_min_above_bytes",
+    2 * GIB,
+    Unit::Bytes,
+    "a step record is a phase step (`torch.phase_count`, `gpu.torch_phases`: `phase-peak`, and no `transient-spike` where there are any) when its peak reserved memory stands above the lower quartile of the records' peaks by more than this and `phase_min_above_pct` of that quartile",
+);
+
+pub const PHASE_MIN_ABOVE_PCT: Param = int(
+    "phase_min_above_pct",
+    50,
+    Unit::Percent,
+    "with `phase_min_above_bytes`: a phase step's peak is above the lower quartile by at least this share of it too",
 );
 
 pub const GROWTH_MIN_SLICES: Param = int(
@@ -229,6 +261,29 @@ pub const LIVE_CONFIRM: Param = int(
     "a live rule's diagnosis is told during a run once it held in this many looks in a row",
 );
 
+/// About a CUDA context (~520 MiB on an H200): less is a monitoring tool, not a job.
+pub const HELD_MIN: Param = int(
+    "held_min_bytes",
+    500 * MIB,
+    Unit::Bytes,
+    "memory in use before the job started (`held-before-start`), or other users' on a GPU in a look (`held-by-others`), is said from this much",
+);
+
+/// A run's allocator figures move by whole blocks; less is PyTorch's bookkeeping, not what the cell kept.
+pub const CELL_GREW: Param = int(
+    "cell_grew_bytes",
+    MIB,
+    Unit::Bytes,
+    "a notebook cell's run grew when it left at least this much more allocated than it found (`torch.cell_runs`, `cell-leak`; the notebook extension's `GREW`)",
+);
+
+pub const CELL_LEAK_RUNS: Param = int(
+    "cell_leak_runs",
+    3,
+    Unit::Count,
+    "a notebook cell leaks (`cell-leak`, and the notebook extension's report of it, its `LEAK_RUNS`) when this many of its last runs in a row each grew",
+);
+
 /// Every parameter, in the order docs/rules.md lists them.
 pub const ALL: &[Param] = &[
     OOM_FRAGMENTED_SHARE,
@@ -236,9 +291,13 @@ pub const ALL: &[Param] = &[
     OOM_FITS_SLACK,
     OOM_OTHERS_SHARE,
     OOM_FULL,
+    WARMUP_STEPS,
     WAITING_CALLS,
     HELPER_MAX,
     STRAY_CONTEXT_MAX,
+    STRAY_CONTEXT_MAX_PCT,
+    PHASE_MIN_ABOVE,
+    PHASE_MIN_ABOVE_PCT,
     GROWTH_MIN_SLICES,
     GROWTH_MIN_SHARE,
     GROWTH_MIN_S,
@@ -249,6 +308,9 @@ pub const ALL: &[Param] = &[
     GROWTH_PLATEAU_SHARE,
     LEAK_MIN_R2,
     LIVE_CONFIRM,
+    HELD_MIN,
+    CELL_GREW,
+    CELL_LEAK_RUNS,
 ];
 
 /// The parameter named `name`.

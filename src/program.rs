@@ -179,6 +179,10 @@ mod tests {
         let mut seen = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
+            // The rule files (rules/words/ holds the words of an OOM's cause, which compare no program).
+            if path.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
             let text = std::fs::read_to_string(&path).unwrap();
             for c in compared.captures_iter(&text) {
                 for name in c[1].split(',').map(|n| n.trim().trim_matches('\'')) {

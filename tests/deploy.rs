@@ -212,11 +212,19 @@ fn rank_imbalance_alerts_at_the_thresholds_of_gpudocs_own_rule() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/gpu-imbalance.toml"),
     )
     .unwrap();
-    assert!(rule.contains("run.imbalance_ratio >= 1.5"), "{rule}");
+    let rule = gpudoc::rules::Rule::parse(&rule, "gpu-imbalance.toml").unwrap();
     assert!(
-        rule.contains("run.job_peak_max_bytes - run.job_peak_min_bytes >= 2 * GiB"),
-        "{rule}"
+        rule.when.contains("run.imbalance_ratio >= param.min_ratio")
+            && rule
+                .when
+                .contains("run.job_peak_max_bytes - run.job_peak_min_bytes >= param.min_gap_bytes"),
+        "{}",
+        rule.when
     );
+    use gpudoc::params::Number;
+    let param = |name: &str| rule.own_params().iter().find(|p| p.0 == name).unwrap().1;
+    assert_eq!(param("min_ratio"), Number::Float(1.5));
+    assert_eq!(param("min_gap_bytes"), Number::Int(2 << 30));
     let alerts = std::fs::read_to_string(deploy("prometheus/gpudoc-alerts.yml")).unwrap();
     assert!(alerts.contains(">= 1.5 * min by (job_id)"));
     assert!(alerts.contains(">= 2 * 1024 ^ 3"));

@@ -29,18 +29,27 @@ fn scan_file(path: &Path) -> Scanner {
 
 /// gpudoc's reading of a command that exited with code 1 after writing the text `s` scanned, over
 /// `timeline`.
+/// How the run ended and its OOM, explained in the rules' words (`rules/words/oom-cause.toml`), as a
+/// report's diagnosis words it.
 fn exited_with_text(
     s: &Scanner,
     timeline: &Timeline,
 ) -> (Ending, Option<oom::OomReport>, Option<HostOom>) {
-    oom::classify(&Evidence {
+    let (ending, mut report, host) = oom::classify(&Evidence {
         end: ProcessEnd::Exited(1),
         scanner: s,
         timeline,
         host: HostOom::default(),
         torch_ooms: &[],
         cuda_visible_devices: None,
-    })
+    });
+    if let Some(r) = &mut report {
+        let found = r.finding.as_ref().expect("a finding");
+        r.explanation = gpudoc::rules::words::Words::bundled()
+            .explain(found)
+            .unwrap();
+    }
+    (ending, report, host)
 }
 
 fn text_of(name: &Path) -> PathBuf {

@@ -528,7 +528,8 @@ fn user_rules_add_to_and_override_the_bundled_ones() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/near-capacity.toml"),
     )
     .unwrap()
-    .replace("gpu.peak_used_pct >= 95.0", "gpu.peak_used_pct >= 0.5");
+    // A user's copy of a rule sets its parameters.
+    .replace("min_used_pct = 95.0", "min_used_pct = 0.5");
     let mine = "id = \"long-run\"\nseverity = \"info\"\ntitle = \"A long run\"\neach = \"run\"\nwhen = \"run.duration_s > 5.0\"\nmessage = \"ran {fmt_secs(run.duration_s)}\"\n";
     let d = rules_dir(&[("near-capacity.toml", &strict), ("long.toml", mine)]);
     let r = report(

@@ -31,7 +31,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from . import _nvml, _report
 
 # What holds memory is searched for after a cell that left at least this much more allocated, for at most
-# SEARCH_S (the search walks the notebook's names, never the whole heap).
+# SEARCH_S (the search walks the notebook's names, never the whole heap). GREW and LEAK_RUNS are the rules'
+# param.cell_grew_bytes and param.cell_leak_runs (src/params.rs; src/torch/cells.rs checks they agree).
 GREW = 1 << 20
 SEARCH_S = 0.1
 # %gpudoc, asked for, and the cell that raised search longer: the notebook's names can reach a large data

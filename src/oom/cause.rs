@@ -1,6 +1,7 @@
 //! Why a GPU ran out of memory, decided from the numbers alone (pure): what the OOM text says, what NVML
 //! saw, and which of the processes the text names belong to the job. What it finds is data
-//! ([`Finding`]); `oom::explain` words it.
+//! ([`Finding`], kept in the report as a [`Found`] with the figures its words cite); the words are the
+//! rules' (`rules/words/oom-cause.toml`, read by `rules::words`).
 
 use super::formats::{self, Allocator};
 use super::parse::{Kind, OomText, TextProcess, Vendor};
@@ -257,8 +258,10 @@ fn share(bytes: u64, pct: u64) -> u64 {
 }
 
 /// What an OOM's numbers show, decided from them alone: the kind of finding and the figures behind it,
-/// no words ([`Finding::cause`] is its cause; `oom::explain` words it with the [`Figures`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// no words ([`Finding::cause`] is its cause; `rules/words/oom-cause.toml` words it, as `finding.kind`
+/// and its figures, in bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Finding {
     /// A serving engine refused to start: its share of the GPU (`wanted`) was more than was `free`;
     /// `by_others`: other processes held memory then.
@@ -269,7 +272,11 @@ pub enum Finding {
     },
     /// A serving engine had no room for its KV cache in its share (`short` says how); `by_others`: other
     /// processes held memory, which the engines count against the share.
-    KvShort { short: KvShort, by_others: bool },
+    KvShort {
+        #[serde(flatten)]
+        short: KvShort,
+        by_others: bool,
+    },
     /// One allocation of more than 1 EiB: its size was computed wrong.
     Garbled,
     /// One allocation larger than the process's cap (`of_cap`) or than the whole device (`limit`).
@@ -313,8 +320,9 @@ pub enum Finding {
     NoNumbers,
 }
 
-/// How a serving engine's KV cache fell short.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// How a serving engine's KV cache fell short (`finding.short`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "short", rename_all = "snake_case")]
 pub enum KvShort {
     /// The cache holds fewer tokens than one request of `max_model_len`.
     Tokens { len: u64, tokens: u64 },
@@ -324,8 +332,9 @@ pub enum KvShort {
     NoRoom,
 }
 
-/// Whose memory outside the failing process can be.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Whose memory outside the failing process can be (`finding.whose`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Whose {
     /// Other processes', or memory PyTorch freed that cudaMallocAsync's pool kept: the text does not tell.
     OthersOrAsyncPool,
@@ -382,6 +391,52 @@ pub fn cause_of(f: &Figures) -> Finding {
         .iter()
         .find_map(|s| s(f))
         .unwrap_or(Finding::NoNumbers)
+}
+
+/// An OOM's finding as the report keeps it (`oom.finding`) and its words read it (`finding.*`): the
+/// finding's kind and figures, and beside them the figures and names of the OOM its words cite.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Found {
+    #[serde(flatten)]
+    pub finding: Finding,
+    /// Other processes' memory on that GPU (the text's, or NVML's: the larger).
+    pub others_bytes: u64,
+    /// The job's other processes' memory the text names.
+    pub job_others_bytes: u64,
+    /// The GPU's capacity (the text's, else NVML's), null if unknown.
+    pub capacity: Option<u64>,
+    /// What the device is: `GPU`, or `TPU`.
+    pub chip: String,
+    /// Its vendor's name: `NVIDIA`, `AMD`, `Intel`, `Apple`, `Google`.
+    pub vendor: String,
+    /// What sets the process's cap (`torch.cuda.set_per_process_memory_fraction`), empty where none.
+    pub cap_setting: String,
+    /// A serving engine that sizes a KV cache in a share of the GPU (`vLLM`, `SGLang`) and that share's
+    /// setting, empty for others.
+    pub engine: String,
+    pub share: String,
+    /// The "Process N" entry taken to be the failing process where the text names no "this process" and
+    /// more than one entry could have been it (a guess); null otherwise.
+    pub guessed_pid: Option<u32>,
+}
+
+impl Found {
+    /// `finding`, with the figures and names its words cite from `f` and the text's holders `h`.
+    pub fn of(finding: Finding, f: &Figures, h: &Holders) -> Found {
+        let kv = f.kv_cache.as_ref();
+        Found {
+            finding,
+            others_bytes: f.others,
+            job_others_bytes: f.job_others,
+            capacity: f.total,
+            chip: f.vendor.chip().into(),
+            vendor: f.vendor.names().0.into(),
+            cap_setting: f.allowed_by.into(),
+            engine: kv.map_or("", |k| k.engine).into(),
+            share: kv.map_or("", |k| k.share).into(),
+            guessed_pid: h.this_pid.filter(|_| h.guessed),
+        }
+    }
 }
 
 /// A serving engine had no room for its KV cache in the share of the GPU it may use (vLLM's
@@ -527,72 +582,9 @@ fn short_of_free(f: &Figures) -> Option<Finding> {
 mod tests {
     use super::*;
 
-    /// The cause found and its words, as the report gives them.
-    fn cause_of(f: &Figures) -> (Cause, String) {
-        let found = super::cause_of(f);
-        (found.cause(), crate::oom::explain::words(&found, f))
-    }
-
     const GIB: u64 = 1 << 30;
 
-    #[test]
-    fn one_allocation_larger_than_a_tpu_says_tpu() {
-        let f = Figures {
-            requested: Some(10 * GIB),
-            total: Some(8 * GIB),
-            vendor: Vendor::Google,
-            ..Default::default()
-        };
-        let (c, why) = cause_of(&f);
-        assert_eq!(c, Cause::TooBig);
-        assert!(
-            why.ends_with("is larger than the whole TPU (8.00 GiB)"),
-            "{why}"
-        );
-    }
-
-    #[test]
-    fn a_cap_is_named_when_the_gpu_had_room() {
-        let f = Figures {
-            requested: Some(2 * GIB),
-            total: Some(140 * GIB),
-            free: Some(115 * GIB),
-            allowed: Some(35 * GIB),
-            reserved: Some(34 * GIB),
-            allocated: Some(34 * GIB),
-            ..Default::default()
-        };
-        let (c, why) = cause_of(&f);
-        assert_eq!(c, Cause::Cap, "{why}");
-        assert!(
-            why.contains("35.00 GiB") && why.contains("115.00 GiB free"),
-            "{why}"
-        );
-    }
-
-    #[test]
-    fn a_pool_limit_checked_before_the_device_is_a_cap_without_free_memory() {
-        // CuPy: `Out of memory allocating 1 GiB (allocated so far: 3 GiB, limit set to: 3.5 GiB)`.
-        let f = Figures {
-            requested: Some(GIB),
-            allowed: Some(7 * GIB / 2),
-            reserved: Some(3 * GIB),
-            allowed_by: "CuPy's memory pool limit",
-            ..Default::default()
-        };
-        let (c, why) = cause_of(&f);
-        assert_eq!(c, Cause::Cap, "{why}");
-        assert!(
-            why.contains("CuPy's memory pool limit") && !why.contains("free"),
-            "{why}"
-        );
-        // Within the limit, the limit explains nothing.
-        let within = Figures {
-            reserved: Some(GIB),
-            ..f
-        };
-        assert_ne!(cause_of(&within).0, Cause::Cap);
-    }
+    // The words of each finding are `rules/words/oom-cause.toml`'s, tested with them in `rules::words`.
 
     #[test]
     fn enough_free_is_not_the_jobs_growth() {
@@ -604,23 +596,7 @@ mod tests {
             reserved: Some(0),
             ..Default::default()
         };
-        assert_eq!(cause_of(&f).0, Cause::Unknown);
-    }
-
-    #[test]
-    fn the_jobs_own_child_named_by_the_text_is_the_jobs() {
-        let t = crate::oom::parse::parse_line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 9.29 GiB is free. Process 4242 has 110.51 GiB memory in use. Including non-PyTorch memory, this process has 20.00 GiB memory in use. Of the allocated memory 19.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.").unwrap();
-        let job: HashSet<u32> = [4242].into();
-        let h = holders(&t, &job);
-        assert_eq!((h.others, h.job), (0, t.other_processes[0].bytes));
-        let (c, why) = cause_of(&Figures::of(&t, &h, 0, None, None));
-        assert_eq!(c, Cause::SelfGrowth, "{why}");
-        assert!(why.contains("its other processes 110.51 GiB"), "{why}");
-        let h = holders(&t, &HashSet::new());
-        assert_eq!(
-            cause_of(&Figures::of(&t, &h, 0, None, None)).0,
-            Cause::Others
-        );
+        assert_eq!(cause_of(&f).cause(), Cause::Unknown);
     }
 
     #[test]
@@ -632,114 +608,53 @@ mod tests {
         // TheRock#2118: 2 MiB asked, 1072 MiB held, 1.05 GiB allowed: the 20 MiB segment does not fit.
         let t = crate::oom::parse::parse_line("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 255.98 GiB of which 244.65 GiB is free. 1.05 GiB allowed; Of the allocated memory 1017.01 MiB is allocated by PyTorch, with 17.00 MiB allocated in private pools (e.g., HIP Graphs), and 54.99 MiB is reserved by PyTorch but unallocated.").unwrap();
         let f = Figures::of(&t, &Holders::default(), 0, None, None);
-        let (c, why) = cause_of(&f);
-        assert_eq!(c, Cause::Cap, "{why}");
-        assert!(why.contains("20.00 MiB segment"), "{why}");
+        assert_eq!(cause_of(&f).cause(), Cause::Cap);
         // Far under the cap, with the GPU's memory free: not the cap.
         let under = Figures {
             reserved: Some(MIB),
             ..f
         };
-        assert_eq!(cause_of(&under).0, Cause::Unknown);
+        assert_eq!(cause_of(&under).cause(), Cause::Unknown);
     }
 
     #[test]
     fn the_finding_is_data_with_the_figures_it_rests_on() {
         // TheRock#2118 again: what was found, not a sentence, is what the decider gives.
         let t = crate::oom::parse::parse_line("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 255.98 GiB of which 244.65 GiB is free. 1.05 GiB allowed; Of the allocated memory 1017.01 MiB is allocated by PyTorch, with 17.00 MiB allocated in private pools (e.g., HIP Graphs), and 54.99 MiB is reserved by PyTorch but unallocated.").unwrap();
-        let found = super::cause_of(&Figures::of(&t, &Holders::default(), 0, None, None));
+        let f = Figures::of(&t, &Holders::default(), 0, None, None);
+        let found = cause_of(&f);
         assert!(
             matches!(found, Finding::Capped { requested, asked, free: Some(_), .. }
                 if requested == 2 * MIB && asked == 20 * MIB),
             "{found:?}"
         );
         assert_eq!(found.cause(), Cause::Cap);
-        let none = super::cause_of(&Figures::default());
+        let none = cause_of(&Figures::default());
         assert_eq!((none, none.cause()), (Finding::NoNumbers, Cause::Unknown));
-    }
-
-    #[test]
-    fn mps_watermark_counts_the_processs_whole_metal_memory() {
-        let t = crate::oom::parse::parse_line("MPS backend out of memory (MPS allocated: 9.57 GiB, other allocations: 17.35 GiB, max allowed: 27.20 GiB). Tried to allocate 292.50 MiB on private pool.").unwrap();
-        let (c, why) = cause_of(&Figures::of(&t, &Holders::default(), 0, None, None));
-        assert_eq!(c, Cause::Cap, "{why}");
-        assert!(
-            why.contains("26.92 GiB") && why.contains("PYTORCH_MPS_HIGH_WATERMARK_RATIO"),
-            "{why}"
+        // As the report keeps it and its words read it: the kind, its figures, and the names beside them.
+        let kept = serde_json::to_value(Found::of(found, &f, &Holders::default())).unwrap();
+        assert_eq!(kept["kind"], "capped");
+        assert_eq!(kept["asked"], 20 * MIB);
+        assert_eq!(
+            kept["cap_setting"],
+            "torch.cuda.set_per_process_memory_fraction"
         );
-    }
-
-    #[test]
-    fn memory_outside_cuda_malloc_async_figures_is_nobodys_without_nvml() {
-        // ComfyUI-ChatTTS#9: 6.89 GiB live of 23.69 GiB, 2.94 MiB free.
-        let f = Figures {
-            requested: Some(320 * MIB),
-            total: Some(23 * GIB + 706 * MIB),
-            free: Some(3 * MIB),
-            allocated: Some(6 * GIB + 911 * MIB),
-            async_pool: true,
-            ..Default::default()
-        };
-        let (c, why) = cause_of(&f);
-        assert_eq!(c, Cause::Unknown, "{why}");
-        assert!(why.contains("cudaMallocAsync's pool"), "{why}");
-        // NVML saw other processes holding it: theirs.
-        let seen = Figures {
-            others: 16 * GIB,
-            ..f
-        };
-        assert_eq!(cause_of(&seen).0, Cause::Others);
-    }
-
-    #[test]
-    fn vllm_refusing_to_start_blames_what_held_the_gpu_before_it() {
-        let kv = KvCache {
-            engine: "vLLM",
-            share: "gpu_memory_utilization",
-            needed: Some(125 * GIB),
-            left: Some(7 * GIB),
-            ..Default::default()
-        };
-        let mut f = Figures {
-            total: Some(139 * GIB),
-            kv_cache: Some(kv),
-            ..Default::default()
-        };
-        let (c, why) = cause_of(&f);
-        assert_eq!(c, Cause::Cap);
-        assert!(
-            why.contains("7.00 GiB of 139.00 GiB free when it started"),
-            "{why}"
+        assert_eq!(
+            serde_json::from_value::<Found>(kept).unwrap().finding,
+            found
         );
-        f.others = 130 * GIB;
-        assert_eq!(cause_of(&f).0, Cause::Others);
-    }
-
-    #[test]
-    fn a_request_above_what_was_free_says_so_without_naming_a_holder() {
-        let f = Figures {
-            requested: Some(8 * GIB),
-            free: Some(5 * GIB),
-            ..Default::default()
+        let short = Finding::KvShort {
+            short: KvShort::Tokens { len: 8, tokens: 4 },
+            by_others: false,
         };
-        let (c, why) = cause_of(&f);
-        assert_eq!(c, Cause::Unknown);
-        assert!(
-            why.contains("asked for 8.00 GiB with 5.00 GiB free"),
-            "{why}"
+        let kept = serde_json::to_value(Found::of(short, &f, &Holders::default())).unwrap();
+        assert_eq!(
+            (&kept["kind"], &kept["short"], &kept["tokens"]),
+            (&"kv_short".into(), &"tokens".into(), &4.into())
         );
-    }
-
-    #[test]
-    fn unknown_numbers_are_never_zero() {
-        let f = Figures {
-            total: Some(140 * GIB),
-            device_used: Some(139 * GIB),
-            others: 110 * GIB,
-            ..Default::default()
-        };
-        let (c, why) = cause_of(&f);
-        assert_eq!(c, Cause::Others);
-        assert!(!why.contains("0 B"), "{why}");
+        assert_eq!(
+            serde_json::from_value::<Found>(kept).unwrap().finding,
+            short
+        );
     }
 }

@@ -4,7 +4,6 @@
 
 pub mod cause;
 pub mod engines;
-pub mod explain;
 pub mod formats;
 pub mod host;
 pub mod parse;
@@ -102,8 +101,13 @@ pub struct OomReport {
     /// see.
     pub gpu: Option<u32>,
     pub cause: Cause,
-    /// The cause with its numbers, in words.
+    /// The cause with its numbers, in words: `finding` worded by the rules (`rules/words/oom-cause.toml`,
+    /// `rules::words`), as the report is diagnosed; a report that has no `finding` keeps its own.
     pub explanation: String,
+    /// What the numbers showed (the finding's kind and the figures behind it), which `explanation` words;
+    /// absent in reports from before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<cause::Found>,
     /// Memory other processes held on that GPU: from the text's list, else NVML's at that moment.
     pub others_bytes: u64,
     /// Memory the job's own other processes held, as the text names them (a child it started).
@@ -302,12 +306,6 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         framework_figures(&mut figures, a);
     }
     let found = cause::cause_of(&figures);
-    let (cause, mut explanation) = (found.cause(), explain::words(&found, &figures));
-    if let (Some(pid), true) = (holders.this_pid, holders.guessed) {
-        explanation.push_str(&format!(
-            " (the text names no \"this process\": pid {pid} is taken to be the failing process, a guess)"
-        ));
-    }
     let mut ranks = Vec::new();
     for r in ev.scanner.events.iter().filter_map(|e| e.rank) {
         if !ranks.contains(&r) {
@@ -319,8 +317,10 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
         source: t.kind,
         event: e.clone(),
         gpu,
-        cause,
-        explanation,
+        cause: found.cause(),
+        // Worded by the rules as the report is diagnosed (`rules::words`).
+        explanation: String::new(),
+        finding: Some(cause::Found::of(found, &figures, &holders)),
         others_bytes: figures.others,
         job_others_bytes: holders.job,
         this_pid: holders.this_pid,

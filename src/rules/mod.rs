@@ -14,6 +14,7 @@ pub mod phase;
 pub mod serving;
 pub mod story;
 mod when;
+pub mod words;
 
 pub use deferred::RunRules;
 
@@ -1367,7 +1368,10 @@ fn about(facts: &Facts, scope: Scope, i: usize) -> (Option<GpuRef>, Option<u32>)
 /// again still says what was told while it ran. A diagnosis that is part of another's story is kept in
 /// that one's `parts` ([`story`]).
 pub fn diagnose(report: &mut crate::report::Report, rules: &RuleSet) {
-    let (mut found, failed) = rules.evaluate(&Facts::of(report));
+    // The OOM's explanation first: the rules read it as `oom.explanation`.
+    let unworded = words::word(report);
+    let (mut found, mut failed) = rules.evaluate(&Facts::of(report));
+    failed.extend(unworded);
     let known: HashMap<(&str, &str), f64> = report
         .diagnoses
         .iter()

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 /// Cells kept per process and device; past this, the oldest are dropped.
 pub const MAX_CELLS: usize = 4096;
-/// A run that left at least this much more allocated than it found grew.
-pub const GREW_BYTES: u64 = 1 << 20;
+/// A run that left at least this much more allocated than it found grew (`param.cell_grew_bytes`).
+pub const GREW_BYTES: u64 = crate::params::CELL_GREW.uint();
 
 /// One run of a notebook cell on one device.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -132,6 +132,29 @@ pub fn leak(cells: &[Cell]) -> Option<CellLeak> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Python constant of the notebook extension (`NAME = 3`, `NAME = 1 << 20`).
+    fn notebook_constant(name: &str) -> u64 {
+        let src = include_str!("../../python/gpudoc/notebook.py");
+        let line = src
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} = ")))
+            .unwrap_or_else(|| panic!("no {name} in notebook.py"));
+        let n = |s: &str| s.trim().parse::<u64>().unwrap();
+        match line.split_once("<<") {
+            Some((a, b)) => n(a) << n(b),
+            None => n(line),
+        }
+    }
+
+    #[test]
+    fn the_notebook_extension_counts_a_cells_growth_by_the_same_parameters() {
+        assert_eq!(notebook_constant("GREW"), crate::params::CELL_GREW.uint());
+        assert_eq!(
+            notebook_constant("LEAK_RUNS"),
+            crate::params::CELL_LEAK_RUNS.uint()
+        );
+    }
 
     fn run(n: u64, id: &str, a0: u64, a: u64) -> Cell {
         Cell {

@@ -7,8 +7,8 @@
 
 use super::Step;
 
-/// Steps (or calls) of warm-up: the 11th is the first past it.
-pub const STEPS: u64 = 10;
+/// Steps (or calls) of warm-up: the 11th is the first past it (`param.warmup_steps`).
+pub const STEPS: u64 = crate::params::WARMUP_STEPS.uint();
 
 /// Whether step (or call) `n`, counted from 1, is past warm-up.
 pub fn past(n: u64) -> bool {

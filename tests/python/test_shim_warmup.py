@@ -1,5 +1,6 @@
-"""Warm-up has one definition, src/torch/warmup.rs's `STEPS`: gpudoc run tells the shim it, and the
-shim's own value (for a copy loaded without gpudoc run, the notebook extension's) is the same."""
+"""Warm-up has one definition, src/torch/warmup.rs's `STEPS` (the parameter `warmup_steps` of
+src/params.rs): gpudoc run tells the shim it, and the shim's own value (for a copy loaded without gpudoc
+run, the notebook extension's) is the same."""
 import os
 import re
 
@@ -10,8 +11,8 @@ pytest.importorskip("torch")
 
 
 def rust_warmup_steps():
-    with open(os.path.join(ROOT, "src", "torch", "warmup.rs")) as f:
-        return int(re.search(r"pub const STEPS: u64 = (\d+);", f.read()).group(1))
+    with open(os.path.join(ROOT, "src", "params.rs")) as f:
+        return int(re.search(r'"warmup_steps",\s*(\d+),', f.read()).group(1))
 
 
 class _Finder(object):

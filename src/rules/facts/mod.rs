@@ -112,6 +112,7 @@ pub fn documented() -> Vec<(String, &'static str, &'static str)> {
         .collect()
 }
 
+#[cfg(test)]
 const GIB: i64 = 1 << 30;
 
 pub(in crate::rules) fn pct(part: i64, whole: i64) -> f64 {

@@ -210,13 +210,16 @@ fn helper(who: &Who, rows: &[&ProcessReport], ranks: &Ranks, holders: &HashSet<W
 /// The most a process without a rank may hold on a GPU not its own for it to count as a stray context (the
 /// table of parameters says why).
 const CONTEXT_MAX: u64 = crate::params::STRAY_CONTEXT_MAX.uint();
+/// Or that share of its own GPU's, percent.
+const CONTEXT_MAX_PCT: u64 = crate::params::STRAY_CONTEXT_MAX_PCT.uint();
 
 /// The facts of where a process holds memory (`held`: per GPU, its peak in a run, now in a look): its
 /// GPUs, its own GPU and the stray ones; the index of its own GPU's entry, if any. One definition of a
 /// stray context, for a run's processes and a look's (`gpudoc watch`). A rank's own GPU is `own`, its
 /// LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by UUID), where it holds memory;
 /// anything it holds elsewhere is stray, whatever its size. Without one, the GPU where it holds the most
-/// is its own, and only context-sized footprints elsewhere (2 GiB, or a tenth of its own GPU's) count as
+/// is its own, and only context-sized footprints elsewhere (`stray_context_max_bytes`, or
+/// `stray_context_max_pct` of its own GPU's) count as
 /// stray. `None` when it holds nothing anywhere.
 pub(in crate::rules) fn place(
     held: &[(u32, u64)],
@@ -230,7 +233,7 @@ pub(in crate::rules) fn place(
     let main = own.or_else(|| (0..held.len()).max_by_key(|&i| held[i].1))?;
     let limit = match own {
         Some(_) => u64::MAX,
-        None => CONTEXT_MAX.max(held[main].1 / 10),
+        None => CONTEXT_MAX.max((held[main].1 as u128 * CONTEXT_MAX_PCT as u128 / 100) as u64),
     };
     let stray = held
         .iter()

@@ -3,7 +3,7 @@
 
 use super::cell::cell_facts;
 use super::process::Ranks;
-use super::{GIB, GpuFacts, gpu_label, host_of, median, steady_level};
+use super::{GpuFacts, gpu_label, host_of, median, steady_level};
 use crate::ident::ProcRef;
 use crate::rules::growth::fit;
 use serde::Serialize;
@@ -240,7 +240,8 @@ struct Phases {
 }
 
 /// The phase records of `recs` (the step records but the first two): a peak above the steady level (the
-/// lower quartile of the records' peaks) by at least 2 GiB and half of it, in a run that comes back down
+/// lower quartile of the records' peaks) by more than `phase_min_above_bytes` (2 GiB) and
+/// `phase_min_above_pct` (half) of it, in a run that comes back down
 /// to the steady level after at least one of them. Growth that never comes back (a leak, a job filling the
 /// GPU) is no phase. A record covering several steps places its phase only to within those steps.
 fn phases(recs: &[crate::torch::Step]) -> Phases {
@@ -250,7 +251,10 @@ fn phases(recs: &[crate::torch::Step]) -> Phases {
     let peak = |s: &crate::torch::Step| s.peak_reserved_bytes as i64;
     let mut sorted: Vec<i64> = recs.iter().map(peak).collect();
     sorted.sort_unstable();
-    let bar = sorted[sorted.len() / 4] + (2 * GIB).max(sorted[sorted.len() / 4] / 2);
+    let quartile = sorted[sorted.len() / 4];
+    let above = crate::params::PHASE_MIN_ABOVE.uint() as i64;
+    let pct = crate::params::PHASE_MIN_ABOVE_PCT.uint() as i64;
+    let bar = quartile + above.max((quartile as i128 * pct as i128 / 100) as i64);
     let high: Vec<usize> = (0..recs.len()).filter(|&i| peak(&recs[i]) > bar).collect();
     let steady = steady_level(recs.iter().map(peak).filter(|&p| p <= bar));
     let comes_back = high

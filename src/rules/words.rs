@@ -1,0 +1,404 @@
+//! The words of an OOM's cause: `rules/words/oom-cause.toml`, templates like a rule's message over what
+//! `oom::cause::cause_of` found (`finding`: its kind and figures, an [`oom::cause::Found`]). They are
+//! filled in as a report is diagnosed, as the report's `oom.explanation`, which the summary says after the
+//! cause and the OOM rules quote; the deciding stays in `oom::cause`, the wording is the file's alone.
+//!
+//! [`oom::cause::Found`]: crate::oom::cause::Found
+
+use super::absent::Compiled;
+use super::{Lazy, Piece, RuleError, compile, context, env, fill, holds, template, value_line};
+use crate::oom::cause::Found;
+use cel::Env;
+use serde::Deserialize;
+use std::sync::{Arc, OnceLock};
+
+/// Where the bundled words are, as errors name them.
+pub const FILE: &str = "rules/words/oom-cause.toml";
+
+const BUNDLED: &str = include_str!("../../rules/words/oom-cause.toml");
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WordsFile {
+    explanation: Vec<toml::Spanned<Case>>,
+    #[serde(default)]
+    after: Option<toml::Spanned<String>>,
+}
+
+/// A case of the words: said where `when` holds and no case above it does.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    when: String,
+    text: String,
+}
+
+/// The words of an OOM's cause, compiled.
+pub struct Words {
+    cases: Vec<(Compiled, Vec<Piece>)>,
+    after: Vec<Piece>,
+    env: Arc<Env>,
+}
+
+impl Words {
+    /// A words file's text, compiled; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Words, RuleError> {
+        let env = env();
+        let f: WordsFile = toml::from_str(text).map_err(|e| RuleError {
+            file: file.into(),
+            line: e.span().map_or(1, |s| super::line_of(text, s.start)),
+            what: e.message().to_string(),
+        })?;
+        let mut cases = Vec::new();
+        for c in f.explanation {
+            let line = value_line(text, c.span());
+            let c = c.into_inner();
+            cases.push((
+                compile(&env, &c.when, file, line)?,
+                template(&env, &c.text, file, line)?,
+            ));
+        }
+        let after = match f.after {
+            Some(a) => template(&env, a.get_ref(), file, value_line(text, a.span()))?,
+            None => Vec::new(),
+        };
+        Ok(Words { cases, after, env })
+    }
+
+    /// The bundled words (`rules/words/oom-cause.toml`), which the tests check.
+    pub fn bundled() -> &'static Words {
+        static WORDS: OnceLock<Words> = OnceLock::new();
+        WORDS.get_or_init(|| Words::parse(BUNDLED, FILE).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// `found` in words: the first case that holds, and `after` where it gives anything.
+    pub fn explain(&self, found: &Found) -> Result<String, String> {
+        let facts = serde_json::json!({ "finding": found });
+        let lazy = Lazy::new(&facts);
+        let ctx = context(&self.env, &lazy);
+        for (when, pieces) in &self.cases {
+            if holds(Some(when), &ctx)? {
+                let mut said = fill(pieces, &ctx)?;
+                let after = fill(&self.after, &ctx)?;
+                if !after.is_empty() {
+                    said = format!("{said} {after}");
+                }
+                return Ok(said);
+            }
+        }
+        Err("no case holds".into())
+    }
+}
+
+/// The report's OOM explained in the bundled words, where it has a finding (a report from before
+/// findings were kept keeps its own explanation); what failed, for the report's `rule_errors`.
+pub fn word(report: &mut crate::report::Report) -> Option<String> {
+    let oom = report.oom.as_mut()?;
+    let found = oom.finding.as_ref()?;
+    match Words::bundled().explain(found) {
+        Ok(said) => {
+            oom.explanation = said;
+            None
+        }
+        Err(e) => Some(format!("{FILE}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oom::cause::{Cause, Figures, Finding, Holders, KvCache, KvShort, Whose, holders};
+    use crate::oom::parse::Vendor;
+    use std::collections::HashSet;
+
+    /// The cause found and its words, as the report gives them.
+    fn cause_of(f: &Figures) -> (Cause, String) {
+        let found = crate::oom::cause::cause_of(f);
+        let said = Words::bundled()
+            .explain(&Found::of(found, f, &Holders::default()))
+            .unwrap();
+        (found.cause(), said)
+    }
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn every_kind_of_finding_has_its_words() {
+        let f = Figures {
+            total: Some(80 * GIB),
+            ..Default::default()
+        };
+        let short = [
+            KvShort::Tokens { len: 8, tokens: 4 },
+            KvShort::Bytes {
+                len: 8,
+                needed: GIB,
+                left: MIB,
+            },
+            KvShort::NoRoom,
+        ];
+        let mut findings: Vec<Finding> = short
+            .map(|short| Finding::KvShort {
+                short,
+                by_others: false,
+            })
+            .into();
+        let (requested, free, held) = (GIB, MIB, 2 * GIB);
+        findings.extend([
+            Finding::KvStartup {
+                wanted: GIB,
+                free,
+                by_others: true,
+            },
+            Finding::Garbled,
+            Finding::TooBig {
+                requested,
+                limit: MIB,
+                of_cap: true,
+            },
+            Finding::Capped {
+                allowed: GIB,
+                held,
+                requested,
+                asked: requested,
+                free: None,
+            },
+            Finding::Fits { requested, free },
+            Finding::Others { requested, free },
+            Finding::Fragmented {
+                requested,
+                unallocated: held,
+            },
+            Finding::SelfGrowth { requested, held },
+            Finding::NvmlOthers { total: GIB },
+            Finding::NvmlFull {
+                used: GIB,
+                total: 0,
+            },
+            Finding::ShortOfFree { requested, free },
+            Finding::NoNumbers,
+        ]);
+        for whose in [Whose::OthersOrAsyncPool, Whose::Unseen, Whose::Others] {
+            findings.push(Finding::Outside {
+                requested,
+                outside: held,
+                held,
+                whose,
+            });
+        }
+        for finding in findings {
+            let said = Words::bundled()
+                .explain(&Found::of(finding, &f, &Holders::default()))
+                .unwrap_or_else(|e| panic!("{finding:?}: {e}"));
+            assert!(
+                !said.is_empty() && !said.contains("unknown"),
+                "{finding:?}: {said}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_words_file_that_does_not_compile_says_where() {
+        let e = Words::parse(
+            "explanation = [\n  { when = \"true\", text = \"{finding.\" },\n]\n",
+            "w.toml",
+        )
+        .err()
+        .unwrap();
+        assert_eq!((e.file.as_str(), e.line), ("w.toml", 2), "{e}");
+        let e = Words::parse("explanation = []\nwords = 1\n", "w.toml")
+            .err()
+            .unwrap();
+        assert!(e.what.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn one_allocation_larger_than_a_tpu_says_tpu() {
+        let f = Figures {
+            requested: Some(10 * GIB),
+            total: Some(8 * GIB),
+            vendor: Vendor::Google,
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::TooBig);
+        assert!(
+            why.ends_with("is larger than the whole TPU (8.00 GiB)"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_cap_is_named_when_the_gpu_had_room() {
+        let f = Figures {
+            requested: Some(2 * GIB),
+            total: Some(140 * GIB),
+            free: Some(115 * GIB),
+            allowed: Some(35 * GIB),
+            reserved: Some(34 * GIB),
+            allocated: Some(34 * GIB),
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Cap, "{why}");
+        assert!(
+            why.contains("35.00 GiB") && why.contains("115.00 GiB free"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_pool_limit_checked_before_the_device_is_a_cap_without_free_memory() {
+        // CuPy: `Out of memory allocating 1 GiB (allocated so far: 3 GiB, limit set to: 3.5 GiB)`.
+        let f = Figures {
+            requested: Some(GIB),
+            allowed: Some(7 * GIB / 2),
+            reserved: Some(3 * GIB),
+            allowed_by: "CuPy's memory pool limit",
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Cap, "{why}");
+        assert!(
+            why.contains("CuPy's memory pool limit") && !why.contains("free"),
+            "{why}"
+        );
+        // Within the limit, the limit explains nothing.
+        let within = Figures {
+            reserved: Some(GIB),
+            ..f
+        };
+        assert_ne!(cause_of(&within).0, Cause::Cap);
+    }
+
+    #[test]
+    fn the_jobs_own_child_named_by_the_text_is_the_jobs() {
+        let t = crate::oom::parse::parse_line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 9.29 GiB is free. Process 4242 has 110.51 GiB memory in use. Including non-PyTorch memory, this process has 20.00 GiB memory in use. Of the allocated memory 19.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.").unwrap();
+        let job: HashSet<u32> = [4242].into();
+        let h = holders(&t, &job);
+        assert_eq!((h.others, h.job), (0, t.other_processes[0].bytes));
+        let (c, why) = cause_of(&Figures::of(&t, &h, 0, None, None));
+        assert_eq!(c, Cause::SelfGrowth, "{why}");
+        assert!(why.contains("its other processes 110.51 GiB"), "{why}");
+        let h = holders(&t, &HashSet::new());
+        assert_eq!(
+            cause_of(&Figures::of(&t, &h, 0, None, None)).0,
+            Cause::Others
+        );
+    }
+
+    #[test]
+    fn a_guessed_failing_process_is_said_to_be_a_guess() {
+        // Inside a container: no "this process", two entries that could each be it.
+        let t = crate::oom::parse::parse_line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 9.29 GiB is free. Process 4242 has 60.00 GiB memory in use. Process 4343 has 70.00 GiB memory in use. Of the allocated memory 19.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.").unwrap();
+        let h = holders(&t, &HashSet::new());
+        assert!(h.guessed, "{h:?}");
+        let f = Figures::of(&t, &h, 0, None, None);
+        let found = Found::of(crate::oom::cause::cause_of(&f), &f, &h);
+        let why = Words::bundled().explain(&found).unwrap();
+        assert!(
+            why.ends_with(
+                " (the text names no \"this process\": pid 4242 is taken to be the failing process, a guess)"
+            ),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_small_request_near_a_cap_says_the_segment_pytorch_asks_for() {
+        // TheRock#2118: 2 MiB asked, 1072 MiB held, 1.05 GiB allowed: the 20 MiB segment does not fit.
+        let t = crate::oom::parse::parse_line("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 255.98 GiB of which 244.65 GiB is free. 1.05 GiB allowed; Of the allocated memory 1017.01 MiB is allocated by PyTorch, with 17.00 MiB allocated in private pools (e.g., HIP Graphs), and 54.99 MiB is reserved by PyTorch but unallocated.").unwrap();
+        let f = Figures::of(&t, &Holders::default(), 0, None, None);
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Cap, "{why}");
+        assert!(why.contains("20.00 MiB segment"), "{why}");
+    }
+
+    #[test]
+    fn mps_watermark_counts_the_processs_whole_metal_memory() {
+        let t = crate::oom::parse::parse_line("MPS backend out of memory (MPS allocated: 9.57 GiB, other allocations: 17.35 GiB, max allowed: 27.20 GiB). Tried to allocate 292.50 MiB on private pool.").unwrap();
+        let (c, why) = cause_of(&Figures::of(&t, &Holders::default(), 0, None, None));
+        assert_eq!(c, Cause::Cap, "{why}");
+        assert!(
+            why.contains("26.92 GiB") && why.contains("PYTORCH_MPS_HIGH_WATERMARK_RATIO"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn memory_outside_cuda_malloc_async_figures_is_nobodys_without_nvml() {
+        // ComfyUI-ChatTTS#9: 6.89 GiB live of 23.69 GiB, 2.94 MiB free.
+        let f = Figures {
+            requested: Some(320 * MIB),
+            total: Some(23 * GIB + 706 * MIB),
+            free: Some(3 * MIB),
+            allocated: Some(6 * GIB + 911 * MIB),
+            async_pool: true,
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Unknown, "{why}");
+        assert!(why.contains("cudaMallocAsync's pool"), "{why}");
+        // NVML saw other processes holding it: theirs.
+        let seen = Figures {
+            others: 16 * GIB,
+            ..f
+        };
+        assert_eq!(cause_of(&seen).0, Cause::Others);
+    }
+
+    #[test]
+    fn vllm_refusing_to_start_blames_what_held_the_gpu_before_it() {
+        let kv = KvCache {
+            engine: "vLLM",
+            share: "gpu_memory_utilization",
+            needed: Some(125 * GIB),
+            left: Some(7 * GIB),
+            ..Default::default()
+        };
+        let mut f = Figures {
+            total: Some(139 * GIB),
+            kv_cache: Some(kv),
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Cap);
+        assert_eq!(
+            why,
+            "vLLM's share of the GPU (gpu_memory_utilization) is 125.00 GiB, more than the 7.00 GiB of 139.00 GiB free when it started: the rest was in use before it loaded anything, by whom the text does not say"
+        );
+        f.others = 130 * GIB;
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Others);
+        assert!(why.ends_with(": other processes held 130.00 GiB"), "{why}");
+    }
+
+    #[test]
+    fn a_request_above_what_was_free_says_so_without_naming_a_holder() {
+        let f = Figures {
+            requested: Some(8 * GIB),
+            free: Some(5 * GIB),
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Unknown);
+        assert_eq!(
+            why,
+            "asked for 8.00 GiB with 5.00 GiB free: the text does not say what held the rest of the GPU"
+        );
+    }
+
+    #[test]
+    fn unknown_numbers_are_never_zero() {
+        let f = Figures {
+            total: Some(140 * GIB),
+            device_used: Some(139 * GIB),
+            others: 110 * GIB,
+            ..Default::default()
+        };
+        let (c, why) = cause_of(&f);
+        assert_eq!(c, Cause::Others);
+        assert!(!why.contains("0 B"), "{why}");
+    }
+}
