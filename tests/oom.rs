@@ -52,16 +52,8 @@ fn text_of(name: &Path) -> PathBuf {
         .unwrap_or_else(|| panic!("no text for {}", name.display()))
 }
 
-/// Writes the expected parse of every H200 recording's stderr (not a test: run it by name, as its `ignore`
-/// says) (recorded by
-/// tests/gpu/record_fixtures.sh): review the diff against the texts before committing it.
-#[test]
-#[ignore = "writes fixtures: GPUDOC_BLESS=1 cargo test --test oom -- --ignored bless_h200_expectations"]
+/// Writes the expected parse of every H200 recording's stderr (recorded by tests/gpu/record_fixtures.sh).
 fn bless_h200_expectations() {
-    assert!(
-        std::env::var_os("GPUDOC_BLESS").is_some(),
-        "set GPUDOC_BLESS=1: this writes fixtures"
-    );
     for entry in std::fs::read_dir(fixtures().join("h200")).unwrap() {
         let path = entry.unwrap().path();
         let Some(base) = path.to_str().unwrap().strip_suffix(".stderr") else {
@@ -80,14 +72,8 @@ fn bless_h200_expectations() {
 }
 
 /// Writes the parse of every real text whose expected file holds only its `url` and `project` (a text just
-/// added; not a test: run it by name, as its `ignore` says): review it against the text before committing it.
-#[test]
-#[ignore = "writes fixtures: GPUDOC_BLESS=1 cargo test --test oom -- --ignored bless_new_real_texts"]
+/// added).
 fn bless_new_real_texts() {
-    assert!(
-        std::env::var_os("GPUDOC_BLESS").is_some(),
-        "set GPUDOC_BLESS=1: this writes fixtures"
-    );
     for entry in std::fs::read_dir(fixtures().join("real")).unwrap() {
         let path = entry.unwrap().path();
         if !path.to_str().unwrap().ends_with(".expected.json") {
@@ -118,8 +104,15 @@ fn bless_new_real_texts() {
     }
 }
 
+/// Every expected parse in fixtures/oom/ is checked against its text. With `GPUDOC_BLESS` set, the H200
+/// recordings' expectations and the new real texts' (an expected file with only its `url` and `project`)
+/// are written first: review the diff against the texts before committing it.
 #[test]
 fn every_fixture_parses_to_its_exact_numbers() {
+    if std::env::var_os("GPUDOC_BLESS").is_some() {
+        bless_h200_expectations();
+        bless_new_real_texts();
+    }
     let mut checked = 0;
     for dir in ["cases", "h200", "real"] {
         for entry in std::fs::read_dir(fixtures().join(dir)).unwrap() {
@@ -479,10 +472,57 @@ fn real_texts_read_the_same_in_every_delivery() {
     }
 }
 
+/// The GPU a run's report places a real text's OOM on: a text that names no GPU on the machine's only
+/// one; an AMD, Intel or Apple GPU or a TPU on none of NVML's.
+fn placed_on(want: &Value) -> Value {
+    match (&want["text"]["gpu"], want["text"]["vendor"].as_str()) {
+        (_, Some(v)) if v != "nvidia" => Value::Null,
+        (Value::Null, _) => json!(0),
+        (g, _) => g.clone(),
+    }
+}
+
+/// Every real text, read as `gpudoc run` reads a command that printed it and exited with code 1 on a
+/// machine of one H200: its report's kind, request and GPU. The way a text reaches the run (stderr, a
+/// pipe, a terminal) is tried end to end on one text per vendor below and in tests/terminal.rs.
+#[test]
+fn every_real_text_gives_a_runs_report_its_kind_request_and_gpu() {
+    let mut timeline = Timeline::default();
+    timeline
+        .gpus
+        .push(gpudoc::timeline::GpuTimeline::new(gpudoc::gpu::GpuInfo {
+            index: 0,
+            name: "NVIDIA H200".into(),
+            uuid: "GPU-fa4e0000-0000-0000-0000-000000000000".into(),
+            total_bytes: 150_754_820_096,
+        }));
+    for (name, want, text) in real_texts() {
+        let mut s = Scanner::new();
+        s.feed(Stream::Stderr, &text, 1_000_000);
+        s.finish(2_000_000);
+        let (ending, report, _) = exited_with_text(&s, &timeline);
+        if want["text"].is_null() {
+            assert!(report.is_none(), "{name}");
+            continue;
+        }
+        assert_eq!(ending, Ending::GpuOom, "{name}");
+        let r = serde_json::to_value(report.unwrap()).unwrap();
+        assert_eq!(
+            json!([r["kind"], r["requested_bytes"], r["gpu"]]),
+            json!([
+                want["text"]["kind"],
+                want["text"]["requested_bytes"],
+                placed_on(&want)
+            ]),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn real_texts_are_found_on_stderr_and_a_stdout_pipe() {
     let m = Machine::h200s(1);
-    for common::RealText { name, file, want } in common::one_real_text_per_row() {
+    for common::RealText { name, file, want } in common::one_real_text_per_vendor() {
         for (how, script) in [
             ("stderr", format!("cat '{}' >&2; exit 1", file.display())),
             ("stdout", format!("cat '{}'; exit 1", file.display())),
@@ -494,20 +534,17 @@ fn real_texts_are_found_on_stderr_and_a_stdout_pipe() {
                 continue;
             }
             assert_eq!(r["exit"]["classification"], "gpu_oom", "{name} on {how}");
-            // A text that names no GPU is placed on the machine's only one; an AMD, Intel or Apple GPU
-            // is none of NVML's.
-            let gpu = match (&want["text"]["gpu"], want["text"]["vendor"].as_str()) {
-                (_, Some(v)) if v != "nvidia" => Value::Null,
-                (Value::Null, _) => json!(0),
-                (g, _) => g.clone(),
-            };
             assert_eq!(
                 json!([
                     r["oom"]["kind"],
                     r["oom"]["requested_bytes"],
                     r["oom"]["gpu"]
                 ]),
-                json!([want["text"]["kind"], want["text"]["requested_bytes"], gpu]),
+                json!([
+                    want["text"]["kind"],
+                    want["text"]["requested_bytes"],
+                    placed_on(&want)
+                ]),
                 "{name} on {how}"
             );
         }
