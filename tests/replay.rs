@@ -118,7 +118,7 @@ fn every_report_fixture_replays_to_the_diagnoses_it_stores() {
     assert!(files.len() >= 20, "{files:?}");
     for f in files {
         let stored = read_json(&f);
-        let back = report(&f, &[]);
+        let back = common::replayed(&f);
         for part in ["exit", "oom", "diagnoses", "rule_errors"] {
             assert_eq!(back[part], stored[part], "{}: {part}", f.display());
         }
@@ -134,7 +134,7 @@ fn every_trace_fixture_with_an_end_row_replays_to_its_report() {
         if !text.contains(r#""kind":"end""#) || !stored.exists() {
             continue;
         }
-        let (stored, back) = (read_json(&stored), report(&t, &[]));
+        let (stored, back) = (read_json(&stored), common::replayed(&t));
         for part in [
             "exit",
             "oom",
