@@ -686,6 +686,17 @@ fn run_real_text(m: &Machine, name: &str, before: &str) -> (Value, String) {
     (r, err)
 }
 
+/// A script's start that fills GPU `gpu` with 139 GiB in a process of the job and goes on once it holds
+/// them (`held` said), then 0.2 s for the samples to see it: the memory is held for 600 ms from then, so
+/// a loaded machine slow to start the process still prints the text while it holds.
+fn filling(m: &Machine, gpu: u32) -> String {
+    let said = m.path("held");
+    format!(
+        r#""$FAKEGPU" alloc --gpu {gpu} --steps 139GiB --hold-ms 600 --say held > '{0}' & until [ -s '{0}' ]; do sleep 0.02; done; sleep 0.2; "#,
+        said.display()
+    )
+}
+
 fn advice_of(r: &Value, rule: &str) -> String {
     let d = common::diagnosis(r, rule).unwrap_or_else(|| panic!("no {rule} in {}", r["diagnoses"]));
     d["advice"]
@@ -806,11 +817,7 @@ fn vllm_without_room_for_its_kv_cache_ran_out_at_its_share_and_is_told_vllms_set
 #[test]
 fn llama_cpp_filling_the_gpu_is_told_fewer_layers_and_a_smaller_context() {
     let m = Machine::h200s(1);
-    let (r, _) = run_real_text(
-        &m,
-        "llama_cpp_model_buffer",
-        r#""$FAKEGPU" alloc --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#,
-    );
+    let (r, _) = run_real_text(&m, "llama_cpp_model_buffer", &filling(&m, 0));
     let oom = &r["oom"];
     assert_eq!(
         json!([oom["source"], oom["text_gpu"], oom["requested_bytes"]]),
@@ -823,11 +830,7 @@ fn llama_cpp_filling_the_gpu_is_told_fewer_layers_and_a_smaller_context() {
     assert!(!advice.contains("traceback"), "{advice}");
     // The KV cache's 4.4 GiB on GPU 3 of four, which the job had filled.
     let m = Machine::h200s(4);
-    let (r, _) = run_real_text(
-        &m,
-        "llama_cpp_kv_cache_device3",
-        r#""$FAKEGPU" alloc --gpu 3 --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#,
-    );
+    let (r, _) = run_real_text(&m, "llama_cpp_kv_cache_device3", &filling(&m, 3));
     assert_eq!(
         (r["oom"]["gpu"].clone(), r["oom"]["cause"].clone()),
         (json!(3), json!("self_growth")),
@@ -943,7 +946,7 @@ const TRAINING_WORDS: [&str; 6] = [
 #[test]
 fn inference_engines_get_their_own_settings_not_training_advice() {
     let m = Machine::h200s(1);
-    let full = r#""$FAKEGPU" alloc --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#;
+    let full = filling(&m, 0);
     for (name, engine, setting) in [
         (
             "turbomind_memory_utils",
@@ -956,7 +959,7 @@ fn inference_engines_get_their_own_settings_not_training_advice() {
             "max_batch_size",
         ),
     ] {
-        let (r, _) = run_real_text(&m, name, full);
+        let (r, _) = run_real_text(&m, name, &full);
         assert_eq!(r["oom"]["cause"], "self_growth", "{name}: {}", r["oom"]);
         assert_eq!(r["oom"]["format"], engine, "{name}");
         let advice = advice_of(&r, "oom-self-growth");
