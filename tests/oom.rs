@@ -61,16 +61,8 @@ fn text_of(name: &Path) -> PathBuf {
         .unwrap_or_else(|| panic!("no text for {}", name.display()))
 }
 
-/// Writes the expected parse of every H200 recording's stderr (not a test: run it by name, as its `ignore`
-/// says) (recorded by
-/// tests/gpu/record_fixtures.sh): review the diff against the texts before committing it.
-#[test]
-#[ignore = "writes fixtures: GPUDOC_BLESS=1 cargo test --test oom -- --ignored bless_h200_expectations"]
+/// Writes the expected parse of every H200 recording's stderr (recorded by tests/gpu/record_fixtures.sh).
 fn bless_h200_expectations() {
-    assert!(
-        std::env::var_os("GPUDOC_BLESS").is_some(),
-        "set GPUDOC_BLESS=1: this writes fixtures"
-    );
     for entry in std::fs::read_dir(fixtures().join("h200")).unwrap() {
         let path = entry.unwrap().path();
         let Some(base) = path.to_str().unwrap().strip_suffix(".stderr") else {
@@ -89,14 +81,8 @@ fn bless_h200_expectations() {
 }
 
 /// Writes the parse of every real text whose expected file holds only its `url` and `project` (a text just
-/// added; not a test: run it by name, as its `ignore` says): review it against the text before committing it.
-#[test]
-#[ignore = "writes fixtures: GPUDOC_BLESS=1 cargo test --test oom -- --ignored bless_new_real_texts"]
+/// added).
 fn bless_new_real_texts() {
-    assert!(
-        std::env::var_os("GPUDOC_BLESS").is_some(),
-        "set GPUDOC_BLESS=1: this writes fixtures"
-    );
     for entry in std::fs::read_dir(fixtures().join("real")).unwrap() {
         let path = entry.unwrap().path();
         if !path.to_str().unwrap().ends_with(".expected.json") {
@@ -127,8 +113,15 @@ fn bless_new_real_texts() {
     }
 }
 
+/// Every expected parse in fixtures/oom/ is checked against its text. With `GPUDOC_BLESS` set, the H200
+/// recordings' expectations and the new real texts' (an expected file with only its `url` and `project`)
+/// are written first: review the diff against the texts before committing it.
 #[test]
 fn every_fixture_parses_to_its_exact_numbers() {
+    if std::env::var_os("GPUDOC_BLESS").is_some() {
+        bless_h200_expectations();
+        bless_new_real_texts();
+    }
     let mut checked = 0;
     for dir in ["cases", "h200", "real"] {
         for entry in std::fs::read_dir(fixtures().join(dir)).unwrap() {
@@ -488,10 +481,57 @@ fn real_texts_read_the_same_in_every_delivery() {
     }
 }
 
+/// The GPU a run's report places a real text's OOM on: a text that names no GPU on the machine's only
+/// one; an AMD, Intel or Apple GPU or a TPU on none of NVML's.
+fn placed_on(want: &Value) -> Value {
+    match (&want["text"]["gpu"], want["text"]["vendor"].as_str()) {
+        (_, Some(v)) if v != "nvidia" => Value::Null,
+        (Value::Null, _) => json!(0),
+        (g, _) => g.clone(),
+    }
+}
+
+/// Every real text, read as `gpudoc run` reads a command that printed it and exited with code 1 on a
+/// machine of one H200: its report's kind, request and GPU. The way a text reaches the run (stderr, a
+/// pipe, a terminal) is tried end to end on one text per vendor below and in tests/terminal.rs.
+#[test]
+fn every_real_text_gives_a_runs_report_its_kind_request_and_gpu() {
+    let mut timeline = Timeline::default();
+    timeline
+        .gpus
+        .push(gpudoc::timeline::GpuTimeline::new(gpudoc::gpu::GpuInfo {
+            index: 0,
+            name: "NVIDIA H200".into(),
+            uuid: "GPU-fa4e0000-0000-0000-0000-000000000000".into(),
+            total_bytes: 150_754_820_096,
+        }));
+    for (name, want, text) in real_texts() {
+        let mut s = Scanner::new();
+        s.feed(Stream::Stderr, &text, 1_000_000);
+        s.finish(2_000_000);
+        let (ending, report, _) = exited_with_text(&s, &timeline);
+        if want["text"].is_null() {
+            assert!(report.is_none(), "{name}");
+            continue;
+        }
+        assert_eq!(ending, Ending::GpuOom, "{name}");
+        let r = serde_json::to_value(report.unwrap()).unwrap();
+        assert_eq!(
+            json!([r["kind"], r["requested_bytes"], r["gpu"]]),
+            json!([
+                want["text"]["kind"],
+                want["text"]["requested_bytes"],
+                placed_on(&want)
+            ]),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn real_texts_are_found_on_stderr_and_a_stdout_pipe() {
     let m = Machine::h200s(1);
-    for common::RealText { name, file, want } in common::one_real_text_per_row() {
+    for common::RealText { name, file, want } in common::one_real_text_per_vendor() {
         for (how, script) in [
             ("stderr", format!("cat '{}' >&2; exit 1", file.display())),
             ("stdout", format!("cat '{}'; exit 1", file.display())),
@@ -503,20 +543,17 @@ fn real_texts_are_found_on_stderr_and_a_stdout_pipe() {
                 continue;
             }
             assert_eq!(r["exit"]["classification"], "gpu_oom", "{name} on {how}");
-            // A text that names no GPU is placed on the machine's only one; an AMD, Intel or Apple GPU
-            // is none of NVML's.
-            let gpu = match (&want["text"]["gpu"], want["text"]["vendor"].as_str()) {
-                (_, Some(v)) if v != "nvidia" => Value::Null,
-                (Value::Null, _) => json!(0),
-                (g, _) => g.clone(),
-            };
             assert_eq!(
                 json!([
                     r["oom"]["kind"],
                     r["oom"]["requested_bytes"],
                     r["oom"]["gpu"]
                 ]),
-                json!([want["text"]["kind"], want["text"]["requested_bytes"], gpu]),
+                json!([
+                    want["text"]["kind"],
+                    want["text"]["requested_bytes"],
+                    placed_on(&want)
+                ]),
                 "{name} on {how}"
             );
         }
@@ -658,6 +695,17 @@ fn run_real_text(m: &Machine, name: &str, before: &str) -> (Value, String) {
     (r, err)
 }
 
+/// A script's start that fills GPU `gpu` with 139 GiB in a process of the job and goes on once it holds
+/// them (`held` said), then 0.2 s for the samples to see it: the memory is held for 600 ms from then, so
+/// a loaded machine slow to start the process still prints the text while it holds.
+fn filling(m: &Machine, gpu: u32) -> String {
+    let said = m.path("held");
+    format!(
+        r#""$FAKEGPU" alloc --gpu {gpu} --steps 139GiB --hold-ms 600 --say held > '{0}' & until [ -s '{0}' ]; do sleep 0.02; done; sleep 0.2; "#,
+        said.display()
+    )
+}
+
 fn advice_of(r: &Value, rule: &str) -> String {
     let d = common::diagnosis(r, rule).unwrap_or_else(|| panic!("no {rule} in {}", r["diagnoses"]));
     d["advice"]
@@ -778,11 +826,7 @@ fn vllm_without_room_for_its_kv_cache_ran_out_at_its_share_and_is_told_vllms_set
 #[test]
 fn llama_cpp_filling_the_gpu_is_told_fewer_layers_and_a_smaller_context() {
     let m = Machine::h200s(1);
-    let (r, _) = run_real_text(
-        &m,
-        "llama_cpp_model_buffer",
-        r#""$FAKEGPU" alloc --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#,
-    );
+    let (r, _) = run_real_text(&m, "llama_cpp_model_buffer", &filling(&m, 0));
     let oom = &r["oom"];
     assert_eq!(
         json!([oom["source"], oom["text_gpu"], oom["requested_bytes"]]),
@@ -795,11 +839,7 @@ fn llama_cpp_filling_the_gpu_is_told_fewer_layers_and_a_smaller_context() {
     assert!(!advice.contains("traceback"), "{advice}");
     // The KV cache's 4.4 GiB on GPU 3 of four, which the job had filled.
     let m = Machine::h200s(4);
-    let (r, _) = run_real_text(
-        &m,
-        "llama_cpp_kv_cache_device3",
-        r#""$FAKEGPU" alloc --gpu 3 --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#,
-    );
+    let (r, _) = run_real_text(&m, "llama_cpp_kv_cache_device3", &filling(&m, 3));
     assert_eq!(
         (r["oom"]["gpu"].clone(), r["oom"]["cause"].clone()),
         (json!(3), json!("self_growth")),
@@ -915,7 +955,7 @@ const TRAINING_WORDS: [&str; 6] = [
 #[test]
 fn inference_engines_get_their_own_settings_not_training_advice() {
     let m = Machine::h200s(1);
-    let full = r#""$FAKEGPU" alloc --steps 139GiB --hold-ms 600 --say held & sleep 0.4; "#;
+    let full = filling(&m, 0);
     for (name, engine, setting) in [
         (
             "turbomind_memory_utils",
@@ -928,7 +968,7 @@ fn inference_engines_get_their_own_settings_not_training_advice() {
             "max_batch_size",
         ),
     ] {
-        let (r, _) = run_real_text(&m, name, full);
+        let (r, _) = run_real_text(&m, name, &full);
         assert_eq!(r["oom"]["cause"], "self_growth", "{name}: {}", r["oom"]);
         assert_eq!(r["oom"]["format"], engine, "{name}");
         let advice = advice_of(&r, "oom-self-growth");

@@ -118,7 +118,7 @@ fn every_report_fixture_replays_to_the_diagnoses_it_stores() {
     assert!(files.len() >= 20, "{files:?}");
     for f in files {
         let stored = read_json(&f);
-        let back = report(&f, &[]);
+        let back = common::replayed(&f);
         for part in ["exit", "oom", "diagnoses", "rule_errors"] {
             assert_eq!(back[part], stored[part], "{}: {part}", f.display());
         }
@@ -134,7 +134,7 @@ fn every_trace_fixture_with_an_end_row_replays_to_its_report() {
         if !text.contains(r#""kind":"end""#) || !stored.exists() {
             continue;
         }
-        let (stored, mut back) = (read_json(&stored), report(&t, &[]));
+        let (stored, mut back) = (read_json(&stored), common::replayed(&t));
         // A report recorded before the OOM's finding was kept (`oom.finding`, an additive field) has none:
         // the rest of its OOM, its explanation included, is what the replay must give.
         if stored["oom"].is_object() && stored["oom"].get("finding").is_none() {

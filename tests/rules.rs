@@ -237,7 +237,7 @@ fn each_rule_fires_on_its_runs_and_not_on_its_near_misses() {
                     files.push(format!("{run}.trace.jsonl"));
                 }
                 for file in files {
-                    let got = fired(&report(fixture(&file), &[]));
+                    let got = fired(&common::replayed(fixture(&file)));
                     assert_eq!(
                         got.iter().any(|r| r == rule),
                         want,
@@ -302,7 +302,7 @@ fn oom_self_growth_is_told_by_the_phase() {
         ),
     ];
     for (run, phase, says) in cases {
-        let r = report(fixture(&format!("{run}.report.json")), &[]);
+        let r = common::replayed(fixture(&format!("{run}.report.json")));
         let d = common::diagnosis(&r, "oom-self-growth").unwrap_or_else(|| panic!("{run}"));
         assert_eq!(d["facts"]["oom.phase"], *phase, "{run}");
         let message = d["message"].as_str().unwrap();
@@ -335,7 +335,7 @@ fn healthy_runs_stay_quiet() {
         "traces/context_shim",
         "traces/context_noshim",
     ] {
-        let r = report(fixture(&format!("{run}.report.json")), &[]);
+        let r = common::replayed(fixture(&format!("{run}.report.json")));
         assert_eq!(fired(&r), Vec::<String>::new(), "{run}");
     }
 }
@@ -410,7 +410,7 @@ fn messages_carry_the_numbers() {
     assert_eq!(r["diagnoses"][0]["severity"], "error", "most severe first");
     // The held-out OOMs of issue 13, each with its own culprit and no number made up.
     let message = |run: &str, rule: &str| -> String {
-        let r = report(fixture(&format!("oom/h200/{run}.report.json")), &[]);
+        let r = common::replayed(fixture(&format!("oom/h200/{run}.report.json")));
         let d = common::diagnosis(&r, rule);
         d.unwrap_or_else(|| panic!("{run}: no {rule}"))["message"]
             .as_str()

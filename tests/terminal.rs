@@ -198,7 +198,7 @@ fn the_live_line_sits_on_a_line_of_its_own_and_leaves_nothing_behind() {
 #[test]
 fn real_oom_texts_on_a_terminal_are_read() {
     let m = Machine::h200s(1);
-    for common::RealText { name, file, want } in common::one_real_text_per_row() {
+    for common::RealText { name, file, want } in common::one_real_text_per_vendor() {
         let json = m.path("r.json");
         let script = format!("cat '{}'; exit 1", file.display());
         let t = Term::start(gpudoc_sh(

@@ -1587,12 +1587,13 @@ mod tests {
     }
 
     #[test]
-    fn a_hundred_thousand_processes_are_diagnosed_without_error() {
-        // 100,000 process entries, each of the per-process rules evaluated once per process: this took
-        // hours when every item re-serialized every fact (bench/diagnose.rs measures how it scales).
+    fn thousands_of_processes_are_each_diagnosed_without_error() {
+        // Each of the per-process rules evaluated once per process entry. How the cost grows with the
+        // entries (100,000 took hours when every item re-serialized every fact) is a benchmark's to say:
+        // `cargo bench --bench diagnose` prints it up to 100,000 (25 s of this suite when run here).
         let set = RuleSet::load(None, &[]).unwrap();
         let mut f = Facts::example();
-        f.processes = (0..100_000)
+        f.processes = (0..2_000)
             .map(|pid| facts::ProcFacts {
                 pid,
                 in_job: true,
