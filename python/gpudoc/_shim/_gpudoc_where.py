@@ -1045,7 +1045,7 @@ def _snapshot_to(shim):
 
     def write():
         W.snapshots += 1
-        return snapshot(S.torch, os.path.dirname(S.pipe), os.getpid(), W.snapshots)
+        return snapshot(S.torch, os.path.dirname(S.out.path), os.getpid(), W.snapshots)
 
     return write
 
