@@ -94,9 +94,13 @@ class FrameworksPart(object):
 def part(request, shim, monkeypatch, tmp_path):
     """Each part of the shim with its writer to a FIFO, which the test reads as gpudoc does."""
     fifo = Fifo(str(tmp_path / "torch.pipe"))
+    part = None
     try:
-        yield request.param(shim, monkeypatch, fifo.path), fifo
+        part = request.param(shim, monkeypatch, fifo.path)
+        yield part, fifo
     finally:
+        if part is not None:
+            part.writer.forked()  # its descriptor closed, as in a forked child
         fifo.close()
         sys.modules.pop(FRAMEWORKS, None)
 
@@ -136,9 +140,6 @@ def test_a_descriptor_the_program_closed_and_reused_never_gets_gpudocs_messages(
         assert part.writer.fd != fd and not part.writer.dead
     finally:
         os.close(fd)  # the program's file
-        if part.writer.fd is not None:
-            os.close(part.writer.fd)
-            part.writer.fd = None
 
 
 def test_once_gpudoc_is_gone_a_write_lets_no_sigpipe_through_and_the_writer_goes_quiet(part):
