@@ -589,9 +589,9 @@ print("own", inspect.signature(f, follow_wrapped=False), hasattr(f, "__wrapped__
     );
     let (b, g) = (bare(&script, &[]), under(&m, &[], &script, &[]));
     assert!(b.status.success() && g.status.success(), "{}", text(&g));
-    // Of the shim's modules only its hooks' (Dynamo finds a traced function's globals there) and its
-    // registry of changes (`gpudoc.patches()` reads it there) are in sys.modules; the standard ones it
-    // uses may be.
+    // Of the shim's modules only its hooks' (Dynamo finds a traced function's globals there), its
+    // registry of changes (`gpudoc.patches()` reads it there) and its loader and writer (the hooks' module
+    // finds it there) are in sys.modules; the standard ones it uses may be.
     let lines = |o: &Output| -> Vec<String> {
         String::from_utf8_lossy(&o.stdout)
             .lines()
@@ -603,7 +603,11 @@ print("own", inspect.signature(f, follow_wrapped=False), hasattr(f, "__wrapped__
     let ours: Vec<&str> = gl[3].split('\'').filter(|m| m.contains("gpudoc")).collect();
     assert_eq!(
         ours,
-        ["gpudoc._shim.patch", "gpudoc._shim.torch"],
+        [
+            "gpudoc._shim.patch",
+            "gpudoc._shim.pipe",
+            "gpudoc._shim.torch"
+        ],
         "{}",
         gl[3]
     );
@@ -955,6 +959,7 @@ fn the_shims_modules_are_compiled_at_import_torch_even_without_bytecode_writing(
         [
             "_gpudoc_hunt",
             "_gpudoc_patch",
+            "_gpudoc_pipe",
             "_gpudoc_site",
             "_gpudoc_torch",
             "_gpudoc_torch_cells",

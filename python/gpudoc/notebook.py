@@ -47,6 +47,10 @@ MAX_MESSAGES = 512
 # extension speaks (the shim of another gpudoc version may speak another).
 SHIM = "gpudoc._shim.torch"
 API = 1
+# The shim's folder, and its loader and writer (_shim/_gpudoc_pipe.py), which loads its modules, under the
+# name gpudoc run's finder gives it.
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
+LOADER = ("_gpudoc_pipe.py", "gpudoc._shim.pipe")
 
 UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -124,24 +128,32 @@ def find_shim(torch: Any) -> Shim:
             raise RuntimeError("the shim gpudoc run loaded is another version's: run the kernel under "
                                "the gpudoc this package came with")
         return Shim(cast(ShimApi, module), False)
-    import importlib.machinery
-
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
-    path = os.path.join(here, "_gpudoc_torch.py")
-    code = importlib.machinery.SourceFileLoader(SHIM, path).get_code(SHIM)
-    if code is None:
-        raise ImportError("no code in %s" % path)
-    # A module in sys.modules, as gpudoc run's shim is: Dynamo, tracing a compiled optimizer step into the
-    # step hook, finds the hook's globals by importing their __name__.
-    module = type(sys)(SHIM)
-    module.__file__ = "<gpudoc> " + path
-    sys.modules[SHIM] = module
-    exec(code, module.__dict__)
-    api = cast(ShimApi, module)
+    api = cast(ShimApi, load_shim())
     # No leak hunt at the steps in a kernel gpudoc run did not start (see attach).
-    api.attach(torch, here, hunts=False)
+    api.attach(torch, HERE, hunts=False)
     _OWN["shim"] = Shim(api, True)
     return _OWN["shim"]
+
+
+def load_shim() -> Any:
+    """The shim's module (SHIM) loaded as gpudoc run's finder loads it: the shim's loader first (LOADER, in
+    sys.modules under its name, its file named as the shim's are), then the module by that loader's
+    `load` (in sys.modules too: Dynamo, tracing a compiled optimizer step into the step hook, finds the
+    hook's globals by importing their __name__). Nothing is attached to torch yet."""
+    filename, name = LOADER
+    loader = sys.modules.get(name)
+    if loader is None:
+        import importlib.util
+
+        path = os.path.join(HERE, filename)
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError("the shim's loader is missing: %s" % path)
+        loader = importlib.util.module_from_spec(spec)
+        loader.__file__ = "<gpudoc> " + path  # never measured by coverage as the program's
+        sys.modules[name] = loader
+        spec.loader.exec_module(loader)
+    return loader.load(HERE, "_gpudoc_torch.py", SHIM)
 
 
 class Start(object):

@@ -1,6 +1,7 @@
 """The shim's modules loaded against the real torch of target/py-venv, as a GPU run puts them in place (the
-same loader, `_load`, under their own names in sys.modules), with the pipe going to a file the test
-reads. Imported by the test_shim_*.py files (a module beside them, not conftest.py: one place per helper)."""
+same loader, _gpudoc_pipe.py's, as the notebook extension's `load_shim` runs it, under their own names in
+sys.modules), with the pipe going to a file the test reads. Imported by the test_shim_*.py files (a module
+beside them, not conftest.py: one place per helper)."""
 import json
 import os
 import sys
@@ -9,7 +10,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "python", "gpudoc", "_shim")
-NAMES = ("gpudoc._shim.torch", "gpudoc._shim.hunt", "gpudoc._shim.where", "gpudoc._shim.patch")
+NAMES = ("gpudoc._shim.torch", "gpudoc._shim.hunt", "gpudoc._shim.where", "gpudoc._shim.patch",
+         "gpudoc._shim.pipe")
 
 
 class Shim(object):
@@ -20,16 +22,13 @@ class Shim(object):
         peaks' wrappers."""
         for name in NAMES:
             sys.modules.pop(name, None)
-        ext = sys.modules["_frozen_importlib_external"]
-        path = os.path.join(HERE, "_gpudoc_torch.py")
-        code = ext.SourceFileLoader(NAMES[0], path).get_code(NAMES[0])
-        shim = type(sys)(NAMES[0])
-        shim.__file__ = "<gpudoc> " + path
-        sys.modules[NAMES[0]] = shim
-        exec(code, shim.__dict__)
+        from gpudoc.notebook import load_shim
+
+        shim = load_shim()
         self.pipe = str(tmp_path / "pipe")
         open(self.pipe, "w").close()
-        shim.S.pipe, shim.S.here = self.pipe, HERE
+        shim._connect(self.pipe)
+        shim.S.here = HERE
         if full:
             shim._install(torch)
         else:
@@ -37,7 +36,7 @@ class Shim(object):
         self.torch = shim
         self.hunt = shim._hunt_module()
         self.hunt._prepare(torch)
-        self.where = shim._load(HERE, "_gpudoc_where.py", NAMES[2])
+        self.where = shim.SHARED.load(HERE, "_gpudoc_where.py", NAMES[2])
         shim.S.where_module = self.where
 
     def messages(self):

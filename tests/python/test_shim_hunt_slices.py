@@ -1,12 +1,18 @@
 """The leak hunt walks every kind of container in bounded slices (issue 42, item 5): a dict subclass
 (defaultdict, OrderedDict, Counter) was listed whole by gc.get_referents, a pause in proportion to its
-size, and was never left for the end as a large dict is. Real torch (the search needs its Tensor types)."""
+size, and was never left for the end as a large dict is. Real torch (the search needs its Tensor types).
+The hunt's BIG (a container this large is left for the end) is made smaller here: each test's containers
+are a few times BIG, and a walk of 30,000 items in 0.5 ms slices took 1.5 s a test for nothing more."""
 import collections
 
 import pytest
 
 
 torch = pytest.importorskip("torch")
+
+
+# Over 255 (a namedtuple's most fields) and over the longest list a slice may read at once (1000, below).
+BIG = 2000
 
 
 class Referents(object):
@@ -37,6 +43,7 @@ class Loud(list):
 @pytest.mark.parametrize("kind", ["defaultdict", "OrderedDict", "Counter", "list subclass", "namedtuple"])
 def test_a_large_container_of_any_kind_is_walked_in_slices(shim, monkeypatch, kind):
     hunt = shim.hunt
+    monkeypatch.setattr(hunt, "BIG", BIG)
     n = hunt.BIG * 3
     items = [[i] for i in range(n)]  # each a container of its own: every one is visited
     if kind == "defaultdict":
@@ -70,6 +77,7 @@ def test_slices_read_the_modules_once_while_none_is_imported(shim, monkeypatch):
     """Each slice used to scan sys.modules twice (~1,300 modules with torch: milliseconds a slice, the
     hunt's pause); the scan is kept while no module is imported, and redone once one is."""
     hunt = shim.hunt
+    monkeypatch.setattr(hunt, "BIG", BIG)
     scans = [0]
     real = hunt.is_user
 

@@ -54,7 +54,7 @@ def written(shim, cuda, monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "a")
-    T._identify()
+    T.S.out.identify()
     T._on_cuda_init()  # hello
     for _ in range(3):
         T._on_step(None, (), {})  # step

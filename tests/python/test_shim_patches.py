@@ -9,7 +9,7 @@ import sys
 import warnings
 
 import pytest
-from shim_env import ROOT, Shim
+from shim_env import ROOT, Shim, _stats
 
 torch = pytest.importorskip("torch")
 # IPython's own registrations (a fork handler of its history's) are made at its import, not the shim's.
@@ -92,9 +92,14 @@ def _changed(before, after):
 @pytest.fixture
 def everything(tmp_path, monkeypatch):
     """The shim after `import torch` under gpudoc run, CUDA started, a notebook's cells watched, the
-    model clocked, a hunt's recording hidden and a call measured: every change it makes at once. Yields
+    model clocked, a step's forward measured, a hunt's recording hidden and a call measured: every change
+    it makes at once. Yields
     the shim, the process before it, and the union of the registry's lists along the way."""
     monkeypatch.delenv("GPUDOC_TORCH", raising=False)
+    # The measured step's optimizer, made first: torch changes its own classes as it makes its first (its
+    # step's profiling wrapper) and registers its own exit callbacks with the modules it imports then.
+    model, x = Net(), torch.randn(2, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     exits, forks = REGISTERED["atexit"], REGISTERED["fork"]
     exits[:], forks[:] = [], []
     monkeypatch.setattr(atexit, "register", exits.append)
@@ -109,12 +114,18 @@ def everything(tmp_path, monkeypatch):
     try:
         monkeypatch.setattr(T, "_ipython", lambda: None)
         monkeypatch.setattr(T.S, "devices", [0])
+        # The allocator's readings played, as after CUDA's start (a measure reads them).
+        monkeypatch.setattr(T.S, "orig_stats", _stats)
+        monkeypatch.setattr(T.S, "orig_reset", lambda device=0: None)
         T.watch_cells(Shell())
         T._on_cuda_init()
         seen += T._patches().live  # the forward clock's search for the outermost module
-        model, x = Net(), torch.randn(2, 4)
         model(x)  # the forward clock takes the model
         assert T.F.root() is model
+        assert T._where("arm", opt) is True
+        model(x).sum()  # a measured step's forward: the hooks on its graph
+        seen += T._patches().live
+        T._where("close")
         model.eval()
         T._hide_history()
         seen += T._patches().live

@@ -59,7 +59,7 @@ def test_a_failing_evaluation_start_never_reaches_eval(full_disk, monkeypatch):
         monkeypatch.setattr(full_disk, "_evaluation", _disk_full)
         model.eval()
         assert not model.training
-        assert full_disk.S.dead
+        assert full_disk.S.out.dead
     finally:
         torch.nn.Module.train = real
 
@@ -75,6 +75,6 @@ def test_a_failing_step_record_never_reaches_the_step(full_disk, monkeypatch):
         p.grad = torch.ones(2)
         opt.step()
         assert torch.equal(p.detach(), torch.zeros(2))
-        assert full_disk.S.dead
+        assert full_disk.S.out.dead
     finally:
         handle.remove()

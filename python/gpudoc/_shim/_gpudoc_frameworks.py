@@ -30,7 +30,8 @@ CUPY_EVERY = 0.1
 __tracebackhide__ = True
 # A bare `raise` re-raises an exception with its own __traceback__ (Python 3.11 and later).
 RERAISE_OWN_TRACEBACK = sys.version_info >= (3, 11)
-PIPE = ("_gpudoc_pipe.py", "gpudoc._shim.pipe")
+# The shim's loader and the pipe's writer (_gpudoc_pipe.py), loaded before this module by GpudocFinder.
+SHARED = sys.modules["gpudoc._shim.pipe"]
 PATCH = ("_gpudoc_patch.py", "gpudoc._shim.patch")
 
 
@@ -47,27 +48,10 @@ class _State(object):
 S = _State()
 
 
-def _load(filename, name):
-    """A module of the shim's, from its folder (as _gpudoc_torch.py's _load), or the one loaded already."""
-    if name in sys.modules:
-        return sys.modules[name]
-    path = os.path.join(S.here, filename)
-    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, path)
-    code = loader.get_code(name)
-    cache = globals().get("_cache")
-    if sys.dont_write_bytecode and cache is not None:
-        cache(loader, code)
-    module = type(sys)(name)
-    module.__file__ = "<gpudoc> " + path
-    sys.modules[name] = module
-    exec(code, module.__dict__)
-    return module
-
-
 def _patches():
     """The shim's registry of changes (_gpudoc_patch.py), shared with the PyTorch part."""
     if S.registry is None:
-        S.registry = _load(*PATCH).PATCHES
+        S.registry = SHARED.load(S.here, *PATCH).PATCHES
     return S.registry
 
 
@@ -76,8 +60,8 @@ def find_spec(finder, name, path, target, here, setting):
     give, whose loader runs `_after_import` once the framework's module has run."""
     if S.pipe is None:
         S.here = here
-        S.pipe = _load(*PIPE).Pipe(setting.partition("pipe=")[2])
-    return sys.modules[PIPE[1]].spec_after(
+        S.pipe = SHARED.Pipe(setting.partition("pipe=")[2])
+    return SHARED.spec_after(
         finder, name, path, target, lambda module: _after_import(name, module))
 
 

@@ -1,8 +1,11 @@
-"""What every framework part of gpudoc's shim needs and none owns: the writer of messages to gpudoc's pipe,
-and the loader that runs code of the shim's right after a framework's module has run.
+"""What every framework part of gpudoc's shim shares, one owner each: the writer of messages to gpudoc's
+pipe (Pipe), the loader of the shim's modules and of the torch module's parts (load, code), and the
+loader that hands a framework its own import back and runs the shim's code once the framework's module
+has run (spec_after).
 
-Loaded by _gpudoc_frameworks.py as `gpudoc._shim.pipe` (JAX, CuPy, TensorFlow). _gpudoc_torch.py has its
-own copy of both (its `_send` and `TorchLoader`), to be moved here.
+Loaded first, as `gpudoc._shim.pipe`, by whatever loads a part of the shim: the start-up's GpudocFinder
+(_gpudoc_site.py, which gives it its bytecode writer as `_cache`), the notebook extension, the tests. The
+torch part (_gpudoc_torch.py) and the frameworks' (_gpudoc_frameworks.py) each find it in sys.modules.
 """
 import functools
 import json
@@ -46,7 +49,8 @@ class Pipe(object):
     def _open(self):
         fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 3:
-            # A standard descriptor the program closed stays closed for it: the pipe moves above them.
+            # A standard descriptor the program closed stays closed for it (its writes fail as they would,
+            # its next file gets that number): the pipe moves above them.
             import fcntl
 
             low = fd
@@ -58,6 +62,8 @@ class Pipe(object):
         self.fd, self.fd_id = fd, (st.st_dev, st.st_ino)
 
     def _still_ours(self):
+        """The descriptor is still gpudoc's pipe: a program may close it and open its own file in its
+        place."""
         try:
             st = os.fstat(self.fd)
             return (st.st_dev, st.st_ino) == self.fd_id
@@ -78,8 +84,10 @@ class Pipe(object):
         except OSError:
             self.dead = True
             return
-        # SIGPIPE held off while writing; the one a write to a gone gpudoc raised is taken back (see
-        # _gpudoc_torch.py's _send).
+        # A program that restored SIGPIPE's default would die writing to a pipe gpudoc has left: the signal
+        # is held off while writing, and the one a failed write raised is taken back, even when the
+        # program holds SIGPIPE off itself (it would be delivered once the program lets it through). One
+        # already pending is the program's own: a second one is the same one, and it is left.
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
         theirs = signal.SIGPIPE in old and signal.SIGPIPE in signal.sigpending()
         try:
@@ -111,8 +119,44 @@ def _rank_field(name, value):
     return ',"%s":%s' % (name, json.dumps(value))
 
 
+# -- the shim's modules ------------------------------------------------------------------------------
+def code(here, filename, name):
+    """The code of a file of the shim's folder `here`, compiled once into its __pycache__ where that can
+    be written, also under PYTHONDONTWRITEBYTECODE (which is about the program's files; this folder is
+    gpudoc's: the start-up's writer, given to this module as `_cache`)."""
+    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, os.path.join(here, filename))
+    out = loader.get_code(name)
+    cache = globals().get("_cache")
+    if sys.dont_write_bytecode and cache is not None:
+        cache(loader, out)
+    return out
+
+
+def load(here, filename, name):
+    """The module `name` of the shim's, run from `filename` in `here`, or the one loaded already (one
+    registry of changes, one hunt, whichever framework's part asks first). In sys.modules: Dynamo, tracing
+    a compiled step into one of the shim's hooks, finds the hook's globals by importing their __name__.
+    Its __file__ is no real file's name, so coverage never measures it as the program's; its code keeps
+    the real one, for tracebacks and profilers."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    compiled = code(here, filename, name)
+    module = type(sys)(name)
+    module.__file__ = "<gpudoc> " + os.path.join(here, filename)
+    sys.modules[name] = module
+    try:
+        exec(compiled, module.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+# -- a framework's import ------------------------------------------------------------------------------
 # The loader's methods run the framework's module through these; their frames are importlib's own to
-# Python, so a failing import shows the program the traceback it would without gpudoc.
+# Python, so a failing import shows the program exactly the traceback it would without gpudoc. The
+# framework's spec and module get their own loader back before any of its code runs.
 _HIDDEN_EXEC = """
 def _call_with_frames_removed(real, spec, after, module):
     wrapper, spec.loader = spec.loader, real
@@ -120,6 +164,13 @@ def _call_with_frames_removed(real, spec, after, module):
         module.__loader__ = real
     real.exec_module(module)
     after(module)
+"""
+_HIDDEN_LOAD = """
+def _call_with_frames_removed(real, spec, after, fullname):
+    spec.loader = real
+    module = real.load_module(fullname)
+    after(module)
+    return module
 """
 _HIDDEN_CREATE = """
 def _call_with_frames_removed(real, spec):
@@ -134,18 +185,22 @@ def _hidden(src):
 
 
 class AfterLoader(object):
-    """gpudoc's, in a framework's spec only while its import runs: the framework's own loader is handed
-    back before any of its code runs, and `after(module)` runs once the module has."""
+    """gpudoc's, in a framework's spec only while its import runs: it hands the framework's own loader (an
+    object, a class, anything) back, runs the module with it, and then `after(module)`. Nothing of the
+    loader's is changed."""
 
     def __init__(self, real, spec, after):
-        self.exec_module = functools.partial(_hidden(_HIDDEN_EXEC), real, spec, after)
-        if hasattr(real, "create_module"):
-            self.create_module = functools.partial(_hidden(_HIDDEN_CREATE), real)
+        if hasattr(real, "exec_module"):
+            self.exec_module = functools.partial(_hidden(_HIDDEN_EXEC), real, spec, after)
+            if hasattr(real, "create_module"):
+                self.create_module = functools.partial(_hidden(_HIDDEN_CREATE), real)
+        else:
+            self.load_module = functools.partial(_hidden(_HIDDEN_LOAD), real, spec, after)
 
 
 def spec_after(finder, name, path, target, after):
-    """The spec the finders after `finder` give for `name`, its loader wrapped so that `after(module)`
-    runs once the module has run; None where none has it (or its loader is an old-style one)."""
+    """The spec the finders after `finder` (GpudocFinder) give for `name`, its loader wrapped so that
+    `after(module)` runs once the module has run; None where none has it."""
     finders = list(sys.meta_path)
     mine = [i for i, f in enumerate(finders) if f is finder]
     finder.busy = True
@@ -156,8 +211,9 @@ def spec_after(finder, name, path, target, after):
             spec = f.find_spec(name, path, target)
             if spec is None:
                 continue
-            if hasattr(spec.loader, "exec_module"):
-                spec.loader = AfterLoader(spec.loader, spec, after)
+            loader = spec.loader
+            if hasattr(loader, "exec_module") or hasattr(loader, "load_module"):
+                spec.loader = AfterLoader(loader, spec, after)
             return spec
         return None
     finally:

@@ -6,7 +6,9 @@ CuPy)."""
 
 
 
-# The frameworks the finder watches for, and the part of the shim each loads when the program imports it.
+# The frameworks the finder watches for, and the part of the shim each loads when the program imports it;
+# before it, the module every part shares (the pipe's writer, the loader of the shim's modules).
+PIPE = ("_gpudoc_pipe.py", "gpudoc._shim.pipe")
 PARTS = {
     "torch": ("_gpudoc_torch.py", "gpudoc._shim.torch"),
     "jax": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
@@ -62,23 +64,23 @@ def start(loader, code, site):
                 if f is None or f.f_back is None or f.f_back.f_code.co_name != "_find_and_load_unlocked":
                     return None
                 try:
-                    filename, module = PARTS[name]
-                    hooks = sys.modules.get(module)
-                    if hooks is None:
+                    pipe = sys.modules.get(PIPE[1])
+                    if pipe is None:
+                        # The shim's loader itself (every other module of the shim's is its `load`'s).
+                        filename, module = PIPE
                         ext = sys.modules["_frozen_importlib_external"]
                         path_ = os.path.join(here, filename)
                         loader_ = ext.SourceFileLoader(module, path_)
                         code = loader_.get_code(module)
                         if sys.dont_write_bytecode:
                             cache(loader_, code)
-                        # A module in sys.modules, not a bare dict: Dynamo, tracing a compiled step
-                        # into the step hook, finds the hook's globals by importing their __name__.
-                        hooks = type(sys)(module)
-                        hooks.__file__ = "<gpudoc> " + path_
-                        # The same writer for the modules it loads later (_precompile).
-                        hooks._cache = cache
-                        sys.modules[module] = hooks
-                        exec(code, hooks.__dict__)
+                        pipe = type(sys)(module)
+                        pipe.__file__ = "<gpudoc> " + path_
+                        # The same writer for the modules it loads (its `code`).
+                        pipe._cache = cache
+                        sys.modules[module] = pipe
+                        exec(code, pipe.__dict__)
+                    hooks = pipe.load(here, *PARTS[name])
                     return hooks.find_spec(self, name, path, target, here, setting)
                 except Exception:
                     return None

@@ -23,14 +23,20 @@ for that). It costs the program nothing it could measure:
 
 Loaded by GpudocFinder (sitecustomize.py) as the module `gpudoc._shim.torch`, in sys.modules so that Dynamo
 finds the globals of the step hook when it compiles a step (docs/framework.md). This file holds its
-settings, its state and the loading of the shim's other modules; the rest is in its parts, a file for what
-each watches (PARTS, at the end), run in this module's namespace (docs/development.md).
+settings, its state and the loading of the shim's other modules (through `gpudoc._shim.pipe`, loaded
+before it: _gpudoc_pipe.py); the rest is in its parts, a file for what each watches (PARTS, at the end),
+run in this module's namespace (docs/development.md).
 """
 import json
 import os
 import sys
 import time
 from _thread import get_ident
+
+# The shim's loader and the pipe's writer (_gpudoc_pipe.py), loaded before this module by whatever loaded
+# it (GpudocFinder, the notebook extension): its `Pipe` writes the messages, its `load` loads the shim's
+# modules loaded later, its `code` this one's parts.
+SHARED = sys.modules["gpudoc._shim.pipe"]
 
 # The names of the module's parts (PARTS, below) used here, for the linters (at run time they are this
 # module's globals).
@@ -96,16 +102,13 @@ RERAISE_OWN_TRACEBACK = sys.version_info >= (3, 11)
 class _State(object):
     period = 0.0
     last_cost = 0.0
-    dead = False
     cuda = False
     torch = None
-    pipe = ""
+    # The writer of the messages (_connect): its `dead` is the shim gone quiet.
+    out = None
     reset_peaks = True
     # The shim's folder (the hunt's module is read from there).
     here = ""
-    fd = None
-    fd_id = None
-    tail = ""
     records = 0
     last_step = 0
     last_t = 0.0
@@ -160,6 +163,7 @@ class _State(object):
 
 
 S = _State()
+S.out = SHARED.Pipe("")  # none until gpudoc run's is named (_connect): a message is dropped
 
 
 class _Forwards(object):
@@ -227,14 +231,14 @@ _compiling = None
 
 
 # -- the shim's modules loaded later ------------------------------------------------------------------
-# The shim's modules loaded later, on a step (_load): compiled at `import torch` (_precompile).
+# The shim's modules loaded later, on a step (SHARED.load): compiled at `import torch` (_precompile).
 LATER = (("_gpudoc_hunt.py", "gpudoc._shim.hunt"), ("_gpudoc_where.py", "gpudoc._shim.where"))
 
 
 def _hunt_module():
     """_gpudoc_hunt.py, beside this file, loaded as this one is (by path, under its own name)."""
     if S.hunt_module is None:
-        S.hunt_module = _load(S.here, *LATER[0])
+        S.hunt_module = SHARED.load(S.here, *LATER[0])
     return S.hunt_module
 
 
@@ -244,20 +248,9 @@ def _precompile():
     that first loaded them). Nothing is run."""
     for filename, name in LATER:
         try:
-            _code(S.here, filename, name)
+            SHARED.code(S.here, filename, name)
         except Exception:
             pass
-
-
-def _load(here, filename, name):
-    """A module of the shim's, from its folder (_code). Its __file__ is no real file's name, so coverage
-    never measures it as the program's; its code keeps the real one, for tracebacks and profilers."""
-    code = _code(here, filename, name)
-    module = type(sys)(name)
-    module.__file__ = "<gpudoc> " + os.path.join(here, filename)
-    sys.modules[name] = module  # where Dynamo finds the globals of a function it traces
-    exec(code, module.__dict__)
-    return module
 
 
 def _where(name, *args):
@@ -265,7 +258,7 @@ def _where(name, *args):
     A failure is said once, and nothing more is measured."""
     try:
         if S.where_module is None:
-            S.where_module = _load(S.here, *LATER[1])
+            S.where_module = SHARED.load(S.here, *LATER[1])
         return getattr(S.where_module, name)(sys.modules[__name__], *args)
     except Exception as e:
         _where_failed(e)
@@ -295,7 +288,7 @@ STEP_HOOK = ("torch.optim global step post-hook", "the allocator's record every 
 def _patches():
     """The registry of what the shim changes in the process (_gpudoc_patch.py's PATCHES)."""
     if not _REGISTRY:
-        _REGISTRY.append(_load(S.here, *PATCH).PATCHES)
+        _REGISTRY.append(SHARED.load(S.here, *PATCH).PATCHES)
     return _REGISTRY[0]
 
 
@@ -312,7 +305,7 @@ def _like(real, fn):
 
 # -- the module's other parts -------------------------------------------------------------------------
 # The rest of this module, in files of one concern each, run in its namespace in this order when it loads
-# (each compiled once into __pycache__, as _load's). One module, not several: the hooks' fast paths read
+# (each compiled once into __pycache__, by SHARED.code). One module, not several: the hooks' fast paths read
 # the state above as globals, Dynamo finds every hook's globals under this one module's name, and the
 # where-walk, the notebook extension and the tests reach every name on one object.
 PARTS = (
@@ -329,18 +322,6 @@ PARTS = (
 )
 
 
-def _code(here, filename, name):
-    """The code of a file of the shim's folder, compiled once into its __pycache__ where that can be
-    written, also under PYTHONDONTWRITEBYTECODE (which is about the program's files; this folder is
-    gpudoc's: the start-up part's `cache`, given to this module as `_cache`)."""
-    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader(name, os.path.join(here, filename))
-    code = loader.get_code(name)
-    cache = globals().get("_cache")
-    if sys.dont_write_bytecode and cache is not None:
-        cache(loader, code)
-    return code
-
-
 def _run_parts():
     """Each part's code is named `<gpudoc> PATH`, as this module's __file__ is: coverage measures no code
     whose name is no real file's (it tells this file's by its __file__, which is the parts' too, and would
@@ -348,7 +329,7 @@ def _run_parts():
     here = os.path.dirname(sys._getframe().f_code.co_filename)
     fix = sys.modules["_imp"]._fix_co_filename
     for filename in PARTS:
-        code = _code(here, filename, __name__)
+        code = SHARED.code(here, filename, __name__)
         fix(code, "<gpudoc> " + os.path.join(here, filename))
         exec(code, globals())
 

@@ -114,7 +114,7 @@ def cell_end(result=None):
             return []
         CELL.open, CELL.ended, CELL.last = False, key, []
         n = getattr(result, "execution_count", None)
-        if n is None or not S.cuda or S.torch is None or S.dead and CELL.copies is None:
+        if n is None or not S.cuda or S.torch is None or S.out.dead and CELL.copies is None:
             return CELL.last
         ok = 1 if getattr(result, "success", True) else 0
         cell = getattr(info, "cell_id", None) or getattr(info, "raw_cell", None) or ""
@@ -207,11 +207,11 @@ def _ipython():
 
 
 def _attached_step(optimizer, args, kwargs):
-    """The step hook without gpudoc run: _on_step stops recording once the pipe is gone (S.dead), and
+    """The step hook without gpudoc run: _on_step stops recording once the pipe is gone (S.out.dead), and
     here there is none; its records go to the extension's copy (_send marks it gone again, cheaply)."""
     __tracebackhide__ = True
-    dead, S.dead = S.dead, False
+    dead, S.out.dead = S.out.dead, False
     try:
         _on_step(optimizer, args, kwargs)
     finally:
-        S.dead = dead
+        S.out.dead = dead

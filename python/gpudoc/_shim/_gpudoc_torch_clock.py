@@ -34,7 +34,7 @@ def _on_forward():
         return
     if FWD[0] < FWD[1]:
         return
-    if S.dead or not S.cuda:
+    if S.out.dead or not S.cuda:
         FWD[1] = FWD[0] + 1
         return
     _uncollected(_forward_record)

@@ -5,7 +5,6 @@ the program's exit, and a fork.
 Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its namespace)."""
 
 import json
-import os
 
 # The names of the module's other parts this one uses, for the linters (at run time they are this
 # module's globals).
@@ -13,8 +12,7 @@ MYPY = False
 if MYPY:
     from gpudoc._shim._gpudoc_torch import (AUTOGRAD, BUDGET, EXIT_S, F, FWD, HUNT, MAX_OOM_HUNTS, OOM_S,
         OURS, S, STEP, WHERE, _hunt_module, _patches, _where)
-    from gpudoc._shim._gpudoc_torch_pipe import (_cur, _fail, _identify, _numbers, _record, _send, _send_big,
-        _still_ours, _uuid)
+    from gpudoc._shim._gpudoc_torch_pipe import (_cur, _fail, _numbers, _record, _send, _send_big, _uuid)
     from gpudoc._shim._gpudoc_torch_clock import _forward_clock_on
     from gpudoc._shim._gpudoc_torch_leaks import (_hunt_failed, _hunt_step, _search)
     from gpudoc._shim._gpudoc_torch_phase import (_activity, _watch_eval)
@@ -72,7 +70,7 @@ def _on_exit():
     """A last record at exit: what the program holds at its end, and its peaks; a hunt in progress ends
     with the steps it recorded."""
     try:
-        if S.cuda and not S.dead:
+        if S.cuda and not S.out.dead:
             _record(STEP[0], STEP[0] - S.last_step, "s")
     except Exception as e:
         _fail("exit", e)
@@ -91,12 +89,7 @@ def _on_exit():
 
 def _on_fork():
     """A forked child is a process of its own: its own messages, its own descriptor, its own steps."""
-    try:
-        if S.fd is not None and _still_ours():
-            os.close(S.fd)
-    except OSError:
-        pass
-    S.fd = S.fd_id = None
+    S.out.forked()
     STEP[0], STEP[1] = 0, 1
     FWD[0], FWD[1] = 0, 1
     AUTOGRAD[:] = [0, 0, 0, False, 0]
@@ -108,4 +101,3 @@ def _on_fork():
     S.hunt = None
     S.searches = []
     S.hunts = S.oom_hunts = S.files = S.evaluated = 0
-    _identify()

@@ -11,7 +11,7 @@ import time
 MYPY = False
 if MYPY:
     from gpudoc._shim._gpudoc_torch import (MAX_HUNTS, S, STEP_HOOK, _hunt_module, _patches)
-    from gpudoc._shim._gpudoc_torch_pipe import _cur
+    from gpudoc._shim._gpudoc_torch_pipe import (_connect, _cur)
     from gpudoc._shim._gpudoc_torch_phase import _watch_autograd
     from gpudoc._shim._gpudoc_torch_events import _on_cuda_init
     from gpudoc._shim._gpudoc_torch_start import (_install_peaks, _lazy_cuda_init)
@@ -29,7 +29,8 @@ def attach(torch, here, hunts=False):
     the OOM observer and the step hook, no exit or fork callback; the messages go to the extension's
     copy only (keep_messages). `hunts`: leak hunts at the steps (off: they would record the allocator's
     history in the user's kernel, unasked; what filled the GPU at an OOM is still searched)."""
-    S.pipe, S.here = "", here
+    _connect("")
+    S.here = here
     if not hunts:
         S.hunts = MAX_HUNTS
     _install_peaks(torch)

@@ -133,7 +133,7 @@ def _evaluation(module):
     hook, its clock, has stopped)."""
     if WHERE != "off":
         _where("arm_call", module, "evaluation")
-    if HUNT == "off" or F.on or S.dead or S.hunt is not None or S.module_call is None \
+    if HUNT == "off" or F.on or S.out.dead or S.hunt is not None or S.module_call is None \
             or STEP[0] < S.evaluated + WARMUP_STEPS:
         # A window of steps in progress ends with its steps; the clock never ran (see
         # _forward_clock_on); a program that calls eval() every few steps is training, not evaluating.

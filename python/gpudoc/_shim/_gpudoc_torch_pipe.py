@@ -1,106 +1,40 @@
-"""The pipe to gpudoc and the allocator's readings: each message written whole (under PIPE_BUF) to the
-pipe, checked to still be gpudoc's, with SIGPIPE held off; a record of the allocator per device in use.
+"""The pipe to gpudoc and the allocator's readings: each message written by the shim's one writer (S.out,
+_gpudoc_pipe.py's Pipe: whole, under PIPE_BUF, to a descriptor checked to still be gpudoc's pipe, with
+SIGPIPE held off) and copied for the notebook extension while it keeps them; a record of the allocator
+per device in use.
 
 Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its namespace)."""
 
 import gc
 import json
 import os
-import signal
 import time
 
 # The names of the module's other parts this one uses, for the linters (at run time they are this
 # module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (F, GROWTH_WINDOW, RESCAN_EVERY, S)
+    from gpudoc._shim._gpudoc_torch import (F, GROWTH_WINDOW, RESCAN_EVERY, S, SHARED)
     from gpudoc._shim._gpudoc_torch_peaks import (_fold, _keep)
     from gpudoc._shim._gpudoc_torch_cells import (CELL, _copy)
 
 
-def _rank_field(name, value):
-    if value is None:
-        return ""
-    if value and all("0" <= c <= "9" for c in value):
-        return ',"%s":%d' % (name, int(value))
-    return ',"%s":%s' % (name, json.dumps(value))
-
-
-def _identify():
-    """The fields every message carries: who sent it."""
-    S.tail = (
-        ',"pid":%d' % os.getpid()
-        + _rank_field("rank", os.environ.get("RANK"))
-        + _rank_field("local_rank", os.environ.get("LOCAL_RANK"))
-        + "}\n"
-    )
-
-
-def _open():
-    fd = os.open(S.pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    if fd < 3:
-        # A standard descriptor the program closed stays closed for it (its writes fail as they would,
-        # its next file gets that number): the pipe moves above them.
-        import fcntl
-
-        low = fd
-        try:
-            fd = fcntl.fcntl(low, fcntl.F_DUPFD_CLOEXEC, 3)
-        finally:
-            os.close(low)
-    st = os.fstat(fd)
-    S.fd, S.fd_id = fd, (st.st_dev, st.st_ino)
-
-
-def _still_ours():
-    """The descriptor is still gpudoc's pipe: a program may close it and open its own file in its place."""
-    try:
-        st = os.fstat(S.fd)
-        return (st.st_dev, st.st_ino) == S.fd_id
-    except OSError:
-        return False
+def _connect(path):
+    """The messages go to the pipe at `path` (gpudoc run's; "" for none: each is dropped, and the
+    writer goes quiet at the first)."""
+    S.out = SHARED.Pipe(path)
 
 
 def _send(body):
-    """Writes one message (under PIPE_BUF, so processes writing at once never interleave)."""
+    """Writes one message (`body` without its closing brace; the writer adds who sent it)."""
     if CELL.copies is not None:
-        _copy(body + S.tail)
-    if S.dead:
-        return
-    data = (body + S.tail).encode()
-    if len(data) > 4000:
-        return
-    try:
-        if S.fd is None or not _still_ours():
-            _open()
-    except OSError:
-        S.dead = True
-        return
-    # A program that restored SIGPIPE's default would die writing to a pipe gpudoc has left: the signal
-    # is held off while writing, and the one a failed write raised is taken back, even when the program
-    # holds SIGPIPE off itself (it would be delivered once the program lets it through). One already
-    # pending is the program's own: a second one is the same one, and it is left.
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
-    theirs = signal.SIGPIPE in old and signal.SIGPIPE in signal.sigpending()
-    try:
-        os.write(S.fd, data)
-    except BlockingIOError:
-        pass  # gpudoc is behind: this record is dropped, the program is never held up
-    except OSError:
-        S.dead = True
-        if not theirs:
-            signal.sigtimedwait({signal.SIGPIPE}, 0)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _copy(body + S.out.tail)
+    S.out.send(body)
 
 
 def _fail(where, exc):
-    try:
-        _send('{"k":"error","where":%s,"error":%s' % (
-            json.dumps(where), json.dumps("%s: %s" % (type(exc).__name__, exc))))
-    except Exception:
-        pass
-    S.dead = True
+    """Says where the shim failed, and goes quiet."""
+    S.out.fail(where, exc)
 
 
 def _cur(stats, key):
@@ -195,16 +129,17 @@ def _uncollected(record):
 def _send_big(obj):
     """A message that may not fit one pipe write: written to a file beside the pipe, which gpudoc reads."""
     body = json.dumps(obj, separators=(",", ":"))[:-1]
-    if len(body) + len(S.tail) < 4000:
+    out = S.out
+    if len(body) + len(out.tail) < 4000:
         _send(body)
         return
     if CELL.copies is not None:
-        _copy(body + S.tail)
-    if S.dead or not S.pipe:
+        _copy(body + out.tail)
+    if out.dead or not out.path:
         return
     S.files += 1
     name = "hunt-%d-%d.json" % (os.getpid(), S.files)
-    path = os.path.join(os.path.dirname(S.pipe), name)
+    path = os.path.join(os.path.dirname(out.path), name)
     with open(path, "w") as f:
-        f.write(body + S.tail)
+        f.write(body + out.tail)
     _send('{"k":"file","name":"%s"' % name)

@@ -1,10 +1,9 @@
 """Putting the shim in place at `import torch`: GpudocFinder's spec (find_spec) hands torch's own loader
-back through TorchLoader, and once torch's module has run, _install puts every hook in place (through
-the registry).
+back (_gpudoc_pipe.py's spec_after), and once torch's module has run, _install puts every hook in place
+(through the registry).
 
 Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its namespace)."""
 
-import functools
 import os
 import sys
 
@@ -12,9 +11,9 @@ import sys
 # module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (HUNT, S, STEP_HOOK, WHERE, _like, _patches,
+    from gpudoc._shim._gpudoc_torch import (HUNT, S, SHARED, STEP_HOOK, WHERE, _like, _patches,
         _precompile, _readable_parts)
-    from gpudoc._shim._gpudoc_torch_pipe import (_fail, _identify)
+    from gpudoc._shim._gpudoc_torch_pipe import (_connect, _fail)
     from gpudoc._shim._gpudoc_torch_peaks import (_user_reset, _user_stats)
     from gpudoc._shim._gpudoc_torch_steps import _on_step
     from gpudoc._shim._gpudoc_torch_leaks import _watch_history
@@ -29,7 +28,7 @@ def _install_peaks(torch):
     S.torch = torch
     _readable_parts(S.here)
     _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    _identify()
+    S.out.identify()
     C = torch._C
     S.orig_stats = C._cuda_memoryStats
     S.orig_reset = C._cuda_resetPeakMemoryStats
@@ -93,78 +92,19 @@ def _after_import(module, finder):
         _fail("start", e)
 
 
-# The loader's methods run torch's module through these; their frames are importlib's own to Python, so a
-# failing `import torch` shows the program exactly the traceback it would without gpudoc. torch's spec
-# and module get their own loader back before any of torch's code runs.
-_HIDDEN_EXEC = """
-def _call_with_frames_removed(real, spec, after, module):
-    wrapper, spec.loader = spec.loader, real
-    if getattr(module, "__loader__", None) is wrapper:
-        module.__loader__ = real
-    real.exec_module(module)
-    after(module)
-"""
-_HIDDEN_LOAD = """
-def _call_with_frames_removed(real, spec, after, fullname):
-    spec.loader = real
-    module = real.load_module(fullname)
-    after(module)
-    return module
-"""
-_HIDDEN_CREATE = """
-def _call_with_frames_removed(real, spec):
-    return real.create_module(spec)
-"""
-
-
-def _hidden(src):
-    ns = {}
-    exec(compile(src, "<frozen importlib._bootstrap>", "exec"), ns)
-    return ns["_call_with_frames_removed"]
-
-
-class TorchLoader(object):
-    """gpudoc's, in torch's spec only while `import torch` runs: it hands torch's own loader (an object,
-    a class, anything) back, runs torch's module with it and then puts gpudoc's hooks in place. Nothing
-    of the loader's is changed."""
-
-    def __init__(self, real, spec, after):
-        if hasattr(real, "exec_module"):
-            self.exec_module = functools.partial(_hidden(_HIDDEN_EXEC), real, spec, after)
-            if hasattr(real, "create_module"):
-                self.create_module = functools.partial(_hidden(_HIDDEN_CREATE), real)
-        else:
-            self.load_module = functools.partial(_hidden(_HIDDEN_LOAD), real, spec, after)
-
-
 def find_spec(finder, name, path, target, here, setting):
-    """GpudocFinder's answer when the program imports torch: the spec the finders after it give, with
-    TorchLoader in it. `setting` is GPUDOC_TORCH:
+    """GpudocFinder's answer when the program imports torch: the spec the finders after it give, whose
+    loader runs _after_import once torch's module has run. `setting` is GPUDOC_TORCH:
     `hunt=MODE;peaks=reset|keep;where=on|snapshot|off;warmup=STEPS;pipe=PATH`."""
     global HUNT, WHERE, WARMUP_STEPS
     # The pipe's path is last and may hold any character.
     head, _, pipe = setting.partition("pipe=")
     conf = dict(part.partition("=")[::2] for part in head.split(";") if part)
-    S.pipe, S.here = pipe, here
+    _connect(pipe)
+    S.here = here
     S.reset_peaks = conf.get("peaks") != "keep"
     HUNT = conf.get("hunt", "auto")
     WHERE = conf.get("where", "on")
     if conf.get("warmup", "").isdigit():
         WARMUP_STEPS = int(conf["warmup"])
-    finders = list(sys.meta_path)
-    mine = [i for i, f in enumerate(finders) if f is finder]
-    finder.busy = True
-    try:
-        for f in finders[mine[0] + 1 if mine else 0:]:
-            if getattr(f, "_gpudoc", False) or not hasattr(f, "find_spec"):
-                continue
-            spec = f.find_spec(name, path, target)
-            if spec is None:
-                continue
-            loader = spec.loader
-            if hasattr(loader, "exec_module") or hasattr(loader, "load_module"):
-                spec.loader = TorchLoader(loader, spec, lambda module: _after_import(module, finder))
-            return spec
-        return None
-    finally:
-        finder.busy = False
+    return SHARED.spec_after(finder, name, path, target, lambda module: _after_import(module, finder))

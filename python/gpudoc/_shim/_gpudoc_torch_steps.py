@@ -38,7 +38,7 @@ def _on_step(optimizer, args, kwargs):
     if F.on:
         # Optimizer steps are the program's clock from its first on.
         _count_forwards()
-    if S.dead or not S.cuda:
+    if S.out.dead or not S.cuda:
         STEP[1] = STEP[0] + 1
         return
     try:

@@ -721,7 +721,11 @@ class Measure(object):
                     out = self.end_call(node)
                 self.done(out)
             elif node is not None and hasattr(node, "register_prehook"):
-                node.register_prehook(_marker(self, i if row else None, root))
+                # Through the registry as every hook of the shim's: listed, and gone with the measure's
+                # global hooks (a graph kept for a later backward runs none of gpudoc's code then).
+                self.handles.append(self.shim._patches().hook(
+                    node.register_prehook(_marker(self, i if row else None, root)), NODE_HOOK,
+                    "where a measured step's backward is: its modules' outputs (for its duration)"))
         finally:
             self.cost += time.perf_counter() - t0
 
@@ -860,6 +864,10 @@ class Measure(object):
         if snapshot_to is not None:
             out["snapshot"] = snapshot_to()
         return out
+
+
+# What the registry lists the measured step's hooks on its graph's nodes as.
+NODE_HOOK = "torch.autograd.graph.Node prehook of a module's output"
 
 
 def _marker(measure, i, root):
@@ -1045,7 +1053,7 @@ def _snapshot_to(shim):
 
     def write():
         W.snapshots += 1
-        return snapshot(S.torch, os.path.dirname(S.pipe), os.getpid(), W.snapshots)
+        return snapshot(S.torch, os.path.dirname(S.out.path), os.getpid(), W.snapshots)
 
     return write
 
