@@ -1,8 +1,8 @@
 """gpudoc's shim at start-up (run by sitecustomize.py, beside it, in every Python process of the job; valid
 Python 2 and 3). It leaves nothing behind: it takes gpudoc's folders off sys.path, runs the sitecustomize
 it shadows (once, however tools chain theirs), and puts a finder on sys.meta_path that loads
-_gpudoc_torch.py, beside it, when the program really imports torch (_gpudoc_frameworks.py for JAX and
-CuPy)."""
+_gpudoc_torch.py, beside it, when the program really imports torch (_gpudoc_frameworks.py for JAX,
+CuPy, TensorFlow, Keras and RMM)."""
 
 
 
@@ -11,6 +11,9 @@ PARTS = {
     "torch": ("_gpudoc_torch.py", "gpudoc._shim.torch"),
     "jax": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
     "cupy": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
+    "tensorflow": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
+    "keras": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
+    "rmm": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
 }
 
 
