@@ -337,7 +337,8 @@ fn a_tensorflow_program_with_memory_growth_is_not_preallocated_however_it_sets_i
 
 #[test]
 fn a_tensorflow_oom_is_read_with_the_bfc_allocators_stats() {
-    let (code, r, err) = run(&[], "tf_programs.py", &["oom", "0", "0.001"]);
+    // Batches 50 ms apart: NVML has seen the process by the failure (what was free on the GPU then).
+    let (code, r, err) = run(&[], "tf_programs.py", &["oom", "0", "0.05"]);
     assert_eq!(code, 1, "{err}");
     let o = &r["oom"];
     assert_eq!(o["allocator"]["framework"], "tensorflow", "{o:#}");
@@ -374,7 +375,11 @@ fn a_tensorflow_oom_is_read_with_the_bfc_allocators_stats() {
 fn keras_fit_keeps_the_programs_callbacks_and_a_program_without_tensorflow_loads_nothing() {
     let (code, r, out, err) = run_out(&[], "tf_programs.py", &["api"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out, "mine 1 seen 5 fit fit\ndone 0\n", "{err}");
+    assert_eq!(
+        out,
+        "mine 1 seen 5 fit Model.fit ['self', 'x', 'y', 'batch_size', 'epochs', 'verbose', 'callbacks']\ndone 0\n",
+        "{err}"
+    );
     assert_eq!(r["torch"]["processes"][0]["steps_total"], 5, "{r:#}");
     let (code, r, out, err) = run_out(&[], "tf_programs.py", &["notf"]);
     assert_eq!(code, 0, "{err}");
@@ -431,4 +436,26 @@ fn rmm_without_statistics_or_a_pool_tells_nothing_and_is_absent_from_the_view() 
     let (code, r, err) = run(&[], "rmm_programs.py", &["plain", "0.5"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(r["torch"]["processes"], serde_json::json!([]), "{r:#}");
+}
+
+#[test]
+fn a_program_that_imports_torch_before_jax_gets_jaxs_view_too() {
+    let torch = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake_torch");
+    let path = format!("{}:{}", fakes().display(), torch.display());
+    let m = Machine::h200s(1);
+    let script = fakes().join("jax_programs.py");
+    let (code, r, _, err) = m.python(
+        &[("PYTHONPATH", path.as_str())],
+        &[],
+        &[script.to_str().unwrap(), "torch_first", "40", "0.01"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let jax: Vec<&Value> = r["torch"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["framework"] == "jax")
+        .collect();
+    assert_eq!(jax.len(), 1, "{:#}", r["torch"]);
+    assert_eq!(jax[0]["steps_total"], 40);
 }

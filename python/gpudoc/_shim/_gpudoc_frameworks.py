@@ -256,6 +256,16 @@ class _Jitted(object):
         return repr(self._gpudoc_real)
 
 
+def _like(new, real):
+    """`new` reads as `real`: its names, doc and `__wrapped__` (inspect.signature follows it to `real`'s
+    parameters)."""
+    for key in ("__module__", "__name__", "__qualname__", "__doc__", "__wrapped__"):
+        try:
+            setattr(new, key, getattr(real, key))
+        except AttributeError:
+            pass
+
+
 def _jax_oom(fw="jax"):
     """The allocator's numbers at an out-of-memory error (JAX's RESOURCE_EXHAUSTED, TensorFlow's
     ResourceExhaustedError), before it reaches the program."""
@@ -280,11 +290,7 @@ def _install_jax(jax):
         # `jax.jit(static_argnames=...)` without the function: a decorator.
         return lambda fun: _Jitted(out(fun))
 
-    for key in ("__module__", "__name__", "__qualname__", "__doc__", "__wrapped__"):
-        try:
-            setattr(jit, key, getattr(real, key))
-        except AttributeError:
-            pass
+    _like(jit, real)
     _patches().replace(jax, "jit", jit, "counts the calls of jitted functions: the steps of a JAX program")
     _watch_process(view)
     return view
@@ -425,6 +431,8 @@ def _install_keras(keras):
                 e.__traceback__ = e.__traceback__.tb_next
             raise
 
+    _like(fit, real)
+    fit.__wrapped__ = real
     why = "counts the batches of Model.fit: the steps of a Keras program"
     _patches().replace(keras.Model, "fit", fit, why)
     return None

@@ -49,14 +49,17 @@ def start(loader, code, site):
     setting = os.environ.get("GPUDOC_TORCH")
     if setting and not again and sys.version_info >= (3, 6):
         class GpudocFinder(object):
-            """gpudoc's (`gpudoc run`): loads its PyTorch hooks when the program imports torch."""
+            """gpudoc's (`gpudoc run`): loads its PyTorch hooks when the program imports torch, its part for
+            the other frameworks when it imports one of them (in any order)."""
 
             _gpudoc = True
             busy = False
+            # The frameworks whose part is in place (torch): the finder stays for the others.
+            done = ()
 
             def find_spec(self, name, path=None, target=None):
                 __tracebackhide__ = True
-                if name not in PARTS or self.busy:
+                if name not in PARTS or self.busy or name in self.done:
                     return None
                 # Only the import itself, not a probe (importlib.util.find_spec) or a reload.
                 f = sys._getframe(1)
