@@ -459,3 +459,16 @@ fn a_program_that_imports_torch_before_jax_gets_jaxs_view_too() {
     assert_eq!(jax.len(), 1, "{:#}", r["torch"]);
     assert_eq!(jax[0]["steps_total"], 40);
 }
+
+#[test]
+fn an_rmm_leak_is_steady_growth_with_what_rmm_held_in_its_own_words() {
+    let (code, r, err) = run(&[], "rmm_programs.py", &["leak", "4"]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "rmm", "{p:#}");
+    let kept = p["final_allocated_bytes"].as_u64().unwrap();
+    assert!(kept >= 1024 * MIB, "{p:#}");
+    let growth = message(&r, "steady-growth");
+    assert!(growth.contains("and at its end RMM still held"), "{growth}");
+    assert!(!growth.contains("PyTorch"), "{growth}");
+}

@@ -105,8 +105,10 @@ pub struct GpuFacts {
     /// neither): what its memory does is loading; false where they have, or without the shim
     pub loading: bool,
     /// PyTorch's live tensors on this GPU at its last reading (the exit record), summed over processes; -1
-    /// without one
+    /// without one (another framework's: what its allocator had in use)
     pub growth_live_bytes: i64,
+    /// whose those are: the framework's name (PyTorch, JAX, CuPy, TensorFlow, RMM), empty without one
+    pub growth_live_framework: String,
     /// at that rate, seconds until the GPU is full (its capacity less the driver's reserve, other processes'
     /// peaks and the level reached), -1 if not growing
     pub time_to_full_s: f64,
@@ -318,6 +320,10 @@ fn when_facts(
         true => -1,
         false => torch.iter().map(|t| t.final_allocated_bytes as i64).sum(),
     };
+    f.growth_live_framework = torch
+        .first()
+        .map(|t| crate::rules::framework::name(t))
+        .unwrap_or_default();
     f.growth_from_s = -1.0;
     f.time_to_full_s = -1.0;
     f.growth_after_step = w.growth_after_step;
