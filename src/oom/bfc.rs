@@ -20,8 +20,11 @@ static POOL: LazyLock<Regex> = LazyLock::new(|| {
     .unwrap()
 });
 static STAT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^\s*(Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|LargestFreeBlock):\s+(\d+)\s*$")
-        .unwrap()
+    // A figure ends its line; a logger's prefix may come before it.
+    Regex::new(
+        r"(?:^|\s)(Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|LargestFreeBlock):\s+(\d+)\s*$",
+    )
+    .unwrap()
 });
 
 /// Reads one line of the allocator's dump into `t`; whether the dump is over (its last figure read).
@@ -57,7 +60,7 @@ mod tests {
 
     #[test]
     fn a_stats_block_gives_the_pool_its_limit_and_what_was_in_use() {
-        // A real TensorFlow 2.x dump's lines (an A100's job log, 2024), bins and chunks left out.
+        // fixtures/oom/real/tf_bfc_stats_keras_fit.txt (a Keras fit on an A100), its bins and chunks left out.
         let mut t = empty(Kind::Tensorflow, "bfc");
         let lines = [
             "2024-07-12 14:20:01.747548: I tensorflow/tsl/framework/bfc_allocator.cc:1109] Total bytes in pool: 40231108608 memory_limit_: 40231108608 available bytes: 0 curr_region_allocation_bytes_: 80462217216",
@@ -92,9 +95,13 @@ mod tests {
         );
         assert_eq!(t.allocated_bytes, None, "a chunk of the dump is no figure");
         read(&mut t, "    InUse:                      7151588096");
+        read(
+            &mut t,
+            "2024-05-01 12:00:01,123 ERROR [worker]: MaxInUse:   7151588352",
+        );
         assert_eq!(
-            (t.reserved_bytes, t.allocated_bytes),
-            (Some(7365066752), Some(7151588096))
+            (t.reserved_bytes, t.allocated_bytes, t.peak_allocated_bytes),
+            (Some(7365066752), Some(7151588096), Some(7151588352))
         );
     }
 }
