@@ -64,8 +64,11 @@ pub struct TorchView {
     pub gpu: u32,
     pub rank: Option<i64>,
     pub local_rank: Option<i64>,
+    /// Whose allocator (`torch`, `jax`, `cupy`, `tensorflow`, `rmm`): the `framework` label.
+    pub framework: &'static str,
     pub allocated: u64,
-    pub reserved: u64,
+    /// Absent where the framework does not say (TensorFlow).
+    pub reserved: Option<u64>,
     /// Peaks over the last recorded step(s).
     pub step_peak_allocated: Option<u64>,
     pub step_peak_reserved: Option<u64>,
@@ -107,17 +110,17 @@ pub const PROCESS_MEMORY: Metric = Metric {
 pub const TORCH_ALLOCATED: Metric = Metric {
     name: "gpudoc_torch_allocated_bytes",
     kind: "gauge",
-    help: "PyTorch's live tensors (memory_allocated).",
+    help: "The framework's live tensors or arrays (PyTorch's memory_allocated; JAX, CuPy, TensorFlow, RMM: what their allocator has in use), by its framework label.",
 };
 pub const TORCH_RESERVED: Metric = Metric {
     name: "gpudoc_torch_reserved_bytes",
     kind: "gauge",
-    help: "PyTorch's caching allocator in all (memory_reserved).",
+    help: "The framework's allocator in all (PyTorch's memory_reserved; JAX's, CuPy's, RMM's pool; none for TensorFlow, which does not say).",
 };
 pub const TORCH_STEP_PEAK_ALLOCATED: Metric = Metric {
     name: "gpudoc_torch_step_peak_allocated_bytes",
     kind: "gauge",
-    help: "Peak of live tensors over the last recorded optimizer step(s).",
+    help: "Peak of live tensors over the last recorded step(s) (optimizer steps; JAX's jitted calls, Keras batches; CuPy's and RMM's readings).",
 };
 pub const TORCH_STEP_PEAK_RESERVED: Metric = Metric {
     name: "gpudoc_torch_step_peak_reserved_bytes",
@@ -127,7 +130,7 @@ pub const TORCH_STEP_PEAK_RESERVED: Metric = Metric {
 pub const TORCH_STEPS: Metric = Metric {
     name: "gpudoc_torch_steps_total",
     kind: "counter",
-    help: "Optimizer steps seen.",
+    help: "Steps seen (optimizer steps; JAX's jitted calls, Keras batches).",
 };
 pub const TORCH_ALLOC_RETRIES: Metric = Metric {
     name: "gpudoc_torch_alloc_retries_total",
@@ -282,10 +285,18 @@ impl View {
                     gpu: t.gpu.unwrap_or(t.device),
                     rank: rank_of(&t.rank),
                     local_rank: rank_of(&t.local_rank),
+                    framework: t.framework.id(),
                     allocated: t.final_allocated_bytes,
-                    reserved: t.final_reserved_bytes,
+                    reserved: t
+                        .framework
+                        .tells_reserved()
+                        .then_some(t.final_reserved_bytes),
                     step_peak_allocated: t.steps.last().map(|s| s.peak_allocated_bytes),
-                    step_peak_reserved: t.steps.last().map(|s| s.peak_reserved_bytes),
+                    step_peak_reserved: t
+                        .steps
+                        .last()
+                        .filter(|_| t.framework.tells_reserved())
+                        .map(|s| s.peak_reserved_bytes),
                     steps: t.steps_total,
                     alloc_retries: t.alloc_retries,
                     ooms: t.ooms,
@@ -501,12 +512,13 @@ fn render_torch(f: &mut Family, v: &View) {
             ("pid", t.pid.to_string()),
             ("rank", opt(t.rank)),
             ("local_rank", opt(t.local_rank)),
+            ("framework", t.framework.to_string()),
         ]
     };
     type Get = fn(&TorchView) -> Option<f64>;
     let families: [(Metric, Get); 7] = [
         (TORCH_ALLOCATED, |t| Some(t.allocated as f64)),
-        (TORCH_RESERVED, |t| Some(t.reserved as f64)),
+        (TORCH_RESERVED, |t| t.reserved.map(|x| x as f64)),
         (TORCH_STEP_PEAK_ALLOCATED, |t| {
             t.step_peak_allocated.map(|x| x as f64)
         }),
@@ -641,6 +653,47 @@ mod tests {
         assert!(t.contains("# TYPE gpudoc_diagnoses_total counter\n"));
         assert!(t.contains("rule=\"near-capacity\",severity=\"warn\"} 1\n"));
         assert!(!t.contains("# EOF"));
+    }
+
+    #[test]
+    fn the_framework_view_says_whose_allocator_and_leaves_out_what_it_cannot_tell() {
+        let mut v = view();
+        v.torch = vec![
+            TorchView {
+                pid: 7,
+                framework: "torch",
+                allocated: 1,
+                reserved: Some(2),
+                ..Default::default()
+            },
+            TorchView {
+                pid: 8,
+                framework: "tensorflow",
+                allocated: 3,
+                reserved: None,
+                ..Default::default()
+            },
+        ];
+        let t = render(&v, Format::Prometheus);
+        let sample = |name: &str, pid: u32| {
+            t.lines()
+                .find(|l| {
+                    l.starts_with(&format!("{name}{{")) && l.contains(&format!("pid=\"{pid}\""))
+                })
+                .map(String::from)
+        };
+        let tf = sample("gpudoc_torch_allocated_bytes", 8).unwrap();
+        assert!(
+            tf.contains("framework=\"tensorflow\"") && tf.ends_with(" 3"),
+            "{tf}"
+        );
+        let pt = sample("gpudoc_torch_reserved_bytes", 7).unwrap();
+        assert!(
+            pt.contains("framework=\"torch\"") && pt.ends_with(" 2"),
+            "{pt}"
+        );
+        // TensorFlow does not say what its allocator holds: no series, not 0.
+        assert_eq!(sample("gpudoc_torch_reserved_bytes", 8), None, "{t}");
     }
 
     #[test]

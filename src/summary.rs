@@ -491,13 +491,11 @@ fn render_framework_table(
     p: Paint,
 ) {
     let name = fw.name();
-    let _ = writeln!(
-        o,
-        "  {}",
-        p.bold(&format!(
-            "{name}, per process (NVML peak = reserved + non-{name}):"
-        ))
-    );
+    let head = match fw.tells_reserved() {
+        true => format!("{name}, per process (NVML peak = reserved + non-{name}):"),
+        false => format!("{name}, per process (its allocator does not say what it reserves):"),
+    };
+    let _ = writeln!(o, "  {}", p.bold(&head));
     let _ = writeln!(
         o,
         "    {:<8} {:<5} {:<4} {:>11} {:>14} {:>15} {:>12} {:>7} {:>8}",
@@ -529,7 +527,10 @@ fn render_framework_table(
             rank,
             gpu,
             opt(q.nvml_peak_bytes),
-            fmt_bytes(q.peak_reserved_bytes),
+            opt(q
+                .framework
+                .tells_reserved()
+                .then_some(q.peak_reserved_bytes)),
             fmt_bytes(q.peak_allocated_bytes),
             opt(q.non_pytorch_bytes),
             q.steps_total,

@@ -1,6 +1,7 @@
 //! `--tensorboard DIR`: the run's memory as TensorBoard scalars, in an event file of its own run
 //! (`DIR/gpudoc/`), so it sits next to the program's own curves and never touches its files. The job's
-//! memory per GPU over time (step: milliseconds since the start), and PyTorch's allocated, reserved and
+//! memory per GPU over time (step: milliseconds since the start), and the framework's (PyTorch's, JAX's, ...:
+//! the tag says whose) allocated, reserved and
 //! per-step peaks keyed by optimizer step, so they line up with the training curves. The records are
 //! TFRecord framing (length, masked CRC-32C) around `Event` protocol buffers (prost).
 
@@ -109,16 +110,23 @@ pub fn points(r: &Report, timeline: Option<&Timeline>) -> Vec<Point> {
             Some(rank) => format!("rank{rank}"),
             None => format!("pid{}", p.pid),
         };
+        // Tagged by whose allocator (`torch`, `jax`, ...); what it does not say (TensorFlow's reserved
+        // memory) has no tag.
+        let (fw, reserved) = (p.framework.id(), p.framework.tells_reserved());
         for s in &p.steps {
             for (name, v) in [
-                ("allocated_GiB", s.allocated_bytes),
-                ("reserved_GiB", s.reserved_bytes),
-                ("step_peak_allocated_GiB", s.peak_allocated_bytes),
-                ("step_peak_reserved_GiB", s.peak_reserved_bytes),
+                ("allocated_GiB", Some(s.allocated_bytes)),
+                ("reserved_GiB", reserved.then_some(s.reserved_bytes)),
+                ("step_peak_allocated_GiB", Some(s.peak_allocated_bytes)),
+                (
+                    "step_peak_reserved_GiB",
+                    reserved.then_some(s.peak_reserved_bytes),
+                ),
             ] {
+                let Some(v) = v else { continue };
                 out.push(Point {
                     tag: format!(
-                        "gpudoc/{host}torch/{who}/gpu{}/{name}",
+                        "gpudoc/{host}{fw}/{who}/gpu{}/{name}",
                         p.gpu.unwrap_or(p.device)
                     ),
                     step: s.step as i64,

@@ -315,3 +315,222 @@ fn the_h100s_cupy_pool_that_kept_a_one_off_temporary_is_cache_bloat() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_tensorflow_leak_is_a_step_leak_with_its_allocators_numbers_and_its_pool_the_preallocation() {
+    // Keras's fit with TensorFlow's default (no memory growth): the BFC allocator takes nearly all of
+    // the GPU at its start.
+    let (code, r, err) = run(&[], "tf_programs.py", &["leak", "100", "0.01"]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "tensorflow", "{p:#}");
+    assert_eq!(p["framework_hello"]["version"], "2.17.0");
+    assert_eq!(
+        p["framework_hello"]["settings"]["memory_growth"], "false",
+        "{p:#}"
+    );
+    assert_eq!(p["preallocated"], true);
+    assert_eq!(p["gpu"], 0, "no UUID: the one GPU NVML saw the process on");
+    assert_eq!(p["steps_total"], 100, "the batches of Model.fit");
+    // get_memory_info's peak: the weights, 99 kept outputs and the last batch's 64 MiB temporary.
+    assert_eq!(
+        p["peak_allocated_bytes"].as_u64().unwrap(),
+        (512 + 99 * 16 + 64) * MIB
+    );
+    // TensorFlow does not say what its allocator holds: nothing is made of it.
+    for k in [
+        "non_pytorch_bytes",
+        "alloc_retries",
+        "device_allocs",
+        "peak_inactive_split_bytes",
+    ] {
+        assert_eq!(p[k], Value::Null, "{k}");
+    }
+    let leak = message(&r, "step-leak");
+    assert!(
+        leak.contains("live TensorFlow tensors grew by 16.00 MiB per step"),
+        "{leak}"
+    );
+    let pre = message(&r, "jax-preallocation");
+    // NVML's figure for the process: all of the fake H200 but 1 GiB (the BFC's pool and its context).
+    assert!(
+        pre.contains("TensorFlow held 138.80 GiB")
+            && pre.contains("its live tensors used at most 2.11 GiB")
+            && pre.contains("TF_FORCE_GPU_ALLOW_GROWTH=true")
+            && pre.contains("a memory limit of 3072 MiB"),
+        "{pre}"
+    );
+    let advice = diagnosis(&r, "jax-preallocation").unwrap()["advice"].to_string();
+    assert!(
+        advice.contains("set_memory_growth") && !advice.contains("XLA_PYTHON_CLIENT"),
+        "{advice}"
+    );
+    assert!(!fired(&r).contains(&"cache-bloat".to_string()));
+    assert!(
+        err.contains("TensorFlow, per process (its allocator does not say what it reserves)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("TensorFlow 2.17.0, preallocated its pool"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_tensorflow_program_with_memory_growth_is_not_preallocated_however_it_sets_it() {
+    for (envs, mode) in [
+        (&[("TF_FORCE_GPU_ALLOW_GROWTH", "true")][..], "healthy"),
+        (&[][..], "growth"),
+    ] {
+        let (code, r, err) = run(envs, "tf_programs.py", &[mode, "40", "0.01"]);
+        assert_eq!(code, 0, "{err}");
+        let p = &r["torch"]["processes"][0];
+        assert_eq!(p["framework"], "tensorflow", "{mode}: {p:#}");
+        assert_eq!(p.get("preallocated"), None, "{mode}: {p:#}");
+        let rules = fired(&r);
+        for quiet in ["jax-preallocation", "step-leak", "cache-bloat"] {
+            assert!(
+                !rules.contains(&quiet.to_string()),
+                "{mode}: {quiet}: {rules:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_tensorflow_oom_is_read_with_the_bfc_allocators_stats() {
+    // Batches 50 ms apart: NVML has seen the process by the failure (what was free on the GPU then).
+    let (code, r, err) = run(&[], "tf_programs.py", &["oom", "0", "0.05"]);
+    assert_eq!(code, 1, "{err}");
+    let o = &r["oom"];
+    assert_eq!(o["allocator"]["framework"], "tensorflow", "{o:#}");
+    assert_eq!(o["requested_bytes"].as_u64().unwrap(), 8192 * MIB);
+    let t = o;
+    // The BFC's Stats: its limit and pool (all of the GPU but the context and 1 GiB), what was in use
+    // (the weights and 17 kept outputs), its peak and the allocations it made.
+    let limit = (139.80 * 1024.0 * 1024.0 * 1024.0) as u64 - 1524 * MIB;
+    assert_eq!(t["allowed_bytes"].as_u64().unwrap(), limit, "{t:#}");
+    assert_eq!(t["reserved_bytes"].as_u64().unwrap(), limit, "{t:#}");
+    assert_eq!(
+        t["allocated_bytes"].as_u64().unwrap(),
+        (512 + 17 * 8192) * MIB,
+        "{t:#}"
+    );
+    assert_eq!(
+        t["peak_allocated_bytes"].as_u64().unwrap(),
+        (512 + 17 * 8192 + 64) * MIB
+    );
+    assert_eq!(t["allocations"], 1 + 2 * 17 + 1);
+    assert_eq!(t["largest_alloc_bytes"].as_u64().unwrap(), 8192 * MIB);
+    // The GPU had no room either: the job's own tensors filled it, not a cap.
+    assert_eq!(o["cause"], "self_growth", "{o:#}");
+    let why = o["explanation"].as_str().unwrap();
+    assert!(why.contains("the job itself held 138.31 GiB"), "{why}");
+    assert!(
+        fired(&r).contains(&"oom-self-growth".to_string()),
+        "{:?}",
+        fired(&r)
+    );
+}
+
+#[test]
+fn keras_fit_keeps_the_programs_callbacks_and_a_program_without_tensorflow_loads_nothing() {
+    let (code, r, out, err) = run_out(&[], "tf_programs.py", &["api"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "mine 1 seen 5 fit Model.fit ['self', 'x', 'y', 'batch_size', 'epochs', 'verbose', 'callbacks']\ndone 0\n",
+        "{err}"
+    );
+    assert_eq!(r["torch"]["processes"][0]["steps_total"], 5, "{r:#}");
+    let (code, r, out, err) = run_out(&[], "tf_programs.py", &["notf"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "shim modules []\n");
+    assert_eq!(r["torch"]["processes"], serde_json::json!([]));
+}
+
+#[test]
+fn an_rmm_pool_that_kept_a_one_off_buffer_is_cache_bloat_with_rmms_statistics() {
+    let (code, r, err) = run(&[], "rmm_programs.py", &["bloat", "1.5"]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "rmm", "{p:#}");
+    assert_eq!(p["framework_hello"]["version"], "25.02.00");
+    assert_eq!(p["gpu"], 0, "{p:#}");
+    // The pool's size is what RMM reserved; the statistics' peak, the one-off buffer.
+    assert_eq!(p["peak_reserved_bytes"].as_u64().unwrap(), 8192 * MIB);
+    assert_eq!(p["final_reserved_bytes"].as_u64().unwrap(), 8192 * MIB);
+    assert_eq!(p["peak_allocated_bytes"].as_u64().unwrap(), 8192 * MIB);
+    assert_eq!(p["steps_total"], 0, "RMM's readings are no steps");
+    assert!(p["allocations"].as_u64().unwrap() >= 3, "{p:#}");
+    assert_eq!(p["non_pytorch_bytes"].as_u64().unwrap(), 500 * MIB);
+    assert_eq!(p["alloc_retries"], Value::Null);
+    let bloat = message(&r, "cache-bloat");
+    assert!(
+        bloat.contains(
+            "RMM kept 8.00 GiB reserved while live allocations peaked at 512.00 MiB in its readings"
+        ),
+        "{bloat}"
+    );
+    let advice = diagnosis(&r, "cache-bloat").unwrap()["advice"].to_string();
+    assert!(
+        advice.contains("maximum_pool_size") && !advice.contains("torch.cuda.empty_cache"),
+        "{advice}"
+    );
+    assert!(err.contains("RMM, per process"), "{err}");
+    let (code, r, err) = run(&[], "rmm_programs.py", &["healthy", "1.5"]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(
+        p["peak_reserved_bytes"].as_u64().unwrap(),
+        512 * MIB,
+        "{p:#}"
+    );
+    assert!(
+        !fired(&r).contains(&"cache-bloat".to_string()),
+        "{:?}",
+        fired(&r)
+    );
+}
+
+#[test]
+fn rmm_without_statistics_or_a_pool_tells_nothing_and_is_absent_from_the_view() {
+    let (code, r, err) = run(&[], "rmm_programs.py", &["plain", "0.5"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["torch"]["processes"], serde_json::json!([]), "{r:#}");
+}
+
+#[test]
+fn a_program_that_imports_torch_before_jax_gets_jaxs_view_too() {
+    let torch = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake_torch");
+    let path = format!("{}:{}", fakes().display(), torch.display());
+    let m = Machine::h200s(1);
+    let script = fakes().join("jax_programs.py");
+    let (code, r, _, err) = m.python(
+        &[("PYTHONPATH", path.as_str())],
+        &[],
+        &[script.to_str().unwrap(), "torch_first", "40", "0.01"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let jax: Vec<&Value> = r["torch"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["framework"] == "jax")
+        .collect();
+    assert_eq!(jax.len(), 1, "{:#}", r["torch"]);
+    assert_eq!(jax[0]["steps_total"], 40);
+}
+
+#[test]
+fn an_rmm_leak_is_steady_growth_with_what_rmm_held_in_its_own_words() {
+    let (code, r, err) = run(&[], "rmm_programs.py", &["leak", "4"]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "rmm", "{p:#}");
+    let kept = p["final_allocated_bytes"].as_u64().unwrap();
+    assert!(kept >= 1024 * MIB, "{p:#}");
+    let growth = message(&r, "steady-growth");
+    assert!(growth.contains("and at its end RMM still held"), "{growth}");
+    assert!(!growth.contains("PyTorch"), "{growth}");
+}

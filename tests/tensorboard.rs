@@ -129,3 +129,28 @@ fn a_saved_trace_writes_the_curve_the_run_wrote() {
     assert!(a[tag].as_array().unwrap().len() > 100, "{}", a[tag]);
     assert_eq!(a[tag], b[tag]);
 }
+
+#[test]
+fn a_framework_beyond_pytorch_is_tagged_by_its_name_and_what_it_cannot_tell_has_no_curve() {
+    let m = Machine::h200s(1);
+    let dir = m.path("tb");
+    let fakes = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake_frameworks");
+    let program = fakes.join("tf_programs.py");
+    let (code, r, _, err) = m.python(
+        &[("PYTHONPATH", fakes.to_str().unwrap())],
+        &["--tensorboard", dir.to_str().unwrap()],
+        &[program.to_str().unwrap(), "healthy", "20", "0.01"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let pid = &r["torch"]["processes"][0]["pid"];
+    let s = scalars(&dir.join("gpudoc"));
+    let tags: Vec<&String> = s.as_object().unwrap().keys().collect();
+    let allocated = format!("gpudoc/tensorflow/pid{pid}/gpu0/allocated_GiB");
+    assert!(s.get(&allocated).is_some(), "{tags:?}");
+    // TensorFlow does not say what its allocator reserves: no curve, not a flat 0.
+    assert!(
+        tags.iter()
+            .all(|t| !t.contains("reserved") && !t.contains("/torch/")),
+        "{tags:?}"
+    );
+}

@@ -182,12 +182,15 @@ fn sampled(report: &Report, t: &Timeline, g: &GpuTimeline) -> Vec<Steps> {
         .filter(|p| p.gpu == Some(gpu) && !p.steps.is_empty())
     {
         let at = |s: &crate::torch::Step| (s.at_s * 1e6) as Micros;
-        out.push(Steps {
-            label: format!("pid {} {} reserved", p.pid, p.framework.name()),
-            kind: "reserved",
-            pid: Some(p.pid),
-            points: p.steps.iter().map(|s| (at(s), s.reserved_bytes)).collect(),
-        });
+        // TensorFlow does not say what its allocator holds: no line for it.
+        if p.framework.tells_reserved() {
+            out.push(Steps {
+                label: format!("pid {} {} reserved", p.pid, p.framework.name()),
+                kind: "reserved",
+                pid: Some(p.pid),
+                points: p.steps.iter().map(|s| (at(s), s.reserved_bytes)).collect(),
+            });
+        }
         out.push(Steps {
             label: format!("pid {} {} allocated", p.pid, p.framework.name()),
             kind: "allocated",

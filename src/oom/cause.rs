@@ -204,6 +204,9 @@ fn cap_setting(t: &OomText) -> &'static str {
         (Kind::Cupy, ..) => {
             "CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT"
         }
+        (Kind::Tensorflow, ..) => crate::torch::framework::Framework::Tensorflow
+            .cap_setting()
+            .unwrap_or_default(),
         (_, Allocator::Watermark, _) => {
             "PYTORCH_MPS_HIGH_WATERMARK_RATIO, the share of the system's memory MPS may use"
         }

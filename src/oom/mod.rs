@@ -2,6 +2,7 @@
 //! cgroup's `oom_kill` counter, the kernel log), and what NVML saw in the seconds before. [`classify`]
 //! turns them into how the run ended and, for a GPU OOM, whose memory it was.
 
+pub mod bfc;
 pub mod cause;
 pub mod engines;
 pub mod formats;
@@ -305,6 +306,7 @@ fn explain(e: &OomEvent, ev: &Evidence) -> OomReport {
     if let Some(a) = &allocator {
         framework_figures(&mut figures, a);
     }
+    bfc_free(&mut figures, t);
     let found = cause::cause_of(&figures);
     let mut ranks = Vec::new();
     for r in ev.scanner.events.iter().filter_map(|e| e.rank) {
@@ -416,6 +418,18 @@ fn framework_figures(f: &mut cause::Figures, a: &crate::torch::TorchOom) {
         a.reserved_bytes
     };
     f.reserved = f.reserved.or(Some(held));
+}
+
+/// A BFC allocator's limit is all of the GPU's free memory at its start unless a program set one: the
+/// limit stopped the allocation only where the GPU had room for it, which its text does not say. NVML's
+/// view does (what was free on the GPU then).
+fn bfc_free(f: &mut cause::Figures, t: &parse::OomText) {
+    if t.kind != Kind::Tensorflow || t.allowed_bytes.is_none() || f.free.is_some() {
+        return;
+    }
+    if let (Some(total), Some(used)) = (f.total, f.device_used) {
+        f.free = Some(total.saturating_sub(used));
+    }
 }
 
 /// The GPU (NVML index) that a CUDA device ordinal in an OOM text names. Inside the job, `cuda:0` is the

@@ -6,6 +6,7 @@
 //! report is tagged with the rank that printed it (`[rank1]:`, `[host:1]:`, `rank=1`, srun's `1: `);
 //! torchrun's closing "Root Cause (first observed failure)" block says which rank failed first.
 
+use super::bfc;
 use super::engines;
 use super::formats;
 use super::parse::{self, OomText};
@@ -239,12 +240,18 @@ struct LineBuf {
     tentative: Option<String>,
     /// Lines left in a torchrun root-cause block.
     root_cause: u8,
+    /// A BFC allocator's warning just opened (its event's index): the figures it prints after it may
+    /// come in the next lines left ([`bfc::LINES`]).
+    bfc: Option<(usize, u32)>,
 }
 
 impl LineBuf {
     /// Whether the next line matters whatever it says.
     fn expecting(&self) -> bool {
-        self.pending.is_some() || self.tentative.is_some() || self.root_cause > 0
+        self.pending.is_some()
+            || self.tentative.is_some()
+            || self.root_cause > 0
+            || self.bfc.is_some()
     }
 
     /// Appends the middle of a long line, noting a word of [`NEEDLES`] in it (also one that began in
@@ -416,6 +423,10 @@ impl Scanner {
             self.first_failure.get_or_insert_with(FirstFailure::default);
             return;
         }
+        if let Some((index, left)) = self.streams[i].bfc {
+            let done = bfc::read(&mut self.events[index].text, &line);
+            self.streams[i].bfc = (!done && left > 1).then_some((index, left - 1));
+        }
         if line.trim().is_empty() {
             return;
         }
@@ -457,6 +468,8 @@ impl Scanner {
         });
         let open_ended = parse::open_ended(&opened.text);
         let mut text = opened.text;
+        // A report that opens ends the figures of a BFC warning before it (its event may go below).
+        self.streams[stream as usize].bfc = None;
         if self.absorb_tensorrt_request(stream, &mut text, line, at) {
             return;
         }
@@ -468,6 +481,9 @@ impl Scanner {
             rank,
             line: line.chars().take(KEEP_TEXT).collect(),
         });
+        if formats::row_of(&text).is_some_and(|f| f.warning && f.format == "bfc") {
+            self.streams[stream as usize].bfc = Some((self.events.len() - 1, bfc::LINES));
+        }
         if open_ended {
             let prefix = line[..opened.start].trim_end();
             self.streams[stream as usize].pending = Some(Pending {
@@ -533,6 +549,13 @@ impl Scanner {
             let warning = self.events.pop().unwrap().text;
             t.gpu = t.gpu.or(warning.gpu);
             t.requested_bytes = t.requested_bytes.or(warning.requested_bytes);
+            // The figures the allocator printed after its warning (its `Stats:`).
+            t.allowed_bytes = t.allowed_bytes.or(warning.allowed_bytes);
+            t.allocated_bytes = t.allocated_bytes.or(warning.allocated_bytes);
+            t.reserved_bytes = t.reserved_bytes.or(warning.reserved_bytes);
+            t.peak_allocated_bytes = t.peak_allocated_bytes.or(warning.peak_allocated_bytes);
+            t.allocations = t.allocations.or(warning.allocations);
+            t.largest_alloc_bytes = t.largest_alloc_bytes.or(warning.largest_alloc_bytes);
         }
     }
 

@@ -160,6 +160,14 @@ pub struct OomText {
     /// vLLM: the tokens its KV cache could hold in the memory left for it.
     #[serde(default)]
     pub kv_cache_tokens: Option<u64>,
+    /// A BFC allocator's `Stats:` (TensorFlow, XLA): the peak of what was in use (`MaxInUse`), the
+    /// allocations it made (`NumAllocs`) and the largest (`MaxAllocSize`); absent where not printed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_allocated_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocations: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_alloc_bytes: Option<u64>,
 }
 
 const SIZE: &str = r"(\d+(?:\.\d+)?) ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b";
@@ -222,6 +230,9 @@ pub(super) fn empty(kind: Kind, format: &str) -> OomText {
         vendor: Vendor::Nvidia,
         max_model_len: None,
         kv_cache_tokens: None,
+        peak_allocated_bytes: None,
+        allocations: None,
+        largest_alloc_bytes: None,
     }
 }
 

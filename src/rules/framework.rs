@@ -1,7 +1,8 @@
 //! Facts of the framework view that only the frameworks other than PyTorch give: whose allocator a
 //! process's numbers are (`torch.framework`), whether it took its pool whole at its start
-//! (`torch.preallocated`), and per GPU what a preallocating framework reserved there against what its
-//! arrays really used, with the fraction to set instead (`gpu.framework*`, read by `jax-preallocation`).
+//! (`torch.preallocated`), and per GPU what a preallocating framework (JAX, TensorFlow) reserved there
+//! against what its arrays really used, with the fraction or limit to set instead (`gpu.framework*`, read
+//! by `jax-preallocation`).
 
 use crate::report::{GpuReport, Report};
 use crate::torch::view::TorchProcReport;
@@ -20,6 +21,9 @@ pub struct OnGpu {
     /// `XLA_PYTHON_CLIENT_MEM_FRACTION` that holds the peak in use with 25% headroom, rounded up to
     /// 0.05; 0 when unknown.
     pub fraction: f64,
+    /// The memory limit in MiB that holds the peak in use with the same headroom, rounded up to a GiB
+    /// (TensorFlow's `memory_limit`).
+    pub limit_mib: i64,
 }
 
 /// The preallocating framework's view of GPU `g` (its host's), if one is there.
@@ -29,16 +33,31 @@ pub fn on_gpu(r: &Report, g: &GpuReport) -> OnGpu {
         .processes
         .iter()
         .filter(|p| p.preallocated && p.gpu == Some(g.index) && p.host == g.host)
-        .max_by_key(|p| p.peak_reserved_bytes)
+        .max_by_key(|p| p.peak_reserved_bytes.max(p.nvml_peak_bytes.unwrap_or(0)))
     else {
         return OnGpu::default();
     };
+    // TensorFlow does not say what its allocator holds: what NVML saw the process hold is the pool, its
+    // CUDA context with it.
+    let held = match p.framework.tells_reserved() {
+        true => p.peak_reserved_bytes,
+        false => p.nvml_peak_bytes.unwrap_or(0),
+    };
     OnGpu {
         name: p.framework.name().to_string(),
-        reserved_bytes: p.peak_reserved_bytes as i64,
+        reserved_bytes: held as i64,
         used_peak_bytes: p.peak_allocated_bytes as i64,
         fraction: fraction_to_set(p.peak_allocated_bytes, g.total_bytes),
+        limit_mib: limit_to_set(p.peak_allocated_bytes),
     }
+}
+
+/// The memory limit in MiB that holds `peak` with the headroom, rounded up to a GiB.
+pub fn limit_to_set(peak: u64) -> i64 {
+    let gib = (peak as f64 * HEADROOM / (1u64 << 30) as f64)
+        .ceil()
+        .max(1.0);
+    gib as i64 * 1024
 }
 
 /// The fraction of a GPU of `total` bytes that holds `peak` with the headroom, rounded up to 0.05 (at
@@ -69,5 +88,13 @@ mod tests {
         assert_eq!(fraction_to_set(1, 140 * GIB), 0.05);
         assert_eq!(fraction_to_set(139 * GIB, 140 * GIB), 0.95);
         assert_eq!(fraction_to_set(GIB, 0), 0.0);
+    }
+
+    #[test]
+    fn the_limit_to_set_holds_the_peak_with_headroom_in_whole_gib() {
+        // 1.17 GiB with headroom is 1.46 GiB: a limit of 2 GiB.
+        assert_eq!(limit_to_set(1_256_000_000), 2048);
+        assert_eq!(limit_to_set(0), 1024);
+        assert_eq!(limit_to_set(8 * GIB), 10 * 1024);
     }
 }

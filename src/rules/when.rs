@@ -41,11 +41,12 @@ impl<'a> Steps<'a> {
         if host_procs.is_empty() {
             return None;
         }
+        // CuPy's and RMM's records are readings by time, no steps: no clock of steps.
         let pick = |f: &dyn Fn(&TorchProcReport) -> bool| -> Vec<&'a TorchProcReport> {
             host_procs
                 .iter()
                 .copied()
-                .filter(|p| f(p) && !p.steps.is_empty())
+                .filter(|p| f(p) && !p.steps.is_empty() && p.framework.counts_steps())
                 .collect()
         };
         let procs = [

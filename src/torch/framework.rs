@@ -1,6 +1,7 @@
 //! Which framework's allocator a record of the shim's is about: PyTorch's caching allocator, or, from
-//! `_gpudoc_frameworks.py`, JAX's (XLA's) or CuPy's pool. Their records are of one kind (in use,
-//! reserved, peaks, steps), so every rule reads them alike; what a framework cannot tell is absent.
+//! `_gpudoc_frameworks.py`, JAX's (XLA's), CuPy's pool, TensorFlow's BFC allocator or RAPIDS' memory
+//! manager (RMM). Their records are of one kind (in use, reserved, peaks, steps), so every rule reads
+//! them alike; what a framework cannot tell is absent.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -26,6 +27,8 @@ pub enum Framework {
     Torch,
     Jax,
     Cupy,
+    Tensorflow,
+    Rmm,
 }
 
 impl Framework {
@@ -35,7 +38,20 @@ impl Framework {
             None => Some(Framework::Torch),
             Some("jax") => Some(Framework::Jax),
             Some("cupy") => Some(Framework::Cupy),
+            Some("tensorflow") => Some(Framework::Tensorflow),
+            Some("rmm") => Some(Framework::Rmm),
             Some(_) => None,
+        }
+    }
+
+    /// Its id, as the report's `framework` and the metrics' `framework` label write it.
+    pub fn id(self) -> &'static str {
+        match self {
+            Framework::Torch => "torch",
+            Framework::Jax => "jax",
+            Framework::Cupy => "cupy",
+            Framework::Tensorflow => "tensorflow",
+            Framework::Rmm => "rmm",
         }
     }
 
@@ -45,7 +61,16 @@ impl Framework {
             Framework::Torch => "PyTorch",
             Framework::Jax => "JAX",
             Framework::Cupy => "CuPy",
+            Framework::Tensorflow => "TensorFlow",
+            Framework::Rmm => "RMM",
         }
+    }
+
+    /// Whether its records say what its allocator holds from the device (reserved): TensorFlow's
+    /// `get_memory_info` gives only what is in use and its peak, so its reserved memory is unknown (the
+    /// report's `non_pytorch_bytes` is then absent, and NVML's figure is what the process holds).
+    pub fn tells_reserved(self) -> bool {
+        self != Framework::Tensorflow
     }
 
     /// What sets the limit of its allocator's pool, in words (the cap an OOM ran into); `None` for
@@ -59,13 +84,19 @@ impl Framework {
             Framework::Cupy => {
                 Some("CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT")
             }
+            Framework::Tensorflow => Some(
+                "the memory limit of TensorFlow's BFC allocator (all of the GPU's free memory at its start, or tf.config.set_logical_device_configuration's memory_limit)",
+            ),
+            Framework::Rmm => Some(
+                "the size of RMM's pool (rmm.reinitialize(pool_allocator=True, initial_pool_size=..., maximum_pool_size=...))",
+            ),
         }
     }
 
-    /// Whether its records are at its steps: CuPy's are readings ten times a second (no step a hook could
-    /// count), which stand for steps in its records, and the report counts no steps for it.
+    /// Whether its records are at its steps: CuPy's and RMM's are readings ten times a second (no step a
+    /// hook could count), which stand for steps in its records, and the report counts no steps for them.
     pub fn counts_steps(self) -> bool {
-        self != Framework::Cupy
+        !matches!(self, Framework::Cupy | Framework::Rmm)
     }
 
     pub fn is_torch(&self) -> bool {
@@ -73,8 +104,11 @@ impl Framework {
     }
 
     /// Whether its allocator took its pool whole at the start, with these settings in force (the
-    /// environment the process had): JAX's preallocates `XLA_PYTHON_CLIENT_MEM_FRACTION` (75%) of the GPU
-    /// unless `XLA_PYTHON_CLIENT_PREALLOCATE=false` or another allocator is chosen.
+    /// environment the process had, and what the framework said of itself): JAX's preallocates
+    /// `XLA_PYTHON_CLIENT_MEM_FRACTION` (75%) of the GPU unless `XLA_PYTHON_CLIENT_PREALLOCATE=false` or
+    /// another allocator is chosen; TensorFlow's BFC allocator takes nearly all of the GPU's free memory
+    /// unless memory growth is on (`TF_FORCE_GPU_ALLOW_GROWTH=true`, or `set_memory_growth` on every GPU,
+    /// which the shim reads as `memory_growth`) or `TF_GPU_ALLOCATOR=cuda_malloc_async`.
     pub fn preallocates(self, settings: &BTreeMap<String, String>) -> bool {
         let set = |k: &str| settings.get(k).map(|v| v.trim().to_ascii_lowercase());
         match self {
@@ -87,7 +121,15 @@ impl Framework {
                     None | Some("default" | "bfc")
                 )
             }
-            Framework::Torch | Framework::Cupy => false,
+            Framework::Tensorflow => {
+                !matches!(set("TF_FORCE_GPU_ALLOW_GROWTH").as_deref(), Some("true"))
+                    && !matches!(set("memory_growth").as_deref(), Some("true"))
+                    && !matches!(
+                        set("TF_GPU_ALLOCATOR").as_deref(),
+                        Some("cuda_malloc_async")
+                    )
+            }
+            Framework::Torch | Framework::Cupy | Framework::Rmm => false,
         }
     }
 }
@@ -144,10 +186,33 @@ mod tests {
     }
 
     #[test]
+    fn tensorflow_preallocates_unless_memory_grows_or_allocates_asynchronously() {
+        let with = |pairs: &[(&str, &str)]| {
+            let s = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Framework::Tensorflow.preallocates(&s)
+        };
+        assert!(with(&[]));
+        assert!(with(&[("TF_FORCE_GPU_ALLOW_GROWTH", "false")]));
+        assert!(with(&[("memory_growth", "false")]));
+        assert!(!with(&[("TF_FORCE_GPU_ALLOW_GROWTH", "true")]));
+        assert!(!with(&[("memory_growth", "true")]));
+        assert!(!with(&[("TF_GPU_ALLOCATOR", "cuda_malloc_async")]));
+        assert!(!Framework::Rmm.preallocates(&BTreeMap::new()));
+    }
+
+    #[test]
     fn a_message_names_its_framework_and_an_unknown_one_is_none() {
         let v = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
         assert_eq!(Framework::of(&v(r#"{"k":"step"}"#)), Some(Framework::Torch));
         assert_eq!(Framework::of(&v(r#"{"fw":"jax"}"#)), Some(Framework::Jax));
+        assert_eq!(
+            Framework::of(&v(r#"{"fw":"tensorflow"}"#)),
+            Some(Framework::Tensorflow)
+        );
+        assert_eq!(Framework::of(&v(r#"{"fw":"rmm"}"#)), Some(Framework::Rmm));
         assert_eq!(Framework::of(&v(r#"{"fw":"mxnet"}"#)), None);
     }
 }

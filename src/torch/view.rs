@@ -28,8 +28,9 @@ pub struct TorchProcReport {
     pub host: Option<String>,
     pub pid: u32,
     /// Whose allocator this is: `torch` (PyTorch's caching allocator; absent), `jax` (XLA's), `cupy`
-    /// (CuPy's memory pool). Allocated is what the framework's live arrays hold, reserved what its allocator
-    /// holds from the device.
+    /// (CuPy's memory pool), `tensorflow` (its BFC allocator), `rmm` (RAPIDS' memory manager). Allocated
+    /// is what the framework's live arrays hold, reserved what its allocator holds from the device (0 for
+    /// TensorFlow, which does not say: `tf.config.experimental.get_memory_info` gives in use and peak only).
     #[serde(default, skip_serializing_if = "super::framework::Framework::is_torch")]
     pub framework: super::framework::Framework,
     /// A framework other than PyTorch: its version and the allocator settings in its environment.
@@ -67,7 +68,8 @@ pub struct TorchProcReport {
     pub peak_inactive_split_bytes: Option<u64>,
     /// NVML's peak for this process on this GPU.
     pub nvml_peak_bytes: Option<u64>,
-    /// NVML − PyTorch reserved, at NVML's peak: memory outside PyTorch's allocator.
+    /// NVML − PyTorch reserved, at NVML's peak: memory outside PyTorch's allocator (the framework's;
+    /// absent for TensorFlow, which does not say what its allocator holds).
     pub non_pytorch_bytes: Option<u64>,
     /// PyTorch's counters (absent for the other frameworks, which keep none).
     pub alloc_retries: Option<u64>,
@@ -187,7 +189,9 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
             // The two views are sampled separately, each every few milliseconds: take PyTorch's reserved
             // memory around NVML's peak, not at one instant, so a sample that lags by one step doesn't
             // count the step as non-PyTorch memory.
-            let non_pytorch = nv.and_then(|s| {
+            // A framework that does not say what it holds (TensorFlow) has no outside to tell.
+            let told = nv.filter(|_| p.framework.tells_reserved());
+            let non_pytorch = told.and_then(|s| {
                 let at = s.used.peak_at();
                 let near = p.reserved.max_in(at.saturating_sub(ALIGN), at + ALIGN);
                 let reserved = near.max(covering_peak(&p.steps.steps, at))?;

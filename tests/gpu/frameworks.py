@@ -5,6 +5,10 @@
                                                default preallocation (75% of the GPU), with the rest free
     python3 frameworks.py cupy_bloat [SECONDS] a one-off 8 GiB temporary, dropped, then a 512 MiB working set:
                                                CuPy's pool keeps the 8 GiB
+    python3 frameworks.py tf_leak [BATCHES]    Keras's fit, each batch's 16 MiB output kept in a list, under
+                                               TensorFlow's default (no memory growth)
+    python3 frameworks.py tf_healthy [BATCHES] the same with TF_FORCE_GPU_ALLOW_GROWTH=true set by the script
+                                               (before TensorFlow starts), the output dropped
 Each prints its own view of the allocator at its end (one JSON line), to check the report's against."""
 import json
 import sys
@@ -57,7 +61,37 @@ def cupy_program():
                       "free_blocks": pool.n_free_blocks()}))
 
 
+def tf_program():
+    import os
+
+    if what == "tf_healthy":
+        os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    import tensorflow as tf
+
+    kept = []
+
+    class Model(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(tf.ones((128 * MiB,)))  # 512 MiB
+
+        def train_step(self, data):
+            out = tf.fill((4 * MiB,), 1.0) + self.w[0]  # 16 MiB
+            if what == "tf_leak":
+                kept.append(out)
+            return {"loss": tf.reduce_sum(out[:1])}
+
+    model = Model()
+    model.compile()
+    data = tf.data.Dataset.from_tensors(tf.zeros((1,))).repeat(n)
+    model.fit(data, epochs=1, verbose=0)
+    info = tf.config.experimental.get_memory_info("GPU:0")
+    print(json.dumps({"steps": n, "kept": len(kept), "info": info, "version": tf.__version__}))
+
+
 if what.startswith("jax"):
     jax_program()
+elif what.startswith("tf"):
+    tf_program()
 else:
     cupy_program()

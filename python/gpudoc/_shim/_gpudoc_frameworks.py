@@ -1,5 +1,6 @@
-"""gpudoc's shim for the frameworks other than PyTorch, loaded when the program imports JAX or CuPy
-(sitecustomize.py's finder watches for that; a program that imports neither pays nothing). It reads each
+"""gpudoc's shim for the frameworks other than PyTorch, loaded when the program imports JAX, CuPy,
+TensorFlow (and Keras) or RMM (sitecustomize.py's finder watches for that; a program that imports none
+pays nothing). It reads each
 framework's own allocator and sends records of the same kind as PyTorch's (in use, reserved, peaks, steps),
 tagged with the framework; what a framework cannot tell is left out of the record, never sent as zero.
 
@@ -12,6 +13,12 @@ tagged with the framework; what a framework cannot tell is left out of the recor
 - CuPy: the default memory pool (used, total, free blocks; its limit where one is set) and the pinned
   pool's free blocks, read ten times a second by one thread of the shim's (CuPy has no step a hook could
   count: the readings stand for steps in the records, and the report counts no steps), and at exit.
+- TensorFlow: `tf.config.experimental.get_memory_info` of each GPU (in use and its peak; TensorFlow does
+  not say what its allocator holds), memory growth as set; steps: the batches of Keras's `Model.fit`
+  (a callback of the shim's added to the fit's callbacks), and at a ResourceExhaustedError from fit the
+  allocator's numbers before it reaches the program.
+- RMM: where the current device resource is a StatisticsResourceAdaptor (`rmm.statistics`), its counts
+  (current and peak bytes, allocations), and a pool memory resource's size as reserved; read as CuPy's.
 
 Every record is taken every Nth step, N chosen so that its cost stays under BUDGET of the step time, as
 PyTorch's (docs/framework.md). Loaded by GpudocFinder as the module `gpudoc._shim.frameworks`.
@@ -95,6 +102,9 @@ class View(object):
 
     def record(self, kind, covered, extra=""):
         """One record per device: the numbers now (`kind`: s, step, oom)."""
+        if callable(self.hello):
+            # Said at the first record: what a framework tells of its settings may be set until then.
+            self.hello = self.hello()
         if self.hello is not None:
             S.pipe.send(self.hello)
             self.hello = None
@@ -204,7 +214,7 @@ class _Jitted(object):
         except Exception as e:
             try:
                 if _is_oom(e):
-                    _jax_oom(e)
+                    _oom_record(e)
             except Exception:
                 pass  # the program's own error goes on as it is
             if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
@@ -234,11 +244,21 @@ class _Jitted(object):
         return repr(self._gpudoc_real)
 
 
-def _jax_oom(error):
-    """The allocator's numbers at a RESOURCE_EXHAUSTED error (once per error), while the arrays it found
-    are still alive."""
+def _like(new, real):
+    """`new` reads as `real`: its names, doc and `__wrapped__` (inspect.signature follows it to `real`'s
+    parameters)."""
+    for key in ("__module__", "__name__", "__qualname__", "__doc__", "__wrapped__"):
+        try:
+            setattr(new, key, getattr(real, key))
+        except AttributeError:
+            pass
+
+
+def _oom_record(error, fw="jax"):
+    """The allocator's numbers at an out-of-memory error (JAX's RESOURCE_EXHAUSTED, TensorFlow's
+    ResourceExhaustedError), once per error, while the arrays it found are still alive."""
     try:
-        view = S.views.get("jax")
+        view = S.views.get(fw)
         if view is not None and not S.pipe.dead and S.oom_id != id(error):
             S.oom_id = id(error)
             view.record("oom", view.steps - view.last_step)
@@ -253,7 +273,7 @@ def _excepthook(previous):
     def excepthook(kind, value, tb):
         try:
             if _is_oom(value):
-                _jax_oom(value)
+                _oom_record(value)
         except Exception:
             pass  # the program's error is printed as it would be without gpudoc
         return previous(kind, value, tb)
@@ -274,11 +294,7 @@ def _install_jax(jax):
         # `jax.jit(static_argnames=...)` without the function: a decorator.
         return lambda fun: _Jitted(out(fun))
 
-    for key in ("__module__", "__name__", "__qualname__", "__doc__", "__wrapped__"):
-        try:
-            setattr(jit, key, getattr(real, key))
-        except AttributeError:
-            pass
+    _like(jit, real)
     _patches().replace(jax, "jit", jit, "counts the calls of jitted functions: the steps of a JAX program")
     _patches().replace(sys, "excepthook", _excepthook(sys.excepthook),
                        "records XLA's allocator at an uncaught RESOURCE_EXHAUSTED error (JAX raises it where "
@@ -288,6 +304,27 @@ def _install_jax(jax):
 
 
 # -- CuPy -----------------------------------------------------------------------------------------------
+def _readings(view, name, readable):
+    """A thread of the shim's reads `view` every CUPY_EVERY seconds once `readable()` (a framework with no
+    step a hook could count: its readings stand for steps in the records). A reading is a few C calls
+    under the GIL, microseconds."""
+    import threading
+
+    def sample():
+        while not S.pipe.dead:
+            time.sleep(CUPY_EVERY)
+            try:
+                if readable():
+                    view.steps += 1
+                    view.record("step", 1)
+                    view.records += 1
+                    view.last_step = view.steps
+            except Exception as e:
+                S.pipe.fail(name, e)
+
+    threading.Thread(target=sample, name="gpudoc-" + name, daemon=True).start()
+
+
 def _cupy_reader(cupy):
     runtime = cupy.cuda.runtime
     uuids = {}
@@ -319,26 +356,172 @@ def _uuid(raw):
 def _install_cupy(cupy):
     view = View("cupy", _cupy_reader(cupy))
     view.hello = _hello("cupy", getattr(cupy, "__version__", "?"), {})
-    import threading
-
-    def sample():
-        # CuPy has no step a hook could count: its pool is read every CUPY_EVERY seconds, from its first
-        # allocation on (a program that imports CuPy and never allocates is never read). A reading is a
-        # few C calls under the GIL, microseconds.
-        while not S.pipe.dead:
-            time.sleep(CUPY_EVERY)
-            try:
-                if cupy.get_default_memory_pool().total_bytes():
-                    view.steps += 1
-                    view.record("step", 1)
-                    view.records += 1
-                    view.last_step = view.steps
-            except Exception as e:
-                S.pipe.fail("cupy", e)
-
-    threading.Thread(target=sample, name="gpudoc-cupy", daemon=True).start()
+    # From the pool's first allocation on: a program that imports CuPy and never allocates is never read.
+    _readings(view, "cupy", lambda: cupy.get_default_memory_pool().total_bytes())
     _watch_process(view)
     return view
 
 
-INSTALL = {"jax": _install_jax, "cupy": _install_cupy}
+# -- TensorFlow -----------------------------------------------------------------------------------------
+# What sets how TensorFlow's GPU allocator takes memory (tensorflow.org/guide/gpu).
+TF_SETTINGS = ("TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR")
+
+
+def _tf_reader(tf):
+    def read():
+        # The logical GPUs exist once TensorFlow's context has started: the shim reads only after a
+        # batch ran or at an error from one, never before (reading would start it, and take the GPU).
+        for d in tf.config.list_logical_devices("GPU"):
+            info = tf.config.experimental.get_memory_info(d.name)
+            yield int(d.name.rsplit(":", 1)[1]), None, {"a": info.get("current"), "pa": info.get("peak")}
+
+    return read
+
+
+def _tf_hello(tf):
+    settings = dict((k, os.environ[k]) for k in TF_SETTINGS if k in os.environ)
+    try:
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            growth = all(tf.config.experimental.get_memory_growth(g) for g in gpus)
+            settings["memory_growth"] = "true" if growth else "false"
+    except Exception:
+        pass  # not told: absent
+    return _hello("tensorflow", getattr(tf, "__version__", "?"), settings)
+
+
+def _is_tf_oom(e):
+    return type(e).__name__ == "ResourceExhaustedError" or "OOM when allocating" in str(e)[:400]
+
+
+def _install_tensorflow(tf):
+    view = View("tensorflow", _tf_reader(tf))
+    view.hello = lambda: _tf_hello(tf)
+    _watch_process(view)
+    return view
+
+
+def _install_keras(keras):
+    """Keras's `Model.fit` gets a callback of the shim's among its callbacks: each batch's end is a step
+    of the TensorFlow view. The program's own list of callbacks is left as it was (the fit gets a copy);
+    a CallbackList of the program's is left alone (no steps are counted then)."""
+    base = keras.callbacks.Callback
+
+    class GpudocSteps(base):
+        def __init__(self):
+            base.__init__(self)
+            # Keras 2 hands a callback that says so its logs as tensors: no copy to the host per batch.
+            self._supports_tf_logs = True
+
+        def on_train_batch_end(self, batch, logs=None):
+            view = S.views.get("tensorflow")
+            if view is not None:
+                view.tick()
+
+    real = keras.Model.fit
+
+    def fit(self, *args, **kwargs):
+        __tracebackhide__ = True
+        try:
+            args, kwargs = _with_callback(args, kwargs, GpudocSteps)
+        except Exception:
+            pass  # the fit runs as the program asked, uncounted
+        try:
+            return real(self, *args, **kwargs)
+        except Exception as e:
+            try:
+                if _is_tf_oom(e):
+                    _oom_record(e, "tensorflow")
+            except Exception:
+                pass
+            if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
+                e.__traceback__ = e.__traceback__.tb_next
+            raise
+
+    _like(fit, real)
+    fit.__wrapped__ = real
+    why = "counts the batches of Model.fit: the steps of a Keras program"
+    _patches().replace(keras.Model, "fit", fit, why)
+    return None
+
+
+def _with_callback(args, kwargs, kind):
+    """fit's arguments with one callback of `kind` more; `callbacks` is fit's sixth parameter (x, y,
+    batch_size, epochs, verbose, callbacks) in Keras 2 and 3."""
+    positional = len(args) > 5
+    given = args[5] if positional else kwargs.get("callbacks")
+    if given is None:
+        given = []
+    elif not isinstance(given, (list, tuple)):
+        return args, kwargs
+    callbacks = list(given) + [kind()]
+    if positional:
+        return args[:5] + (callbacks,) + args[6:], kwargs
+    kwargs = dict(kwargs)
+    kwargs["callbacks"] = callbacks
+    return args, kwargs
+
+
+# -- RMM ------------------------------------------------------------------------------------------------
+def _rmm_counts(rmm):
+    """The statistics of RMM's current device resource, where it keeps them (a StatisticsResourceAdaptor:
+    `rmm.statistics.enable_statistics()`; the shim never puts one in), and its pool's size."""
+    mr = rmm.mr.get_current_device_resource()
+    counts = None
+    if isinstance(mr, rmm.mr.StatisticsResourceAdaptor):
+        counts = mr.allocation_counts
+        if isinstance(counts, dict):  # RMM before 24.08 gave a dict of the same names
+            counts = type("Counts", (), counts)
+    pool, seen = None, 0
+    while mr is not None and seen < 16:
+        if isinstance(mr, rmm.mr.PoolMemoryResource):
+            pool = mr.pool_size()
+            break
+        if isinstance(mr, rmm.mr.CudaMemoryResource) and counts is not None:
+            # cudaMalloc and cudaFree as asked: what RMM holds is what is allocated.
+            pool = counts.current_bytes
+            break
+        mr, seen = getattr(mr, "upstream_mr", None), seen + 1
+    return counts, pool
+
+
+def _rmm_reader(rmm):
+    last_peak = [0]
+
+    def read():
+        counts, pool = _rmm_counts(rmm)
+        numbers = {"r": pool, "pr": pool}
+        if counts is not None:
+            # RMM's peak is since the statistics began: a reading's peak is that peak where it rose since
+            # the reading before (it was reached in between), else what is allocated now.
+            rose = counts.peak_bytes > last_peak[0]
+            last_peak[0] = counts.peak_bytes
+            numbers.update(a=counts.current_bytes, na=counts.total_count,
+                           pa=counts.peak_bytes if rose else counts.current_bytes)
+        yield _rmm_device(rmm), None, numbers
+
+    return read
+
+
+def _rmm_device(rmm):
+    try:
+        return rmm._cuda.gpu.getDevice()
+    except Exception:
+        return 0
+
+
+def _install_rmm(rmm):
+    view = View("rmm", _rmm_reader(rmm))
+    view.hello = _hello("rmm", getattr(rmm, "__version__", "?"), {})
+
+    def readable():
+        counts, pool = _rmm_counts(rmm)
+        return (counts is not None and counts.total_count > 0) or bool(pool)
+
+    _readings(view, "rmm", readable)
+    _watch_process(view)
+    return view
+
+
+INSTALL = {"jax": _install_jax, "cupy": _install_cupy, "tensorflow": _install_tensorflow,
+           "keras": _install_keras, "rmm": _install_rmm}

@@ -1,8 +1,8 @@
 """gpudoc's shim at start-up (run by sitecustomize.py, beside it, in every Python process of the job; valid
 Python 2 and 3). It leaves nothing behind: it takes gpudoc's folders off sys.path, runs the sitecustomize
 it shadows (once, however tools chain theirs), and puts a finder on sys.meta_path that loads
-_gpudoc_torch.py, beside it, when the program really imports torch (_gpudoc_frameworks.py for JAX and
-CuPy)."""
+_gpudoc_torch.py, beside it, when the program really imports torch (_gpudoc_frameworks.py for JAX,
+CuPy, TensorFlow, Keras and RMM)."""
 
 
 
@@ -13,6 +13,9 @@ PARTS = {
     "torch": ("_gpudoc_torch.py", "gpudoc._shim.torch"),
     "jax": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
     "cupy": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
+    "tensorflow": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
+    "keras": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
+    "rmm": ("_gpudoc_frameworks.py", "gpudoc._shim.frameworks"),
 }
 
 
@@ -48,14 +51,17 @@ def start(loader, code, site):
     setting = os.environ.get("GPUDOC_TORCH")
     if setting and not again and sys.version_info >= (3, 6):
         class GpudocFinder(object):
-            """gpudoc's (`gpudoc run`): loads its PyTorch hooks when the program imports torch."""
+            """gpudoc's (`gpudoc run`): loads its PyTorch hooks when the program imports torch, its part for
+            the other frameworks when it imports one of them (in any order)."""
 
             _gpudoc = True
             busy = False
+            # The frameworks whose part is in place (torch): the finder stays for the others.
+            done = ()
 
             def find_spec(self, name, path=None, target=None):
                 __tracebackhide__ = True
-                if name not in PARTS or self.busy:
+                if name not in PARTS or self.busy or name in self.done:
                     return None
                 # Only the import itself, not a probe (importlib.util.find_spec) or a reload.
                 f = sys._getframe(1)

@@ -81,12 +81,10 @@ def _lazy_cuda_init(torch):
 
 
 def _after_import(module, finder):
-    """torch's module has run: the hooks go in, and the finder that waited for it leaves sys.meta_path."""
+    """torch's module has run: the hooks go in. The finder that waited for it stays in sys.meta_path for
+    the other frameworks (a program may import jax after torch), and answers torch's import no more."""
     try:
-        for i, f in enumerate(sys.meta_path):
-            if f is finder:
-                del sys.meta_path[i]
-                break
+        finder.done = ("torch",)
         _install(module)
     except Exception as e:
         _fail("start", e)

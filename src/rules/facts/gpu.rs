@@ -68,15 +68,20 @@ pub struct GpuFacts {
     pub torch: bool,
     /// steps whose peak the framework view saw far above the others, on this GPU (see torch.phase_count)
     pub torch_phases: i64,
-    /// the framework whose allocator took its pool whole at its start on this GPU (JAX), empty if none
+    /// the framework whose allocator took its pool whole at its start on this GPU (JAX, TensorFlow), empty
+    /// if none
     pub framework: String,
-    /// what that framework's allocator held there at its peak (its preallocated pool), 0 if none
+    /// what that framework's allocator held there at its peak (its preallocated pool; TensorFlow's, which
+    /// does not say, is what NVML saw the process hold), 0 if none
     pub framework_reserved_bytes: i64,
     /// the peak of what its live arrays really used of that pool, 0 if none
     pub framework_used_peak_bytes: i64,
     /// the XLA_PYTHON_CLIENT_MEM_FRACTION that holds that peak with 25% headroom (rounded up to 0.05), 0 if
     /// none
     pub framework_fraction: f64,
+    /// the memory limit, in MiB, that holds that peak with 25% headroom (rounded up to a GiB): TensorFlow's
+    /// `memory_limit`; 0 if none
+    pub framework_limit_mib: i64,
     /// when the job's peak on it fell among the optimizer steps' records: before_steps, steps, after_steps (a
     /// time, not what ran then: see oom.phase); empty without the framework view
     pub peak_stretch: String,
@@ -100,8 +105,10 @@ pub struct GpuFacts {
     /// neither): what its memory does is loading; false where they have, or without the shim
     pub loading: bool,
     /// PyTorch's live tensors on this GPU at its last reading (the exit record), summed over processes; -1
-    /// without one
+    /// without one (another framework's: what its allocator had in use)
     pub growth_live_bytes: i64,
+    /// whose those are: the framework's name (PyTorch, JAX, CuPy, TensorFlow, RMM), empty without one
+    pub growth_live_framework: String,
     /// at that rate, seconds until the GPU is full (its capacity less the driver's reserve, other processes'
     /// peaks and the level reached), -1 if not growing
     pub time_to_full_s: f64,
@@ -153,6 +160,7 @@ pub(super) fn gpu_facts(r: &Report, steps: &crate::rules::when::Steps) -> Vec<Gp
             (f.framework, f.framework_reserved_bytes) = (pre.name, pre.reserved_bytes);
             (f.framework_used_peak_bytes, f.framework_fraction) =
                 (pre.used_peak_bytes, pre.fraction);
+            f.framework_limit_mib = pre.limit_mib;
             (f.others_peak_bytes, f.others_list) = others_facts(held.unwrap_or_default());
             let on = holding.remove(&g.gpu()).unwrap_or_default();
             f.server = server_among(on);
@@ -312,6 +320,10 @@ fn when_facts(
         true => -1,
         false => torch.iter().map(|t| t.final_allocated_bytes as i64).sum(),
     };
+    f.growth_live_framework = torch
+        .first()
+        .map(|t| crate::rules::framework::name(t))
+        .unwrap_or_default();
     f.growth_from_s = -1.0;
     f.time_to_full_s = -1.0;
     f.growth_after_step = w.growth_after_step;
