@@ -535,8 +535,8 @@ mod tests {
             (Some(0), &[][..])
         );
         assert_eq!(
-            (p(1).verdict.as_str(), p(1).user.as_str()),
-            ("live", "u1000")
+            (p(1).verdict.as_deref(), p(1).user.as_deref()),
+            (Some("live"), Some("u1000"))
         );
         assert!(!p(4).visible && !p(4).in_job);
         // The device holder is a process of the look, a leftover holding nothing.
@@ -545,7 +545,7 @@ mod tests {
             "{:?}",
             p(5)
         );
-        assert_eq!(p(5).reason, "its parent died");
+        assert_eq!(p(5).reason.as_deref(), Some("its parent died"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub(super) fn cell_facts(cells: &[crate::torch::cells::Cell]) -> TorchFacts {
     let mut numbers: Vec<String> = l.numbers.iter().map(|n| format!("[{n}]")).collect();
     let last = numbers.pop().unwrap_or_default();
     TorchFacts {
-        cell: l.label,
+        cell: Some(l.label),
         cell_runs: l.runs as i64,
         cell_numbers: if numbers.is_empty() {
             format!("In {last}")
