@@ -2,7 +2,7 @@
 //! it.
 
 use super::torch::{leak_holders, leak_sites};
-use super::{gpu_label, pct, steady_level};
+use super::{Holder, gpu_label, pct, steady_level};
 use crate::ident::GpuRef;
 use crate::report::Report;
 use serde::Serialize;
@@ -30,8 +30,9 @@ pub struct GpuFacts {
     /// sum of the peaks of processes outside the job (in a look: what other users' processes hold now; one
     /// whose owner can't be read, a ghost, is neither the job's nor others')
     pub others_peak_bytes: i64,
-    /// those processes, in words, the most first: pid, command (in a look: its owner), memory
-    pub others_list: String,
+    /// those processes, the most first: each a holder (pid, who: its command line cut to 60 characters, in a
+    /// look its owner; bytes: its peak)
+    pub others_list: Vec<Holder>,
     /// an inference server (as run.server: vllm, sglang, tensorrt_llm, tgi) whose processes are all that hold
     /// memory on this GPU, the job's or others'; null if none, or if any other process holds memory there
     /// (it has only what the server left; in a look, the only way a server is known)
@@ -116,10 +117,10 @@ pub struct GpuFacts {
     pub growth_graph_bytes: i64,
     /// what holds those tensors, null if none
     pub growth_graph_holder: Option<String>,
-    /// in a look, what the runs in progress (`gpudoc run`) forecast of this GPU, in the words a run says its
-    /// forecasts, each with its run (`GPU 0 will be full in ~5 min at +64.00 MiB/step (gpudoc run, pid 4242,
-    /// step-leak: python3 train.py)`), the soonest first, `; ` between runs; empty in a run and when none does
-    pub forecast: String,
+    /// in a look, what the runs in progress (`gpudoc run`) forecast of this GPU, one item a run, in the words
+    /// a run says its forecasts, each with its run (`GPU 0 will be full in ~5 min at +64.00 MiB/step (gpudoc
+    /// run, pid 4242, step-leak: python3 train.py)`), the soonest first; empty in a run and when none does
+    pub forecast: Vec<String>,
 }
 }
 
@@ -174,16 +175,13 @@ pub(super) fn gpu_facts(r: &Report, steps: &crate::rules::when::Steps) -> Vec<Gp
 }
 
 /// In a look, what the runs in progress forecast of GPU `gpu`, in words, the soonest first (`gpu.forecast`).
-fn forecast(r: &Report, gpu: u32) -> String {
+fn forecast(r: &Report, gpu: u32) -> Vec<String> {
     let Some(m) = &r.moment else {
-        return String::new();
+        return Vec::new();
     };
     let mut of: Vec<_> = m.forecasts.iter().filter(|f| f.gpu == gpu).collect();
     of.sort_by(|a, b| a.full_in_s.total_cmp(&b.full_in_s));
-    of.iter()
-        .map(|f| f.words.as_str())
-        .collect::<Vec<_>>()
-        .join("; ")
+    of.iter().map(|f| f.words.clone()).collect()
 }
 
 /// In a look, each holder's owner in words (its user's name, else `uid N`; `None` for a ghost).
@@ -214,15 +212,20 @@ pub(in crate::rules) fn server_among<'a>(
 /// A process outside the job on a GPU: its pid, who it is in words, and its memory there.
 pub(in crate::rules) type Other = (u32, String, u64);
 
-/// What the processes outside the job hold on a GPU, summed, and in words, the most first
+/// What the processes outside the job hold on a GPU, summed, and each, the most first
 /// (`gpu.others_peak_bytes`, `gpu.others_list`).
-pub(in crate::rules) fn others_facts(mut others: Vec<Other>) -> (i64, String) {
+pub(in crate::rules) fn others_facts(mut others: Vec<Other>) -> (i64, Vec<Holder>) {
     others.sort_by_key(|o| (std::cmp::Reverse(o.2), o.0));
-    let list: Vec<String> = others
+    let list = others
         .iter()
-        .map(|(pid, who, b)| format!("pid {pid} ({who}) {}", crate::units::fmt_bytes(*b)))
+        .map(|(pid, who, b)| Holder {
+            pid: i64::from(*pid),
+            who: Some(who.clone()),
+            bytes: *b as i64,
+            ..Holder::default()
+        })
         .collect();
-    (others.iter().map(|o| o.2 as i64).sum(), list.join("; "))
+    (others.iter().map(|o| o.2 as i64).sum(), list)
 }
 
 fn one_gpu(r: &Report, g: &crate::report::GpuReport) -> GpuFacts {

@@ -1,6 +1,6 @@
 //! The OOM's facts (`oom.*`): what the text said, where it happened, what filled the GPU, and the phase.
 
-use super::{GpuFacts, TorchFacts, gpu_label, name_of};
+use super::{GpuFacts, Holder, TorchFacts, gpu_label, name_of};
 use crate::report::Report;
 use crate::rules::phase::Phase;
 use crate::torch::activity::Activity;
@@ -54,8 +54,9 @@ pub struct OomFacts {
     pub others_bytes: i64,
     /// memory the job's other processes held on that GPU
     pub job_others_bytes: i64,
-    /// those processes, in words
-    pub others: String,
+    /// those processes: each a holder (pid, who: its command line, null where unknown; bytes), those the text
+    /// names, else those NVML saw holding memory then
+    pub others: Vec<Holder>,
     /// the job's peak on that GPU, % of its capacity
     pub job_peak_pct: f64,
     /// the cause with its numbers, in words; null without an OOM
@@ -123,18 +124,16 @@ pub struct OomFacts {
 }
 }
 
-/// The processes an OOM text names, in words; else those NVML saw holding memory then.
-fn oom_others(o: &crate::oom::OomReport) -> String {
+/// The processes an OOM text names; else those NVML saw holding memory then.
+fn oom_others(o: &crate::oom::OomReport) -> Vec<Holder> {
     let t = &o.event.text;
-    let with_cmd = |pid: u32, cmdline: &str, bytes: u64| {
-        let cmd = if cmdline.is_empty() {
-            String::new()
-        } else {
-            format!(" ({cmdline})")
-        };
-        format!("pid {pid}{cmd} {}", crate::units::fmt_bytes(bytes))
+    let with_cmd = |pid: u32, cmdline: &str, bytes: u64| Holder {
+        pid: i64::from(pid),
+        who: Some(cmdline.to_string()).filter(|c| !c.is_empty()),
+        bytes: bytes as i64,
+        ..Holder::default()
     };
-    let mut others: Vec<String> = t
+    let mut others: Vec<Holder> = t
         .other_processes
         .iter()
         .map(|p| {
@@ -154,7 +153,7 @@ fn oom_others(o: &crate::oom::OomReport) -> String {
             .map(|b| with_cmd(b.pid, &b.cmdline, b.bytes_at))
             .collect();
     }
-    others.join("; ")
+    others
 }
 
 pub(super) fn oom_facts(

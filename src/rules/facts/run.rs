@@ -1,7 +1,7 @@
 //! The run's facts (`run.*`): how it ended, the machine, the job's GPUs, orphans, the inference server
 //! it runs, the helpers holding contexts.
 
-use super::{GpuFacts, ProcFacts, gpu_label, name_of};
+use super::{GpuFacts, Holder, ProcFacts, gpu_label, name_of};
 use crate::ident::GpuRef;
 use crate::report::Report;
 use serde::Serialize;
@@ -49,8 +49,9 @@ pub struct RunFacts {
     pub orphans: i64,
     /// GPU memory they held
     pub orphans_gpu_bytes: i64,
-    /// them, in words (pid, command, memory)
-    pub orphan_list: String,
+    /// them: each a holder (pid, host in a merged report, who: its command line; bytes: the GPU memory it
+    /// held)
+    pub orphan_list: Vec<Holder>,
     /// the kernel's OOM killer ended a job process
     pub host_oom: bool,
     /// the PyTorch shim reported from at least one process
@@ -72,8 +73,9 @@ pub struct RunFacts {
     pub helpers: i64,
     /// what they held, their peaks summed
     pub helpers_bytes: i64,
-    /// them, in words (pid, command, memory, GPU)
-    pub helper_list: String,
+    /// them: each a holder (pid; who: its command line cut to 60 characters, or `a multiprocessing child`;
+    /// bytes: its peak; gpu: the GPU it works on)
+    pub helper_list: Vec<Holder>,
     /// the run is still going: the rule is judged live, on the run so far (`live = true`); false at its end
     pub live: bool,
     /// the facts are of one look at the machine by `gpudoc watch` (`look = true`), not of a run: the job is
@@ -140,13 +142,14 @@ fn helper_facts(ps: &[ProcFacts], f: &mut RunFacts) {
     f.helpers_bytes = helpers.iter().map(|p| p.peak_bytes).sum();
     f.helper_list = helpers
         .iter()
-        .map(|p| {
-            let on = GpuRef::label(p.main_gpu().as_ref());
-            let b = crate::units::fmt_bytes(p.peak_bytes as u64);
-            format!("pid {} ({}) {b} on {on}", p.pid, cmd(&p.cmdline))
+        .map(|p| Holder {
+            pid: p.pid,
+            who: Some(cmd(&p.cmdline)),
+            bytes: p.peak_bytes,
+            gpu: Some(GpuRef::label(p.main_gpu().as_ref())),
+            ..Holder::default()
         })
-        .collect::<Vec<_>>()
-        .join("; ");
+        .collect();
 }
 
 pub(super) fn run_facts(r: &Report, gpus: &[GpuFacts], ps: &[ProcFacts]) -> RunFacts {
@@ -209,17 +212,14 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         orphan_list: r
             .orphans
             .iter()
-            .map(|o| {
-                let b = crate::units::fmt_bytes(orphan_bytes(o));
-                let on = o
-                    .host
-                    .as_deref()
-                    .map(|h| format!(" on {h}"))
-                    .unwrap_or_default();
-                format!("pid {}{on} ({}) {b}", o.pid, o.cmdline)
+            .map(|o| Holder {
+                pid: i64::from(o.pid),
+                host: o.host.clone(),
+                who: Some(o.cmdline.clone()),
+                bytes: orphan_bytes(o) as i64,
+                gpu: None,
             })
-            .collect::<Vec<_>>()
-            .join("; "),
+            .collect(),
         host_oom: r.exit.classification == crate::oom::Ending::HostOomKill,
         has_torch: !r.torch.processes.is_empty(),
         ..Default::default()

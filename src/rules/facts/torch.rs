@@ -102,8 +102,8 @@ pub struct TorchFacts {
     pub cell: Option<String>,
     /// its last runs that each left at least 1 MiB more allocated than they found, in a row
     pub cell_runs: i64,
-    /// their execution counts, in words: In [3], [5] and [7]
-    pub cell_numbers: String,
+    /// their execution counts (the In [3] of each), in order
+    pub cell_numbers: Vec<i64>,
     /// allocated memory those runs left behind, on average
     pub cell_growth_bytes_per_run: f64,
     /// allocated memory those runs left behind, in all
