@@ -254,57 +254,58 @@ fn each_rule_fires_on_its_runs_and_not_on_its_near_misses() {
 /// wording, and no run gets another's.
 #[test]
 fn oom_self_growth_is_told_by_the_phase() {
-    let cases: &[(&str, &str, &str)] = &[
+    let cases: &[(&str, Option<&str>, &str)] = &[
         (
             "where/oom",
-            "training_step",
+            Some("training_step"),
             "the job ran out of memory in a training step, ",
         ),
         (
             "phases/h100/bw_oom",
-            "training_step",
+            Some("training_step"),
             "the job ran out of memory in a training step, in its backward",
         ),
         (
             "phases/h100/fwd_oom",
-            "training_step",
+            Some("training_step"),
             "the job ran out of memory in a training step, in its forward",
         ),
         (
             "phases/h100/eval_oom",
-            "evaluation",
+            Some("evaluation"),
             "the job ran out of memory in an evaluation",
         ),
         (
             "phases/h100/load_oom",
-            "loading",
+            Some("loading"),
             "the job ran out of memory while loading, before its first forward call",
         ),
         // torch_cublas: an OOM in cuBLAS with no look of the shim's at it: no phase is known, none said.
         (
             "oom/h200/torch_cublas",
-            "",
+            None,
             "the job ran out of memory after filling",
         ),
-        ("oom/h200/grow_oom", "", "the job ran out of memory"),
-        ("phases/eval_oom", "", "the job ran out of memory"),
+        ("oom/h200/grow_oom", None, "the job ran out of memory"),
+        ("phases/eval_oom", None, "the job ran out of memory"),
         // A validation inside training, under grad and without eval(): forward calls no backward followed.
         (
             "phases/h100/val_keep",
-            "evaluation",
+            Some("evaluation"),
             "the job ran out of memory in an evaluation after step 50: 2 forward calls under grad",
         ),
         // An inference server is a variant of its own, whatever the phase: its share, not a batch size.
         (
             "phases/vllm_standin_oom",
-            "",
+            None,
             "vLLM ran out of memory, having filled 89.6% of the GPU itself (the job itself held 125.81 GiB when it asked for 15.98 GiB more). Its share for weights and KV cache",
         ),
     ];
     for (run, phase, says) in cases {
         let r = common::replayed(fixture(&format!("{run}.report.json")));
         let d = common::diagnosis(&r, "oom-self-growth").unwrap_or_else(|| panic!("{run}"));
-        assert_eq!(d["facts"]["oom.phase"], *phase, "{run}");
+        // Null where the shim's evidence did not decide, never "".
+        assert_eq!(d["facts"]["oom.phase"].as_str(), *phase, "{run}");
         let message = d["message"].as_str().unwrap();
         assert!(message.contains(says), "{run}: {message}");
         for other in [

@@ -14,8 +14,8 @@ const HEADROOM: f64 = 1.25;
 /// What a preallocating framework held on one GPU (`gpu.framework*`): the largest such process there.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OnGpu {
-    /// The framework's name (`JAX`), empty when no preallocating framework's view is on the GPU.
-    pub name: String,
+    /// The framework's name (`JAX`), none when no preallocating framework's view is on the GPU.
+    pub name: Option<String>,
     pub reserved_bytes: i64,
     pub used_peak_bytes: i64,
     /// `XLA_PYTHON_CLIENT_MEM_FRACTION` that holds the peak in use with 25% headroom, rounded up to
@@ -44,7 +44,7 @@ pub fn on_gpu(r: &Report, g: &GpuReport) -> OnGpu {
         false => p.nvml_peak_bytes.unwrap_or(0),
     };
     OnGpu {
-        name: p.framework.name().to_string(),
+        name: Some(p.framework.name().to_string()),
         reserved_bytes: held as i64,
         used_peak_bytes: p.peak_allocated_bytes as i64,
         fraction: fraction_to_set(p.peak_allocated_bytes, g.total_bytes),

@@ -299,8 +299,14 @@ const CONSTANTS: [(&str, i64); 6] = [
     ("GB", 1_000_000_000),
 ];
 
+/// CEL's standard library, with its strings and lists extensions: a template says a list fact with
+/// `map`, `join` and `slice` (docs/rules.md, "List facts").
 fn env() -> Arc<Env> {
-    Arc::new(Env::stdlib())
+    let mut env = Env::stdlib();
+    env.add_extension(cel::extensions::strings)
+        .and_then(|()| env.add_extension(cel::extensions::lists))
+        .expect("CEL's own extensions declare no name twice");
+    Arc::new(env)
 }
 
 /// A fact (or a list or group of them) as the interpreter's CEL value, its strings borrowed, made in one
@@ -541,7 +547,12 @@ fn reads(e: &IdedExpr, bound: &HashMap<String, String>, out: &mut Vec<String>) {
             reads(&c.iter_range, bound, out);
             reads(&c.accu_init, bound, out);
             let mut inner = bound.clone();
-            if let Some(range) = path(&c.iter_range, bound) {
+            // Over a list fact, or a method's result on one (`l.slice(0, 2)`): some of its elements.
+            let range = path(&c.iter_range, bound).or_else(|| match &c.iter_range.expr {
+                Expr::Call(m) => path(m.target.as_deref()?, bound),
+                _ => None,
+            });
+            if let Some(range) = range {
                 inner.insert(c.iter_var.clone(), format!("{range}[]"));
             }
             inner.insert(c.accu_var.clone(), String::new());

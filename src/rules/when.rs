@@ -71,16 +71,16 @@ impl Known<'_> {
 }
 
 /// Where a moment fell among the steps, as facts: (its stretch's name, steps before it, seconds since the
-/// last), `("", -1, -1)` where the steps are unknown.
-pub type Placing = (String, i64, f64);
+/// last, before the first none), all none where the steps are unknown.
+pub type Placing = (Option<String>, Option<i64>, Option<f64>);
 
 fn placing(known: Option<&Known>, at: f64) -> Placing {
     match known.map(|k| k.place(at)) {
-        None => (String::new(), -1, -1.0),
+        None => (None, None, None),
         Some(p) => (
-            p.stretch.name().into(),
-            p.steps as i64,
-            p.since_last_s.unwrap_or(-1.0),
+            Some(p.stretch.name().into()),
+            Some(p.steps as i64),
+            p.since_last_s,
         ),
     }
 }
@@ -89,9 +89,9 @@ fn placing(known: Option<&Known>, at: f64) -> Placing {
 pub struct GpuWhen {
     /// Where the job's peak on it fell.
     pub peak: Placing,
-    /// Growth without steps, and the step it came after (-1: a run without steps).
+    /// Growth without steps, and the step it came after (none: a run without steps).
     pub growth: Option<Growth>,
-    pub growth_after_step: i64,
+    pub growth_after_step: Option<i64>,
 }
 
 pub fn gpu(steps: &Steps, g: &GpuReport, oom: Option<&OomReport>) -> GpuWhen {
@@ -141,14 +141,14 @@ pub fn gpu(steps: &Steps, g: &GpuReport, oom: Option<&OomReport>) -> GpuWhen {
                 None => growth::MIN_SECS,
             },
         ),
-        growth_after_step: clock.map_or(-1, |c| c.steps as i64),
+        growth_after_step: clock.map(|c| c.steps as i64),
     }
 }
 
 /// Where the report's OOM fell: in the process that failed (when known), else on its GPU.
 pub fn oom(steps: &Steps, r: &Report) -> Placing {
     let Some(o) = &r.oom else {
-        return (String::new(), -1, -1.0);
+        return (None, None, None);
     };
     let pid = o.allocator.as_ref().map(|a| a.pid).or(o.this_pid);
     placing(steps.on(&o.host, o.gpu, pid).as_ref(), oom_at(o))

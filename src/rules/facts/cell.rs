@@ -7,16 +7,10 @@ pub(super) fn cell_facts(cells: &[crate::torch::cells::Cell]) -> TorchFacts {
     let Some(l) = crate::torch::cells::leak(cells) else {
         return TorchFacts::default();
     };
-    let mut numbers: Vec<String> = l.numbers.iter().map(|n| format!("[{n}]")).collect();
-    let last = numbers.pop().unwrap_or_default();
     TorchFacts {
-        cell: l.label,
+        cell: Some(l.label),
         cell_runs: l.runs as i64,
-        cell_numbers: if numbers.is_empty() {
-            format!("In {last}")
-        } else {
-            format!("In {} and {last}", numbers.join(", "))
-        },
+        cell_numbers: l.numbers.iter().map(|&n| n as i64).collect(),
         cell_growth_bytes_per_run: l.bytes_per_run,
         cell_growth_bytes: l.total_bytes as i64,
         ..TorchFacts::default()

@@ -2,7 +2,7 @@
 //! it.
 
 use super::torch::{leak_holders, leak_sites};
-use super::{gpu_label, host_of, pct, steady_level};
+use super::{Holder, gpu_label, pct, steady_level};
 use crate::ident::GpuRef;
 use crate::report::Report;
 use serde::Serialize;
@@ -11,8 +11,8 @@ use std::collections::HashMap;
 facts! {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GpuFacts {
-    /// its host, in a report merged from several (empty otherwise)
-    pub host: String,
+    /// its host, in a report merged from several (null otherwise)
+    pub host: Option<String>,
     /// how messages name it: `GPU 0`, or `GPU 0 on node-a` in a merged report
     pub label: String,
     /// NVML's index
@@ -30,12 +30,13 @@ pub struct GpuFacts {
     /// sum of the peaks of processes outside the job (in a look: what other users' processes hold now; one
     /// whose owner can't be read, a ghost, is neither the job's nor others')
     pub others_peak_bytes: i64,
-    /// those processes, in words, the most first: pid, command (in a look: its owner), memory
-    pub others_list: String,
+    /// those processes, the most first: each a holder (pid, who: its command line cut to 60 characters, in a
+    /// look its owner; bytes: its peak)
+    pub others_list: Vec<Holder>,
     /// an inference server (as run.server: vllm, sglang, tensorrt_llm, tgi) whose processes are all that hold
-    /// memory on this GPU, the job's or others'; empty if none, or if any other process holds memory there
+    /// memory on this GPU, the job's or others'; null if none, or if any other process holds memory there
     /// (it has only what the server left; in a look, the only way a server is known)
-    pub server: String,
+    pub server: Option<String>,
     /// peak of the job's processes' memory
     pub job_peak_bytes: i64,
     /// that, % of capacity
@@ -68,9 +69,9 @@ pub struct GpuFacts {
     pub torch: bool,
     /// steps whose peak the framework view saw far above the others, on this GPU (see torch.phase_count)
     pub torch_phases: i64,
-    /// the framework whose allocator took its pool whole at its start on this GPU (JAX, TensorFlow), empty
+    /// the framework whose allocator took its pool whole at its start on this GPU (JAX, TensorFlow), null
     /// if none
-    pub framework: String,
+    pub framework: Option<String>,
     /// what that framework's allocator held there at its peak (its preallocated pool; TensorFlow's, which
     /// does not say, is what NVML saw the process hold), 0 if none
     pub framework_reserved_bytes: i64,
@@ -83,35 +84,36 @@ pub struct GpuFacts {
     /// `memory_limit`; 0 if none
     pub framework_limit_mib: i64,
     /// when the job's peak on it fell among the optimizer steps' records: before_steps, steps, after_steps (a
-    /// time, not what ran then: see oom.phase); empty without the framework view
-    pub peak_stretch: String,
-    /// seconds after the last optimizer step it came, -1 before the first or if unknown
-    pub peak_since_last_step_s: f64,
+    /// time, not what ran then: see oom.phase); null without the framework view
+    pub peak_stretch: Option<String>,
+    /// seconds after the last optimizer step it came, null before the first or if unknown
+    pub peak_since_last_step_s: Option<f64>,
     /// steady growth of the job's memory with no optimizer step to explain it (a run without steps, or after
-    /// the last one), 0 if none: a straight rise to the program's end that never came back (docs/rules.md,
-    /// Beyond the training step)
-    pub growth_bytes: i64,
-    /// its rate (least squares), bytes per second
-    pub growth_rate_bytes_per_s: f64,
-    /// how well a straight line fits it (R², 0..1)
-    pub growth_r2: f64,
-    /// how long it lasted, to the last moment the job held memory
-    pub growth_s: f64,
-    /// when it started, -1 if none
-    pub growth_from_s: f64,
-    /// the last optimizer step before it, -1 in a run without steps
-    pub growth_after_step: i64,
+    /// the last one), null if none was found: a straight rise to the program's end that never came back
+    /// (docs/rules.md, Beyond the training step)
+    pub growth_bytes: Option<i64>,
+    /// its rate (least squares), bytes per second; null if none
+    pub growth_rate_bytes_per_s: Option<f64>,
+    /// how well a straight line fits it (R², 0..1); null if none
+    pub growth_r2: Option<f64>,
+    /// how long it lasted, to the last moment the job held memory; null if none
+    pub growth_s: Option<f64>,
+    /// when it started, null if none
+    pub growth_from_s: Option<f64>,
+    /// the last optimizer step before the stretch growth is looked for in, null in a run without steps (or
+    /// without the framework view)
+    pub growth_after_step: Option<i64>,
     /// the job's PyTorch processes on this GPU have not yet called their model nor stepped (the shim recorded
     /// neither): what its memory does is loading; false where they have, or without the shim
     pub loading: bool,
-    /// PyTorch's live tensors on this GPU at its last reading (the exit record), summed over processes; -1
+    /// PyTorch's live tensors on this GPU at its last reading (the exit record), summed over processes; null
     /// without one (another framework's: what its allocator had in use)
-    pub growth_live_bytes: i64,
-    /// whose those are: the framework's name (PyTorch, JAX, CuPy, TensorFlow, RMM), empty without one
-    pub growth_live_framework: String,
+    pub growth_live_bytes: Option<i64>,
+    /// whose those are: the framework's name (PyTorch, JAX, CuPy, TensorFlow, RMM), null without one
+    pub growth_live_framework: Option<String>,
     /// at that rate, seconds until the GPU is full (its capacity less the driver's reserve, other processes'
-    /// peaks and the level reached), -1 if not growing
-    pub time_to_full_s: f64,
+    /// peaks and the level reached), null if not growing
+    pub time_to_full_s: Option<f64>,
     /// where the memory that stayed alive was allocated, from the last leak hunt of a PyTorch process on this
     /// GPU (counted in forward calls of the outermost module in a program without steps), in words
     pub growth_sites: Vec<String>,
@@ -120,12 +122,12 @@ pub struct GpuFacts {
     /// of what that hunt found kept, the bytes behind held tensors' autograd graphs (see oom.graph_bytes), 0
     /// if none
     pub growth_graph_bytes: i64,
-    /// what holds those tensors, empty if none
-    pub growth_graph_holder: String,
-    /// in a look, what the runs in progress (`gpudoc run`) forecast of this GPU, in the words a run says its
-    /// forecasts, each with its run (`GPU 0 will be full in ~5 min at +64.00 MiB/step (gpudoc run, pid 4242,
-    /// step-leak: python3 train.py)`), the soonest first, `; ` between runs; empty in a run and when none does
-    pub forecast: String,
+    /// what holds those tensors, null if none
+    pub growth_graph_holder: Option<String>,
+    /// in a look, what the runs in progress (`gpudoc run`) forecast of this GPU, one item a run, in the words
+    /// a run says its forecasts, each with its run (`GPU 0 will be full in ~5 min at +64.00 MiB/step (gpudoc
+    /// run, pid 4242, step-leak: python3 train.py)`), the soonest first; empty in a run and when none does
+    pub forecast: Vec<String>,
 }
 }
 
@@ -181,16 +183,13 @@ pub(super) fn gpu_facts(r: &Report, steps: &crate::rules::when::Steps) -> Vec<Gp
 }
 
 /// In a look, what the runs in progress forecast of GPU `gpu`, in words, the soonest first (`gpu.forecast`).
-fn forecast(r: &Report, gpu: u32) -> String {
+fn forecast(r: &Report, gpu: u32) -> Vec<String> {
     let Some(m) = &r.moment else {
-        return String::new();
+        return Vec::new();
     };
     let mut of: Vec<_> = m.forecasts.iter().filter(|f| f.gpu == gpu).collect();
     of.sort_by(|a, b| a.full_in_s.total_cmp(&b.full_in_s));
-    of.iter()
-        .map(|f| f.words.as_str())
-        .collect::<Vec<_>>()
-        .join("; ")
+    of.iter().map(|f| f.words.clone()).collect()
 }
 
 /// In a look, each holder's owner in words (its user's name, else `uid N`; `None` for a ghost).
@@ -201,7 +200,9 @@ fn owners(m: &crate::report::Moment) -> HashMap<u32, Option<String>> {
 /// The inference server (its id) holding a GPU, from the command lines of the processes holding memory
 /// there: `gpu.server`. Only when the server's processes are all there is: any other process (a training
 /// job, a notebook) has only what the server left it, and its next allocation can run out.
-pub(in crate::rules) fn server_among<'a>(cmdlines: impl IntoIterator<Item = &'a str>) -> String {
+pub(in crate::rules) fn server_among<'a>(
+    cmdlines: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     // Each line a server's, or none is named; among them, as `recognise` prefers: one that gives its
     // setting, else the first.
     let servers: Option<Vec<_>> = cmdlines
@@ -214,21 +215,25 @@ pub(in crate::rules) fn server_among<'a>(cmdlines: impl IntoIterator<Item = &'a 
         .find(|s| s.setting.is_some())
         .or(servers.first())
         .map(|s| s.id.to_string())
-        .unwrap_or_default()
 }
 
 /// A process outside the job on a GPU: its pid, who it is in words, and its memory there.
 pub(in crate::rules) type Other = (u32, String, u64);
 
-/// What the processes outside the job hold on a GPU, summed, and in words, the most first
+/// What the processes outside the job hold on a GPU, summed, and each, the most first
 /// (`gpu.others_peak_bytes`, `gpu.others_list`).
-pub(in crate::rules) fn others_facts(mut others: Vec<Other>) -> (i64, String) {
+pub(in crate::rules) fn others_facts(mut others: Vec<Other>) -> (i64, Vec<Holder>) {
     others.sort_by_key(|o| (std::cmp::Reverse(o.2), o.0));
-    let list: Vec<String> = others
+    let list = others
         .iter()
-        .map(|(pid, who, b)| format!("pid {pid} ({who}) {}", crate::units::fmt_bytes(*b)))
+        .map(|(pid, who, b)| Holder {
+            pid: i64::from(*pid),
+            who: Some(who.clone()),
+            bytes: *b as i64,
+            ..Holder::default()
+        })
         .collect();
-    (others.iter().map(|o| o.2 as i64).sum(), list.join("; "))
+    (others.iter().map(|o| o.2 as i64).sum(), list)
 }
 
 fn one_gpu(r: &Report, g: &crate::report::GpuReport) -> GpuFacts {
@@ -257,10 +262,9 @@ fn one_gpu(r: &Report, g: &crate::report::GpuReport) -> GpuFacts {
         .iter()
         .find(|&&(_, v)| v as f64 >= 0.9 * peak as f64 && v > 0)
         .map(|&(t, _)| t);
-    let host = host_of(&g.host);
     GpuFacts {
-        label: gpu_label(&host, g.index as i64),
-        host,
+        label: gpu_label(g.host.as_deref(), g.index as i64),
+        host: g.host.clone(),
         index: g.index as i64,
         name: g.name.clone(),
         total_bytes: total,
@@ -317,15 +321,10 @@ fn when_facts(
         .filter(|t| t.gpu == Some(g.index) && t.host == g.host)
         .collect();
     f.growth_live_bytes = match torch.is_empty() {
-        true => -1,
-        false => torch.iter().map(|t| t.final_allocated_bytes as i64).sum(),
+        true => None,
+        false => Some(torch.iter().map(|t| t.final_allocated_bytes as i64).sum()),
     };
-    f.growth_live_framework = torch
-        .first()
-        .map(|t| crate::rules::framework::name(t))
-        .unwrap_or_default();
-    f.growth_from_s = -1.0;
-    f.time_to_full_s = -1.0;
+    f.growth_live_framework = torch.first().map(|t| crate::rules::framework::name(t));
     f.growth_after_step = w.growth_after_step;
     f.loading = !torch.is_empty() && torch.iter().all(|t| t.started_work_s().is_none());
     if let Some(h) = torch
@@ -336,16 +335,17 @@ fn when_facts(
     {
         f.growth_sites = leak_sites(h);
         f.growth_holders = leak_holders(h);
-        f.growth_graph_bytes = h.graphs().0 as i64;
-        f.growth_graph_holder = h.graphs().1.to_string();
+        let (bytes, holder) = h.graphs();
+        f.growth_graph_bytes = bytes as i64;
+        f.growth_graph_holder = Some(holder.to_string()).filter(|_| bytes > 0);
     }
     let Some(gr) = w.growth else { return };
     let room =
         f.total_bytes - g.driver_reserved_bytes as i64 - f.others_peak_bytes - gr.to_bytes as i64;
-    f.growth_bytes = gr.bytes() as i64;
-    f.growth_rate_bytes_per_s = gr.rate;
-    f.growth_r2 = gr.r2;
-    f.growth_s = gr.secs();
-    f.growth_from_s = gr.from_s;
-    f.time_to_full_s = room.max(0) as f64 / gr.rate;
+    f.growth_bytes = Some(gr.bytes() as i64);
+    f.growth_rate_bytes_per_s = Some(gr.rate);
+    f.growth_r2 = Some(gr.r2);
+    f.growth_s = Some(gr.secs());
+    f.growth_from_s = Some(gr.from_s);
+    f.time_to_full_s = Some(room.max(0) as f64 / gr.rate);
 }

@@ -36,7 +36,26 @@ fact_types! {
     Vec<i64> => "list(int)",
     Option<i64> => "int or null",
     Option<f64> => "double or null",
+    Option<String> => "string or null",
     Vec<String> => "list(string)",
+    Vec<Holder> => "list(holder)",
+}
+
+/// A process holding GPU memory, as a list fact gives it (`gpu.others_list`, `oom.others`, `run.orphan_list`,
+/// `run.helper_list`): a record whose words the rule's template writes (`p.pid`, `p.who`, ...: docs/rules.md,
+/// "List facts").
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Holder {
+    /// its PID
+    pub pid: i64,
+    /// its host, in a report merged from several (null otherwise)
+    pub host: Option<String>,
+    /// who it is in words, as its list says: its command line, or in a look its owner; null where unknown
+    pub who: Option<String>,
+    /// the memory it held
+    pub bytes: i64,
+    /// the GPU it held it on, as messages name it; null where its list does not say
+    pub gpu: Option<String>,
 }
 
 /// Declares a group of facts: the struct, and its documentation (`FIELDS`) from its fields' doc comments,
@@ -112,7 +131,6 @@ pub fn documented() -> Vec<(String, &'static str, &'static str)> {
         .collect()
 }
 
-#[cfg(test)]
 const GIB: i64 = 1 << 30;
 
 pub(in crate::rules) fn pct(part: i64, whole: i64) -> f64 {
@@ -176,21 +194,45 @@ impl Facts {
     /// Facts with one of everything, every field set (none null, so that a rule is checked against a
     /// value of each fact's type): what rules are checked against at load.
     pub fn example() -> Facts {
+        let run = RunFacts {
+            classification: "success".into(),
+            driver: Some("580.159.04".into()),
+            server: Some("vllm".into()),
+            server_label: Some("vLLM".into()),
+            server_flag: Some("--gpu-memory-utilization".into()),
+            server_setting: Some("--gpu-memory-utilization 0.8".into()),
+            exit_code: Some(0),
+            job_peak_max_gpu: Some(0),
+            job_peak_min_gpu: Some(0),
+            job_peak_max_at_s: Some(0.0),
+            server_fraction: Some(0.9),
+            orphan_list: vec![Holder::example()],
+            helper_list: vec![Holder::example()],
+            ..Default::default()
+        };
         Facts {
-            run: RunFacts {
-                classification: "success".into(),
-                driver: "580.159.04".into(),
-                exit_code: Some(0),
-                job_peak_max_gpu: Some(0),
-                job_peak_min_gpu: Some(0),
-                job_peak_max_at_s: Some(0.0),
-                server_fraction: Some(0.9),
-                ..Default::default()
-            },
+            run,
             oom: OomFacts {
-                cause: "unknown".into(),
-                source: "pytorch".into(),
-                vendor: "nvidia".into(),
+                cause: Some("unknown".into()),
+                explanation: Some("the job asked for more than was free".into()),
+                source: Some("pytorch".into()),
+                engine: Some("vllm".into()),
+                vendor: Some("nvidia".into()),
+                exception: Some("torch.OutOfMemoryError".into()),
+                pass: Some("forward".into()),
+                module: Some("model.layers.2.mlp".into()),
+                largest_part: Some("activations".into()),
+                largest_part_pct: Some(50.0),
+                host: Some("node-a".into()),
+                at_s: Some(0.0),
+                phase: Some("training_step".into()),
+                steps: Some(0),
+                since_last_step_s: Some(0.0),
+                growth_bytes: Some(0),
+                growth_rate_bytes_per_s: Some(0.0),
+                growth_s: Some(0.0),
+                graph_holder: Some("list `outs`".into()),
+                waiting_forwards: Some(0),
                 gpu: Some(0),
                 rank: Some(0),
                 requested_bytes: Some(0),
@@ -201,13 +243,35 @@ impl Facts {
                 reserved_unallocated_bytes: Some(0),
                 allowed_bytes: Some(0),
                 filled_by: vec!["held by list `kept`".into(), "allocated at a.py:1".into()],
+                others: vec![Holder::example()],
                 ..Default::default()
             },
             gpus: vec![GpuFacts {
                 name: "NVIDIA H200".into(),
+                others_list: vec![Holder::example()],
+                forecast: vec!["GPU 0 will be full in ~5 min".into()],
+                host: Some("node-a".into()),
+                server: Some("vllm".into()),
+                framework: Some("JAX".into()),
+                peak_stretch: Some("steps".into()),
+                peak_since_last_step_s: Some(0.0),
+                growth_bytes: Some(0),
+                growth_rate_bytes_per_s: Some(0.0),
+                growth_r2: Some(1.0),
+                growth_s: Some(0.0),
+                growth_from_s: Some(0.0),
+                growth_after_step: Some(0),
+                growth_live_bytes: Some(0),
+                time_to_full_s: Some(0.0),
+                growth_graph_holder: Some("list `outs`".into()),
                 ..Default::default()
             }],
             processes: vec![ProcFacts {
+                host: Some("node-a".into()),
+                job_gpu_label: Some("GPU 0".into()),
+                user: Some("alice".into()),
+                verdict: Some("orphan".into()),
+                reason: Some("its parent died".into()),
                 stray_gpus: vec![1],
                 main_gpu: Some(0),
                 job_gpu: Some(0),
@@ -219,8 +283,12 @@ impl Facts {
                 ..Default::default()
             }],
             torch_processes: vec![TorchFacts {
+                host: Some("node-a".into()),
+                torch_version: Some("2.11.0+cu130".into()),
+                cell: Some("x = model(batch)".into()),
                 rank: Some(0),
                 gpu: Some(0),
+                cell_numbers: vec![3, 5],
                 phase_steps: vec![25, 50],
                 leak_sites: vec!["allocated at a.py:1".into(), "allocated at b.py:2".into()],
                 leak_holders: vec![
@@ -233,55 +301,64 @@ impl Facts {
     }
 }
 
-/// The GPU a fact's host (empty but in merged reports) and index (-1: unknown) name.
-pub(super) fn gpu_of(host: &str, index: i64) -> Option<GpuRef> {
+/// The GPU a fact's host (none but in merged reports) and index (-1: unknown) name.
+pub(super) fn gpu_of(host: Option<&str>, index: i64) -> Option<GpuRef> {
     let index = u32::try_from(index).ok()?;
-    Some(GpuRef::new(Some(host).filter(|h| !h.is_empty()), index))
+    Some(GpuRef::new(host, index))
 }
 
 /// How messages name the GPU a fact's host and index name: `GPU 0`, `GPU 0 on node-a`, `an unknown GPU`.
-pub(super) fn gpu_label(host: &str, index: i64) -> String {
+pub(super) fn gpu_label(host: Option<&str>, index: i64) -> String {
     GpuRef::label(gpu_of(host, index).as_ref())
 }
 
-/// The process a fact's host (empty but in merged reports) and PID name.
-fn proc_of(host: &str, pid: i64) -> ProcRef {
-    ProcRef::new(Some(host).filter(|h| !h.is_empty()), pid as u32)
+/// The process a fact's host (none but in merged reports) and PID name.
+fn proc_of(host: Option<&str>, pid: i64) -> ProcRef {
+    ProcRef::new(host, pid as u32)
+}
+
+impl Holder {
+    /// A holder with every field set, for the example facts.
+    fn example() -> Holder {
+        Holder {
+            pid: 42,
+            host: Some("node-a".into()),
+            who: Some("python train.py".into()),
+            bytes: GIB,
+            gpu: Some("GPU 0".into()),
+        }
+    }
 }
 
 impl GpuFacts {
     /// Which GPU this is.
     pub fn gpu(&self) -> GpuRef {
-        gpu_of(&self.host, self.index).expect("a GPU's facts have its index")
+        gpu_of(self.host.as_deref(), self.index).expect("a GPU's facts have its index")
     }
 }
 
 impl ProcFacts {
     /// Which process this is.
     pub fn who(&self) -> ProcRef {
-        proc_of(&self.host, self.pid)
+        proc_of(self.host.as_deref(), self.pid)
     }
 
     /// The GPU it works on, if it holds memory anywhere.
     pub fn main_gpu(&self) -> Option<GpuRef> {
-        gpu_of(&self.host, self.main_gpu?)
+        gpu_of(self.host.as_deref(), self.main_gpu?)
     }
 }
 
 impl TorchFacts {
     /// Which process this is.
     pub fn who(&self) -> ProcRef {
-        proc_of(&self.host, self.pid)
+        proc_of(self.host.as_deref(), self.pid)
     }
 
     /// Its GPU, where PyTorch's device was matched to one NVML sees.
     pub fn on_gpu(&self) -> Option<GpuRef> {
-        gpu_of(&self.host, self.gpu?)
+        gpu_of(self.host.as_deref(), self.gpu?)
     }
-}
-
-pub(super) fn host_of(h: &Option<String>) -> String {
-    h.clone().unwrap_or_default()
 }
 
 pub(in crate::rules) fn name_of<T: serde::Serialize>(v: T) -> String {
@@ -316,6 +393,66 @@ mod tests {
             &mut found,
         );
         assert!(found.is_empty(), "set these in Facts::example: {found:?}");
+    }
+
+    /// Every report among the fixtures, by its path.
+    fn fixture_reports() -> Vec<(std::path::PathBuf, Report)> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.to_string_lossy().ends_with(".report.json") {
+                    out.push(p);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"),
+            &mut files,
+        );
+        files.sort();
+        files
+            .into_iter()
+            .map(|f| {
+                let r = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+                (f, r)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_a_run_does_not_have_is_null_never_an_empty_string_or_minus_one() {
+        fn sentinels(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::String(s) if s.is_empty() => out.push(at.to_string()),
+                serde_json::Value::Number(n) if n.as_f64() == Some(-1.0) => {
+                    out.push(at.to_string())
+                }
+                serde_json::Value::Object(o) => o
+                    .iter()
+                    .for_each(|(k, x)| sentinels(x, &format!("{at}.{k}"), out)),
+                serde_json::Value::Array(a) => {
+                    a.iter().for_each(|x| sentinels(x, &format!("{at}[]"), out))
+                }
+                _ => {}
+            }
+        }
+        // Runs with and without an OOM, a server, steps, growth, hosts: every report the fixtures hold.
+        let reports = fixture_reports();
+        assert!(reports.len() >= 40, "{}", reports.len());
+        for (f, r) in reports {
+            let mut found = Vec::new();
+            sentinels(
+                &serde_json::to_value(Facts::of(&r)).unwrap(),
+                "",
+                &mut found,
+            );
+            // A command line NVML could not read is no sentinel: it is what /proc gave.
+            found.retain(|at| !at.ends_with(".cmdline"));
+            assert!(found.is_empty(), "{}: {found:?}", f.display());
+        }
     }
 
     #[test]

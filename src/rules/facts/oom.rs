@@ -1,6 +1,6 @@
 //! The OOM's facts (`oom.*`): what the text said, where it happened, what filled the GPU, and the phase.
 
-use super::{GpuFacts, TorchFacts, gpu_label, host_of, name_of};
+use super::{GpuFacts, Holder, TorchFacts, gpu_label, name_of};
 use crate::report::Report;
 use crate::rules::phase::Phase;
 use crate::torch::activity::Activity;
@@ -11,25 +11,25 @@ facts! {
 pub struct OomFacts {
     /// the command printed an out-of-memory report
     pub present: bool,
-    /// too_big, cap, others, fragmentation, self_growth, unknown
-    pub cause: String,
+    /// too_big, cap, others, fragmentation, self_growth, unknown; null without an OOM
+    pub cause: Option<String>,
     /// the program that wrote the text, by its id (pytorch, vllm, llama_cpp, cuda for a CUDA call whose
-    /// program the text does not name, ...: docs/oom.md's programs); empty for a format this gpudoc does not
+    /// program the text does not name, ...: docs/oom.md's programs); null for a format this gpudoc does not
     /// know
-    pub source: String,
+    pub source: Option<String>,
     /// oom.source where it is an inference server or engine (vllm, sglang, tgi, tensorrt_llm, tensorrt,
-    /// onnxruntime, llama_cpp, fastertransformer, turbomind): its own settings are the remedies; empty for a
+    /// onnxruntime, llama_cpp, fastertransformer, turbomind): its own settings are the remedies; null for a
     /// framework's allocator (PyTorch, JAX, TensorFlow, ...), a library or a CUDA call whose program the text
     /// does not name, where training advice may fit (oom::program)
-    pub engine: String,
+    pub engine: Option<String>,
     /// the text says the program found less of the GPU free at its start than it was to take, before loading
     /// anything (vLLM's start-up check): its share is too large for what others left
     pub at_start: bool,
     /// the GPU's vendor as the text shows it: nvidia, or amd (ROCm), intel (XPU) or apple (MPS), which NVML
-    /// cannot see; empty without an OOM
-    pub vendor: String,
-    /// the exception class, if printed
-    pub exception: String,
+    /// cannot see; null without an OOM
+    pub vendor: Option<String>,
+    /// the exception class, null if not printed
+    pub exception: Option<String>,
     /// every field of the text was found
     pub complete: bool,
     /// the GPU it happened on (NVML's index), null if unknown
@@ -54,65 +54,66 @@ pub struct OomFacts {
     pub others_bytes: i64,
     /// memory the job's other processes held on that GPU
     pub job_others_bytes: i64,
-    /// those processes, in words
-    pub others: String,
+    /// those processes: each a holder (pid, who: its command line, null where unknown; bytes), those the text
+    /// names, else those NVML saw holding memory then
+    pub others: Vec<Holder>,
     /// the job's peak on that GPU, % of its capacity
     pub job_peak_pct: f64,
-    /// the cause with its numbers, in words
-    pub explanation: String,
+    /// the cause with its numbers, in words; null without an OOM
+    pub explanation: Option<String>,
     /// where in the model it happened and what the memory held, what held it (the shim's search at the OOM):
     /// place, breakdown, holders, sites (empty when unknown)
     pub filled_by: Vec<String>,
-    /// `forward`, `backward`, `optimizer` or `other` (the shim's look at the OOM), "" when unknown
-    pub pass: String,
-    /// the module it happened in (`model.layers.2.mlp`), "" when unknown
-    pub module: String,
+    /// `forward`, `backward`, `optimizer` or `other` (the shim's look at the OOM), null when unknown
+    pub pass: Option<String>,
+    /// the module it happened in (`model.layers.2.mlp`), null when unknown
+    pub module: Option<String>,
     /// what held most of allocated memory then: `activations` (saved for backward), `parameters`,
-    /// `gradients`, `optimizer_state`, `other`; "" when unknown
-    pub largest_part: String,
-    /// its share of allocated memory, percent (0 when unknown)
-    pub largest_part_pct: f64,
-    /// the host it happened on, in a merged report (empty otherwise)
-    pub host: String,
+    /// `gradients`, `optimizer_state`, `other`; null when unknown
+    pub largest_part: Option<String>,
+    /// its share of allocated memory, percent (null when unknown)
+    pub largest_part_pct: Option<f64>,
+    /// the host it happened on, in a merged report (null otherwise)
+    pub host: Option<String>,
     /// its GPU as messages name it (`GPU 1`, `GPU 1 on node-b`, `an unknown GPU`)
     pub label: String,
-    /// when the OOM text was printed (seconds into the run), -1 without one
-    pub at_s: f64,
+    /// when the OOM text was printed (seconds into the run), null without one
+    pub at_s: Option<f64>,
     /// what the program was doing, from the shim's evidence at the OOM (never from the time): loading (before
     /// its first forward call, backward or step), training_step (in backward, in optimizer.step(), or a
     /// forward under grad in train() mode with no earlier call waiting for its backward), evaluation (forward
     /// calls under no_grad or inference_mode, after eval(), or under grad with no backward following, in a
     /// program that has trained), inference (the same in one that never trained); empty where the evidence
     /// does not decide (a forward under grad during training, whose calls the shim does not count) or without
-    /// the shim
-    pub phase: String,
-    /// optimizer steps ended by then, -1 if unknown
-    pub steps: i64,
-    /// seconds since the last of them, -1 before the first or if unknown
-    pub since_last_step_s: f64,
+    /// the shim: null
+    pub phase: Option<String>,
+    /// optimizer steps ended by then, null if unknown
+    pub steps: Option<i64>,
+    /// seconds since the last of them, null before the first or if unknown
+    pub since_last_step_s: Option<f64>,
     /// steady growth of the job's memory on its GPU up to the OOM, with no optimizer step to explain it (see
-    /// gpu.growth_bytes), 0 if none
-    pub growth_bytes: i64,
-    /// its rate, bytes per second
-    pub growth_rate_bytes_per_s: f64,
-    /// how long it lasted
-    pub growth_s: f64,
+    /// gpu.growth_bytes), null if none was found
+    pub growth_bytes: Option<i64>,
+    /// its rate, bytes per second, null if none
+    pub growth_rate_bytes_per_s: Option<f64>,
+    /// how long it lasted, null if none
+    pub growth_s: Option<f64>,
     /// of the live tensors at the OOM, the bytes no Python object refers to, behind held tensors that carry
     /// an autograd graph (grad_fn): what their forward passes saved and no backward has freed yet; 0 if none
     /// or unknown (the shim's search at the OOM), and in a training step's own forward or backward (see
     /// oom.graphs_kept)
     pub graph_bytes: i64,
-    /// what holds those tensors (`list `outs` (eval.py, in evaluate), 150 items`), empty if none
-    pub graph_holder: String,
+    /// what holds those tensors (`list `outs` (eval.py, in evaluate), 150 items`), null if none
+    pub graph_holder: Option<String>,
     /// those graphs outlived the step or call that made them, so no backward will free them: the OOM came in
     /// an evaluation or inference (oom.phase), or in an optimizer's step (whose backward has freed the step's
     /// own graph); false in a training step's forward or backward, whose graph is its own activations
     /// (oom.graph_bytes is then 0), and when unknown
     pub graphs_kept: bool,
     /// forward calls of the outermost model since the last backward began (calls no backward followed), while
-    /// the shim counted them (before the first optimizer step, in an evaluation after eval()); -1 when
+    /// the shim counted them (before the first optimizer step, in an evaluation after eval()); null when
     /// unknown
-    pub waiting_forwards: i64,
+    pub waiting_forwards: Option<i64>,
     /// what the live tensors of the failing process grew by step after step before it (its
     /// torch.leak_total_bytes: the straight-line fit over its steps), 0 if none or unknown
     pub leak_total_bytes: i64,
@@ -123,18 +124,16 @@ pub struct OomFacts {
 }
 }
 
-/// The processes an OOM text names, in words; else those NVML saw holding memory then.
-fn oom_others(o: &crate::oom::OomReport) -> String {
+/// The processes an OOM text names; else those NVML saw holding memory then.
+fn oom_others(o: &crate::oom::OomReport) -> Vec<Holder> {
     let t = &o.event.text;
-    let with_cmd = |pid: u32, cmdline: &str, bytes: u64| {
-        let cmd = if cmdline.is_empty() {
-            String::new()
-        } else {
-            format!(" ({cmdline})")
-        };
-        format!("pid {pid}{cmd} {}", crate::units::fmt_bytes(bytes))
+    let with_cmd = |pid: u32, cmdline: &str, bytes: u64| Holder {
+        pid: i64::from(pid),
+        who: Some(cmdline.to_string()).filter(|c| !c.is_empty()),
+        bytes: bytes as i64,
+        ..Holder::default()
     };
-    let mut others: Vec<String> = t
+    let mut others: Vec<Holder> = t
         .other_processes
         .iter()
         .map(|p| {
@@ -154,7 +153,7 @@ fn oom_others(o: &crate::oom::OomReport) -> String {
             .map(|b| with_cmd(b.pid, &b.cmdline, b.bytes_at))
             .collect();
     }
-    others.join("; ")
+    others
 }
 
 pub(super) fn oom_facts(
@@ -172,7 +171,7 @@ pub(super) fn oom_facts(
     };
     let t = &o.event.text;
     let g = |v: Option<u64>| v.map(|x| x as i64);
-    let host = host_of(&o.host);
+    let host = o.host.clone();
     let on = o
         .gpu
         .and_then(|i| gpus.iter().find(|x| x.index == i as i64 && x.host == host));
@@ -186,34 +185,31 @@ pub(super) fn oom_facts(
     let (graph_bytes, graph_holder) = oom_hunt(r)
         .map(|h| h.graphs())
         .filter(|_| graphs_kept || !own)
-        .map_or((0, String::new()), |(b, h)| (b as i64, h.to_string()));
+        .filter(|(b, _)| *b > 0)
+        .map_or((0, None), |(b, h)| (b as i64, Some(h.to_string())));
     OomFacts {
-        phase: phase.map_or("", |p| p.name()).into(),
+        phase: phase.map(|p| p.name().into()),
         waiting_forwards: activity
             .and_then(|a| a.forwards_without_backward)
-            .map_or(-1, |n| n as i64),
+            .map(|n| n as i64),
         // The shim's own count at the OOM where it gave one: steps ended by then, exactly.
-        steps: activity.and_then(|a| a.steps).map_or(steps, |n| n as i64),
+        steps: activity.and_then(|a| a.steps).map(|n| n as i64).or(steps),
         since_last_step_s,
-        growth_bytes: on.map_or(0, |x| x.growth_bytes),
-        growth_rate_bytes_per_s: on.map_or(0.0, |x| x.growth_rate_bytes_per_s),
-        growth_s: on.map_or(0.0, |x| x.growth_s),
+        growth_bytes: on.and_then(|x| x.growth_bytes),
+        growth_rate_bytes_per_s: on.and_then(|x| x.growth_rate_bytes_per_s),
+        growth_s: on.and_then(|x| x.growth_s),
         graph_bytes,
         graph_holder,
         graphs_kept,
-        label: oom_label(o, &host),
+        label: oom_label(o, host.as_deref()),
         host: host.clone(),
         present: true,
-        cause: name_of(o.cause),
-        source: crate::oom::program::program(t)
-            .map_or("", crate::program::Program::id)
-            .into(),
-        engine: crate::oom::program::engine(t)
-            .map_or("", crate::program::Program::id)
-            .into(),
+        cause: Some(name_of(o.cause)),
+        source: crate::oom::program::program(t).map(|p| p.id().into()),
+        engine: crate::oom::program::engine(t).map(|p| p.id().into()),
         at_start: crate::oom::program::at_start(t),
-        vendor: name_of(t.vendor),
-        exception: t.exception.clone().unwrap_or_default(),
+        vendor: Some(name_of(t.vendor)),
+        exception: t.exception.clone(),
         complete: t.complete,
         gpu: o.gpu.map(i64::from),
         rank: o.event.rank.map(|x| x as i64),
@@ -228,16 +224,19 @@ pub(super) fn oom_facts(
         job_others_bytes: o.job_others_bytes as i64,
         others: oom_others(o),
         job_peak_pct: on.map_or(0.0, |x| x.job_peak_pct),
-        explanation: o.explanation.clone(),
+        explanation: Some(o.explanation.clone()),
         filled_by: filled_by(r),
-        pass: pass.unwrap_or_default(),
-        module: inside.and_then(|w| w.module.clone()).unwrap_or_default(),
-        largest_part: inside.map_or("", |w| w.parts.largest()).into(),
-        largest_part_pct: inside.map_or(0.0, |w| {
+        pass,
+        module: inside.and_then(|w| w.module.clone()),
+        largest_part: inside
+            .map(|w| w.parts.largest())
+            .filter(|p| !p.is_empty())
+            .map(String::from),
+        largest_part_pct: inside.filter(|w| w.parts.sum() > 0).map(|w| {
             let top = w.parts.ranked().first().map_or(0, |p| p.1);
-            top as f64 * 100.0 / w.parts.sum().max(1) as f64
+            top as f64 * 100.0 / w.parts.sum() as f64
         }),
-        at_s: o.event.at_s,
+        at_s: Some(o.event.at_s),
         ..Default::default()
     }
 }
@@ -275,10 +274,7 @@ impl OomFacts {
     /// The facts of no OOM: its GPU, rank, moment and steps unknown.
     pub(in crate::rules) fn absent() -> OomFacts {
         OomFacts {
-            label: gpu_label("", -1),
-            at_s: -1.0,
-            steps: -1,
-            since_last_step_s: -1.0,
+            label: gpu_label(None, -1),
             ..Default::default()
         }
     }
@@ -286,16 +282,12 @@ impl OomFacts {
 
 /// The OOM's GPU as messages name it; a GPU NVML cannot see (AMD, Intel, Apple, a TPU) by its vendor and
 /// the text's device number ("Intel GPU 0 (XPU)").
-fn oom_label(o: &crate::oom::OomReport, host: &str) -> String {
+fn oom_label(o: &crate::oom::OomReport, host: Option<&str>) -> String {
     let t = &o.event.text;
     if t.vendor.nvml_sees() {
         return gpu_label(host, o.gpu.map_or(-1, |x| x as i64));
     }
-    let on = if host.is_empty() {
-        String::new()
-    } else {
-        format!(" on {host}")
-    };
+    let on = host.map(|h| format!(" on {h}")).unwrap_or_default();
     let platform = t.vendor.names().1;
     let device = t
         .gpu

@@ -1,7 +1,7 @@
 //! Each process's facts (`process.*`): one entry per PID holding GPU memory, its rank, its own GPU and
 //! stray contexts, whether it is a helper, and what it held beside the job.
 
-use super::{gpu_label, host_of};
+use super::gpu_label;
 use crate::ident::ProcRef;
 use crate::report::{ProcessReport, Report};
 use serde::Serialize;
@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 facts! {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ProcFacts {
-    /// its host, in a report merged from several (empty otherwise)
-    pub host: String,
+    /// its host, in a report merged from several (null otherwise)
+    pub host: Option<String>,
     /// PID
     pub pid: i64,
     /// command line
@@ -49,8 +49,8 @@ pub struct ProcFacts {
     /// of the GPUs the job held memory on, the one where this process held the most; null if it held none
     /// there
     pub job_gpu: Option<i64>,
-    /// that GPU as messages name it, empty if none
-    pub job_gpu_label: String,
+    /// that GPU as messages name it, null if none
+    pub job_gpu_label: Option<String>,
     /// its peak there
     pub job_gpu_bytes: i64,
     /// what it held there at the run's start: at gpudoc's first look at the GPU's processes, a process first
@@ -62,13 +62,13 @@ pub struct ProcFacts {
     /// how long that stretch lasted, without a break (to now, in a run still going): short for memory that
     /// came and went in a blip; 0 if unknown
     pub job_gpu_high_s: f64,
-    /// its owner's name, in a look (empty in a run, and where /proc can't tell)
-    pub user: String,
-    /// in a look, what `gpudoc orphans` makes of it: orphan, detached, zombie, ghost, service, live (empty in
+    /// its owner's name, in a look (null in a run, and where /proc can't tell)
+    pub user: Option<String>,
+    /// in a look, what `gpudoc orphans` makes of it: orphan, detached, zombie, ghost, service, live (null in
     /// a run)
-    pub verdict: String,
-    /// in a look, why, in one line (`its parent died`; empty in a run)
-    pub reason: String,
+    pub verdict: Option<String>,
+    /// in a look, why, in one line (`its parent died`; null in a run)
+    pub reason: Option<String>,
     /// in a look, a leftover `gpudoc orphans --kill` would end: an orphan holding GPU memory, or what a
     /// `gpudoc run` recorded it left running that holds GPU memory or a device file (false in a run, whose
     /// leftovers are run.orphans)
@@ -156,9 +156,9 @@ fn judged(m: &crate::report::Moment, ps: &mut Vec<ProcFacts>) {
             ps.len() - 1
         });
         let f = &mut ps[i];
-        f.user = h.user.clone().unwrap_or_default();
-        f.verdict = super::name_of(h.verdict);
-        f.reason = h.reason.clone();
+        f.user = h.user.clone();
+        f.verdict = Some(super::name_of(h.verdict));
+        f.reason = Some(h.reason.clone());
         f.leftover = h.is_leftover();
     }
 }
@@ -178,7 +178,7 @@ fn beside_job(r: &Report, rows: &[&ProcessReport], f: &mut ProcFacts) {
     f.visible = rows.iter().all(|p| p.visible);
     let Some(p) = best else { return };
     f.job_gpu = Some(i64::from(p.gpu));
-    f.job_gpu_label = gpu_label(&host_of(&p.host), p.gpu as i64);
+    f.job_gpu_label = Some(gpu_label(p.host.as_deref(), p.gpu as i64));
     f.job_gpu_bytes = p.peak_bytes as i64;
     if let (Some(start), Some(from), Some(len)) = (p.start_bytes, p.high_from_s, p.high_s) {
         f.job_gpu_start_bytes = Some(start as i64);
@@ -257,7 +257,7 @@ fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
     let held: Vec<(u32, u64)> = rows.iter().map(|p| (p.gpu, p.peak_bytes)).collect();
     let mut f = ProcFacts {
         pid: who.pid as i64,
-        host: who.host.unwrap_or_default(),
+        host: who.host,
         rank,
         local_rank,
         parent_pid: rows.iter().find_map(|p| p.ppid).map(i64::from),
@@ -284,7 +284,10 @@ mod tests {
         .unwrap();
         let other = |f: &Facts| f.processes.iter().find(|p| !p.in_job).unwrap().clone();
         let f = other(&Facts::of(&r));
-        assert_eq!((f.job_gpu, f.job_gpu_label.as_str()), (Some(0), "GPU 0"));
+        assert_eq!(
+            (f.job_gpu, f.job_gpu_label.as_deref()),
+            (Some(0), Some("GPU 0"))
+        );
         assert_eq!(
             (f.job_gpu_bytes, f.job_gpu_start_bytes),
             (20 * GIB, Some(0))

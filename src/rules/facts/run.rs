@@ -1,7 +1,7 @@
 //! The run's facts (`run.*`): how it ended, the machine, the job's GPUs, orphans, the inference server
 //! it runs, the helpers holding contexts.
 
-use super::{GpuFacts, ProcFacts, gpu_label, name_of};
+use super::{GpuFacts, Holder, ProcFacts, gpu_label, name_of};
 use crate::ident::GpuRef;
 use crate::report::Report;
 use serde::Serialize;
@@ -17,8 +17,8 @@ pub struct RunFacts {
     pub signal: i64,
     /// success, gpu_oom, host_oom_kill, signal, failure; unknown when not recorded
     pub classification: String,
-    /// NVIDIA driver version
-    pub driver: String,
+    /// NVIDIA driver version, null if NVML did not give it
+    pub driver: Option<String>,
     /// highest CUDA version the driver supports (13.0), 0 if unknown
     pub cuda_driver_version: f64,
     /// CUDA version the job's PyTorch was built for (from +cu130), 0 if unknown
@@ -49,22 +49,23 @@ pub struct RunFacts {
     pub orphans: i64,
     /// GPU memory they held
     pub orphans_gpu_bytes: i64,
-    /// them, in words (pid, command, memory)
-    pub orphan_list: String,
+    /// them: each a holder (pid, host in a merged report, who: its command line; bytes: the GPU memory it
+    /// held)
+    pub orphan_list: Vec<Holder>,
     /// the kernel's OOM killer ended a job process
     pub host_oom: bool,
     /// the PyTorch shim reported from at least one process
     pub has_torch: bool,
     /// an inference server that preallocates its share of the GPU on purpose, recognised from the command
-    /// lines of the job and its processes: vllm, sglang, tensorrt_llm, tgi; empty if none
-    pub server: String,
-    /// that server as messages name it (`vLLM`)
-    pub server_label: String,
-    /// the flag that sets its share (`--gpu-memory-utilization`)
-    pub server_flag: String,
-    /// that flag and its value as a command line gives it (`--gpu-memory-utilization 0.8`); empty when none
+    /// lines of the job and its processes: vllm, sglang, tensorrt_llm, tgi; null if none
+    pub server: Option<String>,
+    /// that server as messages name it (`vLLM`), null if none
+    pub server_label: Option<String>,
+    /// the flag that sets its share (`--gpu-memory-utilization`), null if no server
+    pub server_flag: Option<String>,
+    /// that flag and its value as a command line gives it (`--gpu-memory-utilization 0.8`); null when none
     /// does
-    pub server_setting: String,
+    pub server_setting: Option<String>,
     /// the share it takes: the value given, else its default; null where the default depends on the GPU
     /// (SGLang) or no server runs
     pub server_fraction: Option<f64>,
@@ -72,8 +73,9 @@ pub struct RunFacts {
     pub helpers: i64,
     /// what they held, their peaks summed
     pub helpers_bytes: i64,
-    /// them, in words (pid, command, memory, GPU)
-    pub helper_list: String,
+    /// them: each a holder (pid; who: its command line cut to 60 characters, or `a multiprocessing child`;
+    /// bytes: its peak; gpu: the GPU it works on)
+    pub helper_list: Vec<Holder>,
     /// the run is still going: the rule is judged live, on the run so far (`live = true`); false at its end
     pub live: bool,
     /// the facts are of one look at the machine by `gpudoc watch` (`look = true`), not of a run: the job is
@@ -116,10 +118,10 @@ fn server_facts(r: &Report, f: &mut RunFacts) {
     let Some(s) = crate::rules::serving::recognise(lines).filter(|_| r.moment.is_none()) else {
         return;
     };
-    f.server = s.id.into();
-    f.server_label = s.label.into();
-    f.server_flag = s.flag.into();
-    f.server_setting = s.setting.unwrap_or_default();
+    f.server = Some(s.id.into());
+    f.server_label = Some(s.label.into());
+    f.server_flag = Some(s.flag.into());
+    f.server_setting = s.setting;
     f.server_fraction = s.fraction;
 }
 
@@ -140,13 +142,14 @@ fn helper_facts(ps: &[ProcFacts], f: &mut RunFacts) {
     f.helpers_bytes = helpers.iter().map(|p| p.peak_bytes).sum();
     f.helper_list = helpers
         .iter()
-        .map(|p| {
-            let on = GpuRef::label(p.main_gpu().as_ref());
-            let b = crate::units::fmt_bytes(p.peak_bytes as u64);
-            format!("pid {} ({}) {b} on {on}", p.pid, cmd(&p.cmdline))
+        .map(|p| Holder {
+            pid: p.pid,
+            who: Some(cmd(&p.cmdline)),
+            bytes: p.peak_bytes,
+            gpu: Some(GpuRef::label(p.main_gpu().as_ref())),
+            ..Holder::default()
         })
-        .collect::<Vec<_>>()
-        .join("; ");
+        .collect();
 }
 
 pub(super) fn run_facts(r: &Report, gpus: &[GpuFacts], ps: &[ProcFacts]) -> RunFacts {
@@ -169,8 +172,8 @@ pub(in crate::rules) fn job_facts(gpus: &[GpuFacts], f: &mut RunFacts) {
     f.job_peak_min_bytes = min_g.map_or(0, |g| g.job_peak_bytes);
     f.job_peak_max_gpu = max_g.map(|g| g.index);
     f.job_peak_min_gpu = min_g.map(|g| g.index);
-    f.job_peak_max_label = max_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone());
-    f.job_peak_min_label = min_g.map_or_else(|| gpu_label("", -1), |g| g.label.clone());
+    f.job_peak_max_label = max_g.map_or_else(|| gpu_label(None, -1), |g| g.label.clone());
+    f.job_peak_min_label = min_g.map_or_else(|| gpu_label(None, -1), |g| g.label.clone());
     f.job_peak_max_at_s = max_g.map(|g| g.spike_at_s);
     f.imbalance_ratio = match (max_g, min_g) {
         (Some(a), Some(b)) if b.job_peak_bytes > 0 => {
@@ -195,7 +198,7 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         exit_code: r.exit.code.map(i64::from),
         signal: r.exit.signal.unwrap_or(0) as i64,
         classification: name_of(r.exit.classification),
-        driver: r.nvml.driver.clone().unwrap_or_default(),
+        driver: r.nvml.driver.clone(),
         cuda_driver_version: r
             .nvml
             .cuda_driver
@@ -209,17 +212,14 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         orphan_list: r
             .orphans
             .iter()
-            .map(|o| {
-                let b = crate::units::fmt_bytes(orphan_bytes(o));
-                let on = o
-                    .host
-                    .as_deref()
-                    .map(|h| format!(" on {h}"))
-                    .unwrap_or_default();
-                format!("pid {}{on} ({}) {b}", o.pid, o.cmdline)
+            .map(|o| Holder {
+                pid: i64::from(o.pid),
+                host: o.host.clone(),
+                who: Some(o.cmdline.clone()),
+                bytes: orphan_bytes(o) as i64,
+                gpu: None,
             })
-            .collect::<Vec<_>>()
-            .join("; "),
+            .collect(),
         host_oom: r.exit.classification == crate::oom::Ending::HostOomKill,
         has_torch: !r.torch.processes.is_empty(),
         ..Default::default()

@@ -3,7 +3,7 @@
 
 use super::cell::cell_facts;
 use super::process::Ranks;
-use super::{GpuFacts, gpu_label, host_of, median, steady_level};
+use super::{GpuFacts, gpu_label, median, steady_level};
 use crate::ident::ProcRef;
 use crate::rules::growth::fit;
 use serde::Serialize;
@@ -11,8 +11,8 @@ use serde::Serialize;
 facts! {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TorchFacts {
-    /// its host, in a report merged from several (empty otherwise)
-    pub host: String,
+    /// its host, in a report merged from several (null otherwise)
+    pub host: Option<String>,
     /// its GPU as messages name it (`GPU 0`, `GPU 0 on node-a`)
     pub label: String,
     /// PID
@@ -21,8 +21,8 @@ pub struct TorchFacts {
     pub rank: Option<i64>,
     /// NVML's index of its device, null if unmatched
     pub gpu: Option<i64>,
-    /// PyTorch's version
-    pub torch_version: String,
+    /// PyTorch's version, null if the shim did not give it
+    pub torch_version: Option<String>,
     /// whose allocator the numbers are: PyTorch, JAX (XLA's: allocated is bytes in use, reserved its pool),
     /// CuPy (its default memory pool: used and total bytes)
     pub framework: String,
@@ -98,12 +98,12 @@ pub struct TorchFacts {
     /// notebook cells run in this process (a Jupyter kernel), 0 elsewhere
     pub cells: i64,
     /// the cell whose last runs each left more allocated, the most in all: `its first line` (cell 12 when it
-    /// has none)
-    pub cell: String,
+    /// has none); null if none did
+    pub cell: Option<String>,
     /// its last runs that each left at least 1 MiB more allocated than they found, in a row
     pub cell_runs: i64,
-    /// their execution counts, in words: In [3], [5] and [7]
-    pub cell_numbers: String,
+    /// their execution counts (the In [3] of each), in order
+    pub cell_numbers: Vec<i64>,
     /// allocated memory those runs left behind, on average
     pub cell_growth_bytes_per_run: f64,
     /// allocated memory those runs left behind, in all
@@ -142,14 +142,14 @@ pub(super) fn torch_facts(
     } else {
         (t.final_reserved_bytes as i64, t.peak_allocated_bytes as i64)
     };
-    let host = host_of(&t.host);
+    let host = t.host.clone();
     TorchFacts {
-        label: gpu_label(&host, t.gpu.map_or(-1, |g| g as i64)),
+        label: gpu_label(host.as_deref(), t.gpu.map_or(-1, |g| g as i64)),
         rank: ranks.of_pid(&ProcRef::new(t.host.as_deref(), t.pid)).0,
         host,
         pid: t.pid as i64,
         gpu: t.gpu.map(i64::from),
-        torch_version: t.torch_version.clone().unwrap_or_default(),
+        torch_version: t.torch_version.clone(),
         framework: crate::rules::framework::name(t),
         preallocated: t.preallocated,
         reserved_peak_bytes: t.peak_reserved_bytes as i64,
@@ -177,7 +177,7 @@ pub(super) fn torch_facts(
             .gpu
             .and_then(|i| {
                 gpus.iter()
-                    .find(|g| g.index == i as i64 && g.host == host_of(&t.host))
+                    .find(|g| g.index == i as i64 && g.host == t.host)
             })
             .map_or(0, |g| g.total_bytes),
         steady_peak_reserved_bytes: phases.steady,
