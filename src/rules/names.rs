@@ -4,7 +4,10 @@
 //! sees the lets above it.
 
 use super::absent::Compiled;
-use super::{RuleError, Scope, check_operands, compile, depends_on_values, reads, value_line};
+use super::check::{check_operands, depends_on_values};
+use super::eval::{compile, example_variables, reads};
+use super::rule::value_line;
+use super::{RuleError, Scope};
 use crate::params::Number;
 use cel::{Context, Env, Value};
 use std::collections::HashMap;
@@ -196,7 +199,7 @@ impl Names {
 
     /// The example facts a rule of `scope` is checked on, with `param` as it sees it.
     pub(super) fn example(&self, scope: Scope) -> serde_json::Value {
-        let mut v = super::example_variables(scope);
+        let mut v = example_variables(scope);
         v["param"] = param_json(&self.params);
         v
     }
@@ -222,7 +225,7 @@ mod tests {
     fn said(r: Rule) -> Result<(String, Vec<String>), Vec<String>> {
         let set = RuleSet {
             rules: vec![r],
-            env: super::super::env(),
+            env: super::super::eval::env(),
         };
         let (found, failed) = set.evaluate(&Facts::example());
         match found.first() {

@@ -5,8 +5,11 @@
 //!
 //! [`oom::cause::Found`]: crate::oom::cause::Found
 
+use super::RuleError;
 use super::absent::Compiled;
-use super::{Lazy, Piece, RuleError, compile, context, env, fill, holds, template, value_line};
+use super::eval::{Lazy, compile, context, env};
+use super::rule::{holds, line_of, value_line};
+use super::template::{Piece, fill, template};
 use crate::oom::cause::Found;
 use cel::Env;
 use serde::Deserialize;
@@ -46,7 +49,7 @@ impl Words {
         let env = env();
         let f: WordsFile = toml::from_str(text).map_err(|e| RuleError {
             file: file.into(),
-            line: e.span().map_or(1, |s| super::line_of(text, s.start)),
+            line: e.span().map_or(1, |s| line_of(text, s.start)),
             what: e.message().to_string(),
         })?;
         let mut cases = Vec::new();
