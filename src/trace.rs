@@ -22,7 +22,7 @@ const MAX_PENDING: usize = 10_000;
 pub const SCHEMA: &str = "gpudoc.trace/2";
 
 /// One row of a JSON-lines trace (`kind` says which). `E` is what the end row carries (the analysis'
-/// `EndRow`), `M` a `torch` row's message (as it came; typed as the shim's `ShimMessage` for the schema).
+/// `EndRow`), `M` a `torch` row's message (as it came; typed as the shim's `Message` for the schema).
 #[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[allow(clippy::large_enum_variant)] // built once per row and written at once

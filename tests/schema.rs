@@ -138,7 +138,7 @@ fn without_nulls(value: &serde_json::Value) -> serde_json::Value {
 
 #[test]
 fn every_recorded_shim_message_round_trips_through_its_schema() {
-    use gpudoc::torch::message::ShimMessage;
+    use gpudoc::torch::message::Message;
     let mut kinds = std::collections::BTreeSet::new();
     for f in fixture_files(".trace.jsonl") {
         for line in std::fs::read_to_string(&f).unwrap().lines() {
@@ -148,7 +148,7 @@ fn every_recorded_shim_message_round_trips_through_its_schema() {
             }
             let m = &row["m"];
             conforms("shim-message", m);
-            let typed: ShimMessage = serde_json::from_value(m.clone())
+            let typed: Message = serde_json::from_value(m.clone())
                 .unwrap_or_else(|e| panic!("{}: {e}: {m}", f.display()));
             let back = serde_json::to_value(&typed).unwrap();
             assert_eq!(without_nulls(&back), without_nulls(m), "{}", f.display());

@@ -13,13 +13,13 @@ pub fn of(name: SchemaName) -> Value {
     match name {
         SchemaName::Report => schema_for!(crate::report::Report),
         SchemaName::TraceRow => schema_for!(
-            crate::trace::Row<crate::analysis::EndRow, crate::torch::message::ShimMessage>
+            crate::trace::Row<crate::analysis::EndRow, crate::torch::message::Message>
         ),
         SchemaName::Baseline => schema_for!(crate::gate::BaselineFile),
         SchemaName::Compare => schema_for!(crate::compare::Comparison),
         SchemaName::Orphans => schema_for!(super::orphans::Output<'static>),
         SchemaName::Fit => schema_for!(crate::fit::FitReport),
-        SchemaName::ShimMessage => schema_for!(crate::torch::message::ShimMessage),
+        SchemaName::ShimMessage => schema_for!(crate::torch::message::Message),
     }
     .to_value()
 }

@@ -13,9 +13,92 @@ use super::hunt::{Holder, Site};
 use super::inside::{Line, Parts};
 use serde::{Deserialize, Serialize};
 
-/// One message of the shim's, as it writes it: who sent it, and what it says.
+/// One message of the shim's, as either of its parts writes it: PyTorch's (`_gpudoc_torch*.py`), or the
+/// other frameworks' (`_gpudoc_frameworks.py`: JAX, CuPy, TensorFlow, RMM), whose every message names its
+/// framework (`fw`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
 #[schemars(title = "gpudoc shim message")]
+pub enum Message {
+    Framework(FrameworkMessage),
+    Torch(ShimMessage),
+}
+
+/// A message of the shim's part for the frameworks beyond PyTorch: its framework, who sent it, and what it
+/// says. Its records carry what the framework's allocator tells, each figure absent where it cannot tell
+/// it (src/torch/framework.rs reads them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FrameworkMessage {
+    /// `jax`, `cupy`, `tensorflow` or `rmm`.
+    pub fw: String,
+    #[serde(flatten)]
+    pub body: FrameworkBody,
+    #[serde(flatten)]
+    pub sender: Sender,
+}
+
+/// What a framework's message says, by its kind `k`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "k")]
+pub enum FrameworkBody {
+    /// The framework's first record is coming: its version, the settings in force that decide its
+    /// allocator (environment variables, memory growth), and the share of the step time the shim aims at.
+    #[serde(rename = "hello")]
+    Hello {
+        version: String,
+        settings: std::collections::BTreeMap<String, serde_json::Value>,
+        budget: f64,
+    },
+    /// A record at a step (every Nth).
+    #[serde(rename = "step")]
+    Step(FrameworkRecord),
+    /// A record at a reading without steps, or at exit.
+    #[serde(rename = "s")]
+    Sample(FrameworkRecord),
+    /// The allocator at an out-of-memory error, before the program sees it.
+    #[serde(rename = "oom")]
+    Oom(FrameworkRecord),
+}
+
+/// A framework's record of one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FrameworkRecord {
+    /// Steps seen, and the steps the record covers.
+    pub step: u64,
+    pub n: u64,
+    /// The framework's device index, and Unix seconds.
+    pub dev: u32,
+    pub t: f64,
+    /// The shim's cost of its last record, and the time per step, µs.
+    pub c: u64,
+    pub p: u64,
+    /// The device's UUID, where the framework gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// In use and reserved bytes, their peaks, the allocator's limit and largest free block, its
+    /// allocations, free blocks and pinned free blocks: each absent where the framework does not tell it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pa: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lim: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lfb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub na: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pfb: Option<u64>,
+}
+
+/// One message of the shim's PyTorch part, as it writes it: who sent it, and what it says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ShimMessage {
     #[serde(flatten)]
     pub body: Body,

@@ -5,7 +5,6 @@ back (_gpudoc_pipe.py's spec_after), and once torch's module has run, _install p
 Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its namespace)."""
 
 import os
-import sys
 
 # The names of the module's other parts this one uses, for the linters (at run time they are this
 # module's globals).

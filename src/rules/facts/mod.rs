@@ -262,6 +262,7 @@ impl Facts {
                 growth_from_s: Some(0.0),
                 growth_after_step: Some(0),
                 growth_live_bytes: Some(0),
+                growth_live_framework: Some("PyTorch".into()),
                 time_to_full_s: Some(0.0),
                 growth_graph_holder: Some("list `outs`".into()),
                 ..Default::default()
