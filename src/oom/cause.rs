@@ -6,6 +6,7 @@
 use super::formats::{self, Allocator};
 use super::parse::{Kind, OomText, TextProcess, Vendor};
 use crate::params;
+use crate::torch::framework::Framework;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -198,15 +199,11 @@ fn kv_engine(kind: Kind) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// What sets a text's cap, in words.
+/// What sets a text's cap, in words (a framework's own, as [`Framework::cap_setting`] words it).
 fn cap_setting(t: &OomText) -> &'static str {
     match (t.kind, allocator(t), t.vendor) {
-        (Kind::Cupy, ..) => {
-            "CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT"
-        }
-        (Kind::Tensorflow, ..) => crate::torch::framework::Framework::Tensorflow
-            .cap_setting()
-            .unwrap_or_default(),
+        (Kind::Cupy, ..) => Framework::Cupy.cap_setting().unwrap_or_default(),
+        (Kind::Tensorflow, ..) => Framework::Tensorflow.cap_setting().unwrap_or_default(),
         (_, Allocator::Watermark, _) => {
             "PYTORCH_MPS_HIGH_WATERMARK_RATIO, the share of the system's memory MPS may use"
         }
