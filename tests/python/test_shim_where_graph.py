@@ -8,14 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = torch.nn.Linear(4, 4)
-        self.b = torch.nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.b(self.a(x))
+from nets import Net  # noqa: E402
 
 
 def test_a_measured_steps_graph_hooks_are_listed_and_go_with_the_measure(shim, cuda, monkeypatch):
