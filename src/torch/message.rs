@@ -46,7 +46,7 @@ pub enum FrameworkBody {
     #[serde(rename = "hello")]
     Hello {
         version: String,
-        settings: std::collections::BTreeMap<String, serde_json::Value>,
+        settings: std::collections::BTreeMap<String, String>,
         budget: f64,
     },
     /// A record at a step (every Nth).
