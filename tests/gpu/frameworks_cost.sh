@@ -1,40 +1,57 @@
 #!/usr/bin/env bash
 # Issue 48: what the framework shim costs a JAX or CuPy job at the fastest step rates users run (one device
-# call, ~2 min): bench/framework_loop.py jax|cupy (a jitted MLP step, ~0.1 ms; the same in CuPy), bare and
-# under gpudoc run, ROUNDS alternated rounds (the first argument, default 5). Expects .device/gpudoc (a
-# release build). Leaves $OUT/frameworks_cost.tar.gz; prints steps/s per run and the medians' ratio.
+# call, ~2-3 min): bench/framework_loop.py jax|cupy (a jitted MLP step, ~50 us; the same in CuPy) bare, under
+# `gpudoc run --no-torch` (the outside view alone: NVML sampling, no shim) and under `gpudoc run` (the
+# framework view), ROUNDS rounds (the first argument, default 5) whose order rotates each round, so that a
+# drift of the machine falls on every variant alike. KINDS="jax cupy" by default. Expects .device/gpudoc
+# (a release build). Leaves $OUT/frameworks_cost.tar.gz; prints steps/s per run and the medians' ratios.
 set -u
 export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
 G=$PWD/.device/gpudoc; chmod +x "$G"
 R=/tmp/fwcost; rm -rf $R; mkdir -p $R
 ROUNDS=${1:-5}
 STEPS=${STEPS:-20000}
+KINDS=${KINDS:-jax cupy}
+variants=(bare outside gpudoc)
+one() { # kind variant round
+  local cmd=(python3 bench/framework_loop.py "$1" "$STEPS")
+  case $2 in
+    bare) timeout 60 "${cmd[@]}" ;;
+    outside) timeout 60 "$G" run -q --no-torch -- "${cmd[@]}" ;;
+    gpudoc) timeout 60 "$G" run -q --json "$R/$1-gpudoc-$3.report.json" -- "${cmd[@]}" ;;
+  esac >> "$R/$1-$2.jsonl" 2>>"$R/err.log"
+}
 for i in $(seq "$ROUNDS"); do
-  for kind in jax cupy; do
-    timeout 60 python3 bench/framework_loop.py $kind $STEPS >> $R/$kind-bare.jsonl 2>>$R/err.log
-    timeout 60 "$G" run -q --json $R/$kind-gpudoc-$i.report.json -- \
-      python3 bench/framework_loop.py $kind $STEPS >> $R/$kind-gpudoc.jsonl 2>>$R/err.log
-    echo "round $i $kind: bare $(tail -1 $R/$kind-bare.jsonl) gpudoc $(tail -1 $R/$kind-gpudoc.jsonl)"
+  for kind in $KINDS; do
+    line="round $i $kind:"
+    for k in 0 1 2; do
+      v=${variants[$(((i + k) % 3))]}
+      one "$kind" "$v" "$i"
+      line+=" $v $(tail -1 "$R/$kind-$v.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["steps_per_s"])' 2>/dev/null)"
+    done
+    echo "$line"
   done
 done
 tar czf "$OUT/frameworks_cost.tar.gz" -C /tmp fwcost
-python3 - <<'PY'
-import json, statistics
+KINDS="$KINDS" python3 - <<'PY'
+import json, os, statistics
 R = "/tmp/fwcost"
-for kind in ("jax", "cupy"):
+for kind in os.environ["KINDS"].split():
     got = {}
-    for who in ("bare", "gpudoc"):
+    for who in ("bare", "outside", "gpudoc"):
         try:
             got[who] = [json.loads(l)["steps_per_s"] for l in open(f"{R}/{kind}-{who}.jsonl") if l.strip()]
         except (OSError, ValueError):
             got[who] = []
-    if not got["bare"] or not got["gpudoc"]:
-        print(f"BAD {kind}: no runs ({got})")
+    if not all(got.values()):
+        print(f"BAD {kind}: missing runs ({got})")
         continue
-    b, g = statistics.median(got["bare"]), statistics.median(got["gpudoc"])
-    us = (1e6 / g - 1e6 / b)
-    print(f"{kind}: bare {got['bare']} gpudoc {got['gpudoc']}; medians {b:.0f} vs {g:.0f} steps/s "
-          f"({100 * (g / b - 1):+.2f}%, {us:+.2f} us a step)")
+    b = statistics.median(got["bare"])
+    print(f"{kind}: bare {got['bare']}")
+    for who in ("outside", "gpudoc"):
+        g = statistics.median(got[who])
+        print(f"  {who} {got[who]}: medians {b:.0f} vs {g:.0f} steps/s ({100 * (g / b - 1):+.2f}%, "
+              f"{1e6 / g - 1e6 / b:+.2f} us a step)")
     for i in range(1, 99):
         try:
             r = json.load(open(f"{R}/{kind}-gpudoc-{i}.report.json"))
@@ -42,6 +59,6 @@ for kind in ("jax", "cupy"):
             break
         p = (r.get("torch") or {}).get("processes") or [{}]
         print(f"  run {i}: framework {p[0].get('framework')} steps {p[0].get('steps_total')} "
-              f"rules {[d['rule'] for d in r.get('diagnoses', [])]}")
+              f"records {p[0].get('records')} rules {[d['rule'] for d in r.get('diagnoses', [])]}")
         break
 PY

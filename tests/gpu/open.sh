@@ -3,7 +3,7 @@
 # scripts named (default: what the last closing note says is owed), each under its own time
 # limit, and starts none that could not finish before the call's 600 s are up. Each script's output goes
 # to $OUT/<name>.log beside its own results; the summary line per script is printed last.
-#   bash tests/gpu/open.sh                      # what is owed: issue 48's JAX cost again (one slow run of five at stop 53, not explained)
+#   bash tests/gpu/open.sh                      # what is owed: issue 43's verdicts and issue 48's frameworks by the merged main of stop 54
 #   bash tests/gpu/open.sh others_arrived.sh    # any of tests/gpu/*.sh, with its arguments after a colon
 # Expects what each script expects (.device/gpudoc; .whl/ for notebook.sh: see its header).
 set -u
@@ -11,7 +11,7 @@ start=$SECONDS
 budget=${OPEN_BUDGET_S:-570}
 # name:args (or name alone) and its limit in seconds (a script past its limit is ended and said TIMED OUT).
 declare -A limit=([fit.sh:frag]=150 [fit.sh]=330 [where.sh]=220 [notebook.sh]=220 [others_arrived.sh]=150 [forecast.sh]=200 [eval_clock.sh:5]=330 [shim_round3.sh]=300 [record_phases.sh:verdicts]=200 [cost_round3.sh:3]=240 [cost_round3.sh:4]=480 [cost_round3.sh:5]=570 [frameworks.sh]=240 [frameworks_cost.sh]=200)
-(($#)) || set -- "frameworks_cost.sh"
+(($#)) || set -- "record_phases.sh:verdicts" "frameworks.sh"
 summary=()
 for item in "$@"; do
   name=${item%%:*}; args=; [[ $item == *:* ]] && args=${item#*:}
