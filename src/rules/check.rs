@@ -2,42 +2,12 @@
 //! its templates, advice and mark give the right types, on the example facts of its scope.
 
 use super::absent::Compiled;
-use super::eval::{CONSTANTS, Lazy, context, lookup};
+use super::eval::{CONSTANTS, Lazy, check_operands, context, depends_on_values, lookup};
 use super::rule::{Mark, Rule, Saying, Source};
 use super::template::Piece;
 use super::{Scope, names};
-use cel::common::ast::{Expr, IdedExpr};
 use cel::{Context, Env, Value};
 use std::sync::Arc;
-
-/// Evaluates each operand of `&&`, `||` and `?:` separately (recursively), and anything else whole. Only
-/// type errors count: what depends on the values (an index past the example's one element, a division by
-/// its zero) is for the run to find, guarded as the rule guards it.
-pub(super) fn check_operands(e: &IdedExpr, ctx: &Context) -> Result<(), String> {
-    if let Expr::Call(c) = &e.expr
-        && matches!(c.func_name.as_str(), "_&&_" | "_||_" | "_?_:_" | "!_")
-    {
-        return c.args.iter().try_for_each(|a| check_operands(a, ctx));
-    }
-    match Value::resolve(e, ctx) {
-        Ok(_) => Ok(()),
-        Err(x) if depends_on_values(&x) => Ok(()),
-        Err(x) => Err(x.to_string()),
-    }
-}
-
-/// An error that a rule's guard can rule out at run time, not a mistake in the rule.
-pub(super) fn depends_on_values(e: &cel::ExecutionError) -> bool {
-    use cel::ExecutionError as E;
-    matches!(
-        e,
-        E::IndexOutOfBounds(_)
-            | E::DivisionByZero(_)
-            | E::RemainderByZero(_)
-            | E::Overflow(..)
-            | E::NoSuchKey(_)
-    )
-}
 
 /// Whether `path` names a fact in `facts` (the example, with one element in each list).
 pub(super) fn resolves(facts: &serde_json::Value, path: &str) -> bool {

@@ -4,7 +4,8 @@
 
 use super::absent::Compiled;
 use super::facts::Facts;
-use super::{RuleError, Scope, names};
+use super::{RuleError, Scope};
+use crate::params::Number;
 use cel::common::ast::{Expr, IdedExpr};
 use cel::common::types::CelNull;
 use cel::common::value::{CowVal, Val};
@@ -105,7 +106,7 @@ pub(super) fn functions<'a>(env: &Arc<Env>) -> Context<'a, 'a> {
     for (name, v) in CONSTANTS {
         ctx.add_variable_from_value(name, Value::Int(v));
     }
-    ctx.add_variable_from_value("param", names::param_value(&[]));
+    ctx.add_variable_from_value("param", param_value(&[]));
     // An absent fact (null), and a -1 that still means one, are said to be unknown.
     let _ = ctx.add_function("fmt_bytes", |b: Value| match b {
         Value::Int(b) if b >= 0 => Ok(Value::from(crate::units::fmt_bytes(b as u64))),
@@ -305,4 +306,59 @@ pub(super) fn render(value: &Value) -> String {
         Value::Null => UNKNOWN.into(),
         other => format!("{other:?}"),
     }
+}
+
+/// A parameter's number as CEL.
+fn number_value(n: Number) -> Value {
+    match n {
+        Number::Int(i) => Value::Int(i),
+        Number::Float(f) => Value::Float(f),
+    }
+}
+
+/// The parameters a rule sees as `param`: the table's ([`crate::params::ALL`]) and its own.
+pub(super) fn param_entries(
+    own: &[(String, Number)],
+) -> impl Iterator<Item = (String, Number)> + '_ {
+    crate::params::ALL
+        .iter()
+        .map(|p| (p.name.to_string(), p.value))
+        .chain(own.iter().cloned())
+}
+
+/// `param` as a CEL map.
+pub(super) fn param_value(own: &[(String, Number)]) -> Value {
+    let map: HashMap<String, Value> = param_entries(own)
+        .map(|(k, v)| (k, number_value(v)))
+        .collect();
+    map.into()
+}
+
+/// Evaluates each operand of `&&`, `||` and `?:` separately (recursively), and anything else whole. Only
+/// type errors count: what depends on the values (an index past the example's one element, a division by
+/// its zero) is for the run to find, guarded as the rule guards it.
+pub(super) fn check_operands(e: &IdedExpr, ctx: &Context) -> Result<(), String> {
+    if let Expr::Call(c) = &e.expr
+        && matches!(c.func_name.as_str(), "_&&_" | "_||_" | "_?_:_" | "!_")
+    {
+        return c.args.iter().try_for_each(|a| check_operands(a, ctx));
+    }
+    match Value::resolve(e, ctx) {
+        Ok(_) => Ok(()),
+        Err(x) if depends_on_values(&x) => Ok(()),
+        Err(x) => Err(x.to_string()),
+    }
+}
+
+/// An error that a rule's guard can rule out at run time, not a mistake in the rule.
+pub(super) fn depends_on_values(e: &cel::ExecutionError) -> bool {
+    use cel::ExecutionError as E;
+    matches!(
+        e,
+        E::IndexOutOfBounds(_)
+            | E::DivisionByZero(_)
+            | E::RemainderByZero(_)
+            | E::Overflow(..)
+            | E::NoSuchKey(_)
+    )
 }

@@ -16,6 +16,7 @@ mod eval;
 pub mod facts;
 pub mod framework;
 pub mod growth;
+mod lines;
 mod names;
 pub mod phase;
 mod rule;

@@ -4,9 +4,11 @@
 //! sees the lets above it.
 
 use super::absent::Compiled;
-use super::check::{check_operands, depends_on_values};
-use super::eval::{compile, example_variables, reads};
-use super::rule::value_line;
+use super::eval::{
+    check_operands, compile, depends_on_values, example_variables, param_entries, param_value,
+    reads,
+};
+use super::lines::value_line;
 use super::{RuleError, Scope};
 use crate::params::Number;
 use cel::{Context, Env, Value};
@@ -24,30 +26,6 @@ const TAKEN: [&str; 9] = [
     "torch",
     "param",
 ];
-
-/// A parameter's number as CEL.
-fn number_value(n: Number) -> Value {
-    match n {
-        Number::Int(i) => Value::Int(i),
-        Number::Float(f) => Value::Float(f),
-    }
-}
-
-/// The parameters a rule sees as `param`: the table's ([`crate::params::ALL`]) and its own.
-fn param_entries(own: &[(String, Number)]) -> impl Iterator<Item = (String, Number)> + '_ {
-    crate::params::ALL
-        .iter()
-        .map(|p| (p.name.to_string(), p.value))
-        .chain(own.iter().cloned())
-}
-
-/// `param` as a CEL map.
-pub(super) fn param_value(own: &[(String, Number)]) -> Value {
-    let map: HashMap<String, Value> = param_entries(own)
-        .map(|(k, v)| (k, number_value(v)))
-        .collect();
-    map.into()
-}
 
 /// `param` as JSON, for the example facts a rule is checked on.
 fn param_json(own: &[(String, Number)]) -> serde_json::Value {

@@ -3,6 +3,7 @@
 
 use super::absent::Compiled;
 use super::eval::{CONSTANTS, compile, env, reads};
+use super::lines::{line_of, value_line};
 use super::template::{Piece, fill, lines, template};
 use super::{RuleError, Scope, names};
 use crate::ident::GpuRef;
@@ -197,18 +198,6 @@ impl std::fmt::Debug for Rule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Rule({} from {})", self.id, self.source)
     }
-}
-
-pub(super) fn line_of(doc: &str, offset: usize) -> usize {
-    doc[..offset.min(doc.len())].matches('\n').count() + 1
-}
-
-/// The first line of a string value's text (a `'''` string starting with a newline begins one line on).
-pub(super) fn value_line(doc: &str, span: std::ops::Range<usize>) -> usize {
-    let raw = &doc[span.clone()];
-    let skip =
-        (raw.starts_with("'''") || raw.starts_with("\"\"\"")) && raw[3..].starts_with(['\n', '\r']);
-    line_of(doc, span.start) + usize::from(skip)
 }
 
 impl Rule {

@@ -8,7 +8,8 @@
 use super::RuleError;
 use super::absent::Compiled;
 use super::eval::{Lazy, compile, context, env};
-use super::rule::{holds, line_of, value_line};
+use super::lines::{line_of, value_line};
+use super::rule::holds;
 use super::template::{Piece, fill, template};
 use crate::oom::cause::Found;
 use cel::Env;

@@ -53,20 +53,6 @@ pub fn start() -> Option<&'static Start> {
     START.get()
 }
 
-/// Whether the user's terminal's foreground is the guard's process group (asked in the guard or in
-/// gpudoc): only then are the terminal's modes gpudoc's to change. From the background (`bg` after a
-/// Ctrl-Z) a change would stop the guard (SIGTTOU) and set modes under the shell that has the terminal.
-pub fn in_foreground() -> bool {
-    match START.get() {
-        // gpudoc leads a session of its own: the terminal is the guard's.
-        Some(s) => procfs::process::Process::new(s.guard)
-            .and_then(|p| p.stat())
-            .is_ok_and(|st| st.tpgid == st.pgrp),
-        // SAFETY: tcgetpgrp and getpgrp only read.
-        None => unsafe { libc::tcgetpgrp(0) == libc::getpgrp() },
-    }
-}
-
 /// The signals the guard and gpudoc take: those they relay or forward, SIGCHLD, and the relay's own.
 pub(super) fn handled() -> SigSet {
     // SAFETY: sigemptyset and sigaddset on a set we own, with valid signal numbers (nix's Signal has no
@@ -121,6 +107,7 @@ pub unsafe fn split() -> std::io::Result<()> {
                 // A session of gpudoc's own, led by it, for the command's terminal.
                 nix::unistd::setsid()?;
             }
+            tty::led_by(guard.as_raw());
             let _ = START.set(Start {
                 mask,
                 terminal,

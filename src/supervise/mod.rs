@@ -614,7 +614,7 @@ impl Child {
     /// The guard was continued: so is the job, if it is stopped; on its own terminal it gets the keys
     /// back when the shell gave gpudoc the foreground.
     fn resume(&self, w: &mut Waiting) {
-        let foreground = guard::in_foreground();
+        let foreground = tty::in_foreground();
         if job_stopped(self.pid.as_raw()) {
             if let Some(p) = &self.pty
                 && foreground
@@ -663,7 +663,7 @@ impl Child {
     /// stops once gpudoc dies of the command's SIGINT, as it would without gpudoc.
     fn interrupt_callers(&self) {
         let Some(g) = &self.guard else { return };
-        if !guard::in_foreground() {
+        if !tty::in_foreground() {
             return;
         }
         let Ok(group) = nix::unistd::getpgid(Some(Pid::from_raw(g.pid))) else {

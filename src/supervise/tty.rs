@@ -26,6 +26,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -91,12 +92,34 @@ fn open_own() -> Option<RawFd> {
     (fd >= 0).then_some(fd)
 }
 
+/// The guard's pid, once gpudoc has split from it: the terminal's foreground is then the guard's.
+static GUARD: OnceLock<i32> = OnceLock::new();
+
+/// Says, in gpudoc after it split, that the guard `pid` stands for the job at the terminal.
+pub fn led_by(pid: i32) {
+    let _ = GUARD.set(pid);
+}
+
+/// Whether the user's terminal's foreground is the guard's process group (asked in the guard or in
+/// gpudoc): only then are the terminal's modes gpudoc's to change. From the background (`bg` after a
+/// Ctrl-Z) a change would stop the guard (SIGTTOU) and set modes under the shell that has the terminal.
+pub fn in_foreground() -> bool {
+    match GUARD.get() {
+        // gpudoc leads a session of its own: the terminal is the guard's.
+        Some(&guard) => procfs::process::Process::new(guard)
+            .and_then(|p| p.stat())
+            .is_ok_and(|st| st.tpgid == st.pgrp),
+        // SAFETY: tcgetpgrp and getpgrp only read.
+        None => unsafe { libc::tcgetpgrp(0) == libc::getpgrp() },
+    }
+}
+
 impl Saved {
     /// Gives the user's terminal its modes back, if gpudoc is in its foreground: a background gpudoc
     /// never touches the modes (the shell that has the terminal set its own, and the guard would stop
     /// for it, SIGTTOU: "Stopped (tty output)" where the job was done).
     pub fn restore(&self) {
-        if super::guard::in_foreground() {
+        if in_foreground() {
             // SAFETY: tcsetattr with modes read from the same terminal.
             unsafe { libc::tcsetattr(self.fd, libc::TCSADRAIN, &self.termios) };
         }
