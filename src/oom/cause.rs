@@ -439,6 +439,81 @@ impl Found {
     }
 }
 
+impl Found {
+    /// One finding of every kind (each way a KV cache fell short, each `whose`), with figures: what a
+    /// words file must word, checked when a user's is loaded.
+    pub fn examples() -> Vec<Found> {
+        const MIB: u64 = 1 << 20;
+        const GIB: u64 = 1 << 30;
+        let (requested, free, held) = (GIB, MIB, 2 * GIB);
+        let short = [
+            KvShort::Tokens { len: 8, tokens: 4 },
+            KvShort::Bytes {
+                len: 8,
+                needed: GIB,
+                left: MIB,
+            },
+            KvShort::NoRoom,
+        ];
+        let mut findings: Vec<Finding> = short
+            .map(|short| Finding::KvShort {
+                short,
+                by_others: false,
+            })
+            .into();
+        findings.extend([
+            Finding::KvStartup {
+                wanted: GIB,
+                free,
+                by_others: true,
+            },
+            Finding::Garbled,
+            Finding::TooBig {
+                requested,
+                limit: MIB,
+                of_cap: true,
+            },
+            Finding::Capped {
+                allowed: GIB,
+                held,
+                requested,
+                asked: requested,
+                free: None,
+            },
+            Finding::Fits { requested, free },
+            Finding::Others { requested, free },
+            Finding::Fragmented {
+                requested,
+                unallocated: held,
+            },
+            Finding::SelfGrowth { requested, held },
+            Finding::NvmlOthers { total: GIB },
+            Finding::NvmlFull {
+                used: GIB,
+                total: 0,
+            },
+            Finding::ShortOfFree { requested, free },
+            Finding::NoNumbers,
+        ]);
+        for whose in [Whose::OthersOrAsyncPool, Whose::Unseen, Whose::Others] {
+            findings.push(Finding::Outside {
+                requested,
+                outside: held,
+                held,
+                whose,
+            });
+        }
+        let f = Figures {
+            total: Some(80 * GIB),
+            ..Default::default()
+        };
+        findings
+            .into_iter()
+            .map(|finding| Found::of(finding, &f, &Holders::default()))
+            .collect()
+    }
+}
+
 /// A serving engine had no room for its KV cache in the share of the GPU it may use (vLLM's
 /// `gpu_memory_utilization`, SGLang's `--mem-fraction-static`): the model's weights and its activation
 /// peak took the rest. That share is its cap, unless other processes held memory, which the engines count

@@ -39,11 +39,12 @@ fact_types! {
     Option<String> => "string or null",
     Vec<String> => "list(string)",
     Vec<Holder> => "list(holder)",
+    Vec<OnGpu> => "list(on_gpu)",
 }
 
-/// A process holding GPU memory, as a list fact gives it (`gpu.others_list`, `oom.others`, `run.orphan_list`,
-/// `run.helper_list`): a record whose words the rule's template writes (`p.pid`, `p.who`, ...: docs/rules.md,
-/// "List facts").
+/// A process holding GPU memory, as a list fact gives it (`gpu.others_list`, `oom.others`,
+/// `run.orphan_list`): a record whose words the rule's template writes (`p.pid`, `p.who`, ...:
+/// docs/rules.md, "List facts").
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Holder {
     /// its PID
@@ -56,6 +57,18 @@ pub struct Holder {
     pub bytes: i64,
     /// the GPU it held it on, as messages name it; null where its list does not say
     pub gpu: Option<String>,
+}
+
+/// What a process held on one GPU, as `process.per_gpu` gives it: a record the rules read (`h.index`,
+/// `h.bytes`: docs/rules.md, "List facts").
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OnGpu {
+    /// NVML's index of the GPU
+    pub index: i64,
+    /// the GPU as messages name it (`GPU 0`, `GPU 0 on node-a`)
+    pub label: String,
+    /// what the process held there
+    pub bytes: i64,
 }
 
 /// Declares a group of facts: the struct, and its documentation (`FIELDS`) from its fields' doc comments,
@@ -183,7 +196,7 @@ impl Facts {
         let mut oom = oom::oom_facts(r, &gpus, &steps);
         oom::oom_leak(&mut oom, &torch_processes);
         Facts {
-            run: run::run_facts(r, &gpus, &processes),
+            run: run::run_facts(r, &gpus),
             oom,
             gpus,
             processes,
@@ -207,7 +220,6 @@ impl Facts {
             job_peak_max_at_s: Some(0.0),
             server_fraction: Some(0.9),
             orphan_list: vec![Holder::example()],
-            helper_list: vec![Holder::example()],
             ..Default::default()
         };
         Facts {
@@ -273,7 +285,20 @@ impl Facts {
                 user: Some("alice".into()),
                 verdict: Some("orphan".into()),
                 reason: Some("its parent died".into()),
-                stray_gpus: vec![1],
+                per_gpu: vec![
+                    OnGpu {
+                        index: 0,
+                        label: "GPU 0".into(),
+                        bytes: GIB,
+                    },
+                    OnGpu {
+                        index: 1,
+                        label: "GPU 1".into(),
+                        bytes: GIB,
+                    },
+                ],
+                main_label: "GPU 0".into(),
+                parent_rank: Some(0),
                 main_gpu: Some(0),
                 job_gpu: Some(0),
                 job_gpu_start_bytes: Some(0),

@@ -1,8 +1,7 @@
 //! The run's facts (`run.*`): how it ended, the machine, the job's GPUs, orphans, the inference server
-//! it runs, the helpers holding contexts.
+//! it runs.
 
-use super::{GpuFacts, Holder, ProcFacts, gpu_label, name_of};
-use crate::ident::GpuRef;
+use super::{GpuFacts, Holder, gpu_label, name_of};
 use crate::report::Report;
 use serde::Serialize;
 
@@ -69,13 +68,6 @@ pub struct RunFacts {
     /// the share it takes: the value given, else its default; null where the default depends on the GPU
     /// (SGLang) or no server runs
     pub server_fraction: Option<f64>,
-    /// processes of the job holding a CUDA context they should not (see process.helper)
-    pub helpers: i64,
-    /// what they held, their peaks summed
-    pub helpers_bytes: i64,
-    /// them: each a holder (pid; who: its command line cut to 60 characters, or `a multiprocessing child`;
-    /// bytes: its peak; gpu: the GPU it works on)
-    pub helper_list: Vec<Holder>,
     /// the run is still going: the rule is judged live, on the run so far (`live = true`); false at its end
     pub live: bool,
     /// the facts are of one look at the machine by `gpudoc watch` (`look = true`), not of a run: the job is
@@ -125,39 +117,11 @@ fn server_facts(r: &Report, f: &mut RunFacts) {
     f.server_fraction = s.fraction;
 }
 
-/// The helpers holding contexts (see `helper`), in words: a multiprocessing child is named as one, other
-/// command lines are cut at 60 characters.
-fn helper_facts(ps: &[ProcFacts], f: &mut RunFacts) {
-    let helpers: Vec<&ProcFacts> = ps.iter().filter(|p| p.helper).collect();
-    let cmd = |c: &str| {
-        if c.contains("multiprocessing.spawn") || c.contains("multiprocessing.forkserver") {
-            "a multiprocessing child".to_string()
-        } else if c.chars().count() > 60 {
-            format!("{}...", c.chars().take(60).collect::<String>())
-        } else {
-            c.to_string()
-        }
-    };
-    f.helpers = helpers.len() as i64;
-    f.helpers_bytes = helpers.iter().map(|p| p.peak_bytes).sum();
-    f.helper_list = helpers
-        .iter()
-        .map(|p| Holder {
-            pid: p.pid,
-            who: Some(cmd(&p.cmdline)),
-            bytes: p.peak_bytes,
-            gpu: Some(GpuRef::label(p.main_gpu().as_ref())),
-            ..Holder::default()
-        })
-        .collect();
-}
-
-pub(super) fn run_facts(r: &Report, gpus: &[GpuFacts], ps: &[ProcFacts]) -> RunFacts {
+pub(super) fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
     let mut f = run_basics(r, gpus);
     f.live = r.live;
     f.look = r.moment.is_some();
     server_facts(r, &mut f);
-    helper_facts(ps, &mut f);
     f
 }
 
