@@ -64,8 +64,8 @@ pub struct ProcFacts {
     /// when its longest stretch there above half-way from that start to its peak began, null if unknown
     pub job_gpu_high_from_s: Option<f64>,
     /// how long that stretch lasted, without a break (to now, in a run still going): short for memory that
-    /// came and went in a blip; 0 if unknown
-    pub job_gpu_high_s: f64,
+    /// came and went in a blip; null if unknown
+    pub job_gpu_high_s: Option<f64>,
     /// its owner's name, in a look (null in a run, and where /proc can't tell)
     pub user: Option<String>,
     /// in a look, what `gpudoc orphans` makes of it: orphan, detached, zombie, ghost, service, live (null in
@@ -188,7 +188,7 @@ fn beside_job(r: &Report, rows: &[&ProcessReport], f: &mut ProcFacts) {
     if let (Some(start), Some(from), Some(len)) = (p.start_bytes, p.high_from_s, p.high_s) {
         f.job_gpu_start_bytes = Some(start as i64);
         f.job_gpu_high_from_s = Some(from);
-        f.job_gpu_high_s = len;
+        f.job_gpu_high_s = Some(len);
     }
 }
 
@@ -293,7 +293,7 @@ mod tests {
             (f.job_gpu_bytes, f.job_gpu_start_bytes),
             (20 * GIB, Some(0))
         );
-        assert!(f.visible && f.job_gpu_high_s >= 15.0 && f.job_gpu_high_from_s >= Some(1.9));
+        assert!(f.visible && f.job_gpu_high_s >= Some(15.0) && f.job_gpu_high_from_s >= Some(1.9));
         // On a GPU the job did not use, it is none of the job's business.
         for p in r.processes.iter_mut().filter(|p| !p.in_job) {
             p.gpu = 1;
@@ -301,7 +301,7 @@ mod tests {
         let f = other(&Facts::of(&r));
         assert_eq!(
             (f.job_gpu, f.job_gpu_start_bytes, f.job_gpu_high_s),
-            (None, None, 0.0)
+            (None, None, None)
         );
         // A report from before the start was recorded: unknown, never a zero.
         for p in &mut r.processes {

@@ -18,10 +18,11 @@ pub struct RunFacts {
     pub classification: String,
     /// NVIDIA driver version, null if NVML did not give it
     pub driver: Option<String>,
-    /// highest CUDA version the driver supports (13.0), 0 if unknown
-    pub cuda_driver_version: f64,
-    /// CUDA version the job's PyTorch was built for (from +cu130), 0 if unknown
-    pub cuda_runtime_version: f64,
+    /// highest CUDA version the driver supports (13.0), null if NVML did not give it
+    pub cuda_driver_version: Option<f64>,
+    /// CUDA version the job's PyTorch was built for (from +cu130), null if no PyTorch process gave a CUDA
+    /// build's version
+    pub cuda_runtime_version: Option<f64>,
     /// GPUs on the machine
     pub gpus: i64,
     /// GPUs on which the job held memory
@@ -78,23 +79,17 @@ pub struct RunFacts {
 }
 }
 
-/// `2.11.0+cu130` → 13.0; 0.0 when there is no CUDA tag.
-pub fn cuda_of_torch(version: &str) -> f64 {
-    let Some(tag) = version.split("+cu").nth(1) else {
-        return 0.0;
-    };
+/// `2.11.0+cu130` → 13.0; `None` when there is no CUDA tag.
+pub fn cuda_of_torch(version: &str) -> Option<f64> {
+    let tag = version.split("+cu").nth(1)?;
     let digits: String = tag.chars().take_while(|c| c.is_ascii_digit()).collect();
-    match digits.len() {
-        3 => {
-            digits[..2].parse::<f64>().unwrap_or(0.0)
-                + digits[2..].parse::<f64>().unwrap_or(0.0) / 10.0
-        }
-        2 => {
-            digits[..1].parse::<f64>().unwrap_or(0.0)
-                + digits[1..].parse::<f64>().unwrap_or(0.0) / 10.0
-        }
-        _ => 0.0,
-    }
+    let major = match digits.len() {
+        3 => 2,
+        2 => 1,
+        _ => return None,
+    };
+    let (a, b) = digits.split_at(major);
+    Some(a.parse::<f64>().ok()? + b.parse::<f64>().ok()? / 10.0)
 }
 
 /// The inference server the job runs, if a command line shows one (`serving`).
@@ -153,8 +148,8 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         .processes
         .iter()
         .filter_map(|t| t.torch_version.as_deref())
-        .map(cuda_of_torch)
-        .fold(0.0, f64::max);
+        .filter_map(cuda_of_torch)
+        .reduce(f64::max);
     let orphan_bytes =
         |o: &crate::report::Orphan| -> u64 { o.gpu_bytes.iter().map(|&(_, b)| b).sum() };
     let mut f = RunFacts {
@@ -163,12 +158,7 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         signal: r.exit.signal.unwrap_or(0) as i64,
         classification: name_of(r.exit.classification),
         driver: r.nvml.driver.clone(),
-        cuda_driver_version: r
-            .nvml
-            .cuda_driver
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0),
+        cuda_driver_version: r.nvml.cuda_driver.as_deref().and_then(|v| v.parse().ok()),
         cuda_runtime_version: cuda_runtime,
         hosts: r.hosts.len().max(1) as i64,
         orphans: r.orphans.len() as i64,
@@ -198,9 +188,11 @@ mod tests {
 
     #[test]
     fn cuda_version_from_torch_tag() {
-        assert_eq!(cuda_of_torch("2.11.0+cu130"), 13.0);
-        assert_eq!(cuda_of_torch("2.4.1+cu121"), 12.1);
-        assert_eq!(cuda_of_torch("1.13.1+cu117"), 11.7);
-        assert_eq!(cuda_of_torch("2.11.0"), 0.0);
+        assert_eq!(cuda_of_torch("2.11.0+cu130"), Some(13.0));
+        assert_eq!(cuda_of_torch("2.4.1+cu121"), Some(12.1));
+        assert_eq!(cuda_of_torch("1.13.1+cu117"), Some(11.7));
+        // A CPU or ROCm build says no CUDA: unknown, never CUDA 0.
+        assert_eq!(cuda_of_torch("2.11.0"), None);
+        assert_eq!(cuda_of_torch("2.11.0+cpu"), None);
     }
 }
