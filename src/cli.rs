@@ -247,7 +247,8 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 /// Flags that choose the rules, shared by `run`, `report`, `compare`, `rules` and `watch`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RulesArgs {
-    /// A folder of rule files (*.toml) added to the bundled ones; a rule with a bundled rule's id replaces it.
+    /// A folder of rule files (*.toml) added to the bundled ones; a rule with a bundled rule's id replaces it,
+    /// and its words/oom-cause.toml the words of an OOM's cause.
     #[arg(long, value_name = "DIR", global = true)]
     pub rules: Option<PathBuf>,
     /// Switch a rule off (repeatable).

@@ -1,6 +1,5 @@
 //! The thresholds verdicts depend on: one table, read by the Rust that decides (the OOM's cause, growth,
-//! helpers and stray contexts, the phase at an OOM) and by the rules as `param.NAME`. docs/rules.md lists
-//! it (generated from [`ALL`]; `GPUDOC_BLESS=1 cargo test --test docs`). A leaf: it imports nothing.
+//! the phase at an OOM) and by the rules as `param.NAME`. docs/rules.md lists it (generated from [`ALL`]; `GPUDOC_BLESS=1 cargo test --test docs`). A leaf: it imports nothing.
 
 /// What a parameter's number counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,30 +147,6 @@ pub const WAITING_CALLS: Param = int(
     "forward calls with no backward, before the program's first backward, that make an OOM's phase an evaluation or inference rather than a training step (`oom.phase`)",
 );
 
-/// Most a helper holds on a GPU: a CUDA context (~500 MiB on an H200) and a little.
-pub const HELPER_MAX: Param = int(
-    "helper_max_bytes",
-    GIB,
-    Unit::Bytes,
-    "the most a child of the job's GPU process may hold on any GPU to count as a helper with a CUDA context of its own (`process.helper`, `run.helpers`)",
-);
-
-/// A context is ~520 MiB on an H200; libraries loaded into it add some.
-pub const STRAY_CONTEXT_MAX: Param = int(
-    "stray_context_max_bytes",
-    2 * GIB,
-    Unit::Bytes,
-    "the most a process without a rank may hold on a GPU not its own for it to count as a stray context (`process.stray_gpus`)",
-);
-
-/// A process without a rank that holds more than a context elsewhere is doing work there, not stray.
-pub const STRAY_CONTEXT_MAX_PCT: Param = int(
-    "stray_context_max_pct",
-    10,
-    Unit::Percent,
-    "beside `stray_context_max_bytes`, a process without a rank may hold up to this share of what it holds on its own GPU on another GPU for it to count as a stray context there (the larger of the two)",
-);
-
 /// An evaluation every N steps stands well above the training steps; a step's own noise does not.
 pub const PHASE_MIN_ABOVE: Param = int(
     "phase_min_above_bytes",
@@ -293,9 +268,6 @@ pub const ALL: &[Param] = &[
     OOM_FULL,
     WARMUP_STEPS,
     WAITING_CALLS,
-    HELPER_MAX,
-    STRAY_CONTEXT_MAX,
-    STRAY_CONTEXT_MAX_PCT,
     PHASE_MIN_ABOVE,
     PHASE_MIN_ABOVE_PCT,
     GROWTH_MIN_SLICES,

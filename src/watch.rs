@@ -538,9 +538,10 @@ mod tests {
         assert_eq!((f.gpus[1].job_share, f.run.job_gpus), (0.5, 2));
         let p = |pid: i64| f.processes.iter().find(|p| p.pid == pid).unwrap();
         assert!(p(1).in_job && p(1).visible && !p(1).leftover);
+        let held: Vec<_> = p(1).per_gpu.iter().map(|h| (h.index, h.bytes)).collect();
         assert_eq!(
-            (p(1).main_gpu, p(1).stray_gpus.as_slice()),
-            (Some(0), &[][..])
+            (p(1).main_gpu, held),
+            (Some(0), vec![(0, 10 * GIB as i64), (1, 5 * GIB as i64)])
         );
         assert_eq!(
             (p(1).verdict.as_deref(), p(1).user.as_deref()),

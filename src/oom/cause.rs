@@ -199,16 +199,39 @@ fn kv_engine(kind: Kind) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// What sets a text's cap, in words (a framework's own, as [`Framework::cap_setting`] words it).
+/// What sets a text's cap, in words: its framework's setting, PyTorch's by the backend it runs on.
 fn cap_setting(t: &OomText) -> &'static str {
-    match (t.kind, allocator(t), t.vendor) {
-        (Kind::Cupy, ..) => Framework::Cupy.cap_setting().unwrap_or_default(),
-        (Kind::Tensorflow, ..) => Framework::Tensorflow.cap_setting().unwrap_or_default(),
-        (_, Allocator::Watermark, _) => {
+    let framework = match t.kind {
+        Kind::Cupy => Framework::Cupy,
+        Kind::Tensorflow => Framework::Tensorflow,
+        _ => Framework::Torch,
+    };
+    cap_setting_of(framework, t.vendor, allocator(t) == Allocator::Watermark)
+}
+
+/// What sets the limit of a framework's allocator (the cap an OOM ran into), in words: the one owner of
+/// these words, which an OOM's finding carries to `rules/words/oom-cause.toml` (`finding.cap_setting`).
+/// PyTorch's by its backend: MPS's watermark (`watermark`) bounds the process's whole Metal memory, XPU
+/// and CUDA have a fraction of the device.
+pub fn cap_setting_of(framework: Framework, vendor: Vendor, watermark: bool) -> &'static str {
+    match framework {
+        Framework::Torch if watermark => {
             "PYTORCH_MPS_HIGH_WATERMARK_RATIO, the share of the system's memory MPS may use"
         }
-        (_, _, Vendor::Intel) => "torch.xpu.set_per_process_memory_fraction",
-        _ => "torch.cuda.set_per_process_memory_fraction",
+        Framework::Torch if vendor == Vendor::Intel => "torch.xpu.set_per_process_memory_fraction",
+        Framework::Torch => "torch.cuda.set_per_process_memory_fraction",
+        Framework::Jax => {
+            "XLA_PYTHON_CLIENT_MEM_FRACTION, the share of the GPU XLA's allocator may use (.75 by default)"
+        }
+        Framework::Cupy => {
+            "CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT"
+        }
+        Framework::Tensorflow => {
+            "the memory limit of TensorFlow's BFC allocator (all of the GPU's free memory at its start, or tf.config.set_logical_device_configuration's memory_limit)"
+        }
+        Framework::Rmm => {
+            "the size of RMM's pool (rmm.reinitialize(pool_allocator=True, initial_pool_size=..., maximum_pool_size=...))"
+        }
     }
 }
 
@@ -436,6 +459,81 @@ impl Found {
             share: kv.map_or("", |k| k.share).into(),
             guessed_pid: h.this_pid.filter(|_| h.guessed),
         }
+    }
+}
+
+impl Found {
+    /// One finding of every kind (each way a KV cache fell short, each `whose`), with figures: what a
+    /// words file must word, checked when a user's is loaded.
+    pub fn examples() -> Vec<Found> {
+        const MIB: u64 = 1 << 20;
+        const GIB: u64 = 1 << 30;
+        let (requested, free, held) = (GIB, MIB, 2 * GIB);
+        let short = [
+            KvShort::Tokens { len: 8, tokens: 4 },
+            KvShort::Bytes {
+                len: 8,
+                needed: GIB,
+                left: MIB,
+            },
+            KvShort::NoRoom,
+        ];
+        let mut findings: Vec<Finding> = short
+            .map(|short| Finding::KvShort {
+                short,
+                by_others: false,
+            })
+            .into();
+        findings.extend([
+            Finding::KvStartup {
+                wanted: GIB,
+                free,
+                by_others: true,
+            },
+            Finding::Garbled,
+            Finding::TooBig {
+                requested,
+                limit: MIB,
+                of_cap: true,
+            },
+            Finding::Capped {
+                allowed: GIB,
+                held,
+                requested,
+                asked: requested,
+                free: None,
+            },
+            Finding::Fits { requested, free },
+            Finding::Others { requested, free },
+            Finding::Fragmented {
+                requested,
+                unallocated: held,
+            },
+            Finding::SelfGrowth { requested, held },
+            Finding::NvmlOthers { total: GIB },
+            Finding::NvmlFull {
+                used: GIB,
+                total: 0,
+            },
+            Finding::ShortOfFree { requested, free },
+            Finding::NoNumbers,
+        ]);
+        for whose in [Whose::OthersOrAsyncPool, Whose::Unseen, Whose::Others] {
+            findings.push(Finding::Outside {
+                requested,
+                outside: held,
+                held,
+                whose,
+            });
+        }
+        let f = Figures {
+            total: Some(80 * GIB),
+            ..Default::default()
+        };
+        findings
+            .into_iter()
+            .map(|finding| Found::of(finding, &f, &Holders::default()))
+            .collect()
     }
 }
 

@@ -403,9 +403,11 @@ fn before(t: &Timeline, gpu: Option<u32>, at: Micros) -> Vec<Before> {
 /// it. A pool taken whole at the start (JAX's preallocation) is the cap itself: against it, what the
 /// process held is what its arrays held of it.
 fn framework_figures(f: &mut cause::Figures, a: &crate::torch::TorchOom) {
-    let Some(cap) = a.framework.cap_setting() else {
+    // PyTorch's texts say their own.
+    if a.framework == crate::torch::framework::Framework::Torch {
         return;
-    };
+    }
+    let cap = cause::cap_setting_of(a.framework, f.vendor, false);
     f.allocated = f.allocated.or(Some(a.allocated_bytes));
     let limit = (a.device_limit_bytes > 0).then_some(a.device_limit_bytes);
     if f.allowed.is_none() && limit.is_some() {

@@ -168,7 +168,7 @@ pub(super) fn about(facts: &Facts, scope: Scope, i: usize) -> (Option<GpuRef>, O
 /// that one's `parts` ([`story`]).
 pub fn diagnose(report: &mut crate::report::Report, rules: &RuleSet) {
     // The OOM's explanation first: the rules read it as `oom.explanation`.
-    let unworded = super::words::word(report);
+    let unworded = super::words::word(report, rules.words.as_deref());
     let (mut found, mut failed) = rules.evaluate(&Facts::of(report));
     failed.extend(unworded);
     let known: HashMap<(&str, &str), f64> = report

@@ -117,6 +117,8 @@ pub(super) fn functions<'a>(env: &Arc<Env>) -> Context<'a, 'a> {
     let _ = ctx.add_function("fmt_list", |l: Arc<Vec<Value>>| {
         l.iter().map(render).collect::<Vec<_>>().join(", ")
     });
+    // What a list fact's records add up to (`sum(l.map(p, p.bytes))`): CEL itself has no fold.
+    let _ = ctx.add_function("sum", |l: Arc<Vec<Value>>| sum(&l));
     let _ = ctx.add_function("fmt_cmd", |c: Arc<String>| crate::units::shorten(&c, 60));
     let _ = ctx.add_function("fmt_pct", |p: Value| {
         of_double("fmt_pct", p, |p| format!("{p:.1}%"))
@@ -128,6 +130,33 @@ pub(super) fn functions<'a>(env: &Arc<Env>) -> Context<'a, 'a> {
         of_double("fmt_secs", s, crate::units::fmt_secs)
     });
     ctx
+}
+
+/// The sum of a list of numbers: an integer where all are (0 for none), else a double; an absent one
+/// (null) makes the sum absent, as arithmetic on null is.
+fn sum(l: &[Value]) -> Result<Value, cel::ExecutionError> {
+    let (mut int, mut float, mut all_int) = (0i64, 0.0f64, true);
+    for v in l {
+        match v {
+            Value::Int(i) => {
+                int = int
+                    .checked_add(*i)
+                    .ok_or_else(|| cel::ExecutionError::function_error("sum", "overflow"))?;
+                float += *i as f64;
+            }
+            Value::Float(x) => {
+                all_int = false;
+                float += x;
+            }
+            Value::Null => return Ok(Value::Null),
+            other => return Err(not_a_number("sum", other)),
+        }
+    }
+    Ok(if all_int {
+        Value::Int(int)
+    } else {
+        Value::Float(float)
+    })
 }
 
 /// A formatting function of a double: `unknown` for an absent fact.

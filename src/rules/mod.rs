@@ -90,10 +90,12 @@ impl std::fmt::Display for RuleError {
 
 impl std::error::Error for RuleError {}
 
-/// The rules in force.
+/// The rules in force, and the words of an OOM's cause they read (`oom.explanation`): a user's
+/// (`words/oom-cause.toml` in the `--rules` folder) or the bundled ones (`None`).
 pub struct RuleSet {
     pub rules: Vec<Rule>,
     pub(super) env: Arc<Env>,
+    pub(super) words: Option<Arc<words::Words>>,
 }
 
 impl std::fmt::Debug for RuleSet {
@@ -136,13 +138,16 @@ fn check_disabled(ids: &[&str], disabled: &[String]) -> Result<(), RuleError> {
 
 impl RuleSet {
     /// The bundled rules, those of `dir` on top (a rule with the same id replaces the bundled one), less
-    /// the disabled ones (each must name a rule).
+    /// the disabled ones (each must name a rule); the words of an OOM's cause of `dir`'s
+    /// `words/oom-cause.toml` where it has one, else the bundled words.
     pub fn load(dir: Option<&Path>, disabled: &[String]) -> Result<RuleSet, RuleError> {
         let mut rules: Vec<Rule> = Vec::new();
         for (name, text) in bundled::RULES {
             rules.push(Rule::parse_trusted(text, &format!("bundled:{name}"))?);
         }
+        let mut words = None;
         if let Some(dir) = dir {
+            words = words::Words::of_dir(dir)?.map(Arc::new);
             let io = |what: String| RuleError {
                 file: dir.display().to_string(),
                 line: 0,
@@ -170,7 +175,11 @@ impl RuleSet {
         check_disabled(&ids, disabled)?;
         rules.retain(|r| !disabled.contains(&r.id));
         rules.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(RuleSet { rules, env: env() })
+        Ok(RuleSet {
+            rules,
+            env: env(),
+            words,
+        })
     }
 
     /// The ids of the rules judged during the run too (`live = true`).
@@ -188,6 +197,7 @@ impl RuleSet {
         RuleSet {
             rules: self.rules.into_iter().filter(|r| r.look).collect(),
             env: self.env,
+            words: self.words,
         }
     }
 }
@@ -288,6 +298,7 @@ mod tests {
         let set = RuleSet {
             rules: vec![rule],
             env: env(),
+            words: None,
         };
         let (found, failed) = set.evaluate(&Facts::default());
         assert!(found.is_empty());
@@ -304,6 +315,7 @@ mod tests {
         let set = RuleSet {
             rules: vec![Rule::parse(text, "g.toml").unwrap()],
             env: env(),
+            words: None,
         };
         let gpu_of = |oom: facts::OomFacts| {
             let f = Facts {
@@ -340,6 +352,7 @@ mod tests {
             let set = RuleSet {
                 rules: vec![Rule::parse(&text, "x.toml").unwrap()],
                 env: env(),
+                words: None,
             };
             let (found, failed) = set.evaluate(&f);
             assert!(failed.is_empty(), "{failed:?}");
@@ -360,6 +373,169 @@ mod tests {
         );
     }
 
+    /// A process of the job with what it held on each GPU (its own first).
+    fn holding(pid: i64, held: &[(i64, i64)]) -> facts::ProcFacts {
+        facts::ProcFacts {
+            pid,
+            cmdline: "python3 train.py".into(),
+            in_job: true,
+            main_gpu: Some(held[0].0),
+            main_label: format!("GPU {}", held[0].0),
+            main_bytes: held[0].1,
+            peak_bytes: held.iter().map(|h| h.1).sum(),
+            per_gpu: held
+                .iter()
+                .map(|&(index, bytes)| facts::OnGpu {
+                    index,
+                    label: format!("GPU {index}"),
+                    bytes,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The bundled rule set with `id`'s file rewritten by `edit`, as a user's `--rules` folder gives it.
+    fn with_edited(id: &str, edit: impl Fn(&str) -> String) -> RuleSet {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, text) = bundled::RULES
+            .iter()
+            .find(|(name, _)| *name == format!("{id}.toml"))
+            .unwrap();
+        std::fs::write(dir.path().join(format!("{id}.toml")), edit(text)).unwrap();
+        RuleSet::load(Some(dir.path()), &[]).unwrap()
+    }
+
+    fn fires(set: &RuleSet, f: &Facts, id: &str) -> Option<String> {
+        let (found, failed) = set.evaluate(f);
+        assert!(failed.is_empty(), "{failed:?}");
+        found.into_iter().find(|d| d.rule == id).map(|d| d.message)
+    }
+
+    #[test]
+    fn a_rules_folder_with_words_replaces_the_bundled_words_of_an_ooms_cause() {
+        use crate::oom::cause::{Figures, Finding, Found, Holders};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("words")).unwrap();
+        let words = dir.path().join("words").join("oom-cause.toml");
+        let write = |text: &str| std::fs::write(&words, text).unwrap();
+        write(
+            "explanation = [\n  { when = \"finding.kind == 'self_growth'\", text = \"it grew to {fmt_bytes(finding.held)}\" },\n  { when = \"true\", text = \"it ran out\" },\n]\n",
+        );
+        let mut r: crate::report::Report = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/oom/h200/grow_oom.report.json"
+        )))
+        .unwrap();
+        let grew = Finding::SelfGrowth {
+            requested: 1 << 30,
+            held: 2 << 30,
+        };
+        r.oom.as_mut().unwrap().finding =
+            Some(Found::of(grew, &Figures::default(), &Holders::default()));
+        let mut bundled = r.clone();
+        apply::diagnose(&mut bundled, &RuleSet::load(None, &[]).unwrap());
+        let set = RuleSet::load(Some(dir.path()), &[]).unwrap();
+        apply::diagnose(&mut r, &set);
+        let oom = r.oom.as_ref().unwrap();
+        assert_eq!(oom.explanation, "it grew to 2.00 GiB");
+        assert_ne!(bundled.oom.unwrap().explanation, oom.explanation);
+        let told = r.diagnoses.iter().find(|d| d.rule == "oom-self-growth");
+        assert!(
+            told.unwrap().message.contains("it grew to 2.00 GiB"),
+            "{told:?}"
+        );
+        // A words file that does not compile, or leaves a kind of finding unworded, fails at load and
+        // names the user's file.
+        write("explanation = [\n  { when = \"true\", text = \"{finding.\" },\n]\n");
+        let e = RuleSet::load(Some(dir.path()), &[]).unwrap_err();
+        assert_eq!(
+            (e.file.as_str(), e.line),
+            (words.to_str().unwrap(), 2),
+            "{e}"
+        );
+        write("explanation = [{ when = \"finding.kind == 'fits'\", text = \"it fitted\" }]\n");
+        let e = RuleSet::load(Some(dir.path()), &[]).unwrap_err();
+        assert_eq!(e.file, words.to_str().unwrap(), "{e}");
+        assert!(e.what.contains("finding `kv_short`"), "{e}");
+    }
+
+    #[test]
+    fn a_stray_context_is_the_rules_to_tell_by_its_own_bar() {
+        const GIB: i64 = 1 << 30;
+        let mut f = Facts::example();
+        // No rank: 3 GiB on GPU 1 beside 20 GiB on its own is more than a context (2 GiB, or a tenth).
+        f.processes = vec![holding(7, &[(0, 20 * GIB), (1, 3 * GIB)])];
+        let bundled = RuleSet::load(None, &[]).unwrap();
+        assert_eq!(fires(&bundled, &f, "stray-context"), None);
+        // The bar is the rule's: raised to 4 GiB, it tells it.
+        let raised = with_edited("stray-context", |t| {
+            t.replace(
+                "stray_context_max_bytes = 2147483648",
+                "stray_context_max_bytes = 4294967296",
+            )
+        });
+        let tenth = with_edited("stray-context", |t| {
+            t.replace("stray_context_max_pct = 10", "stray_context_max_pct = 15")
+        });
+        assert!(fires(&tenth, &f, "stray-context").is_some());
+        assert!(
+            fires(&raised, &f, "stray-context")
+                .unwrap()
+                .contains("also holds 3.00 GiB on GPU 1")
+        );
+        // A rank's own GPU is its LOCAL_RANK's device: all it holds elsewhere is stray, whatever its size.
+        f.processes[0].main_by_rank = true;
+        f.processes[0].rank = Some(0);
+        let said = fires(&bundled, &f, "stray-context").unwrap();
+        assert!(
+            said.starts_with(
+                "pid 7 (rank 0) works on GPU 0 (20.00 GiB) but also holds 3.00 GiB on GPU 1"
+            ),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn a_worker_holding_a_context_is_the_rules_to_tell_by_its_own_bar() {
+        const MIB: i64 = 1 << 20;
+        let mut f = Facts::example();
+        let worker = |pid: i64, bytes: i64, cmd: &str| {
+            let mut p = holding(pid, &[(0, bytes)]);
+            (p.parent_pid, p.parent_holds, p.cmdline) = (Some(1), true, cmd.into());
+            p
+        };
+        let spawned = "python3 -c from multiprocessing.spawn import spawn_main; spawn_main(fd=9)";
+        f.processes = vec![
+            holding(1, &[(0, 20 << 30)]),
+            worker(2, 522 * MIB, spawned),
+            worker(3, 1500 * MIB, "python3 worker.py"),
+        ];
+        let bundled = RuleSet::load(None, &[]).unwrap();
+        assert_eq!(
+            fires(&bundled, &f, "worker-contexts").unwrap(),
+            "1 process(es) started by the job's own GPU process held a CUDA context of their own, 522.00 MiB in all: pid 2 (a multiprocessing child) 522.00 MiB on GPU 0. DataLoader workers (or other helpers) that touched CUDA each pay for a context the main process already has."
+        );
+        // A rank of its own (torchrun's) is no helper, nor is a child of a parent holding nothing.
+        f.processes[1].rank = Some(1);
+        f.processes[2].parent_holds = false;
+        assert_eq!(fires(&bundled, &f, "worker-contexts"), None);
+        // The bar is the rule's: raised to 2 GiB, the 1.5 GiB child of a holding parent is a helper too.
+        f.processes[2].parent_holds = true;
+        let raised = with_edited("worker-contexts", |t| {
+            t.replace(
+                "helper_max_bytes = 1073741824",
+                "helper_max_bytes = 2147483648",
+            )
+        });
+        let said = fires(&raised, &f, "worker-contexts").unwrap();
+        assert!(
+            said.starts_with("1 process(es)")
+                && said.contains("pid 3 (python3 worker.py) 1.46 GiB on GPU 0"),
+            "{said}"
+        );
+    }
+
     #[test]
     fn a_stray_context_without_a_rank_is_named_by_its_command_not_rank_minus_one() {
         let set = RuleSet::load(None, &[]).unwrap();
@@ -371,7 +547,14 @@ mod tests {
                 in_job: true,
                 rank,
                 main_gpu: Some(0),
-                stray_gpus: vec![1],
+                main_bytes: 4 << 30,
+                per_gpu: [(0, 4 << 30), (1, 500 << 20)]
+                    .map(|(index, bytes)| facts::OnGpu {
+                        index,
+                        label: format!("GPU {index}"),
+                        bytes,
+                    })
+                    .into(),
                 ..Default::default()
             }];
             let (found, _) = set.evaluate(&f);

@@ -204,6 +204,7 @@ mod tests {
         let set = RuleSet {
             rules: vec![r],
             env: super::super::eval::env(),
+            words: None,
         };
         let (found, failed) = set.evaluate(&Facts::example());
         match found.first() {

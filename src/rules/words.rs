@@ -19,6 +19,9 @@ use std::sync::{Arc, OnceLock};
 /// Where the bundled words are, as errors name them.
 pub const FILE: &str = "rules/words/oom-cause.toml";
 
+/// Where a user's rules folder (`--rules DIR`) has its words: they replace the bundled ones.
+pub const IN_DIR: &str = "words/oom-cause.toml";
+
 const BUNDLED: &str = include_str!("../../rules/words/oom-cause.toml");
 
 #[derive(Deserialize)]
@@ -42,6 +45,8 @@ pub struct Words {
     cases: Vec<(Compiled, Vec<Piece>)>,
     after: Vec<Piece>,
     env: Arc<Env>,
+    /// The file they were read from, as errors name it.
+    file: String,
 }
 
 impl Words {
@@ -66,13 +71,58 @@ impl Words {
             Some(a) => template(&env, a.get_ref(), file, value_line(text, a.span()))?,
             None => Vec::new(),
         };
-        Ok(Words { cases, after, env })
+        Ok(Words {
+            cases,
+            after,
+            env,
+            file: file.into(),
+        })
     }
 
     /// The bundled words (`rules/words/oom-cause.toml`), which the tests check.
     pub fn bundled() -> &'static Words {
         static WORDS: OnceLock<Words> = OnceLock::new();
         WORDS.get_or_init(|| Words::parse(BUNDLED, FILE).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// The words of a user's rules folder (`--rules DIR`): its `words/oom-cause.toml`, which replaces the
+    /// bundled words whole; `None` where it has none. An error names the user's file.
+    pub fn of_dir(dir: &std::path::Path) -> Result<Option<Words>, RuleError> {
+        let path = dir.join(IN_DIR);
+        let file = path.display().to_string();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(RuleError {
+                    file,
+                    line: 0,
+                    what: e.to_string(),
+                });
+            }
+        };
+        let words = Words::parse(&text, &file)?;
+        words.check(&file)?;
+        Ok(Some(words))
+    }
+
+    /// Every kind of finding has words in these (a user's file is checked at load as the bundled one is
+    /// by the tests): one that has none is an error that names the file, not an OOM said in no words.
+    fn check(&self, file: &str) -> Result<(), RuleError> {
+        for found in Found::examples() {
+            if let Err(e) = self.explain(&found) {
+                let kind = serde_json::to_value(&found)
+                    .ok()
+                    .and_then(|v| v["kind"].as_str().map(String::from))
+                    .unwrap_or_default();
+                return Err(RuleError {
+                    file: file.into(),
+                    line: 0,
+                    what: format!("explanation: finding `{kind}`: {e}"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// `found` in words: the first case that holds, and `after` where it gives anything.
@@ -94,24 +144,26 @@ impl Words {
     }
 }
 
-/// The report's OOM explained in the bundled words, where it has a finding (a report from before
-/// findings were kept keeps its own explanation); what failed, for the report's `rule_errors`.
-pub fn word(report: &mut crate::report::Report) -> Option<String> {
+/// The report's OOM explained in `words` (the bundled ones where `None`), where it has a finding (a
+/// report from before findings were kept keeps its own explanation); what failed, for the report's
+/// `rule_errors`, naming the words' file.
+pub fn word(report: &mut crate::report::Report, words: Option<&Words>) -> Option<String> {
     let oom = report.oom.as_mut()?;
     let found = oom.finding.as_ref()?;
-    match Words::bundled().explain(found) {
+    let words = words.unwrap_or_else(|| Words::bundled());
+    match words.explain(found) {
         Ok(said) => {
             oom.explanation = said;
             None
         }
-        Err(e) => Some(format!("{FILE}: {e}")),
+        Err(e) => Some(format!("{}: {e}", words.file)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oom::cause::{Cause, Figures, Finding, Holders, KvCache, KvShort, Whose, holders};
+    use crate::oom::cause::{Cause, Figures, Holders, KvCache, holders};
     use crate::oom::parse::Vendor;
     use std::collections::HashSet;
 
@@ -129,75 +181,13 @@ mod tests {
 
     #[test]
     fn every_kind_of_finding_has_its_words() {
-        let f = Figures {
-            total: Some(80 * GIB),
-            ..Default::default()
-        };
-        let short = [
-            KvShort::Tokens { len: 8, tokens: 4 },
-            KvShort::Bytes {
-                len: 8,
-                needed: GIB,
-                left: MIB,
-            },
-            KvShort::NoRoom,
-        ];
-        let mut findings: Vec<Finding> = short
-            .map(|short| Finding::KvShort {
-                short,
-                by_others: false,
-            })
-            .into();
-        let (requested, free, held) = (GIB, MIB, 2 * GIB);
-        findings.extend([
-            Finding::KvStartup {
-                wanted: GIB,
-                free,
-                by_others: true,
-            },
-            Finding::Garbled,
-            Finding::TooBig {
-                requested,
-                limit: MIB,
-                of_cap: true,
-            },
-            Finding::Capped {
-                allowed: GIB,
-                held,
-                requested,
-                asked: requested,
-                free: None,
-            },
-            Finding::Fits { requested, free },
-            Finding::Others { requested, free },
-            Finding::Fragmented {
-                requested,
-                unallocated: held,
-            },
-            Finding::SelfGrowth { requested, held },
-            Finding::NvmlOthers { total: GIB },
-            Finding::NvmlFull {
-                used: GIB,
-                total: 0,
-            },
-            Finding::ShortOfFree { requested, free },
-            Finding::NoNumbers,
-        ]);
-        for whose in [Whose::OthersOrAsyncPool, Whose::Unseen, Whose::Others] {
-            findings.push(Finding::Outside {
-                requested,
-                outside: held,
-                held,
-                whose,
-            });
-        }
-        for finding in findings {
+        for found in Found::examples() {
             let said = Words::bundled()
-                .explain(&Found::of(finding, &f, &Holders::default()))
-                .unwrap_or_else(|e| panic!("{finding:?}: {e}"));
+                .explain(&found)
+                .unwrap_or_else(|e| panic!("{found:?}: {e}"));
             assert!(
                 !said.is_empty() && !said.contains("unknown"),
-                "{finding:?}: {said}"
+                "{found:?}: {said}"
             );
         }
     }

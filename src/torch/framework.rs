@@ -73,26 +73,6 @@ impl Framework {
         self != Framework::Tensorflow
     }
 
-    /// What sets the limit of its allocator's pool, in words (the cap an OOM ran into); `None` for
-    /// PyTorch, whose texts say their own.
-    pub fn cap_setting(self) -> Option<&'static str> {
-        match self {
-            Framework::Torch => None,
-            Framework::Jax => Some(
-                "XLA_PYTHON_CLIENT_MEM_FRACTION, the share of the GPU XLA's allocator may use (.75 by default)",
-            ),
-            Framework::Cupy => {
-                Some("CuPy's memory pool limit: MemoryPool.set_limit or CUPY_GPU_MEMORY_LIMIT")
-            }
-            Framework::Tensorflow => Some(
-                "the memory limit of TensorFlow's BFC allocator (all of the GPU's free memory at its start, or tf.config.set_logical_device_configuration's memory_limit)",
-            ),
-            Framework::Rmm => Some(
-                "the size of RMM's pool (rmm.reinitialize(pool_allocator=True, initial_pool_size=..., maximum_pool_size=...))",
-            ),
-        }
-    }
-
     /// Whether its records are at its steps: CuPy's and RMM's are readings ten times a second (no step a
     /// hook could count), which stand for steps in its records, and the report counts no steps for them.
     pub fn counts_steps(self) -> bool {

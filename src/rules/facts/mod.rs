@@ -39,11 +39,12 @@ fact_types! {
     Option<String> => "string or null",
     Vec<String> => "list(string)",
     Vec<Holder> => "list(holder)",
+    Vec<OnGpu> => "list(on_gpu)",
 }
 
-/// A process holding GPU memory, as a list fact gives it (`gpu.others_list`, `oom.others`, `run.orphan_list`,
-/// `run.helper_list`): a record whose words the rule's template writes (`p.pid`, `p.who`, ...: docs/rules.md,
-/// "List facts").
+/// A process holding GPU memory, as a list fact gives it (`gpu.others_list`, `oom.others`,
+/// `run.orphan_list`): a record whose words the rule's template writes (`p.pid`, `p.who`, ...:
+/// docs/rules.md, "List facts").
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Holder {
     /// its PID
@@ -56,6 +57,18 @@ pub struct Holder {
     pub bytes: i64,
     /// the GPU it held it on, as messages name it; null where its list does not say
     pub gpu: Option<String>,
+}
+
+/// What a process held on one GPU, as `process.per_gpu` gives it: a record the rules read (`h.index`,
+/// `h.bytes`: docs/rules.md, "List facts").
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OnGpu {
+    /// NVML's index of the GPU
+    pub index: i64,
+    /// the GPU as messages name it (`GPU 0`, `GPU 0 on node-a`)
+    pub label: String,
+    /// what the process held there
+    pub bytes: i64,
 }
 
 /// Declares a group of facts: the struct, and its documentation (`FIELDS`) from its fields' doc comments,
@@ -183,7 +196,7 @@ impl Facts {
         let mut oom = oom::oom_facts(r, &gpus, &steps);
         oom::oom_leak(&mut oom, &torch_processes);
         Facts {
-            run: run::run_facts(r, &gpus, &processes),
+            run: run::run_facts(r, &gpus),
             oom,
             gpus,
             processes,
@@ -206,8 +219,9 @@ impl Facts {
             job_peak_min_gpu: Some(0),
             job_peak_max_at_s: Some(0.0),
             server_fraction: Some(0.9),
+            cuda_driver_version: Some(13.0),
+            cuda_runtime_version: Some(13.0),
             orphan_list: vec![Holder::example()],
-            helper_list: vec![Holder::example()],
             ..Default::default()
         };
         Facts {
@@ -232,6 +246,11 @@ impl Facts {
                 growth_rate_bytes_per_s: Some(0.0),
                 growth_s: Some(0.0),
                 graph_holder: Some("list `outs`".into()),
+                graph_bytes: Some(0),
+                job_peak_pct: Some(0.0),
+                leak_total_bytes: Some(0),
+                leak_bytes_per_step: Some(0.0),
+                leak_r2: Some(0.0),
                 waiting_forwards: Some(0),
                 gpu: Some(0),
                 rank: Some(0),
@@ -273,11 +292,25 @@ impl Facts {
                 user: Some("alice".into()),
                 verdict: Some("orphan".into()),
                 reason: Some("its parent died".into()),
-                stray_gpus: vec![1],
+                per_gpu: vec![
+                    OnGpu {
+                        index: 0,
+                        label: "GPU 0".into(),
+                        bytes: GIB,
+                    },
+                    OnGpu {
+                        index: 1,
+                        label: "GPU 1".into(),
+                        bytes: GIB,
+                    },
+                ],
+                main_label: "GPU 0".into(),
+                parent_rank: Some(0),
                 main_gpu: Some(0),
                 job_gpu: Some(0),
                 job_gpu_start_bytes: Some(0),
                 job_gpu_high_from_s: Some(0.0),
+                job_gpu_high_s: Some(0.0),
                 rank: Some(0),
                 local_rank: Some(0),
                 parent_pid: Some(1),
@@ -286,6 +319,7 @@ impl Facts {
             torch_processes: vec![TorchFacts {
                 host: Some("node-a".into()),
                 torch_version: Some("2.11.0+cu130".into()),
+                gpu_total_bytes: Some(GIB),
                 cell: Some("x = model(batch)".into()),
                 rank: Some(0),
                 gpu: Some(0),
@@ -423,8 +457,18 @@ mod tests {
             .collect()
     }
 
+    /// Facts whose 0 no run can have, by their group and name.
+    const NEVER_ZERO: [(&str, &str); 6] = [
+        ("run", "cuda_driver_version"),
+        ("run", "cuda_runtime_version"),
+        ("torch_processes", "gpu_total_bytes"),
+        ("oom", "leak_total_bytes"),
+        ("oom", "leak_r2"),
+        ("processes", "job_gpu_high_s"),
+    ];
+
     #[test]
-    fn what_a_run_does_not_have_is_null_never_an_empty_string_or_minus_one() {
+    fn what_a_run_does_not_have_is_null_never_an_empty_string_minus_one_or_zero() {
         fn sentinels(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
             match v {
                 serde_json::Value::String(s) if s.is_empty() => out.push(at.to_string()),
@@ -452,6 +496,20 @@ mod tests {
             );
             // A command line NVML could not read is no sentinel: it is what /proc gave.
             found.retain(|at| !at.ends_with(".cmdline"));
+            // Facts no run can have as 0 (a CUDA version, a GPU's capacity, a fit's R² beside a growth):
+            // a 0 there stands for "unknown", which is null.
+            let v = serde_json::to_value(Facts::of(&r)).unwrap();
+            for (group, name) in NEVER_ZERO {
+                let items = match &v[group] {
+                    serde_json::Value::Array(a) => a.iter().collect(),
+                    one => vec![one],
+                };
+                for (i, item) in items.into_iter().enumerate() {
+                    if item[name].as_f64() == Some(0.0) {
+                        found.push(format!("{group}[{i}].{name} = 0"));
+                    }
+                }
+            }
             assert!(found.is_empty(), "{}: {found:?}", f.display());
         }
     }

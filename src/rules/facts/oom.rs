@@ -57,8 +57,8 @@ pub struct OomFacts {
     /// those processes: each a holder (pid, who: its command line, null where unknown; bytes), those the text
     /// names, else those NVML saw holding memory then
     pub others: Vec<Holder>,
-    /// the job's peak on that GPU, % of its capacity
-    pub job_peak_pct: f64,
+    /// the job's peak on that GPU, % of its capacity; null where its GPU is not one NVML saw
+    pub job_peak_pct: Option<f64>,
     /// the cause with its numbers, in words; null without an OOM
     pub explanation: Option<String>,
     /// where in the model it happened and what the memory held, what held it (the shim's search at the OOM):
@@ -99,10 +99,10 @@ pub struct OomFacts {
     /// how long it lasted, null if none
     pub growth_s: Option<f64>,
     /// of the live tensors at the OOM, the bytes no Python object refers to, behind held tensors that carry
-    /// an autograd graph (grad_fn): what their forward passes saved and no backward has freed yet; 0 if none
-    /// or unknown (the shim's search at the OOM), and in a training step's own forward or backward (see
-    /// oom.graphs_kept)
-    pub graph_bytes: i64,
+    /// an autograd graph (grad_fn): what their forward passes saved and no backward has freed yet (the
+    /// shim's search at the OOM); 0 if it found none, and in a training step's own forward or backward (see
+    /// oom.graphs_kept); null without that search
+    pub graph_bytes: Option<i64>,
     /// what holds those tensors (`list `outs` (eval.py, in evaluate), 150 items`), null if none
     pub graph_holder: Option<String>,
     /// those graphs outlived the step or call that made them, so no backward will free them: the OOM came in
@@ -115,12 +115,13 @@ pub struct OomFacts {
     /// unknown
     pub waiting_forwards: Option<i64>,
     /// what the live tensors of the failing process grew by step after step before it (its
-    /// torch.leak_total_bytes: the straight-line fit over its steps), 0 if none or unknown
-    pub leak_total_bytes: i64,
-    /// that growth per step
-    pub leak_bytes_per_step: f64,
-    /// R² of that fit (1: every step the same), 0 if unknown
-    pub leak_r2: f64,
+    /// torch.leak_total_bytes: the straight-line fit over its steps); null if it did not grow, or no PyTorch
+    /// process of the OOM's GPU is known
+    pub leak_total_bytes: Option<i64>,
+    /// that growth per step, null as leak_total_bytes
+    pub leak_bytes_per_step: Option<f64>,
+    /// R² of that fit (1: every step the same), null as leak_total_bytes
+    pub leak_r2: Option<f64>,
 }
 }
 
@@ -182,11 +183,13 @@ pub(super) fn oom_facts(
     let graphs_kept = kept_graphs(phase, pass.as_deref(), activity.as_ref());
     // A training step's own graph is its activations, told per module (oom.largest_part, filled_by).
     let own = matches!(phase, Some(Phase::TrainingStep | Phase::Loading));
-    let (graph_bytes, graph_holder) = oom_hunt(r)
+    let graphs = oom_hunt(r)
         .map(|h| h.graphs())
-        .filter(|_| graphs_kept || !own)
-        .filter(|(b, _)| *b > 0)
-        .map_or((0, None), |(b, h)| (b as i64, Some(h.to_string())));
+        .map(|g| if graphs_kept || !own { g } else { (0, "") });
+    let graph_bytes = graphs.map(|(b, _)| b as i64);
+    let graph_holder = graphs
+        .filter(|(b, h)| *b > 0 && !h.is_empty())
+        .map(|(_, h)| h.to_string());
     OomFacts {
         phase: phase.map(|p| p.name().into()),
         waiting_forwards: activity
@@ -223,7 +226,7 @@ pub(super) fn oom_facts(
         others_bytes: o.others_bytes as i64,
         job_others_bytes: o.job_others_bytes as i64,
         others: oom_others(o),
-        job_peak_pct: on.map_or(0.0, |x| x.job_peak_pct),
+        job_peak_pct: on.map(|x| x.job_peak_pct),
         explanation: Some(o.explanation.clone()),
         filled_by: filled_by(r),
         pass,
@@ -264,9 +267,9 @@ pub(super) fn oom_leak(oom: &mut OomFacts, torch: &[TorchFacts]) {
         .filter(|t| oom.present && t.gpu == oom.gpu && t.host == oom.host)
         .max_by_key(|t| t.leak_total_bytes);
     if let Some(t) = failing.filter(|t| t.leak_total_bytes > 0) {
-        oom.leak_total_bytes = t.leak_total_bytes;
-        oom.leak_bytes_per_step = t.leak_bytes_per_step;
-        oom.leak_r2 = t.leak_r2;
+        oom.leak_total_bytes = Some(t.leak_total_bytes);
+        oom.leak_bytes_per_step = Some(t.leak_bytes_per_step);
+        oom.leak_r2 = Some(t.leak_r2);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Each process's facts (`process.*`): one entry per PID holding GPU memory, its rank, its own GPU and
-//! stray contexts, whether it is a helper, and what it held beside the job.
+//! GPUs and what it held on each, its parent, and what it held beside the job.
 
-use super::gpu_label;
+use super::{OnGpu, gpu_label};
 use crate::ident::ProcRef;
 use crate::report::{ProcessReport, Report};
 use serde::Serialize;
@@ -31,18 +31,22 @@ pub struct ProcFacts {
     pub main_bytes: i64,
     /// sum of its peaks over GPUs
     pub peak_bytes: i64,
-    /// other GPUs it held memory on (for a process without a rank: only where it held no more than a CUDA
-    /// context's worth, 2 GiB or a tenth of its main GPU's)
-    pub stray_gpus: Vec<i64>,
-    /// what it held on them
-    pub stray_bytes: i64,
+    /// what it held on each GPU (its peak there in a run, what it holds now in a look), its own GPU first:
+    /// each {index, label (as messages name the GPU), bytes}
+    pub per_gpu: Vec<OnGpu>,
+    /// its own GPU is its LOCAL_RANK's device (a PyTorch rank holding memory there), not only the GPU where
+    /// it held the most: whatever it holds elsewhere is not its work (stray-context)
+    pub main_by_rank: bool,
+    /// its own GPU as messages name it (`GPU 0`, `GPU 0 on node-a`; `an unknown GPU` if it held memory
+    /// nowhere)
+    pub main_label: String,
     /// its parent, null if unknown
     pub parent_pid: Option<i64>,
-    /// a process that holds a CUDA context it should not: in the job, a child of a process of the job that
-    /// itself holds GPU memory, not a rank of its own (no RANK from the shim, or its parent's) and holding no
-    /// more than 1 GiB on any GPU (a context is ~500 MiB on an H200): a DataLoader worker or another helper
-    /// that touched CUDA
-    pub helper: bool,
+    /// its parent is a process of the job that holds GPU memory itself (a DataLoader worker's rank; not
+    /// torchrun's launcher, which holds none)
+    pub parent_holds: bool,
+    /// its parent's RANK, null if it has none (a DataLoader worker inherits its rank's)
+    pub parent_rank: Option<i64>,
     /// /proc has its PID: false inside a container that doesn't share the host's PID namespace, where NVML's
     /// PIDs can't be placed in or out of the job
     pub visible: bool,
@@ -60,8 +64,8 @@ pub struct ProcFacts {
     /// when its longest stretch there above half-way from that start to its peak began, null if unknown
     pub job_gpu_high_from_s: Option<f64>,
     /// how long that stretch lasted, without a break (to now, in a run still going): short for memory that
-    /// came and went in a blip; 0 if unknown
-    pub job_gpu_high_s: f64,
+    /// came and went in a blip; null if unknown
+    pub job_gpu_high_s: Option<f64>,
     /// its owner's name, in a look (null in a run, and where /proc can't tell)
     pub user: Option<String>,
     /// in a look, what `gpudoc orphans` makes of it: orphan, detached, zombie, ghost, service, live (null in
@@ -127,7 +131,7 @@ pub(super) fn process_facts(r: &Report, ranks: &Ranks) -> Vec<ProcFacts> {
         .iter()
         .map(|(who, rows)| {
             let mut f = one_process(who.clone(), rows, ranks);
-            f.helper = helper(who, rows, ranks, &holders);
+            parent(who, rows, ranks, &holders, &mut f);
             beside_job(r, rows, &mut f);
             f
         })
@@ -151,6 +155,7 @@ fn judged(m: &crate::report::Moment, ps: &mut Vec<ProcFacts>) {
                 in_job: h.uid == Some(m.me),
                 parent_pid: h.ppid.map(i64::from),
                 visible: h.uid.is_some(),
+                main_label: gpu_label(None, -1),
                 ..Default::default()
             });
             ps.len() - 1
@@ -183,65 +188,61 @@ fn beside_job(r: &Report, rows: &[&ProcessReport], f: &mut ProcFacts) {
     if let (Some(start), Some(from), Some(len)) = (p.start_bytes, p.high_from_s, p.high_s) {
         f.job_gpu_start_bytes = Some(start as i64);
         f.job_gpu_high_from_s = Some(from);
-        f.job_gpu_high_s = len;
+        f.job_gpu_high_s = Some(len);
     }
 }
 
-/// Most a helper holds on a GPU (the table of parameters says why).
-const HELPER_MAX: u64 = crate::params::HELPER_MAX.uint();
-
-/// Whether `who` is a helper holding a CUDA context it should not: a child of a process of the job that
-/// holds GPU memory itself (a torchrun rank's parent, the launcher, holds none), not a rank of its own
-/// (DataLoader workers inherit their rank's RANK), holding no more than a context's worth on any GPU.
-fn helper(who: &Who, rows: &[&ProcessReport], ranks: &Ranks, holders: &HashSet<Who>) -> bool {
+/// Its parent, as the process of the job it was started by, and whether that parent holds GPU memory
+/// itself and its RANK (`process.parent_holds`, `process.parent_rank`): what `worker-contexts` tells a
+/// DataLoader worker that touched CUDA by (a torchrun rank's parent, the launcher, holds none).
+fn parent(
+    who: &Who,
+    rows: &[&ProcessReport],
+    ranks: &Ranks,
+    holders: &HashSet<Who>,
+    f: &mut ProcFacts,
+) {
     let Some(parent) = rows
         .iter()
         .find_map(|p| p.ppid)
         .map(|pp| ProcRef::new(who.host.as_deref(), pp))
     else {
-        return false;
+        return;
     };
-    let rank = ranks.of_pid(who).0;
-    holders.contains(&parent)
-        && (rank.is_none() || rank == ranks.of_pid(&parent).0)
-        && rows.iter().all(|p| p.in_job && p.peak_bytes <= HELPER_MAX)
+    f.parent_holds = holders.contains(&parent);
+    f.parent_rank = ranks.of_pid(&parent).0;
 }
 
-/// The most a process without a rank may hold on a GPU not its own for it to count as a stray context (the
-/// table of parameters says why).
-const CONTEXT_MAX: u64 = crate::params::STRAY_CONTEXT_MAX.uint();
-/// Or that share of its own GPU's, percent.
-const CONTEXT_MAX_PCT: u64 = crate::params::STRAY_CONTEXT_MAX_PCT.uint();
-
 /// The facts of where a process holds memory (`held`: per GPU, its peak in a run, now in a look): its
-/// GPUs, its own GPU and the stray ones; the index of its own GPU's entry, if any. One definition of a
-/// stray context, for a run's processes and a look's (`gpudoc watch`). A rank's own GPU is `own`, its
-/// LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by UUID), where it holds memory;
-/// anything it holds elsewhere is stray, whatever its size. Without one, the GPU where it holds the most
-/// is its own, and only context-sized footprints elsewhere (`stray_context_max_bytes`, or
-/// `stray_context_max_pct` of its own GPU's) count as
-/// stray. `None` when it holds nothing anywhere.
+/// GPUs, each with what it held there, and its own GPU; the index of its own GPU's entry, if any. A
+/// rank's own GPU is `own`, its LOCAL_RANK's device (as PyTorch numbers it, matched to NVML's index by
+/// UUID), where it holds memory; without one, the GPU where it holds the most. What counts as a stray
+/// context elsewhere is `stray-context`'s to decide. `None` when it holds nothing anywhere.
 pub(in crate::rules) fn place(
     held: &[(u32, u64)],
     own: Option<u32>,
+    host: Option<&str>,
     f: &mut ProcFacts,
 ) -> Option<usize> {
     f.gpus = held.iter().filter(|h| h.1 > 0).count() as i64;
     f.peak_bytes = held.iter().map(|h| h.1 as i64).sum();
     f.main_gpu = None;
+    f.main_label = gpu_label(host, -1);
     let own = own.and_then(|g| held.iter().position(|&(gpu, b)| gpu == g && b > 0));
     let main = own.or_else(|| (0..held.len()).max_by_key(|&i| held[i].1))?;
-    let limit = match own {
-        Some(_) => u64::MAX,
-        None => CONTEXT_MAX.max((held[main].1 as u128 * CONTEXT_MAX_PCT as u128 / 100) as u64),
-    };
-    let stray = held
-        .iter()
-        .filter(|&&(gpu, b)| gpu != held[main].0 && b > 0 && b <= limit);
+    f.main_by_rank = own.is_some();
     f.main_gpu = Some(i64::from(held[main].0));
+    f.main_label = gpu_label(host, i64::from(held[main].0));
     f.main_bytes = held[main].1 as i64;
-    f.stray_gpus = stray.clone().map(|&(gpu, _)| gpu as i64).collect();
-    f.stray_bytes = stray.map(|&(_, b)| b as i64).sum();
+    let others = (0..held.len()).filter(|&i| i != main);
+    f.per_gpu = std::iter::once(main)
+        .chain(others)
+        .map(|i| OnGpu {
+            index: i64::from(held[i].0),
+            label: gpu_label(host, i64::from(held[i].0)),
+            bytes: held[i].1 as i64,
+        })
+        .collect();
     Some(main)
 }
 
@@ -257,14 +258,14 @@ fn one_process(who: Who, rows: &[&ProcessReport], ranks: &Ranks) -> ProcFacts {
     let held: Vec<(u32, u64)> = rows.iter().map(|p| (p.gpu, p.peak_bytes)).collect();
     let mut f = ProcFacts {
         pid: who.pid as i64,
-        host: who.host,
+        host: who.host.clone(),
         rank,
         local_rank,
         parent_pid: rows.iter().find_map(|p| p.ppid).map(i64::from),
         ..Default::default()
     };
     // A process's rows are never empty: it is listed because NVML saw it on a GPU.
-    let main = rows[place(&held, own, &mut f).unwrap_or(0)];
+    let main = rows[place(&held, own, who.host.as_deref(), &mut f).unwrap_or(0)];
     f.cmdline = main.cmdline.clone();
     f.in_job = main.in_job;
     f
@@ -292,7 +293,7 @@ mod tests {
             (f.job_gpu_bytes, f.job_gpu_start_bytes),
             (20 * GIB, Some(0))
         );
-        assert!(f.visible && f.job_gpu_high_s >= 15.0 && f.job_gpu_high_from_s >= Some(1.9));
+        assert!(f.visible && f.job_gpu_high_s >= Some(15.0) && f.job_gpu_high_from_s >= Some(1.9));
         // On a GPU the job did not use, it is none of the job's business.
         for p in r.processes.iter_mut().filter(|p| !p.in_job) {
             p.gpu = 1;
@@ -300,7 +301,7 @@ mod tests {
         let f = other(&Facts::of(&r));
         assert_eq!(
             (f.job_gpu, f.job_gpu_start_bytes, f.job_gpu_high_s),
-            (None, None, 0.0)
+            (None, None, None)
         );
         // A report from before the start was recorded: unknown, never a zero.
         for p in &mut r.processes {

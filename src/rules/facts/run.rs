@@ -1,8 +1,7 @@
 //! The run's facts (`run.*`): how it ended, the machine, the job's GPUs, orphans, the inference server
-//! it runs, the helpers holding contexts.
+//! it runs.
 
-use super::{GpuFacts, Holder, ProcFacts, gpu_label, name_of};
-use crate::ident::GpuRef;
+use super::{GpuFacts, Holder, gpu_label, name_of};
 use crate::report::Report;
 use serde::Serialize;
 
@@ -19,10 +18,11 @@ pub struct RunFacts {
     pub classification: String,
     /// NVIDIA driver version, null if NVML did not give it
     pub driver: Option<String>,
-    /// highest CUDA version the driver supports (13.0), 0 if unknown
-    pub cuda_driver_version: f64,
-    /// CUDA version the job's PyTorch was built for (from +cu130), 0 if unknown
-    pub cuda_runtime_version: f64,
+    /// highest CUDA version the driver supports (13.0), null if NVML did not give it
+    pub cuda_driver_version: Option<f64>,
+    /// CUDA version the job's PyTorch was built for (from +cu130), null if no PyTorch process gave a CUDA
+    /// build's version
+    pub cuda_runtime_version: Option<f64>,
     /// GPUs on the machine
     pub gpus: i64,
     /// GPUs on which the job held memory
@@ -69,13 +69,6 @@ pub struct RunFacts {
     /// the share it takes: the value given, else its default; null where the default depends on the GPU
     /// (SGLang) or no server runs
     pub server_fraction: Option<f64>,
-    /// processes of the job holding a CUDA context they should not (see process.helper)
-    pub helpers: i64,
-    /// what they held, their peaks summed
-    pub helpers_bytes: i64,
-    /// them: each a holder (pid; who: its command line cut to 60 characters, or `a multiprocessing child`;
-    /// bytes: its peak; gpu: the GPU it works on)
-    pub helper_list: Vec<Holder>,
     /// the run is still going: the rule is judged live, on the run so far (`live = true`); false at its end
     pub live: bool,
     /// the facts are of one look at the machine by `gpudoc watch` (`look = true`), not of a run: the job is
@@ -86,23 +79,17 @@ pub struct RunFacts {
 }
 }
 
-/// `2.11.0+cu130` → 13.0; 0.0 when there is no CUDA tag.
-pub fn cuda_of_torch(version: &str) -> f64 {
-    let Some(tag) = version.split("+cu").nth(1) else {
-        return 0.0;
-    };
+/// `2.11.0+cu130` → 13.0; `None` when there is no CUDA tag.
+pub fn cuda_of_torch(version: &str) -> Option<f64> {
+    let tag = version.split("+cu").nth(1)?;
     let digits: String = tag.chars().take_while(|c| c.is_ascii_digit()).collect();
-    match digits.len() {
-        3 => {
-            digits[..2].parse::<f64>().unwrap_or(0.0)
-                + digits[2..].parse::<f64>().unwrap_or(0.0) / 10.0
-        }
-        2 => {
-            digits[..1].parse::<f64>().unwrap_or(0.0)
-                + digits[1..].parse::<f64>().unwrap_or(0.0) / 10.0
-        }
-        _ => 0.0,
-    }
+    let major = match digits.len() {
+        3 => 2,
+        2 => 1,
+        _ => return None,
+    };
+    let (a, b) = digits.split_at(major);
+    Some(a.parse::<f64>().ok()? + b.parse::<f64>().ok()? / 10.0)
 }
 
 /// The inference server the job runs, if a command line shows one (`serving`).
@@ -125,39 +112,11 @@ fn server_facts(r: &Report, f: &mut RunFacts) {
     f.server_fraction = s.fraction;
 }
 
-/// The helpers holding contexts (see `helper`), in words: a multiprocessing child is named as one, other
-/// command lines are cut at 60 characters.
-fn helper_facts(ps: &[ProcFacts], f: &mut RunFacts) {
-    let helpers: Vec<&ProcFacts> = ps.iter().filter(|p| p.helper).collect();
-    let cmd = |c: &str| {
-        if c.contains("multiprocessing.spawn") || c.contains("multiprocessing.forkserver") {
-            "a multiprocessing child".to_string()
-        } else if c.chars().count() > 60 {
-            format!("{}...", c.chars().take(60).collect::<String>())
-        } else {
-            c.to_string()
-        }
-    };
-    f.helpers = helpers.len() as i64;
-    f.helpers_bytes = helpers.iter().map(|p| p.peak_bytes).sum();
-    f.helper_list = helpers
-        .iter()
-        .map(|p| Holder {
-            pid: p.pid,
-            who: Some(cmd(&p.cmdline)),
-            bytes: p.peak_bytes,
-            gpu: Some(GpuRef::label(p.main_gpu().as_ref())),
-            ..Holder::default()
-        })
-        .collect();
-}
-
-pub(super) fn run_facts(r: &Report, gpus: &[GpuFacts], ps: &[ProcFacts]) -> RunFacts {
+pub(super) fn run_facts(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
     let mut f = run_basics(r, gpus);
     f.live = r.live;
     f.look = r.moment.is_some();
     server_facts(r, &mut f);
-    helper_facts(ps, &mut f);
     f
 }
 
@@ -189,8 +148,8 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         .processes
         .iter()
         .filter_map(|t| t.torch_version.as_deref())
-        .map(cuda_of_torch)
-        .fold(0.0, f64::max);
+        .filter_map(cuda_of_torch)
+        .reduce(f64::max);
     let orphan_bytes =
         |o: &crate::report::Orphan| -> u64 { o.gpu_bytes.iter().map(|&(_, b)| b).sum() };
     let mut f = RunFacts {
@@ -199,12 +158,7 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
         signal: r.exit.signal.unwrap_or(0) as i64,
         classification: name_of(r.exit.classification),
         driver: r.nvml.driver.clone(),
-        cuda_driver_version: r
-            .nvml
-            .cuda_driver
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0),
+        cuda_driver_version: r.nvml.cuda_driver.as_deref().and_then(|v| v.parse().ok()),
         cuda_runtime_version: cuda_runtime,
         hosts: r.hosts.len().max(1) as i64,
         orphans: r.orphans.len() as i64,
@@ -234,9 +188,11 @@ mod tests {
 
     #[test]
     fn cuda_version_from_torch_tag() {
-        assert_eq!(cuda_of_torch("2.11.0+cu130"), 13.0);
-        assert_eq!(cuda_of_torch("2.4.1+cu121"), 12.1);
-        assert_eq!(cuda_of_torch("1.13.1+cu117"), 11.7);
-        assert_eq!(cuda_of_torch("2.11.0"), 0.0);
+        assert_eq!(cuda_of_torch("2.11.0+cu130"), Some(13.0));
+        assert_eq!(cuda_of_torch("2.4.1+cu121"), Some(12.1));
+        assert_eq!(cuda_of_torch("1.13.1+cu117"), Some(11.7));
+        // A CPU or ROCm build says no CUDA: unknown, never CUDA 0.
+        assert_eq!(cuda_of_torch("2.11.0"), None);
+        assert_eq!(cuda_of_torch("2.11.0+cpu"), None);
     }
 }

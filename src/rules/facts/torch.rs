@@ -72,8 +72,8 @@ pub struct TorchFacts {
     pub step_alloc_retries: i64,
     /// slope of allocation retries per step after warm-up
     pub alloc_retries_per_step: f64,
-    /// capacity of its GPU, 0 if unmatched
-    pub gpu_total_bytes: i64,
+    /// capacity of its GPU, null if its device was not matched to a GPU NVML sees
+    pub gpu_total_bytes: Option<i64>,
     /// the steady level of the per-step peaks of reserved memory over the steps that are not phases
     pub steady_peak_reserved_bytes: i64,
     /// the highest per-step peak of reserved memory among the phase steps (0 without any)
@@ -179,7 +179,7 @@ pub(super) fn torch_facts(
                 gpus.iter()
                     .find(|g| g.index == i as i64 && g.host == t.host)
             })
-            .map_or(0, |g| g.total_bytes),
+            .map(|g| g.total_bytes),
         steady_peak_reserved_bytes: phases.steady,
         phase_peak_reserved_bytes: phases.peak,
         phase_count: phases.steps.len() as i64,
