@@ -268,17 +268,23 @@ def _oom_record(error, fw="jax"):
 
 def _excepthook(previous):
     """sys.excepthook that records an uncaught RESOURCE_EXHAUSTED error's allocator numbers (its traceback
-    still holds the frames, and so the arrays, that filled the GPU), then hands the error to `previous`."""
+    still holds the frames, and so the arrays, that filled the GPU), then hands the error to `previous`;
+    and what makes it a pass-through to `previous` (taken back while a hook the program installed after
+    it is the current one: theirs stays, and may call this one)."""
+    armed = [True]
 
     def excepthook(kind, value, tb):
         try:
-            if _is_oom(value):
+            if armed[0] and _is_oom(value):
                 _oom_record(value)
         except Exception:
             pass  # the program's error is printed as it would be without gpudoc
         return previous(kind, value, tb)
 
-    return excepthook
+    def disarm():
+        armed[0] = False
+
+    return excepthook, disarm
 
 
 def _install_jax(jax):
@@ -296,9 +302,10 @@ def _install_jax(jax):
 
     _like(jit, real)
     _patches().replace(jax, "jit", jit, "counts the calls of jitted functions: the steps of a JAX program")
-    _patches().replace(sys, "excepthook", _excepthook(sys.excepthook),
+    hook, disarm = _excepthook(sys.excepthook)
+    _patches().replace(sys, "excepthook", hook,
                        "records XLA's allocator at an uncaught RESOURCE_EXHAUSTED error (JAX raises it where "
-                       "the program waits for a result), then calls the hook before it")
+                       "the program waits for a result), then calls the hook before it", disarm=disarm)
     _watch_process(view)
     return view
 

@@ -35,11 +35,14 @@ class Patch(object):
     with something that keeps it for the process's life: `undo` None)."""
 
     def __init__(self, kind, target, why, owner=None, name="", original=ABSENT, new=None, undo=None,
-                 shown=None):
-        # type: (str, str, str, Any, str, Any, Any, Optional[Callable[[], Any]], Optional[str]) -> None
+                 shown=None, disarm=None):
+        # type: (str, str, str, Any, str, Any, Any, Optional[Callable[[], Any]], Optional[str], Any) -> None
         self.kind, self.target, self.why = kind, target, why
         self.owner, self.name, self.original, self.new = owner, name, original, new
         self.undo = undo
+        # A replacement that calls the original it replaced (sys.excepthook's chain): made a pass-through
+        # when someone replaced it after the shim, so it cannot be put back.
+        self.disarm = disarm
         # The target as docs/framework.md names it (the program's class: the outermost module's class).
         self.shown = shown or target
 
@@ -68,13 +71,14 @@ class Patches(object):
         # type: () -> None
         self.live = []  # type: List[Patch]
 
-    def replace(self, owner, name, new, why, target=None, shown=None):
-        # type: (Any, str, Any, str, Optional[str], Optional[str]) -> Patch
+    def replace(self, owner, name, new, why, target=None, shown=None, disarm=None):
+        # type: (Any, str, Any, str, Optional[str], Optional[str], Optional[Callable[[], Any]]) -> Patch
         """`owner.name` becomes `new`; what the owner had under that name of its own (a class's inherited
-        attribute is none of its own) is kept to be put back."""
+        attribute is none of its own) is kept to be put back. `disarm`, for a `new` that calls the
+        original (a chained hook): makes `new` a pass-through, where it cannot be taken back (`remove`)."""
         original = vars(owner).get(name, ABSENT)
         patch = Patch("added" if original is ABSENT else "replaced", target or "%s.%s" % (
-            _qualified(owner), name), why, owner, name, original, new, shown=shown)
+            _qualified(owner), name), why, owner, name, original, new, shown=shown, disarm=disarm)
         setattr(owner, name, new)
         self.live.append(patch)
         return patch
@@ -98,16 +102,24 @@ class Patches(object):
         # type: (Patch) -> bool
         """Takes one change back: the owner gets exactly its original object (or loses the name it had
         none of), a hook is removed. An attribute someone replaced after the shim is theirs now (theirs
-        may call the shim's): left as it is, and listed still. Whether the change is gone."""
+        may call the shim's): left as it is, and listed still, unless the shim's can be made a
+        pass-through (`disarm`: it then does nothing of gpudoc's, and the change is gone). Whether the
+        change is gone."""
         if patch not in self.live:
             return True
         if patch.kind in ("replaced", "added"):
             if vars(patch.owner).get(patch.name, ABSENT) is not patch.new:
-                return False
+                if patch.disarm is None:
+                    return False
+                patch.disarm()
+                self.live.remove(patch)
+                return True
             if patch.original is ABSENT:
                 delattr(patch.owner, patch.name)
             else:
                 setattr(patch.owner, patch.name, patch.original)
+            if patch.disarm is not None:
+                patch.disarm()  # a copy the program kept of the shim's passes through too
         elif patch.undo is not None:
             patch.undo()
         else:
