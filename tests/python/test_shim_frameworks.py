@@ -80,3 +80,45 @@ def test_jaxs_excepthook_still_current_is_taken_back_to_the_one_it_found(shim, f
     assert sys.excepthook is first
     ours(RuntimeError, RuntimeError(OOM), None)  # a copy the program kept: a pass-through now
     assert _ooms(shim) == []
+
+
+def _tensorflow(fw, monkeypatch):
+    """The fake tensorflow and keras with the shim's parts in place, as their imports under gpudoc run
+    leave them."""
+    for name in [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras")]:
+        monkeypatch.delitem(sys.modules, name)
+    import keras
+    import tensorflow
+
+    fw.S.views["tensorflow"] = fw._install_tensorflow(tensorflow)
+    fw._install_keras(keras)
+    return tensorflow, keras
+
+
+def test_a_custom_loops_steps_are_the_calls_of_the_tf_function_it_calls_most(shim, frameworks, monkeypatch):
+    tf, keras = _tensorflow(frameworks, monkeypatch)
+    cls = sys.modules["tensorflow.python.eager.polymorphic_function.polymorphic_function"].Function
+    ours = vars(cls)["__call__"]
+    real = ours.__wrapped__  # TensorFlow's, as the shim found it (traceback_utils' wrapper)
+    assert ours is not real and real.__qualname__ == ours.__qualname__ == "Function.__call__"
+    train = tf.function(lambda batch: batch + 1)
+    evaluate = tf.function(lambda batch: batch)
+    for batch in range(30):
+        assert train(batch) == batch + 1
+        if batch % 10 == 9:
+            evaluate(batch)
+    view = frameworks.S.views["tensorflow"]
+    assert view.steps == 30, "the train step's calls, not the evaluation's"
+    records = [m for m in shim.messages() if m.get("fw") == "tensorflow" and m.get("k") == "step"]
+    assert records and records[-1]["a"] >= 0
+
+    class Model(keras.Model):
+        def train_step(self, batch):
+            return {"loss": 0.5}
+
+    Model().fit(12, batch_size=1)
+    assert view.steps == 42, "fit's 12 batches, once: its train function's calls are not counted too"
+    frameworks._patches().remove_all()
+    assert vars(cls)["__call__"] is real, "taken back: TensorFlow's own __call__"
+    train(0)
+    assert view.steps == 42

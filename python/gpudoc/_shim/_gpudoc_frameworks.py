@@ -15,8 +15,10 @@ tagged with the framework; what a framework cannot tell is left out of the recor
   count: the readings stand for steps in the records, and the report counts no steps), and at exit.
 - TensorFlow: `tf.config.experimental.get_memory_info` of each GPU (in use and its peak; TensorFlow does
   not say what its allocator holds), memory growth as set; steps: the batches of Keras's `Model.fit`
-  (a callback of the shim's added to the fit's callbacks), and at a ResourceExhaustedError from fit the
-  allocator's numbers before it reaches the program.
+  (a callback of the shim's added to the fit's callbacks), elsewhere the calls of the `tf.function` the
+  program calls most (a custom training loop's train step: counted at the class, `Function.__call__`,
+  never on the program's function objects, which SavedModel saves); at a ResourceExhaustedError from fit
+  or a `tf.function` the allocator's numbers before it reaches the program.
 - RMM: where the current device resource is a StatisticsResourceAdaptor (`rmm.statistics`), its counts
   (current and peak bytes, allocations), and a pool memory resource's size as reserved; read as CuPy's.
 
@@ -50,6 +52,8 @@ class _State(object):
     views = {}
     # id() of the last OOM error recorded (never the error itself: its traceback holds the program's arrays).
     oom_id = 0
+    # Keras fits running: their batches are the steps, and the tf.function calls inside them are not.
+    fitting = 0
 
 
 S = _State()
@@ -401,11 +405,78 @@ def _is_tf_oom(e):
     return type(e).__name__ == "ResourceExhaustedError" or "OOM when allocating" in str(e)[:400]
 
 
+# Where `tf.function`'s class is: TensorFlow 2.11 and later, then before (def_function).
+TF_FUNCTION_MODULES = ("tensorflow.python.eager.polymorphic_function.polymorphic_function",
+                       "tensorflow.python.eager.def_function")
+# Distinct tf.function objects whose calls are counted at once (a program that makes one per call counts
+# no steps by them; past this, only the most called are kept).
+MAX_FUNCTIONS = 1024
+
+
 def _install_tensorflow(tf):
     view = View("tensorflow", _tf_reader(tf))
     view.hello = lambda: _tf_hello(tf)
+    _count_tf_functions()
     _watch_process(view)
     return view
+
+
+def _tf_function_class():
+    """`tf.function`'s class, from the modules `import tensorflow` loaded (never imported here)."""
+    for name in TF_FUNCTION_MODULES:
+        cls = getattr(sys.modules.get(name), "Function", None)
+        if isinstance(cls, type) and "__call__" in vars(cls):
+            return cls
+    return None
+
+
+def _count_tf_functions():
+    """A custom training loop calls one `tf.function` (its train step) again and again, as a JAX program
+    its jitted step: the calls of the one called most are the steps (outside Keras's fit, whose batches
+    are). Counted at the class, `Function.__call__`, by the object's id: nothing is put into the program's
+    function objects (SavedModel saves them, a copy or a pickle carries what they hold)."""
+    cls = _tf_function_class()
+    if cls is None:
+        return
+    real = vars(cls)["__call__"]
+    counts = {}
+
+    def __call__(self, *args, **kwds):
+        __tracebackhide__ = True
+        try:
+            out = real(self, *args, **kwds)
+        except Exception as e:
+            try:
+                if _is_tf_oom(e):
+                    _oom_record(e, "tensorflow")
+            except Exception:
+                pass  # the program's own error goes on as it is
+            if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
+                e.__traceback__ = e.__traceback__.tb_next
+            raise
+        if not S.fitting:
+            try:
+                _tf_function_called(counts, id(self))
+            except Exception as e:
+                S.pipe.fail("tf.function", e)
+        return out
+
+    _like(__call__, real)
+    __call__.__wrapped__ = real
+    _patches().replace(cls, "__call__", __call__,
+                       "counts the calls of tf.functions: the steps of a custom training loop")
+
+
+def _tf_function_called(counts, key):
+    calls = counts.get(key, 0) + 1
+    if calls == 1 and len(counts) >= MAX_FUNCTIONS:
+        top = max(counts.values())
+        for k in [k for k, v in counts.items() if v < top]:
+            del counts[k]
+    counts[key] = calls
+    view = S.views.get("tensorflow")
+    if view is not None and calls > view.steps:
+        view.tick()
 
 
 def _install_keras(keras):
@@ -433,6 +504,7 @@ def _install_keras(keras):
             args, kwargs = _with_callback(args, kwargs, GpudocSteps)
         except Exception:
             pass  # the fit runs as the program asked, uncounted
+        S.fitting += 1
         try:
             return real(self, *args, **kwargs)
         except Exception as e:
@@ -444,6 +516,8 @@ def _install_keras(keras):
             if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
                 e.__traceback__ = e.__traceback__.tb_next
             raise
+        finally:
+            S.fitting -= 1
 
     _like(fit, real)
     fit.__wrapped__ = real
