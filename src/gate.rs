@@ -219,8 +219,10 @@ fn nothing_measured(r: &Report, m: Measure, peaks: &BTreeMap<u32, u64>) -> Optio
     }
     Some(match m {
         Measure::Nvml => "the job held no GPU memory that gpudoc saw".into(),
-        Measure::Reserved | Measure::Allocated => {
-            "the PyTorch view saw no process of the job on a GPU".into()
+        Measure::Allocated => "the PyTorch view saw no process of the job on a GPU".into(),
+        Measure::Reserved => {
+            "the PyTorch view saw no process of the job on a GPU whose allocator says what it reserves"
+                .into()
         }
     })
 }
@@ -266,10 +268,13 @@ pub fn measured(r: &Report, m: Measure) -> BTreeMap<u32, u64> {
         Measure::Reserved | Measure::Allocated => {
             for t in &r.torch.processes {
                 let Some(g) = t.gpu else { continue };
-                let v = if m == Measure::Reserved {
-                    t.peak_reserved_bytes
-                } else {
-                    t.peak_allocated_bytes
+                // A framework that does not say what it reserves (TensorFlow) is not measured as 0.
+                let v = match m {
+                    Measure::Reserved => match t.peak_reserved_bytes {
+                        Some(v) => v,
+                        None => continue,
+                    },
+                    _ => t.peak_allocated_bytes,
                 };
                 *out.entry(g).or_insert(0) += v;
             }

@@ -287,16 +287,9 @@ impl View {
                     local_rank: rank_of(&t.local_rank),
                     framework: t.framework.id(),
                     allocated: t.final_allocated_bytes,
-                    reserved: t
-                        .framework
-                        .tells_reserved()
-                        .then_some(t.final_reserved_bytes),
+                    reserved: t.final_reserved_bytes,
                     step_peak_allocated: t.steps.last().map(|s| s.peak_allocated_bytes),
-                    step_peak_reserved: t
-                        .steps
-                        .last()
-                        .filter(|_| t.framework.tells_reserved())
-                        .map(|s| s.peak_reserved_bytes),
+                    step_peak_reserved: t.steps.last().and_then(|s| s.peak_reserved_bytes),
                     steps: t.steps_total,
                     alloc_retries: t.alloc_retries,
                     ooms: t.ooms,

@@ -491,7 +491,7 @@ fn render_framework_table(
     p: Paint,
 ) {
     let name = fw.name();
-    let head = match fw.tells_reserved() {
+    let head = match rows.iter().all(|q| q.peak_reserved_bytes.is_some()) {
         true => format!("{name}, per process (NVML peak = reserved + non-{name}):"),
         false => format!("{name}, per process (its allocator does not say what it reserves):"),
     };
@@ -527,10 +527,7 @@ fn render_framework_table(
             rank,
             gpu,
             opt(q.nvml_peak_bytes),
-            opt(q
-                .framework
-                .tells_reserved()
-                .then_some(q.peak_reserved_bytes)),
+            opt(q.peak_reserved_bytes),
             fmt_bytes(q.peak_allocated_bytes),
             opt(q.non_pytorch_bytes),
             q.steps_total,

@@ -112,16 +112,13 @@ pub fn points(r: &Report, timeline: Option<&Timeline>) -> Vec<Point> {
         };
         // Tagged by whose allocator (`torch`, `jax`, ...); what it does not say (TensorFlow's reserved
         // memory) has no tag.
-        let (fw, reserved) = (p.framework.id(), p.framework.tells_reserved());
+        let fw = p.framework.id();
         for s in &p.steps {
             for (name, v) in [
                 ("allocated_GiB", Some(s.allocated_bytes)),
-                ("reserved_GiB", reserved.then_some(s.reserved_bytes)),
+                ("reserved_GiB", s.reserved_bytes),
                 ("step_peak_allocated_GiB", Some(s.peak_allocated_bytes)),
-                (
-                    "step_peak_reserved_GiB",
-                    reserved.then_some(s.peak_reserved_bytes),
-                ),
+                ("step_peak_reserved_GiB", s.peak_reserved_bytes),
             ] {
                 let Some(v) = v else { continue };
                 out.push(Point {

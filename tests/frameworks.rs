@@ -346,6 +346,7 @@ fn a_tensorflow_leak_is_a_step_leak_with_its_allocators_numbers_and_its_pool_the
     ] {
         assert_eq!(p[k], Value::Null, "{k}");
     }
+    nothing_said_of_reserved(&r);
     let leak = message(&r, "step-leak");
     assert!(
         leak.contains("live TensorFlow tensors grew by 16.00 MiB per step"),
@@ -374,6 +375,96 @@ fn a_tensorflow_leak_is_a_step_leak_with_its_allocators_numbers_and_its_pool_the
         err.contains("TensorFlow 2.17.0, preallocated its pool"),
         "{err}"
     );
+}
+
+/// A TensorFlow process's report, which has no reserved figure: absent from its JSON (the process's and
+/// each record's, 0 in the schema before), from the facts (no rule rests on one: `cache-bloat`,
+/// `phase-peak`), and from what the outputs draw of it (the HTML's step chart, the metrics, the
+/// TensorBoard tags).
+fn nothing_said_of_reserved(r: &Value) {
+    let p = &r["torch"]["processes"][0];
+    for k in ["peak_reserved_bytes", "final_reserved_bytes"] {
+        assert_eq!(p.get(k), None, "{k}: {p:#}");
+    }
+    let steps = p["steps"].as_array().unwrap();
+    assert!(!steps.is_empty());
+    for s in steps {
+        assert_eq!(s.get("reserved_bytes"), None, "{s}");
+        assert_eq!(s.get("peak_reserved_bytes"), None, "{s}");
+    }
+    let fired = fired(r);
+    for rule in ["cache-bloat", "phase-peak"] {
+        assert!(!fired.contains(&rule.to_string()), "{rule}: {fired:?}");
+    }
+    let report: gpudoc::report::Report = serde_json::from_value(r.clone()).unwrap();
+    let facts = gpudoc::rules::facts::Facts::of(&report);
+    let t = serde_json::to_value(&facts.torch_processes[0]).unwrap();
+    for k in [
+        "reserved_peak_bytes",
+        "final_reserved_bytes",
+        "steady_reserved_bytes",
+        "steady_peak_reserved_bytes",
+        "phase_peak_reserved_bytes",
+    ] {
+        assert_eq!(t[k], Value::Null, "{k}: {t:#}");
+    }
+    let page = gpudoc::html::render(&report, None);
+    let data = page
+        .split_once(r#"id="gpudoc-data">"#)
+        .and_then(|(_, rest)| rest.split_once("</script>"))
+        .map(|(json, _)| json.replace(r"<\/", "</"))
+        .unwrap();
+    let data: Value = serde_json::from_str(&data).unwrap();
+    for chart in data["steps"].as_array().unwrap() {
+        for k in ["reserved", "peak_reserved"] {
+            let points = chart[k].as_array().unwrap();
+            assert!(points.iter().all(Value::is_null), "{k}: {chart}");
+        }
+    }
+    assert!(
+        !data["gpus"].to_string().contains("TensorFlow reserved"),
+        "{}",
+        data["gpus"]
+    );
+    let metrics = gpudoc::metrics::render(
+        &gpudoc::metrics::View::of_report(&report, "node", None),
+        gpudoc::metrics::Format::Prometheus,
+    );
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.contains("reserved_bytes{") && l.contains("tensorflow")),
+        "{metrics}"
+    );
+    let tags: Vec<String> = gpudoc::tensorboard::points(&report, None)
+        .into_iter()
+        .map(|p| p.tag)
+        .collect();
+    assert!(
+        !tags.is_empty() && !tags.iter().any(|t| t.contains("reserved")),
+        "{tags:?}"
+    );
+}
+
+#[test]
+fn a_tensorflow_custom_loops_steps_are_its_train_steps_calls_and_its_leak_a_step_leak() {
+    // No Keras: a tf.function train step called 100 times, whose outputs the loop keeps, and an
+    // evaluation tf.function called every 10 steps.
+    let (code, r, err) = run(&[], "tf_programs.py", &["loop", "100", "0.01"]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["torch"]["processes"][0];
+    assert_eq!(p["framework"], "tensorflow", "{p:#}");
+    assert_eq!(p["steps_total"], 100, "the train step's calls: {p:#}");
+    assert_eq!(
+        p["peak_allocated_bytes"].as_u64().unwrap(),
+        (512 + 99 * 16 + 64) * MIB
+    );
+    let leak = message(&r, "step-leak");
+    assert!(
+        leak.contains("live TensorFlow tensors grew by 16.00 MiB per step"),
+        "{leak}"
+    );
+    nothing_said_of_reserved(&r);
 }
 
 #[test]

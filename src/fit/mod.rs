@@ -75,7 +75,7 @@ impl Probe {
             .torch
             .processes
             .iter()
-            .map(|p| p.peak_reserved_bytes)
+            .filter_map(|p| p.peak_reserved_bytes)
             .max()
             .filter(|&b| b > 0);
         Probe {

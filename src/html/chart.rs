@@ -58,9 +58,10 @@ pub struct StepChart {
     pub label: String,
     pub step: Vec<u64>,
     pub allocated: Vec<f64>,
-    pub reserved: Vec<f64>,
+    /// Null where the framework does not say what its allocator holds (a gap in the chart).
+    pub reserved: Vec<Option<f64>>,
     pub peak_allocated: Vec<f64>,
-    pub peak_reserved: Vec<f64>,
+    pub peak_reserved: Vec<Option<f64>>,
 }
 
 /// A series before it is put on the chart's axis: its changes, in time order.
@@ -182,13 +183,18 @@ fn sampled(report: &Report, t: &Timeline, g: &GpuTimeline) -> Vec<Steps> {
         .filter(|p| p.gpu == Some(gpu) && !p.steps.is_empty())
     {
         let at = |s: &crate::torch::Step| (s.at_s * 1e6) as Micros;
-        // TensorFlow does not say what its allocator holds: no line for it.
-        if p.framework.tells_reserved() {
+        // A framework that does not say what its allocator holds (TensorFlow): no line for it.
+        let reserved: Vec<(Micros, u64)> = p
+            .steps
+            .iter()
+            .filter_map(|s| Some((at(s), s.reserved_bytes?)))
+            .collect();
+        if !reserved.is_empty() {
             out.push(Steps {
                 label: format!("pid {} {} reserved", p.pid, p.framework.name()),
                 kind: "reserved",
                 pid: Some(p.pid),
-                points: p.steps.iter().map(|s| (at(s), s.reserved_bytes)).collect(),
+                points: reserved,
             });
         }
         out.push(Steps {
@@ -403,6 +409,9 @@ pub fn step_charts(report: &Report) -> Vec<StepChart> {
         .map(|p| {
             let col =
                 |f: fn(&crate::torch::Step) -> u64| p.steps.iter().map(|s| mib(f(s))).collect();
+            let told = |f: fn(&crate::torch::Step) -> Option<u64>| {
+                p.steps.iter().map(|s| f(s).map(mib)).collect()
+            };
             let rank = p
                 .rank
                 .as_ref()
@@ -417,9 +426,9 @@ pub fn step_charts(report: &Report) -> Vec<StepChart> {
                 label: format!("pid {}{rank}", p.pid),
                 step: p.steps.iter().map(|s| s.step).collect(),
                 allocated: col(|s| s.allocated_bytes),
-                reserved: col(|s| s.reserved_bytes),
+                reserved: told(|s| s.reserved_bytes),
                 peak_allocated: col(|s| s.peak_allocated_bytes),
-                peak_reserved: col(|s| s.peak_reserved_bytes),
+                peak_reserved: told(|s| s.peak_reserved_bytes),
             }
         })
         .collect()

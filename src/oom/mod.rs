@@ -409,17 +409,18 @@ fn framework_figures(f: &mut cause::Figures, a: &crate::torch::TorchOom) {
     }
     let cap = cause::cap_setting_of(a.framework, f.vendor, false);
     f.allocated = f.allocated.or(Some(a.allocated_bytes));
-    let limit = (a.device_limit_bytes > 0).then_some(a.device_limit_bytes);
+    let limit = a.device_limit_bytes.filter(|&l| l > 0);
     if f.allowed.is_none() && limit.is_some() {
         (f.allowed, f.allowed_by) = (limit, cap);
     }
-    let pool_is_cap = limit.is_some_and(|l| a.reserved_bytes >= l);
+    // A framework that does not say what its allocator holds (TensorFlow) leaves it to its text.
+    let pool_is_cap = limit.is_some_and(|l| a.reserved_bytes.is_some_and(|r| r >= l));
     let held = if pool_is_cap {
-        a.allocated_bytes
+        Some(a.allocated_bytes)
     } else {
         a.reserved_bytes
     };
-    f.reserved = f.reserved.or(Some(held));
+    f.reserved = f.reserved.or(held);
 }
 
 /// A BFC allocator's limit is all of the GPU's free memory at its start unless a program set one: the

@@ -33,16 +33,13 @@ pub fn on_gpu(r: &Report, g: &GpuReport) -> OnGpu {
         .processes
         .iter()
         .filter(|p| p.preallocated && p.gpu == Some(g.index) && p.host == g.host)
-        .max_by_key(|p| p.peak_reserved_bytes.max(p.nvml_peak_bytes.unwrap_or(0)))
+        .max_by_key(|p| p.peak_reserved_bytes.max(p.nvml_peak_bytes))
     else {
         return OnGpu::default();
     };
-    // TensorFlow does not say what its allocator holds: what NVML saw the process hold is the pool, its
-    // CUDA context with it.
-    let held = match p.framework.tells_reserved() {
-        true => p.peak_reserved_bytes,
-        false => p.nvml_peak_bytes.unwrap_or(0),
-    };
+    // A framework that does not say what its allocator holds (TensorFlow): what NVML saw the process
+    // hold is the pool, its CUDA context with it.
+    let held = p.peak_reserved_bytes.or(p.nvml_peak_bytes).unwrap_or(0);
     OnGpu {
         name: Some(p.framework.name().to_string()),
         reserved_bytes: held as i64,

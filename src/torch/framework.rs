@@ -1,7 +1,8 @@
 //! Which framework's allocator a record of the shim's is about: PyTorch's caching allocator, or, from
 //! `_gpudoc_frameworks.py`, JAX's (XLA's), CuPy's pool, TensorFlow's BFC allocator or RAPIDS' memory
 //! manager (RMM). Their records are of one kind (in use, reserved, peaks, steps), so every rule reads
-//! them alike; what a framework cannot tell is absent.
+//! them alike; what a framework cannot tell is absent (its records leave it out: TensorFlow's say nothing
+//! of reserved memory, and the report's reserved figures are then absent, never 0).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -64,13 +65,6 @@ impl Framework {
             Framework::Tensorflow => "TensorFlow",
             Framework::Rmm => "RMM",
         }
-    }
-
-    /// Whether its records say what its allocator holds from the device (reserved): TensorFlow's
-    /// `get_memory_info` gives only what is in use and its peak, so its reserved memory is unknown (the
-    /// report's `non_pytorch_bytes` is then absent, and NVML's figure is what the process holds).
-    pub fn tells_reserved(self) -> bool {
-        self != Framework::Tensorflow
     }
 
     /// Whether its records are at its steps: CuPy's and RMM's are readings ten times a second (no step a

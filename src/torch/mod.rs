@@ -162,11 +162,14 @@ pub struct Step {
     pub steps: u64,
     pub at_s: f64,
     pub allocated_bytes: u64,
-    pub reserved_bytes: u64,
+    /// What the allocator holds from the device; absent where the framework does not say (TensorFlow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
     /// Peaks over the steps covered (exact when peaks are reset at each record; since the start with
     /// `--keep-torch-peaks`).
     pub peak_allocated_bytes: u64,
-    pub peak_reserved_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_reserved_bytes: Option<u64>,
     pub alloc_retries: u64,
     pub device_allocs: u64,
     pub device_frees: u64,
@@ -215,11 +218,12 @@ pub struct TorchProc {
     /// The device's UUID, to find it among NVML's GPUs.
     pub uuid: Option<String>,
     pub allocated: Series,
+    /// Its readings of reserved memory: none where its records never said it (TensorFlow's).
     pub reserved: Series,
     pub inactive_split: Series,
-    /// The allocator's own peaks (exact, not sampled).
+    /// The allocator's own peaks (exact, not sampled); reserved's `None` where never said.
     pub peak_allocated: u64,
-    pub peak_reserved: u64,
+    pub peak_reserved: Option<u64>,
     pub alloc_retries: u64,
     pub ooms: u64,
     pub device_allocs: u64,
@@ -258,14 +262,22 @@ pub struct TorchOom {
     pub device: u32,
     pub uuid: Option<String>,
     pub at_s: f64,
-    /// The allocation that failed.
-    pub requested_bytes: u64,
-    /// What the observer was told: the device's limit and its free memory.
-    pub device_limit_bytes: u64,
-    pub device_free_bytes: u64,
+    /// The allocation that failed (PyTorch's observer; the other frameworks' records do not say: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_bytes: Option<u64>,
+    /// What the observer was told: the device's limit (another framework's: its allocator's limit) and
+    /// its free memory; absent where not told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_limit_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_free_bytes: Option<u64>,
     pub allocated_bytes: u64,
-    pub reserved_bytes: u64,
-    pub inactive_split_bytes: u64,
+    /// What the allocator held (absent where the framework does not say: TensorFlow), and of it in split
+    /// blocks not in use (PyTorch's only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactive_split_bytes: Option<u64>,
     /// What the program was doing then (the shim's reading; absent from a shim that did not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activity: Option<activity::Activity>,
@@ -421,16 +433,19 @@ impl TorchTimeline {
         if let Some(id) = v.get("uuid").and_then(|x| x.as_str()) {
             p.uuid = Some(id.to_string());
         }
-        let (a, r) = (u(v, "a"), u(v, "r"));
+        // What a record leaves out its framework does not tell (TensorFlow's reserved): absent, never 0.
+        let (a, r) = (u(v, "a"), got("r"));
         p.allocated.push(at, a);
-        p.reserved.push(at, r);
+        if let Some(r) = r {
+            p.reserved.push(at, r);
+        }
         p.inactive_split.push(at, u(v, "i"));
         // Allocated memory changes at nearly every sample of a training loop: bound what is kept.
         for s in [&mut p.allocated, &mut p.reserved, &mut p.inactive_split] {
             s.thin_to(MAX_POINTS);
         }
         p.peak_allocated = p.peak_allocated.max(u(v, "pa")).max(a);
-        p.peak_reserved = p.peak_reserved.max(u(v, "pr")).max(r);
+        p.peak_reserved = [p.peak_reserved, got("pr"), r].into_iter().flatten().max();
         p.alloc_retries = p.alloc_retries.max(u(v, "nr"));
         p.ooms = p.ooms.max(u(v, "no"));
         p.device_allocs = p.device_allocs.max(u(v, "nda"));
@@ -455,7 +470,7 @@ impl TorchTimeline {
                 allocated_bytes: a,
                 reserved_bytes: r,
                 peak_allocated_bytes: u(v, "pa"),
-                peak_reserved_bytes: u(v, "pr"),
+                peak_reserved_bytes: got("pr").or(r),
                 alloc_retries: u(v, "nr"),
                 device_allocs: u(v, "nda"),
                 device_frees: u(v, "ndf"),
@@ -469,12 +484,12 @@ impl TorchTimeline {
                 device: dev,
                 uuid: p.uuid.clone(),
                 at_s: t.unwrap_or(0.0),
-                requested_bytes: u(v, "alloc"),
-                device_limit_bytes: got("device_allocated").or(got("lim")).unwrap_or(0),
-                device_free_bytes: u(v, "device_free"),
+                requested_bytes: got("alloc"),
+                device_limit_bytes: got("device_allocated").or(got("lim")),
+                device_free_bytes: got("device_free"),
                 allocated_bytes: a,
                 reserved_bytes: r,
-                inactive_split_bytes: u(v, "i"),
+                inactive_split_bytes: got("i"),
                 activity: activity::Activity::from_message(v),
             });
         }
@@ -724,9 +739,9 @@ mod tests {
                 steps: 1,
                 at_s: i as f64,
                 allocated_bytes: i,
-                reserved_bytes: i,
+                reserved_bytes: Some(i),
                 peak_allocated_bytes: i,
-                peak_reserved_bytes: i,
+                peak_reserved_bytes: Some(i),
                 alloc_retries: 0,
                 device_allocs: 0,
                 device_frees: 0,
@@ -786,7 +801,7 @@ mod tests {
                 jax.limit,
                 jax.largest_free_block
             ),
-            (40, 64, Some(96), Some(50))
+            (40, Some(64), Some(96), Some(50))
         );
         assert_eq!(t.procs.len(), 2);
         let hello = &t.frameworks[&(7, Framework::Jax)];
@@ -804,7 +819,7 @@ mod tests {
         let p = &t.procs[&(7, 0, framework::Framework::Torch)];
         assert_eq!(
             (p.peak_allocated, p.peak_reserved, p.alloc_retries),
-            (18, 20, 1)
+            (18, Some(20), 1)
         );
         assert_eq!(p.steps.steps[0].at_s, 1.5);
         assert_eq!(p.rank, Some(serde_json::json!(1)));

@@ -29,8 +29,9 @@ pub struct TorchProcReport {
     pub pid: u32,
     /// Whose allocator this is: `torch` (PyTorch's caching allocator; absent), `jax` (XLA's), `cupy`
     /// (CuPy's memory pool), `tensorflow` (its BFC allocator), `rmm` (RAPIDS' memory manager). Allocated
-    /// is what the framework's live arrays hold, reserved what its allocator holds from the device (0 for
-    /// TensorFlow, which does not say: `tf.config.experimental.get_memory_info` gives in use and peak only).
+    /// is what the framework's live arrays hold, reserved what its allocator holds from the device (absent
+    /// for TensorFlow, which does not say: `tf.config.experimental.get_memory_info` gives in use and peak
+    /// only).
     #[serde(default, skip_serializing_if = "super::framework::Framework::is_torch")]
     pub framework: super::framework::Framework,
     /// A framework other than PyTorch: its version and the allocator settings in its environment.
@@ -61,9 +62,13 @@ pub struct TorchProcReport {
     /// NVML's index of the same GPU (matched by UUID).
     pub gpu: Option<u32>,
     pub peak_allocated_bytes: u64,
-    pub peak_reserved_bytes: u64,
+    /// What the allocator held from the device at its peak and at the end; absent where the framework
+    /// does not say (TensorFlow; RMM without a pool below its statistics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_reserved_bytes: Option<u64>,
     pub final_allocated_bytes: u64,
-    pub final_reserved_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_reserved_bytes: Option<u64>,
     /// Fragmentation: memory in split blocks that are not in use (PyTorch's; absent for the others).
     pub peak_inactive_split_bytes: Option<u64>,
     /// NVML's peak for this process on this GPU.
@@ -143,7 +148,7 @@ fn covering_peak(steps: &[Step], at: u64) -> Option<u64> {
     let t = at as f64 / 1e6;
     let i = steps.iter().position(|s| s.at_s >= t)?;
     let from = if i > 0 { steps[i - 1].at_s } else { 0.0 };
-    (t > from || i == 0).then(|| steps[i].peak_reserved_bytes)
+    (t > from || i == 0).then_some(steps[i].peak_reserved_bytes)?
 }
 
 /// NVML's memory less PyTorch's reserved memory at the change of reserved memory nearest `at`, both
@@ -189,9 +194,9 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
             // The two views are sampled separately, each every few milliseconds: take PyTorch's reserved
             // memory around NVML's peak, not at one instant, so a sample that lags by one step doesn't
             // count the step as non-PyTorch memory.
-            // A framework that does not say what it holds (TensorFlow) has no outside to tell.
-            let told = nv.filter(|_| p.framework.tells_reserved());
-            let non_pytorch = told.and_then(|s| {
+            // A framework that does not say what it holds (TensorFlow) has no outside to tell: no
+            // reading of reserved memory, so none near the peak.
+            let non_pytorch = nv.and_then(|s| {
                 let at = s.used.peak_at();
                 let near = p.reserved.max_in(at.saturating_sub(ALIGN), at + ALIGN);
                 let reserved = near.max(covering_peak(&p.steps.steps, at))?;
@@ -228,7 +233,7 @@ pub fn build(t: &TorchTimeline, nvml: &Timeline, gpus: &[GpuInfo], enabled: bool
                 peak_allocated_bytes: p.peak_allocated,
                 peak_reserved_bytes: p.peak_reserved,
                 final_allocated_bytes: p.allocated.last().unwrap_or(0),
-                final_reserved_bytes: p.reserved.last().unwrap_or(0),
+                final_reserved_bytes: p.reserved.last(),
                 peak_inactive_split_bytes: torch_only(p.inactive_split.peak()),
                 nvml_peak_bytes: nvml_peak,
                 non_pytorch_bytes: non_pytorch,

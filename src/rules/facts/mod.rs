@@ -324,6 +324,12 @@ impl Facts {
                 rank: Some(0),
                 gpu: Some(0),
                 cell_numbers: vec![3, 5],
+                reserved_peak_bytes: Some(0),
+                final_reserved_bytes: Some(0),
+                steady_reserved_bytes: Some(0),
+                steady_peak_reserved_bytes: Some(0),
+                phase_peak_reserved_bytes: Some(0),
+                non_pytorch_bytes: Some(0),
                 phase_steps: vec![25, 50],
                 leak_sites: vec!["allocated at a.py:1".into(), "allocated at b.py:2".into()],
                 leak_holders: vec![

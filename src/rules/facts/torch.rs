@@ -29,22 +29,23 @@ pub struct TorchFacts {
     /// the allocator took its pool whole at its start (JAX's default preallocation): reserved says nothing of
     /// what the program needs
     pub preallocated: bool,
-    /// the allocator's peak reserved (cache) memory
-    pub reserved_peak_bytes: i64,
+    /// the allocator's peak reserved (cache) memory, null where the framework does not say (TensorFlow)
+    pub reserved_peak_bytes: Option<i64>,
     /// the allocator's peak live tensors
     pub allocated_peak_bytes: i64,
-    /// reserved at the end
-    pub final_reserved_bytes: i64,
+    /// reserved at the end, null where not said
+    pub final_reserved_bytes: Option<i64>,
     /// allocated at the end
     pub final_allocated_bytes: i64,
-    /// the steady level of reserved memory over the steps after warm-up (final reserved with fewer than 3)
-    pub steady_reserved_bytes: i64,
+    /// the steady level of reserved memory over the steps after warm-up (final reserved with fewer than 3),
+    /// null where not said
+    pub steady_reserved_bytes: Option<i64>,
     /// the steady level of the per-step peaks of live tensors after warm-up (peak allocated with fewer than 3)
     pub steady_peak_allocated_bytes: i64,
     /// peak memory in split blocks not in use (fragmentation)
     pub inactive_split_peak_bytes: i64,
-    /// NVML − reserved at NVML's peak (context, libraries)
-    pub non_pytorch_bytes: i64,
+    /// NVML − reserved at NVML's peak (context, libraries), null where either is unknown
+    pub non_pytorch_bytes: Option<i64>,
     /// times the allocator freed its cache and retried (cudaMalloc failed)
     pub alloc_retries: i64,
     /// OOMs the allocator raised
@@ -74,10 +75,12 @@ pub struct TorchFacts {
     pub alloc_retries_per_step: f64,
     /// capacity of its GPU, null if its device was not matched to a GPU NVML sees
     pub gpu_total_bytes: Option<i64>,
-    /// the steady level of the per-step peaks of reserved memory over the steps that are not phases
-    pub steady_peak_reserved_bytes: i64,
-    /// the highest per-step peak of reserved memory among the phase steps (0 without any)
-    pub phase_peak_reserved_bytes: i64,
+    /// the steady level of the per-step peaks of reserved memory over the steps that are not phases, null
+    /// where the framework does not say what it reserves
+    pub steady_peak_reserved_bytes: Option<i64>,
+    /// the highest per-step peak of reserved memory among the phase steps (0 without any; null where not
+    /// said)
+    pub phase_peak_reserved_bytes: Option<i64>,
     /// phase steps: a step record whose peak reserved memory is above the lower quartile of the peaks by 2
     /// GiB and half of it, in a run that comes back down after one (growth that never does is no phase)
     pub phase_count: i64,
@@ -134,13 +137,19 @@ pub(super) fn torch_facts(
         .iter()
         .rev()
         .find(|h| h.why != "oom" && (h.error.is_some() || h.steps > 0));
+    let said = |v: Option<u64>| v.map(|v| v as i64);
+    // A record that does not say what is reserved (TensorFlow's) leaves the level unknown, never 0.
     let (steady_reserved, steady_peak) = if after.len() >= 3 {
         (
-            steady_level(after.iter().map(|s| s.reserved_bytes as i64)),
+            after
+                .iter()
+                .map(|s| said(s.reserved_bytes))
+                .collect::<Option<Vec<i64>>>()
+                .map(steady_level),
             steady_level(after.iter().map(|s| s.peak_allocated_bytes as i64)),
         )
     } else {
-        (t.final_reserved_bytes as i64, t.peak_allocated_bytes as i64)
+        (said(t.final_reserved_bytes), t.peak_allocated_bytes as i64)
     };
     let host = t.host.clone();
     TorchFacts {
@@ -152,14 +161,14 @@ pub(super) fn torch_facts(
         torch_version: t.torch_version.clone(),
         framework: crate::rules::framework::name(t),
         preallocated: t.preallocated,
-        reserved_peak_bytes: t.peak_reserved_bytes as i64,
+        reserved_peak_bytes: said(t.peak_reserved_bytes),
         allocated_peak_bytes: t.peak_allocated_bytes as i64,
-        final_reserved_bytes: t.final_reserved_bytes as i64,
+        final_reserved_bytes: said(t.final_reserved_bytes),
         final_allocated_bytes: t.final_allocated_bytes as i64,
         steady_reserved_bytes: steady_reserved,
         steady_peak_allocated_bytes: steady_peak,
         inactive_split_peak_bytes: t.peak_inactive_split_bytes.unwrap_or(0) as i64,
-        non_pytorch_bytes: t.non_pytorch_bytes.unwrap_or(0) as i64,
+        non_pytorch_bytes: said(t.non_pytorch_bytes),
         alloc_retries: t.alloc_retries.unwrap_or(0) as i64,
         ooms: t.ooms.unwrap_or(0) as i64,
         device_allocs: t.device_allocs.unwrap_or(0) as i64,
@@ -180,12 +189,15 @@ pub(super) fn torch_facts(
                     .find(|g| g.index == i as i64 && g.host == t.host)
             })
             .map(|g| g.total_bytes),
-        steady_peak_reserved_bytes: phases.steady,
-        phase_peak_reserved_bytes: phases.peak,
-        phase_count: phases.steps.len() as i64,
-        phase_steps: phases.steps.iter().take(8).copied().collect(),
-        phase_period_steps: phases.period,
-        phase_span_steps: phases.span,
+        steady_peak_reserved_bytes: phases.as_ref().map(|p| p.steady),
+        phase_peak_reserved_bytes: phases.as_ref().map(|p| p.peak),
+        phase_count: phases.as_ref().map_or(0, |p| p.steps.len() as i64),
+        phase_steps: phases
+            .as_ref()
+            .map(|p| p.steps.iter().take(8).copied().collect())
+            .unwrap_or_default(),
+        phase_period_steps: phases.as_ref().map_or(0, |p| p.period),
+        phase_span_steps: phases.as_ref().map_or(0, |p| p.span),
         hunted: hunt.is_some(),
         leak_sites: hunt.map(leak_sites).unwrap_or_default(),
         leak_holders: hunt.map(leak_holders).unwrap_or_default(),
@@ -243,12 +255,16 @@ struct Phases {
 /// lower quartile of the records' peaks) by more than `phase_min_above_bytes` (2 GiB) and
 /// `phase_min_above_pct` (half) of it, in a run that comes back down
 /// to the steady level after at least one of them. Growth that never comes back (a leak, a job filling the
-/// GPU) is no phase. A record covering several steps places its phase only to within those steps.
-fn phases(recs: &[crate::torch::Step]) -> Phases {
-    if recs.len() < 3 {
-        return Phases::default();
+/// GPU) is no phase. A record covering several steps places its phase only to within those steps. `None`
+/// where a record does not say its peak reserved memory (TensorFlow's): nothing is known of phases.
+fn phases(recs: &[crate::torch::Step]) -> Option<Phases> {
+    if recs.iter().any(|s| s.peak_reserved_bytes.is_none()) {
+        return None;
     }
-    let peak = |s: &crate::torch::Step| s.peak_reserved_bytes as i64;
+    if recs.len() < 3 {
+        return Some(Phases::default());
+    }
+    let peak = |s: &crate::torch::Step| s.peak_reserved_bytes.unwrap_or(0) as i64;
     let mut sorted: Vec<i64> = recs.iter().map(peak).collect();
     sorted.sort_unstable();
     let quartile = sorted[sorted.len() / 4];
@@ -261,10 +277,10 @@ fn phases(recs: &[crate::torch::Step]) -> Phases {
         .iter()
         .any(|&i| recs.get(i + 1).is_some_and(|n| peak(n) <= bar));
     if !comes_back {
-        return Phases {
+        return Some(Phases {
             steady,
             ..Default::default()
-        };
+        });
     }
     let steps: Vec<i64> = high.iter().map(|&i| recs[i].step as i64).collect();
     let gaps: Vec<i64> = steps.windows(2).map(|w| w[1] - w[0]).collect();
@@ -284,13 +300,13 @@ fn phases(recs: &[crate::torch::Step]) -> Phases {
         }
         _ => 0,
     };
-    Phases {
+    Some(Phases {
         steady,
         peak: high.iter().map(|&i| peak(&recs[i])).max().unwrap_or(0),
         steps,
         period,
         span,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -303,7 +319,7 @@ mod tests {
             step,
             steps: 1,
             at_s: step as f64,
-            peak_reserved_bytes: (peak_gib * GIB as f64) as u64,
+            peak_reserved_bytes: Some((peak_gib * GIB as f64) as u64),
             ..crate::torch::Step::default()
         }
     }
@@ -329,7 +345,7 @@ mod tests {
                     (i * gib, 60 * gib)
                 };
                 crate::torch::Step {
-                    reserved_bytes: reserved,
+                    reserved_bytes: Some(reserved),
                     allocated_bytes: reserved / 2,
                     peak_allocated_bytes: reserved / 2,
                     ..step(i, (peak / gib) as f64)
@@ -340,9 +356,9 @@ mod tests {
         let t = &f.torch_processes[0];
         assert_eq!(t.warmup_steps, warmup::STEPS as i64);
         assert_eq!(t.leak_bytes_per_step, 0.0);
-        assert_eq!(t.steady_reserved_bytes, 4 * GIB);
+        assert_eq!(t.steady_reserved_bytes, Some(4 * GIB));
         assert_eq!(t.steady_peak_allocated_bytes, 2 * GIB);
-        assert_eq!(t.steady_peak_reserved_bytes, 5 * GIB);
+        assert_eq!(t.steady_peak_reserved_bytes, Some(5 * GIB));
         assert_eq!(t.phase_count, 0, "warm-up's peaks are no phase");
     }
 
@@ -351,7 +367,7 @@ mod tests {
         let steps: Vec<_> = (1..=100)
             .map(|i| step(i, if i % 25 == 0 { 66.0 } else { 5.5 }))
             .collect();
-        let p = phases(&steps);
+        let p = phases(&steps).unwrap();
         assert_eq!(p.steps, vec![25, 50, 75, 100]);
         assert_eq!(p.period, 25);
         assert_eq!(p.peak, 66 * GIB);
@@ -364,21 +380,21 @@ mod tests {
         let small: Vec<_> = (1..=50)
             .map(|i| step(i, if i % 10 == 0 { 7.0 } else { 5.5 }))
             .collect();
-        assert!(phases(&small).steps.is_empty());
+        assert!(phases(&small).unwrap().steps.is_empty());
         // Growth that never comes back (a leak, a job filling the GPU) is no phase.
         let growth: Vec<_> = (1..=50).map(|i| step(i, i as f64)).collect();
-        assert!(phases(&growth).steps.is_empty());
+        assert!(phases(&growth).unwrap().steps.is_empty());
         // One phase: no period.
         let once: Vec<_> = (1..=50)
             .map(|i| step(i, if i == 30 { 55.0 } else { 5.0 }))
             .collect();
-        let p = phases(&once);
+        let p = phases(&once).unwrap();
         assert_eq!((p.steps, p.period, p.span), (vec![30], 0, 1));
         // Irregular: listed, no period.
         let odd: Vec<_> = (1..=60)
             .map(|i| step(i, if [10, 17, 41].contains(&i) { 30.0 } else { 5.0 }))
             .collect();
-        let p = phases(&odd);
+        let p = phases(&odd).unwrap();
         assert_eq!((p.steps, p.period), (vec![10, 17, 41], 0));
     }
 
@@ -403,7 +419,7 @@ mod tests {
                 ..step(n, gib)
             })
             .collect();
-        let p = phases(&steps);
+        let p = phases(&steps).unwrap();
         assert_eq!(p.steps, vec![31, 87, 144, 151, 194]);
         assert_eq!((p.period, p.span), (0, 50));
         assert_eq!(p.steady, (0.7 * GIB as f64) as i64);
