@@ -122,3 +122,23 @@ def test_a_custom_loops_steps_are_the_calls_of_the_tf_function_it_calls_most(shi
     assert vars(cls)["__call__"] is real, "taken back: TensorFlow's own __call__"
     train(0)
     assert view.steps == 42
+
+
+def test_tf_functions_made_anew_at_each_call_are_counted_in_bounded_memory(shim, frameworks, monkeypatch):
+    """A program that makes a tf.function per call (TensorFlow warns of its retracing) keeps no count of
+    each for ever; a train step called after them is still the steps."""
+    tf, _ = _tensorflow(frameworks, monkeypatch)
+    cls = sys.modules["tensorflow.python.eager.polymorphic_function.polymorphic_function"].Function
+    cells = vars(cls)["__call__"].__closure__
+    counted = [c.cell_contents for c in cells if isinstance(c.cell_contents, dict)][0]
+    kept = []
+    for batch in range(3 * frameworks.MAX_FUNCTIONS):
+        once = tf.function(lambda batch: batch)
+        once(batch)
+        kept.append(once)  # alive: no id is reused
+        assert len(counted) <= frameworks.MAX_FUNCTIONS
+    train = tf.function(lambda batch: batch)
+    for batch in range(50):
+        train(batch)
+    assert counted[id(train)] == 50
+    assert frameworks.S.views["tensorflow"].steps == 50

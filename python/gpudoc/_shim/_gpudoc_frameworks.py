@@ -470,9 +470,12 @@ def _count_tf_functions():
 def _tf_function_called(counts, key):
     calls = counts.get(key, 0) + 1
     if calls == 1 and len(counts) >= MAX_FUNCTIONS:
+        # The most called are kept; functions called once each (made anew per call) are none of a loop's.
         top = max(counts.values())
-        for k in [k for k, v in counts.items() if v < top]:
+        for k in [k for k, v in counts.items() if v < top or top == 1]:
             del counts[k]
+        if len(counts) >= MAX_FUNCTIONS:
+            counts.clear()
     counts[key] = calls
     view = S.views.get("tensorflow")
     if view is not None and calls > view.steps:
