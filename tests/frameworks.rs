@@ -71,6 +71,11 @@ fn a_jax_leak_is_diagnosed_with_xlas_own_numbers() {
     ] {
         assert_eq!(p[k], Value::Null, "{k}");
     }
+    for s in p["steps"].as_array().unwrap() {
+        for k in ["alloc_retries", "device_allocs", "device_frees"] {
+            assert_eq!(s.get(k), None, "{k}: {s}");
+        }
+    }
     assert_eq!(p["non_pytorch_bytes"].as_u64().unwrap(), 500 * MIB);
     let leak = message(&r, "step-leak");
     assert!(

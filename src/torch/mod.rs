@@ -170,9 +170,14 @@ pub struct Step {
     pub peak_allocated_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_reserved_bytes: Option<u64>,
-    pub alloc_retries: u64,
-    pub device_allocs: u64,
-    pub device_frees: u64,
+    /// PyTorch's counters by then: alloc retries, cudaMalloc and cudaFree calls (absent for the other
+    /// frameworks, which keep none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_retries: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_allocs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_frees: Option<u64>,
 }
 
 fn one() -> u64 {
@@ -471,9 +476,9 @@ impl TorchTimeline {
                 reserved_bytes: r,
                 peak_allocated_bytes: u(v, "pa"),
                 peak_reserved_bytes: got("pr").or(r),
-                alloc_retries: u(v, "nr"),
-                device_allocs: u(v, "nda"),
-                device_frees: u(v, "ndf"),
+                alloc_retries: got("nr"),
+                device_allocs: got("nda"),
+                device_frees: got("ndf"),
             });
         }
         if kind == Kind::Oom && self.ooms.len() < 32 {
@@ -742,9 +747,9 @@ mod tests {
                 reserved_bytes: Some(i),
                 peak_allocated_bytes: i,
                 peak_reserved_bytes: Some(i),
-                alloc_retries: 0,
-                device_allocs: 0,
-                device_frees: 0,
+                alloc_retries: Some(0),
+                device_allocs: Some(0),
+                device_frees: Some(0),
             });
         }
         assert!(log.steps.len() < MAX_STEPS);

@@ -120,13 +120,13 @@ pub(super) fn torch_facts(
     gpus: &[GpuFacts],
 ) -> TorchFacts {
     let after = crate::torch::warmup::after(&t.steps);
-    let slope = |f: fn(&crate::torch::Step) -> u64| {
+    let slope = |f: fn(&crate::torch::Step) -> Option<u64>| {
         fit(&after
             .iter()
-            .map(|s| (s.step as f64, f(s) as f64))
+            .map(|s| (s.step as f64, f(s).unwrap_or(0) as f64))
             .collect::<Vec<_>>())
     };
-    let (leak, r2) = slope(|s| s.allocated_bytes);
+    let (leak, r2) = slope(|s| Some(s.allocated_bytes));
     let span = after
         .last()
         .zip(after.first())
@@ -180,7 +180,11 @@ pub(super) fn torch_facts(
         leak_total_bytes: (leak * span as f64) as i64,
         device_allocs_per_step: slope(|s| s.device_allocs).0,
         device_frees_per_step: slope(|s| s.device_frees).0,
-        step_alloc_retries: t.steps.last().map_or(0, |s| s.alloc_retries as i64),
+        step_alloc_retries: t
+            .steps
+            .last()
+            .and_then(|s| s.alloc_retries)
+            .map_or(0, |n| n as i64),
         alloc_retries_per_step: slope(|s| s.alloc_retries).0,
         gpu_total_bytes: t
             .gpu
