@@ -3,9 +3,11 @@ run). A file uses another where it imports it (the torch module's parts import e
 `if MYPY:`, read by the linters only, since they run in one namespace) or names the module it is loaded
 as (`sys.modules["gpudoc._shim.pipe"]`, `("_gpudoc_hunt.py", "gpudoc._shim.hunt")`). The torch module's
 parts are run in its PARTS order, which is their layers': each uses the names of _gpudoc_torch.py and of
-the parts before it only (docs/architecture.md, "The torch module")."""
+the parts before it only (docs/architecture.md, "The torch module"). No file of the shim's uses the package
+above it (`gpudoc`, its notebook extension), which loads the shim."""
 import ast
 import os
+import re
 
 from shim_env import HERE
 
@@ -39,18 +41,26 @@ def _file_of(module):
     return (name if name.startswith("_gpudoc_") else "_gpudoc_" + name) + ".py"
 
 
-def uses(filename):
-    """The shim's files `filename` uses: those it imports, and those whose module name it holds."""
+def _modules(filename):
+    """The modules `filename` imports, and the dotted names it holds as strings (a module's, where one is
+    loaded or found in sys.modules; no docstring's)."""
     tree = _tree(filename)
     docs = _docstrings(tree)
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
-            out.add(_file_of(node.module))
+            out.add(node.module)
         elif isinstance(node, ast.Import):
-            out.update(_file_of(alias.name) for alias in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-            out.add(_file_of(node.value))
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                and re.match(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$", node.value):
+            out.add(node.value)
+    return out
+
+
+def uses(filename):
+    """The shim's files `filename` uses: those it imports, and those whose module name it holds."""
+    out = set(_file_of(module) for module in _modules(filename))
     out.discard(None)
     out.discard(filename)
     return out
@@ -123,6 +133,14 @@ def test_the_shims_files_use_each_other_in_no_circle():
     graph = dict((filename, uses(filename)) for filename in _shim_files())
     found = circle(graph)
     assert found is None, "a circle of the shim's files: " + " -> ".join(found)
+
+
+def test_the_shim_uses_nothing_of_the_package_above_it():
+    """gpudoc's package (the notebook extension, `gpudoc.patches()`) loads the shim; never the reverse."""
+    for filename in _shim_files():
+        above = [m for m in _modules(filename)
+                 if (m == "gpudoc" or m.startswith("gpudoc.")) and not m.startswith(SHIM)]
+        assert not above, (filename, above)
 
 
 def test_each_part_of_the_torch_module_uses_only_those_run_before_it():
