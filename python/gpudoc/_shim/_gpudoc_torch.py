@@ -27,22 +27,14 @@ settings, its state and the loading of the shim's other modules (through `gpudoc
 before it: _gpudoc_pipe.py); the rest is in its parts, a file for what each watches (PARTS, at the end),
 run in this module's namespace (docs/development.md).
 """
-import json
 import os
 import sys
-import time
 from _thread import get_ident
 
 # The shim's loader and the pipe's writer (_gpudoc_pipe.py), loaded before this module by whatever loaded
 # it (GpudocFinder, the notebook extension): its `Pipe` writes the messages, its `load` loads the shim's
 # modules loaded later, its `code` this one's parts.
 SHARED = sys.modules["gpudoc._shim.pipe"]
-
-# The names of the module's parts (PARTS, below) used here, for the linters (at run time they are this
-# module's globals).
-MYPY = False
-if MYPY:
-    from gpudoc._shim._gpudoc_torch_pipe import _send
 
 # Share of the step time the shim aims at, with room under the 0.5% gpudoc promises.
 BUDGET = 0.003
@@ -197,6 +189,33 @@ class _Forwards(object):
 F = _Forwards()
 
 
+class _Cell(object):
+    """Notebook cells (IPython's pre_run_cell and post_run_cell): the allocator at each cell's start and
+    end, and its peaks inside the cell, kept over the resets of the program and of the step records as
+    theirs are kept over the cells'."""
+
+    # IPython's callbacks are registered (by the shim under gpudoc run, or by the notebook extension).
+    hooked = False
+    # A cell is running: a reset by others keeps the peaks it erases in `erased`.
+    open = False
+    # Which cell is running (id of IPython's ExecutionInfo), since when, and the allocator at its start:
+    # device -> (allocated, reserved, allocated peak, reserved peak).
+    key = None
+    t0 = 0.0
+    start = {}
+    erased = {}
+    # The last cell that ended (its key) and its records, for whoever asks again (both callbacks may).
+    ended = None
+    last = []
+    # The keys of cells the running cell runs (%%capture runs its body as a cell of its own).
+    nested = frozenset()
+    # The notebook extension's copy of every message (a list; None: no copy kept).
+    copies = None
+
+
+CELL = _Cell()
+
+
 class _Ours(object):
     """gpudoc's own calls into torch, on this thread (another thread's, meanwhile, are the program's)."""
 
@@ -253,31 +272,6 @@ def _precompile():
             pass
 
 
-def _where(name, *args):
-    """_gpudoc_where.py's `name`, called with this module (loaded at the first call, as the hunt's is).
-    A failure is said once, and nothing more is measured."""
-    try:
-        if S.where_module is None:
-            S.where_module = SHARED.load(S.here, *LATER[1])
-        return getattr(S.where_module, name)(sys.modules[__name__], *args)
-    except Exception as e:
-        _where_failed(e)
-
-
-def _where_failed(e):
-    """Measuring failed (in _where, or in a hook of a Measure's): its hooks go, the failure is said once,
-    and nothing more is measured."""
-    S.measured, S.where_peak = True, 0
-    if S.measuring:
-        S.measuring = False
-        _where("close")
-    try:
-        _send('{"k":"where","error":%s,"dev":%d,"t":%.6f' % (
-            json.dumps("%s: %s" % (type(e).__name__, e)), (S.devices or [0])[0], time.time()))
-    except Exception:
-        pass
-
-
 # The registry every change of the shim's goes through (_gpudoc_patch.py, loaded by _patches).
 PATCH = ("_gpudoc_patch.py", "gpudoc._shim.patch")
 _REGISTRY = []
@@ -307,17 +301,19 @@ def _like(real, fn):
 # The rest of this module, in files of one concern each, run in its namespace in this order when it loads
 # (each compiled once into __pycache__, by SHARED.code). One module, not several: the hooks' fast paths read
 # the state above as globals, Dynamo finds every hook's globals under this one module's name, and the
-# where-walk, the notebook extension and the tests reach every name on one object.
+# where-walk, the notebook extension and the tests reach every name on one object. The order is their
+# layers': a part uses the names of this file and of the parts before it, never those of a part after it
+# (nor does this file use any part's), so that no two call each other (tests/python/test_shim_layers.py).
 PARTS = (
     "_gpudoc_torch_pipe.py",  # the pipe to gpudoc, the allocator's readings
-    "_gpudoc_torch_peaks.py",  # the program's own view of the peaks
+    "_gpudoc_torch_peaks.py",  # the records, which reset the peaks; the program's own view of them
+    "_gpudoc_torch_leaks.py",  # leak hunts, the program's memory history left alone; the where-walk's calls
+    "_gpudoc_torch_clock.py",  # the records' pace at either clock; the forward clock
     "_gpudoc_torch_steps.py",  # the step hook
-    "_gpudoc_torch_clock.py",  # the forward clock
-    "_gpudoc_torch_leaks.py",  # leak hunts, the program's memory history left alone
     "_gpudoc_torch_phase.py",  # backward, optimizer steps, eval() and train()
     "_gpudoc_torch_events.py",  # CUDA's start, an OOM, exit, fork
-    "_gpudoc_torch_start.py",  # putting it all in place at `import torch`
     "_gpudoc_torch_cells.py",  # notebook cells
+    "_gpudoc_torch_start.py",  # putting it all in place at `import torch`
     "_gpudoc_torch_notebook.py",  # the notebook extension's API
 )
 

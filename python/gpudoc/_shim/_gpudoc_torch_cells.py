@@ -8,52 +8,14 @@ import json
 import sys
 import time
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (S, _patches)
+    from gpudoc._shim._gpudoc_torch import (CELL, S, _patches)
     from gpudoc._shim._gpudoc_torch_pipe import (_cur, _devices, _fail, _numbers, _peak, _send, _uuid)
     from gpudoc._shim._gpudoc_torch_peaks import (_fold, _keep)
     from gpudoc._shim._gpudoc_torch_steps import _on_step
-
-
-# -- notebook cells (IPython's callbacks; docs/notebook.md) ----------------------------------------
-class _Cell(object):
-    """Notebook cells (IPython's pre_run_cell and post_run_cell): the allocator at each cell's start and
-    end, and its peaks inside the cell, kept over the resets of the program and of the step records as
-    theirs are kept over the cells'."""
-
-    # IPython's callbacks are registered (by the shim under gpudoc run, or by the notebook extension).
-    hooked = False
-    # A cell is running: a reset by others keeps the peaks it erases in `erased`.
-    open = False
-    # Which cell is running (id of IPython's ExecutionInfo), since when, and the allocator at its start:
-    # device -> (allocated, reserved, allocated peak, reserved peak).
-    key = None
-    t0 = 0.0
-    start = {}
-    erased = {}
-    # The last cell that ended (its key) and its records, for whoever asks again (both callbacks may).
-    ended = None
-    last = []
-    # The keys of cells the running cell runs (%%capture runs its body as a cell of its own).
-    nested = frozenset()
-    # The notebook extension's copy of every message (a list; None: no copy kept).
-    copies = None
-
-
-CELL = _Cell()
-# Messages kept for the notebook extension between two of its reads, at most.
-MAX_COPIES = 256
-
-
-def _copy(line):
-    """Keeps a message for the notebook extension (not the pointer to a file: the message itself)."""
-    if not line.startswith('{"k":"file"'):
-        CELL.copies.append(line)
-        if len(CELL.copies) > 2 * MAX_COPIES:
-            del CELL.copies[:-MAX_COPIES]
 
 
 def cell_start(info=None, fresh=False, t0=None):

@@ -1,20 +1,21 @@
 """The forward clock, for a program without optimizer steps (inference, serving, an evaluation): the
-outermost module's calls, counted through its class's `__call__`, are its steps.
+outermost module's calls, counted through its class's `__call__`, are its steps. The pace of the records
+at either clock (_covered, _paced: the step hook's too).
 
 Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its namespace)."""
 
 import sys
 import time
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (F, FWD, HUNT, MIN_FORWARD_S, RERAISE_OWN_TRACEBACK, S, STEP,
-        TRACED, WARMUP_STEPS, WHERE, _compiling, _patches, _where)
-    from gpudoc._shim._gpudoc_torch_pipe import (_fail, _record, _uncollected)
-    from gpudoc._shim._gpudoc_torch_steps import (_covered, _paced)
-    from gpudoc._shim._gpudoc_torch_phase import _remember_model
+    from gpudoc._shim._gpudoc_torch import (ADAPT_AFTER, BUDGET, F, FWD, HUNT, MAX_STRIDE, MIN_FORWARD_S,
+        MODEL, RERAISE_OWN_TRACEBACK, S, STEP, TRACED, WARMUP_STEPS, WHERE, _compiling, _patches)
+    from gpudoc._shim._gpudoc_torch_pipe import (_fail, _uncollected)
+    from gpudoc._shim._gpudoc_torch_peaks import _record
+    from gpudoc._shim._gpudoc_torch_leaks import (_hunt_tick, _where)
 
 
 def _on_forward():
@@ -158,6 +159,16 @@ def _adopt(module):
         _on_forward()
 
 
+def _remember_model(module):
+    """The outermost module, weakly, for its training flag at an OOM (see _activity)."""
+    try:
+        import weakref
+
+        MODEL[0] = weakref.ref(module)
+    except Exception:
+        MODEL[0] = None
+
+
 def _wrap(module):
     """The clock counts `module`'s calls (its class's `__call__` is _clocked_call); whether it does."""
     cls = type(module)
@@ -227,3 +238,30 @@ def _forward_clock_on(torch):
                                      "the forward clock looks for the outermost module (its first call)")
     except Exception:
         F.on = False
+
+
+# -- the records' pace, at either clock (STEP and S, FWD and F) -------------------------------------------
+def _covered(p, clock, t0):
+    """The calls of `clock` (STEP or FWD) since the last record, and the time each took (`p`: S or F, that
+    clock's pace)."""
+    covered = clock[0] - p.last_step
+    if p.last_step:
+        p.period = (t0 - p.last_t) / covered
+    return covered
+
+
+def _paced(p, clock, t0):
+    """After a record at `clock`'s count begun at `t0`: its cost, and the next record's count, every Nth
+    call so that records take under BUDGET of the program's time; then the hunt's part."""
+    t1 = time.perf_counter()
+    cost = t1 - t0
+    # The first record pays once for what later ones don't (the device list, its UUID): not counted.
+    if p.records > 1:
+        p.cost = cost if p.cost == 0 else 0.8 * p.cost + 0.2 * cost
+        p.last_cost = cost
+    stride = 1
+    if p.period > 0 and p.records > ADAPT_AFTER:
+        stride = min(MAX_STRIDE, max(1, int(p.cost / (BUDGET * p.period)) + 1))
+    p.last_step, p.last_t = clock[0], t1
+    clock[1] = clock[0] + stride
+    _hunt_tick(clock, t1)

@@ -6,15 +6,16 @@ Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its 
 
 import json
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
     from gpudoc._shim._gpudoc_torch import (AUTOGRAD, BUDGET, EXIT_S, F, FWD, HUNT, MAX_OOM_HUNTS, OOM_S,
-        OURS, S, STEP, WHERE, _hunt_module, _patches, _where)
-    from gpudoc._shim._gpudoc_torch_pipe import (_cur, _fail, _numbers, _record, _send, _send_big, _uuid)
+        OURS, S, STEP, WHERE, _hunt_module, _patches)
+    from gpudoc._shim._gpudoc_torch_pipe import (_cur, _fail, _numbers, _send, _send_big, _uuid)
+    from gpudoc._shim._gpudoc_torch_peaks import _record
+    from gpudoc._shim._gpudoc_torch_leaks import (_hunt_failed, _hunt_step, _search, _where)
     from gpudoc._shim._gpudoc_torch_clock import _forward_clock_on
-    from gpudoc._shim._gpudoc_torch_leaks import (_hunt_failed, _hunt_step, _search)
     from gpudoc._shim._gpudoc_torch_phase import (_activity, _watch_eval)
 
 

@@ -1,19 +1,21 @@
 """Leak hunts: a window of memory-history recording when allocated memory grows record after record (the
 search itself is _gpudoc_hunt.py, loaded when a hunt starts), and the program's own memory history and
-snapshots left as they would be without gpudoc.
+snapshots left as they would be without gpudoc; the calls into where the memory went (_gpudoc_where.py,
+loaded at its first), which records memory history too.
 
 Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its namespace)."""
 
 import json
+import sys
 import time
 from _thread import get_ident
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (FWD, GROWTH_BYTES, GROWTH_RECORDS, GROWTH_RISES, HUNT,
-        MAX_HUNTS, OURS, S, STEP, WARMUP_STEPS, _hunt_module, _like, _patches)
+    from gpudoc._shim._gpudoc_torch import (FWD, GROWTH_BYTES, GROWTH_RECORDS, GROWTH_RISES, HUNT, LATER,
+        MAX_HUNTS, OURS, S, SHARED, SLICE_EVERY, SLICE_S, STEP, WARMUP_STEPS, _hunt_module, _like, _patches)
     from gpudoc._shim._gpudoc_torch_pipe import (_devices, _send, _send_big)
 
 
@@ -106,6 +108,22 @@ def _search(budget):
             return
         del S.searches[0]
         _send_big(_hunt_module().finish(result, search, leaked))
+
+
+def _hunt_tick(clock, t1):
+    """The hunt's part of a record at `clock`'s count (STEP or FWD): a window starts or ends, and a search
+    in progress gets its slice (then every call is a record, so that slices come at the calls)."""
+    if HUNT == "off":
+        return
+    try:
+        _hunt_step(clock[0], clock)
+        if S.searches:
+            clock[1] = clock[0] + 1
+            if t1 - S.last_slice >= SLICE_EVERY:
+                _search(SLICE_S)
+                S.last_slice = time.perf_counter()
+    except Exception as e:
+        _hunt_failed(e)
 
 
 def _can_hunt():
@@ -216,3 +234,29 @@ def _remember(snap):
             if b.get("frames"):
                 ours[("b", b.get("address"))] = b["frames"]
     S.our_frames = ours
+
+
+# -- where the memory went (_gpudoc_where.py) -----------------------------------------------------------
+def _where(name, *args):
+    """_gpudoc_where.py's `name`, called with this module (loaded at the first call, as the hunt's is).
+    A failure is said once, and nothing more is measured."""
+    try:
+        if S.where_module is None:
+            S.where_module = SHARED.load(S.here, *LATER[1])
+        return getattr(S.where_module, name)(sys.modules[__name__], *args)
+    except Exception as e:
+        _where_failed(e)
+
+
+def _where_failed(e):
+    """Measuring failed (in _where, or in a hook of a Measure's): its hooks go, the failure is said once,
+    and nothing more is measured."""
+    S.measured, S.where_peak = True, 0
+    if S.measuring:
+        S.measuring = False
+        _where("close")
+    try:
+        _send('{"k":"where","error":%s,"dev":%d,"t":%.6f' % (
+            json.dumps("%s: %s" % (type(e).__name__, e)), (S.devices or [0])[0], time.time()))
+    except Exception:
+        pass

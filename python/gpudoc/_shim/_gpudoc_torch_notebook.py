@@ -6,16 +6,16 @@ Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its 
 import json
 import time
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (MAX_HUNTS, S, STEP_HOOK, _hunt_module, _patches)
+    from gpudoc._shim._gpudoc_torch import (CELL, MAX_HUNTS, S, STEP_HOOK, _hunt_module, _patches)
     from gpudoc._shim._gpudoc_torch_pipe import (_connect, _cur)
     from gpudoc._shim._gpudoc_torch_phase import _watch_autograd
     from gpudoc._shim._gpudoc_torch_events import _on_cuda_init
+    from gpudoc._shim._gpudoc_torch_cells import (_attached_step, _in_use)
     from gpudoc._shim._gpudoc_torch_start import (_install_peaks, _lazy_cuda_init)
-    from gpudoc._shim._gpudoc_torch_cells import (CELL, _attached_step, _in_use)
 
 
 # -- the notebook extension's API (notebook.py calls these, and nothing else of the shim's) ---------------

@@ -1,15 +1,15 @@
-"""The program's own view of the allocator's peaks: gpudoc resets them at each record, and the program
-reads them (torch.cuda.max_memory_allocated) as if nobody but itself ever had.
+"""The records of the allocator and its peaks: a record per device in use (_record), whose peaks are over
+the steps since the last, as gpudoc resets them at each; the program's own view of them, which it reads
+(torch.cuda.max_memory_allocated) as if nobody but itself ever had.
 
 Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its namespace)."""
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (S, _compiling)
-    from gpudoc._shim._gpudoc_torch_pipe import _peak
-    from gpudoc._shim._gpudoc_torch_cells import CELL
+    from gpudoc._shim._gpudoc_torch import (CELL, F, GROWTH_WINDOW, S, _compiling)
+    from gpudoc._shim._gpudoc_torch_pipe import (_cur, _devices, _numbers, _peak, _send, _uuid)
 
 
 def _peaks(stats, path=()):
@@ -77,3 +77,28 @@ def _fold(erased, device, stats):
         max(before[0], _peak(stats, "allocated_bytes")),
         max(before[1], _peak(stats, "reserved_bytes")),
     )
+
+
+def _record(step, covered, kind="step", fwd=None):
+    """One record per device in use: the numbers now and the peaks over the steps since the last one. With
+    `fwd` (the forward clock's count, see _on_forward), a reading at a forward call: an `s` record with
+    its count, over the calls `covered` since the last."""
+    clocked = kind == "step" or fwd is not None
+    for d in _devices():
+        stats = S.orig_stats(d)
+        if fwd is None:
+            head, cost, period = '{"k":"%s","step":%d,"n":%d,' % (kind, step, covered), S.last_cost, S.period
+        else:
+            head, cost, period = '{"k":"s","step":%d,"fwd":%d,"n":%d,' % (step, fwd, covered), F.last_cost, \
+                F.period
+        body = head + '%s%s,"c":%d,"p":%d' % (_numbers(stats, d), _uuid(d), cost * 1e6, period * 1e6)
+        if S.reset_peaks and clocked:
+            _keep(d, stats)
+            if CELL.open:
+                _fold(CELL.erased, d, stats)
+            S.orig_reset(d)
+        _send(body)
+        if clocked:
+            seen = S.growth.setdefault(d, [])
+            seen.append(_cur(stats, "allocated_bytes"))
+            del seen[:-GROWTH_WINDOW]

@@ -6,13 +6,14 @@ Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its 
 
 import json
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
     from gpudoc._shim._gpudoc_torch import (AUTOGRAD, F, FWD, HUNT, MODEL, PER_BACKWARD, S, STEP,
-        WARMUP_STEPS, WHERE, _like, _patches, _where)
+        WARMUP_STEPS, WHERE, _like, _patches)
     from gpudoc._shim._gpudoc_torch_pipe import (_fail, _uncollected)
+    from gpudoc._shim._gpudoc_torch_leaks import _where
     from gpudoc._shim._gpudoc_torch_clock import (_count_forwards, _forward_clock_off, _wrap)
 
 
@@ -153,16 +154,6 @@ def _evaluation(module):
     # The evaluation's call is measured above: none of its calls is an inference program's.
     S.inferred = True
     FWD[1] = FWD[0] + 1
-
-
-def _remember_model(module):
-    """The outermost module, weakly, for its training flag at an OOM (see _activity)."""
-    try:
-        import weakref
-
-        MODEL[0] = weakref.ref(module)
-    except Exception:
-        MODEL[0] = None
 
 
 def _watch_autograd(torch):

@@ -1,6 +1,6 @@
 """The pipe to gpudoc and the allocator's readings: each message written by the shim's one writer (S.out,
 _gpudoc_pipe.py's Pipe: whole, under PIPE_BUF, to a descriptor checked to still be gpudoc's pipe, with
-SIGPIPE held off) and copied for the notebook extension while it keeps them; a record of the allocator
+SIGPIPE held off) and copied for the notebook extension while it keeps them; the allocator's numbers
 per device in use.
 
 Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its namespace)."""
@@ -10,13 +10,11 @@ import json
 import os
 import time
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (F, GROWTH_WINDOW, RESCAN_EVERY, S, SHARED)
-    from gpudoc._shim._gpudoc_torch_peaks import (_fold, _keep)
-    from gpudoc._shim._gpudoc_torch_cells import (CELL, _copy)
+    from gpudoc._shim._gpudoc_torch import (CELL, RESCAN_EVERY, S, SHARED)
 
 
 def _connect(path):
@@ -30,6 +28,18 @@ def _send(body):
     if CELL.copies is not None:
         _copy(body + S.out.tail)
     S.out.send(body)
+
+
+# Messages kept for the notebook extension between two of its reads, at most.
+MAX_COPIES = 256
+
+
+def _copy(line):
+    """Keeps a message for the notebook extension (not the pointer to a file: the message itself)."""
+    if not line.startswith('{"k":"file"'):
+        CELL.copies.append(line)
+        if len(CELL.copies) > 2 * MAX_COPIES:
+            del CELL.copies[:-MAX_COPIES]
 
 
 def _fail(where, exc):
@@ -87,31 +97,6 @@ def _devices():
             d for d in range(S.torch.cuda.device_count()) if stats(d).get("num_device_alloc", 0)
         ]
     return S.devices
-
-
-def _record(step, covered, kind="step", fwd=None):
-    """One record per device in use: the numbers now and the peaks over the steps since the last one. With
-    `fwd` (the forward clock's count, see _on_forward), a reading at a forward call: an `s` record with
-    its count, over the calls `covered` since the last."""
-    clocked = kind == "step" or fwd is not None
-    for d in _devices():
-        stats = S.orig_stats(d)
-        if fwd is None:
-            head, cost, period = '{"k":"%s","step":%d,"n":%d,' % (kind, step, covered), S.last_cost, S.period
-        else:
-            head, cost, period = '{"k":"s","step":%d,"fwd":%d,"n":%d,' % (step, fwd, covered), F.last_cost, \
-                F.period
-        body = head + '%s%s,"c":%d,"p":%d' % (_numbers(stats, d), _uuid(d), cost * 1e6, period * 1e6)
-        if S.reset_peaks and clocked:
-            _keep(d, stats)
-            if CELL.open:
-                _fold(CELL.erased, d, stats)
-            S.orig_reset(d)
-        _send(body)
-        if clocked:
-            seen = S.growth.setdefault(d, [])
-            seen.append(_cur(stats, "allocated_bytes"))
-            del seen[:-GROWTH_WINDOW]
 
 
 def _uncollected(record):

@@ -6,16 +6,16 @@ Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its 
 
 import os
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
     from gpudoc._shim._gpudoc_torch import (HUNT, S, SHARED, STEP_HOOK, WHERE, _like, _patches,
         _precompile, _readable_parts)
     from gpudoc._shim._gpudoc_torch_pipe import (_connect, _fail)
     from gpudoc._shim._gpudoc_torch_peaks import (_user_reset, _user_stats)
-    from gpudoc._shim._gpudoc_torch_steps import _on_step
     from gpudoc._shim._gpudoc_torch_leaks import _watch_history
+    from gpudoc._shim._gpudoc_torch_steps import _on_step
     from gpudoc._shim._gpudoc_torch_phase import _watch_autograd
     from gpudoc._shim._gpudoc_torch_events import (_on_cuda_init, _on_exit, _on_fork)
     from gpudoc._shim._gpudoc_torch_cells import (_ipython, watch_cells)

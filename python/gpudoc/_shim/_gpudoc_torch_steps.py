@@ -5,15 +5,16 @@ Part of the module `gpudoc._shim.torch` (_gpudoc_torch.py runs its parts in its 
 
 import time
 
-# The names of the module's other parts this one uses, for the linters (at run time they are this
-# module's globals).
+# The names this part uses of _gpudoc_torch.py and of the parts run before it (PARTS: its layers), for the
+# linters (at run time they are this module's globals).
 MYPY = False
 if MYPY:
-    from gpudoc._shim._gpudoc_torch import (ADAPT_AFTER, AUTOGRAD, BUDGET, F, HUNT, MAX_REMEASURES,
-        MAX_STRIDE, REMEASURE_ABOVE, S, SLICE_EVERY, SLICE_S, STEP, WARMUP_STEPS, WHERE, _compiling, _where)
-    from gpudoc._shim._gpudoc_torch_pipe import (_devices, _fail, _record, _uncollected)
-    from gpudoc._shim._gpudoc_torch_clock import _count_forwards
-    from gpudoc._shim._gpudoc_torch_leaks import (_hunt_failed, _hunt_step, _search)
+    from gpudoc._shim._gpudoc_torch import (AUTOGRAD, F, MAX_REMEASURES, REMEASURE_ABOVE, S, STEP,
+        WARMUP_STEPS, WHERE, _compiling)
+    from gpudoc._shim._gpudoc_torch_pipe import (_devices, _fail, _uncollected)
+    from gpudoc._shim._gpudoc_torch_peaks import _record
+    from gpudoc._shim._gpudoc_torch_leaks import _where
+    from gpudoc._shim._gpudoc_torch_clock import (_count_forwards, _covered, _paced)
 
 
 def _on_step(optimizer, args, kwargs):
@@ -80,45 +81,3 @@ def _step_record():
         _fail("step hook", e)
         return
     _paced(S, STEP, t0)
-
-
-def _covered(p, clock, t0):
-    """The calls of `clock` (STEP or FWD) since the last record, and the time each took (`p`: S or F, that
-    clock's pace)."""
-    covered = clock[0] - p.last_step
-    if p.last_step:
-        p.period = (t0 - p.last_t) / covered
-    return covered
-
-
-def _paced(p, clock, t0):
-    """After a record at `clock`'s count begun at `t0`: its cost, and the next record's count, every Nth
-    call so that records take under BUDGET of the program's time; then the hunt's part."""
-    t1 = time.perf_counter()
-    cost = t1 - t0
-    # The first record pays once for what later ones don't (the device list, its UUID): not counted.
-    if p.records > 1:
-        p.cost = cost if p.cost == 0 else 0.8 * p.cost + 0.2 * cost
-        p.last_cost = cost
-    stride = 1
-    if p.period > 0 and p.records > ADAPT_AFTER:
-        stride = min(MAX_STRIDE, max(1, int(p.cost / (BUDGET * p.period)) + 1))
-    p.last_step, p.last_t = clock[0], t1
-    clock[1] = clock[0] + stride
-    _hunt_tick(clock, t1)
-
-
-def _hunt_tick(clock, t1):
-    """The hunt's part of a record at `clock`'s count (STEP or FWD): a window starts or ends, and a search
-    in progress gets its slice (then every call is a record, so that slices come at the calls)."""
-    if HUNT == "off":
-        return
-    try:
-        _hunt_step(clock[0], clock)
-        if S.searches:
-            clock[1] = clock[0] + 1
-            if t1 - S.last_slice >= SLICE_EVERY:
-                _search(SLICE_S)
-                S.last_slice = time.perf_counter()
-    except Exception as e:
-        _hunt_failed(e)
