@@ -6,17 +6,19 @@
 //!
 //! The run looked every [`EVERY`] and rested longer after a slow look; the replay looks every [`EVERY`]
 //! exactly, so a verdict comes at the run's look or one look earlier. A trace holds changes only: at each
-//! look, every series is taken to hold its last value up to that moment, as the sampler's did.
+//! look, every series is taken to hold its last value up to that moment, as the sampler's did. The looks
+//! keep what `gpudoc run`'s keep ([`Looks`]): each takes only the rows since the last.
 
+use super::so_far::Looks;
 use super::verdicts::{EVERY, Verdicts};
 use crate::analysis::{self, EndRow, Evidence};
 use crate::oom::scan::Scanner;
-use crate::replay::{Header, LoadError, ReadRow, Rebuild, Trace};
+use crate::replay::{Header, LoadError, ReadRow, Rebuild};
 use crate::rules::RuleSet;
-use crate::timeline::running::Running;
 use crate::timeline::{Micros, Timeline};
 use crate::torch::TorchTimeline;
 use crate::trace::Row;
+use std::mem::take;
 use std::path::Path;
 
 /// The verdicts `gpudoc run` would have told, and when, over the recorded run in `path`.
@@ -24,13 +26,14 @@ pub fn verdicts(path: &Path, rules: &RuleSet) -> Result<Verdicts, LoadError> {
     let (rows, end) = timed(crate::replay::rows(path)?);
     let mut b = Rebuild::default();
     let mut verdicts = Verdicts::new(rules.live_ids());
-    let mut read = Running::default();
+    let mut looks = Looks::default();
     let every = EVERY.as_secs_f64();
     let mut look = every;
     let mut last = 0.0;
     for (at, n, row) in rows {
         while at > look {
-            observe(&b, end.as_ref(), look, rules, (&mut read, &mut verdicts));
+            let r = look_at(&b, end.as_ref(), look, rules, &mut looks);
+            verdicts.observe(&r, look);
             look += every;
         }
         b.apply(row)
@@ -40,7 +43,8 @@ pub fn verdicts(path: &Path, rules: &RuleSet) -> Result<Verdicts, LoadError> {
     // The looks still to come before the command ended; a trace without its end stops at its last row.
     let until = end.as_ref().map_or(last, |e| e.duration_s);
     while look <= until {
-        observe(&b, end.as_ref(), look, rules, (&mut read, &mut verdicts));
+        let r = look_at(&b, end.as_ref(), look, rules, &mut looks);
+        verdicts.observe(&r, look);
         look += every;
     }
     Ok(verdicts)
@@ -78,24 +82,23 @@ fn timed(rows: Vec<(usize, ReadRow)>) -> (Vec<Timed>, Option<EndRow>) {
     (out, end)
 }
 
-/// One look at the run so far, at `at_s` seconds into it; the analysis reads on from what `read` read of
-/// the run at the look before.
-fn observe(
+/// One look at the run so far, at `at_s` seconds into it, as `gpudoc run` looks: `looks`' copies of the
+/// timelines brought up to date with the rows since the look before, and the analysis reading on from
+/// where it stopped then.
+fn look_at(
     b: &Rebuild,
     end: Option<&EndRow>,
     at_s: f64,
     rules: &RuleSet,
-    (read, v): (&mut Running, &mut Verdicts),
-) {
-    let Trace {
-        header,
-        mut timeline,
-        torch,
-        ..
-    } = b.so_far();
-    hold_to(&mut timeline, (at_s * 1e6).round() as Micros);
+    looks: &mut Looks,
+) -> crate::report::Report {
+    let header = b.catch_up(&mut looks.timeline, &mut looks.torch).clone();
+    hold_to(&mut looks.timeline, (at_s * 1e6).round() as Micros);
+    let (timeline, torch) = (take(&mut looks.timeline), take(&mut looks.torch));
     let ev = so_far(header, timeline, torch, end, at_s);
-    v.observe(&analysis::analyze_so_far(&ev, read, rules), at_s);
+    let report = analysis::analyze_so_far(&ev, &mut looks.read, rules);
+    (looks.timeline, looks.torch) = (ev.timeline, ev.torch.unwrap_or_default());
+    report
 }
 
 /// The evidence of the run so far at `at_s`: what the rows so far give, and what the run knew from its
@@ -199,29 +202,28 @@ mod tests {
     /// The looks at a recorded run, replayed row by row, every 2 s. `gpudoc run`'s looks
     /// (`Sources::report`), which keep their copies of the timelines and what the analysis read of them
     /// from look to look, each give the report a look with nothing kept gives: the whole run so far
-    /// copied and analyzed from its start. So do the replay's own looks (`observe`: the rows so far, the
-    /// analysis reading on from the look before). The number of looks, and the replay's last report.
+    /// copied and analyzed from its start. So do the replay's own looks ([`look_at`], which keep theirs
+    /// the same way, a job summed from process rows included). The number of looks, and the replay's
+    /// last report.
     fn looks_match_whole_runs(trace: &str, run: &Run) -> (usize, Report) {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(trace);
-        let (rows, end) = timed(crate::replay::rows(&path).unwrap());
+        looks_match_whole_runs_of(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join(trace),
+            trace,
+            run,
+        )
+    }
+
+    fn looks_match_whole_runs_of(path: &Path, trace: &str, run: &Run) -> (usize, Report) {
+        let (rows, end) = timed(crate::replay::rows(path).unwrap());
         let end = end.as_ref();
-        let (mut b, kept, mut read) = (Rebuild::default(), run.sources(), Running::default());
+        let (mut b, kept, mut replayed) = (Rebuild::default(), run.sources(), Looks::default());
         let mut look = |b: &Rebuild, at_s: f64| {
             run.at(b);
             let (mine, whole) = (kept.report(), run.sources().report());
             assert_eq!(mine, whole, "{trace}: gpudoc run's look at {at_s} s");
-            let replayed = |read: &mut Running| {
-                let Trace {
-                    header,
-                    mut timeline,
-                    torch,
-                    ..
-                } = b.so_far();
-                hold_to(&mut timeline, (at_s * 1e6).round() as Micros);
-                let ev = so_far(header, timeline, torch, end, at_s);
-                analysis::analyze_so_far(&ev, read, run.rules.get())
-            };
-            let (mine, whole) = (replayed(&mut read), replayed(&mut Running::default()));
+            let rules = run.rules.get();
+            let mine = look_at(b, end, at_s, rules, &mut replayed);
+            let whole = look_at(b, end, at_s, rules, &mut Looks::default());
             assert_eq!(mine, whole, "{trace}: the replay's look at {at_s} s");
             whole
         };
@@ -260,5 +262,16 @@ mod tests {
         let (looks, _) =
             looks_match_whole_runs("fixtures/phases/h100/infer_cache.trace.jsonl", &run);
         assert!(looks >= 5, "{looks} looks");
+        // The step leak without its job rows, as gpudoc.trace/1 wrote none: the job's memory summed from
+        // the process rows at each look.
+        let list = include_str!("../../fixtures/leaks/list.trace.jsonl");
+        let rows: Vec<&str> = list
+            .lines()
+            .filter(|l| !l.contains(r#""kind":"job""#))
+            .collect();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), rows.join("\n") + "\n").unwrap();
+        let (looks, r) = looks_match_whole_runs_of(file.path(), "list without job rows", &run);
+        assert!(looks >= 5 && r.gpus[0].job_peak_bytes > 0, "{looks} looks");
     }
 }
