@@ -80,16 +80,14 @@ fn grow((t, torch): &mut (Timeline, TorchTimeline), from: u64, to: u64, rise: u6
             s.push(at, v);
             s.thin_to(MAX_POINTS);
         }
-        (p.peak_allocated, p.peak_reserved) = (p.allocated.peak(), p.reserved.peak());
+        p.peak_allocated = p.allocated.peak();
         p.last_step = i + 1;
         p.steps.push(Step {
             step: i + 1,
             steps: 1,
             at_s: at as f64 / 1e6,
             allocated_bytes: allocated,
-            reserved_bytes: reserved,
             peak_allocated_bytes: allocated,
-            peak_reserved_bytes: reserved,
             ..Step::default()
         });
     }
