@@ -10,6 +10,7 @@ use gpudoc::live::verdicts::Verdicts;
 use gpudoc::rules::RuleSet;
 use gpudoc::sample::MAX_POINTS;
 use gpudoc::sample::Rates;
+use gpudoc::timeline::running::Running;
 use gpudoc::timeline::{GpuTimeline, Timeline};
 use gpudoc::torch::TorchTimeline;
 use std::time::{Duration, Instant};
@@ -64,7 +65,11 @@ fn look(base: &(Timeline, TorchTimeline), rules: &RuleSet) -> Duration {
     let mut took: Vec<Duration> = (0..5)
         .map(|i| {
             let t = Instant::now();
-            let r = analysis::analyze_so_far(&evidence(base.0.clone(), base.1.clone()), rules);
+            let r = analysis::analyze_so_far(
+                &evidence(base.0.clone(), base.1.clone()),
+                &mut Running::default(),
+                rules,
+            );
             v.observe(&r, i as f64);
             t.elapsed()
         })

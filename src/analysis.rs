@@ -12,6 +12,7 @@ use crate::rules::RuleSet;
 use crate::sample::Rates;
 use crate::supervise::{Outcome, ProcessEnd};
 use crate::timeline::Timeline;
+use crate::timeline::running::Running;
 use crate::torch::{self, TorchTimeline};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -41,16 +42,18 @@ pub struct Evidence {
 
 /// The report of a run, diagnosed by `rules`: a function of the evidence alone.
 pub fn analyze(ev: Evidence, rules: &RuleSet) -> Report {
-    let mut report = build(&ev);
+    let mut report = build(&ev, &mut Running::default());
     crate::rules::diagnose(&mut report, rules);
     report
 }
 
 /// The report of a run still going, on the evidence so far: the same stage, with the facts saying the
 /// run is live (`run.live`), so that a rule can ask more of a run that is not over. It borrows the
-/// evidence: a look at a run in progress copies nothing of it (`Timeline::catch_up` keeps it).
-pub fn analyze_so_far(ev: &Evidence, rules: &RuleSet) -> Report {
-    let mut report = build(ev);
+/// evidence: a look at a run in progress copies nothing of it (`Timeline::catch_up` keeps it); and it
+/// reads the timeline on from what `read` read of it at the look before (a fresh one: from the start),
+/// to the same report.
+pub fn analyze_so_far(ev: &Evidence, read: &mut Running, rules: &RuleSet) -> Report {
+    let mut report = build(ev, read);
     report.live = true;
     crate::rules::diagnose(&mut report, rules);
     report
@@ -59,13 +62,13 @@ pub fn analyze_so_far(ev: &Evidence, rules: &RuleSet) -> Report {
 /// The report of one moment (`gpudoc watch`'s look at the machine: `ev`'s timeline is one sample): the
 /// same stage, with the facts saying it is a look (`run.look`) and what the look knows besides.
 pub fn analyze_moment(ev: Evidence, moment: Moment, rules: &RuleSet) -> Report {
-    let mut report = build(&ev);
+    let mut report = build(&ev, &mut Running::default());
     report.moment = Some(moment);
     crate::rules::diagnose(&mut report, rules);
     report
 }
 
-fn build(ev: &Evidence) -> Report {
+fn build(ev: &Evidence, read: &mut Running) -> Report {
     let recorded_end = ev.outcome.as_ref().map(|o| o.end);
     let torch_enabled = ev.torch.is_some();
     let none = TorchTimeline::default();
@@ -98,7 +101,7 @@ fn build(ev: &Evidence) -> Report {
             torch_report.errors.join("; ")
         ));
     }
-    Report::build(Inputs {
+    let inputs = Inputs {
         origin: ev.origin.clone(),
         command: ev.command.clone(),
         started_unix_s: ev.started_unix_s,
@@ -114,7 +117,8 @@ fn build(ev: &Evidence) -> Report {
         host_oom,
         self_usage: ev.self_usage,
         notes,
-    })
+    };
+    Report::build_on(inputs, read)
 }
 
 /// What the end of a run adds to its trace (the trace's `end` row). A field a writer does not know is left

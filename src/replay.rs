@@ -326,13 +326,14 @@ impl JobSums {
         }
     }
 
-    /// Gives each GPU without `job` rows its summed series.
-    fn finish(self, t: &mut Timeline) {
-        for (gpu, (at, held, mut sums)) in self.open {
-            sums.push(at.unwrap_or(0), held.values().sum());
-            if let Some(g) = t.gpu_mut(gpu)
+    /// Gives each GPU of `t` without `job` rows the job's series summed so far (a copy).
+    fn fill(&self, t: &mut Timeline) {
+        for (gpu, (at, held, sums)) in &self.open {
+            if let Some(g) = t.gpu_mut(*gpu)
                 && g.job.is_empty()
             {
+                let mut sums = sums.clone();
+                sums.push(at.unwrap_or(0), held.values().sum());
                 g.job = sums;
             }
         }
@@ -418,9 +419,14 @@ impl Rebuild {
         &self.trace
     }
 
-    /// The trace so far, as the rows applied give it.
-    pub(crate) fn so_far(&self) -> Trace {
-        self.clone().trace_of()
+    /// Brings copies of the trace so far up to date with the rows applied since they were last
+    /// (`Timeline::catch_up`, `TorchTimeline::catch_up`), the job's memory summed where its rows did not
+    /// give it (copied whole: a trace from before gpudoc wrote the job's rows); its header.
+    pub(crate) fn catch_up(&self, timeline: &mut Timeline, torch: &mut TorchTimeline) -> &Header {
+        timeline.catch_up(&self.trace.timeline);
+        torch.catch_up(&self.trace.torch);
+        self.sums.fill(timeline);
+        &self.trace.header
     }
 
     /// The trace, its job's memory summed where its rows did not give it (`path` names it in an error).
@@ -438,7 +444,7 @@ impl Rebuild {
 
     fn trace_of(self) -> Trace {
         let Rebuild { mut trace, sums } = self;
-        sums.finish(&mut trace.timeline);
+        sums.fill(&mut trace.timeline);
         trace
     }
 }

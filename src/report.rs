@@ -6,6 +6,7 @@ use crate::procs::ProcInfo;
 use crate::sample::Rates;
 use crate::supervise::Outcome;
 use crate::timeline::Micros;
+use crate::timeline::running::{Maxima, Running, Stretch};
 use crate::timeline::{GpuTimeline, ProcTimeline, Timeline};
 use serde::{Deserialize, Serialize};
 
@@ -332,7 +333,15 @@ impl GpuReport {
 impl Report {
     /// The report of a run: a function of its inputs alone.
     pub fn build(i: Inputs) -> Report {
+        Report::build_on(i, &mut Running::default())
+    }
+
+    /// The report of a run, reading its timeline on from what `read` has read of it (a look at a run in
+    /// progress keeps it between looks: each reads only the points since the last); the same report as
+    /// [`Report::build`]'s, which reads the run from its start.
+    pub fn build_on(i: Inputs, read: &mut Running) -> Report {
         let t = i.timeline;
+        read.keep_only(t);
         let end: Micros = match i.outcome {
             Some(o) => o.duration.as_micros() as Micros,
             None => t.end(),
@@ -356,16 +365,17 @@ impl Report {
                 self_cpu_s: i.self_usage.0,
                 self_max_rss_bytes: i.self_usage.1,
             },
-            gpus: t.gpus.iter().map(|g| gpu_report(g, end)).collect(),
+            gpus: t
+                .gpus
+                .iter()
+                .map(|g| gpu_report(g, end, read.job(g.info.index)))
+                .collect(),
             processes: t
                 .procs
                 .values()
                 .map(|p| {
-                    process_report(
-                        p,
-                        t.first_look(p.gpu).map(|_| t.at_first_look(p).unwrap_or(0)),
-                        end,
-                    )
+                    let start = t.first_look(p.gpu).map(|_| t.at_first_look(p).unwrap_or(0));
+                    process_report(p, start, end, read.high(p.gpu, p.pid))
                 })
                 .collect(),
             oom: i.oom,
@@ -425,7 +435,8 @@ fn exit_of(
 
 /// One GPU over the run. "In use at start" is what the first sample saw that was not the job's: the
 /// job may already hold memory when NVML first answers.
-fn gpu_report(g: &GpuTimeline, end: Micros) -> GpuReport {
+fn gpu_report(g: &GpuTimeline, end: Micros, job: &mut Maxima) -> GpuReport {
+    job.feed(&g.job);
     let step = end / TIMELINE_POINTS as u64;
     GpuReport {
         host: None,
@@ -445,9 +456,8 @@ fn gpu_report(g: &GpuTimeline, end: Micros) -> GpuReport {
         job_peak_bytes: g.job.peak(),
         job_peak_at_s: secs(g.job.peak_at()),
         job_final_bytes: g.job.last().unwrap_or(0),
-        job_timeline: g
-            .job
-            .bucket_max(end, TIMELINE_POINTS)
+        job_timeline: job
+            .bucket_max(&g.job, end, TIMELINE_POINTS)
             .into_iter()
             .enumerate()
             .map(|(k, v)| (secs(k as u64 * step), v))
@@ -465,9 +475,21 @@ fn gpu_report(g: &GpuTimeline, end: Micros) -> GpuReport {
 }
 
 /// `p` over the run; `start`: what it held at gpudoc's first look at its GPU's processes (0: it was not
-/// there yet; `None`: no look, [`Timeline::at_first_look`]); `end`: the run's end (or now).
-fn process_report(p: &ProcTimeline, start: Option<u64>, end: Micros) -> ProcessReport {
-    let high = start.map(|s| high(&p.used, s, end));
+/// there yet; `None`: no look, [`Timeline::at_first_look`]); `end`: the run's end (or now). Its longest
+/// stretch high (`high_from_s`, `high_s`): at or above half-way from `start` to its peak, and above
+/// zero; a stretch still open lasts to `end` (the run's end, not the series' last sample: a trace keeps
+/// only changes, and the sampler may look once more after the command's end; both must give the run's
+/// own figure).
+fn process_report(
+    p: &ProcTimeline,
+    start: Option<u64>,
+    end: Micros,
+    stretch: &mut Stretch,
+) -> ProcessReport {
+    let high = start.map(|s| {
+        let bar = s + p.used.peak().saturating_sub(s) / 2;
+        stretch.longest(&p.used, bar, end)
+    });
     ProcessReport {
         host: None,
         pid: p.pid,
@@ -485,36 +507,6 @@ fn process_report(p: &ProcTimeline, start: Option<u64>, end: Micros) -> ProcessR
         high_from_s: high.map(|(from, _)| secs(from)),
         high_s: high.map(|(_, len)| secs(len)),
     }
-}
-
-/// The longest stretch (its start and length) in which `used` stayed at or above half-way from `start`
-/// to its peak, and above zero; a stretch still open lasts to `end`. (0, 0) when there is none.
-fn high(used: &crate::timeline::Series, start: u64, end: Micros) -> (Micros, Micros) {
-    let peak = used.peak();
-    let bar = start + peak.saturating_sub(start) / 2;
-    let mut best = (0, 0);
-    let mut open: Option<Micros> = None;
-    let close = |from: Micros, to: Micros, best: &mut (Micros, Micros)| {
-        if to.saturating_sub(from) > best.1 {
-            *best = (from, to - from);
-        }
-    };
-    for &(at, v) in used.points() {
-        match (open, v > 0 && v >= bar) {
-            (None, true) => open = Some(at),
-            (Some(from), false) => {
-                close(from, at, &mut best);
-                open = None;
-            }
-            _ => {}
-        }
-    }
-    if let Some(from) = open {
-        // The run's end, not the series' last sample: a trace keeps only changes, and the sampler may
-        // look once more after the command's end; both must give the run's own figure.
-        close(from, end.max(from), &mut best);
-    }
-    best
 }
 
 /// The job's descendants still alive after the command exited, with the GPU memory each held last.

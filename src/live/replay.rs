@@ -6,16 +6,19 @@
 //!
 //! The run looked every [`EVERY`] and rested longer after a slow look; the replay looks every [`EVERY`]
 //! exactly, so a verdict comes at the run's look or one look earlier. A trace holds changes only: at each
-//! look, every series is taken to hold its last value up to that moment, as the sampler's did.
+//! look, every series is taken to hold its last value up to that moment, as the sampler's did. The looks
+//! keep what `gpudoc run`'s keep ([`Looks`]): each takes only the rows since the last.
 
+use super::so_far::Looks;
 use super::verdicts::{EVERY, Verdicts};
 use crate::analysis::{self, EndRow, Evidence};
 use crate::oom::scan::Scanner;
-use crate::replay::{Header, LoadError, ReadRow, Rebuild, Trace};
+use crate::replay::{Header, LoadError, ReadRow, Rebuild};
 use crate::rules::RuleSet;
 use crate::timeline::{Micros, Timeline};
 use crate::torch::TorchTimeline;
 use crate::trace::Row;
+use std::mem::take;
 use std::path::Path;
 
 /// The verdicts `gpudoc run` would have told, and when, over the recorded run in `path`.
@@ -23,12 +26,14 @@ pub fn verdicts(path: &Path, rules: &RuleSet) -> Result<Verdicts, LoadError> {
     let (rows, end) = timed(crate::replay::rows(path)?);
     let mut b = Rebuild::default();
     let mut verdicts = Verdicts::new(rules.live_ids());
+    let mut looks = Looks::default();
     let every = EVERY.as_secs_f64();
     let mut look = every;
     let mut last = 0.0;
     for (at, n, row) in rows {
         while at > look {
-            observe(&b, end.as_ref(), look, rules, &mut verdicts);
+            let r = look_at(&b, end.as_ref(), look, rules, &mut looks);
+            verdicts.observe(&r, look);
             look += every;
         }
         b.apply(row)
@@ -38,7 +43,8 @@ pub fn verdicts(path: &Path, rules: &RuleSet) -> Result<Verdicts, LoadError> {
     // The looks still to come before the command ended; a trace without its end stops at its last row.
     let until = end.as_ref().map_or(last, |e| e.duration_s);
     while look <= until {
-        observe(&b, end.as_ref(), look, rules, &mut verdicts);
+        let r = look_at(&b, end.as_ref(), look, rules, &mut looks);
+        verdicts.observe(&r, look);
         look += every;
     }
     Ok(verdicts)
@@ -76,17 +82,23 @@ fn timed(rows: Vec<(usize, ReadRow)>) -> (Vec<Timed>, Option<EndRow>) {
     (out, end)
 }
 
-/// One look at the run so far, at `at_s` seconds into it.
-fn observe(b: &Rebuild, end: Option<&EndRow>, at_s: f64, rules: &RuleSet, v: &mut Verdicts) {
-    let Trace {
-        header,
-        mut timeline,
-        torch,
-        ..
-    } = b.so_far();
-    hold_to(&mut timeline, (at_s * 1e6).round() as Micros);
+/// One look at the run so far, at `at_s` seconds into it, as `gpudoc run` looks: `looks`' copies of the
+/// timelines brought up to date with the rows since the look before, and the analysis reading on from
+/// where it stopped then.
+fn look_at(
+    b: &Rebuild,
+    end: Option<&EndRow>,
+    at_s: f64,
+    rules: &RuleSet,
+    looks: &mut Looks,
+) -> crate::report::Report {
+    let header = b.catch_up(&mut looks.timeline, &mut looks.torch).clone();
+    hold_to(&mut looks.timeline, (at_s * 1e6).round() as Micros);
+    let (timeline, torch) = (take(&mut looks.timeline), take(&mut looks.torch));
     let ev = so_far(header, timeline, torch, end, at_s);
-    v.observe(&analysis::analyze_so_far(&ev, rules), at_s);
+    let report = analysis::analyze_so_far(&ev, &mut looks.read, rules);
+    (looks.timeline, looks.torch) = (ev.timeline, ev.torch.unwrap_or_default());
+    report
 }
 
 /// The evidence of the run so far at `at_s`: what the rows so far give, and what the run knew from its
@@ -147,70 +159,119 @@ fn hold_to(t: &mut Timeline, at: Micros) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::so_far::Sources;
     use super::*;
+    use crate::report::Report;
+    use crate::rules::RunRules;
+    use std::sync::{Arc, Mutex};
 
-    /// A look that brings its copy of the timeline up to date with the rows since the last look
-    /// (`Timeline::catch_up`, as `gpudoc run`'s looks do) sees the run as a look that copies the whole
-    /// timeline: at every look of a recorded run replayed row by row, and at its end, where the final
-    /// report is the same too.
-    #[test]
-    fn looks_that_take_only_the_new_samples_see_the_run_as_whole_copies_do() {
-        let path = Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/fixtures/leaks/list.trace.jsonl"
-        ));
-        let rules = RuleSet::load(None, &[]).unwrap();
+    /// A run whose samplers have what a trace's rows so far give, and `gpudoc run`'s looks at it.
+    struct Run {
+        nvml: Arc<Mutex<Timeline>>,
+        torch: Arc<Mutex<TorchTimeline>>,
+        rules: Arc<RunRules>,
+    }
+
+    impl Run {
+        /// What a look reads, with nothing kept from a look before.
+        fn sources(&self) -> Sources {
+            let nvml = self.nvml.clone();
+            Sources {
+                timeline: Box::new(move |copy: &mut Timeline| {
+                    copy.catch_up(&nvml.lock().unwrap());
+                    None
+                }),
+                torch: Some(self.torch.clone()),
+                scanner: Default::default(),
+                rules: self.rules.clone(),
+                origin: Default::default(),
+                command: vec!["python3".into()],
+                started_unix_s: 0.0,
+                rates: Default::default(),
+                seen: Default::default(),
+            }
+        }
+
+        /// The samplers have what `b` rebuilt so far.
+        fn at(&self, b: &Rebuild) {
+            *self.nvml.lock().unwrap() = b.trace().timeline.clone();
+            *self.torch.lock().unwrap() = b.trace().torch.clone();
+        }
+    }
+
+    /// The looks at a recorded run, replayed row by row, every 2 s. `gpudoc run`'s looks
+    /// (`Sources::report`), which keep their copies of the timelines and what the analysis read of them
+    /// from look to look, each give the report a look with nothing kept gives: the whole run so far
+    /// copied and analyzed from its start. So do the replay's own looks ([`look_at`], which keep theirs
+    /// the same way, a job summed from process rows included). The number of looks, and the replay's
+    /// last report.
+    fn looks_match_whole_runs(trace: &str, run: &Run) -> (usize, Report) {
+        looks_match_whole_runs_of(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join(trace),
+            trace,
+            run,
+        )
+    }
+
+    fn looks_match_whole_runs_of(path: &Path, trace: &str, run: &Run) -> (usize, Report) {
         let (rows, end) = timed(crate::replay::rows(path).unwrap());
         let end = end.as_ref();
-        let mut b = Rebuild::default();
-        let mut seen = Timeline::default();
-        let both = |b: &Rebuild, seen: &mut Timeline, at_s: f64| {
-            seen.catch_up(&b.trace().timeline);
-            let (header, torch) = (b.trace().header.clone(), b.trace().torch.clone());
-            let whole = so_far(
-                header.clone(),
-                b.trace().timeline.clone(),
-                torch.clone(),
-                end,
-                at_s,
-            );
-            let mine = so_far(header, std::mem::take(seen), torch, end, at_s);
-            let reports = (
-                analysis::analyze_so_far(&mine, &rules),
-                analysis::analyze_so_far(&whole, &rules),
-            );
-            *seen = mine.timeline;
-            reports
+        let (mut b, kept, mut replayed) = (Rebuild::default(), run.sources(), Looks::default());
+        let mut look = |b: &Rebuild, at_s: f64| {
+            run.at(b);
+            let (mine, whole) = (kept.report(), run.sources().report());
+            assert_eq!(mine, whole, "{trace}: gpudoc run's look at {at_s} s");
+            let rules = run.rules.get();
+            let mine = look_at(b, end, at_s, rules, &mut replayed);
+            let whole = look_at(b, end, at_s, rules, &mut Looks::default());
+            assert_eq!(mine, whole, "{trace}: the replay's look at {at_s} s");
+            whole
         };
-        let (mut look, mut looks) = (EVERY.as_secs_f64(), 0);
+        let (mut at_s, mut looks) = (EVERY.as_secs_f64(), 0);
         for (at, n, row) in rows {
-            while at > look {
-                let (mine, whole) = both(&b, &mut seen, look);
-                assert_eq!(mine, whole, "at {look} s");
-                (look, looks) = (look + EVERY.as_secs_f64(), looks + 1);
+            while at > at_s {
+                look(&b, at_s);
+                (at_s, looks) = (at_s + EVERY.as_secs_f64(), looks + 1);
             }
-            b.apply(row).unwrap_or_else(|e| panic!("line {n}: {e}"));
+            b.apply(row)
+                .unwrap_or_else(|e| panic!("{trace} line {n}: {e}"));
         }
-        assert!(looks >= 5, "{looks} looks");
-        let (mine, whole) = both(&b, &mut seen, end.unwrap().duration_s);
-        assert_eq!(mine, whole);
-        assert!(
-            whole.diagnoses.iter().any(|d| d.rule == "step-leak"),
-            "{:?}",
-            whole.diagnoses
-        );
-        // The run's final report, from the looks' copy and from the whole timeline.
-        let last = |timeline: Timeline| {
-            let mut ev = so_far(
-                b.trace().header.clone(),
-                timeline,
-                b.trace().torch.clone(),
-                end,
-                1e9,
-            );
-            ev.outcome = end.unwrap().outcome();
-            analysis::analyze(ev, &rules)
+        (looks, look(&b, end.unwrap().duration_s))
+    }
+
+    /// Real runs: a step leak on the H200; a leak run out of memory on the H200 (memory that climbs to
+    /// its OOM: the processes' peaks, so the bars of their longest stretches high, move at every look);
+    /// an OOM on one of two H200s under DDP; an inference server caching its outputs on an H100.
+    #[test]
+    fn looks_that_read_only_what_is_new_report_what_whole_run_analyses_report() {
+        let run = Run {
+            nvml: Default::default(),
+            torch: Default::default(),
+            rules: Arc::new(RunRules::ready(RuleSet::load(None, &[]).unwrap())),
         };
-        assert_eq!(last(seen), last(b.trace().timeline.clone()));
+        let told = |r: &Report, rule: &str| r.diagnoses.iter().any(|d| d.rule == rule);
+        let (looks, r) = looks_match_whole_runs("fixtures/leaks/list.trace.jsonl", &run);
+        assert!(looks >= 5 && told(&r, "step-leak"), "{looks} looks");
+        let (looks, r) = looks_match_whole_runs("fixtures/forecast/leak.trace.jsonl", &run);
+        assert!(looks >= 40 && r.oom.is_some(), "{looks} looks");
+        let (looks, r) = looks_match_whole_runs("fixtures/multi/oom.trace.jsonl", &run);
+        assert!(
+            looks >= 5 && r.gpus.len() == 2 && r.oom.is_some(),
+            "{looks}"
+        );
+        let (looks, _) =
+            looks_match_whole_runs("fixtures/phases/h100/infer_cache.trace.jsonl", &run);
+        assert!(looks >= 5, "{looks} looks");
+        // The step leak without its job rows, as gpudoc.trace/1 wrote none: the job's memory summed from
+        // the process rows at each look.
+        let list = include_str!("../../fixtures/leaks/list.trace.jsonl");
+        let rows: Vec<&str> = list
+            .lines()
+            .filter(|l| !l.contains(r#""kind":"job""#))
+            .collect();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), rows.join("\n") + "\n").unwrap();
+        let (looks, r) = looks_match_whole_runs_of(file.path(), "list without job rows", &run);
+        assert!(looks >= 5 && r.gpus[0].job_peak_bytes > 0, "{looks} looks");
     }
 }

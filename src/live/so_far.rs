@@ -1,7 +1,8 @@
 //! The run so far: what the samplers have published, analyzed by the same pure stage as the end of the
-//! run (`analysis::analyze_so_far`). The live verdicts and each `--metrics` scrape read it. The NVML
-//! timeline is kept in a copy that each look brings up to date with the samples since the last one: no
-//! look copies the whole timeline.
+//! run (`analysis::analyze_so_far`). The live verdicts and each `--metrics` scrape read it. The looks
+//! keep their own copy of the NVML timeline and of the framework view, which each look brings up to date
+//! with what is new since the last one, and what the analysis has read of them ([`Running`]): no look
+//! copies the whole timeline, and none reads the run again from its start.
 
 use crate::analysis::{self, Evidence};
 use crate::gpu::NvmlStatus;
@@ -11,6 +12,7 @@ use crate::report::Report;
 use crate::rules::RunRules;
 use crate::sample::Rates;
 use crate::timeline::Timeline;
+use crate::timeline::running::Running;
 use crate::torch::TorchTimeline;
 use std::sync::{Arc, Mutex};
 
@@ -27,16 +29,29 @@ pub struct Sources {
     pub command: Vec<String>,
     pub started_unix_s: f64,
     pub rates: Rates,
-    /// The looks' copy of the timeline.
-    pub seen: Mutex<Timeline>,
+    /// What the looks keep between them.
+    pub seen: Mutex<Looks>,
+}
+
+/// What the looks at a run in progress keep between them: their copy of the timeline and of the
+/// framework view, and what the analysis has read of them.
+#[derive(Default)]
+pub struct Looks {
+    pub timeline: Timeline,
+    pub torch: TorchTimeline,
+    pub read: Running,
 }
 
 impl Sources {
     /// The run so far, analyzed and diagnosed.
     pub fn report(&self) -> Report {
         let mut seen = self.seen.lock().unwrap();
-        let nvml = (self.timeline)(&mut seen);
-        let torch = self.torch.as_ref().map(|t| t.lock().unwrap().clone());
+        let seen = &mut *seen;
+        let nvml = (self.timeline)(&mut seen.timeline);
+        let torch = self.torch.as_ref().map(|t| {
+            seen.torch.catch_up(&t.lock().unwrap());
+            std::mem::take(&mut seen.torch)
+        });
         let scanner = self.scanner.lock().unwrap().findings();
         let ev = Evidence {
             origin: self.origin.clone(),
@@ -44,13 +59,14 @@ impl Sources {
             started_unix_s: self.started_unix_s,
             nvml: nvml.unwrap_or_default(),
             rates: self.rates,
-            timeline: std::mem::take(&mut *seen),
+            timeline: std::mem::take(&mut seen.timeline),
             torch,
             scanner,
             ..Evidence::default()
         };
-        let report = analysis::analyze_so_far(&ev, self.rules.get());
-        *seen = ev.timeline;
+        let report = analysis::analyze_so_far(&ev, &mut seen.read, self.rules.get());
+        seen.timeline = ev.timeline;
+        seen.torch = ev.torch.unwrap_or_default();
         report
     }
 }

@@ -7,6 +7,7 @@
 //! descriptors, and every rank must still reach gpudoc.
 
 pub mod activity;
+mod catch_up;
 pub mod cells;
 pub mod framework;
 pub mod home;

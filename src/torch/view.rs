@@ -157,10 +157,7 @@ fn covering_peak(steps: &[Step], at: u64) -> Option<u64> {
 /// and far below what PyTorch held at the peak: NVML's peak less it would count the evaluation's tensors
 /// as non-PyTorch memory (133.72 GiB of 139.70 on the H200's eval_oom).
 fn at_nearest_reading(reserved: &Series, used: &Series, at: u64) -> Option<u64> {
-    let &(t, r) = reserved
-        .points()
-        .iter()
-        .min_by_key(|&&(t, _)| t.abs_diff(at))?;
+    let (t, r) = reserved.nearest(at)?;
     let nvml = used.max_in(t.saturating_sub(ALIGN), t + ALIGN)?;
     Some(nvml.saturating_sub(r))
 }

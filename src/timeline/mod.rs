@@ -6,6 +6,8 @@ use crate::gpu::GpuInfo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub mod running;
+
 /// Microseconds since the run started.
 pub type Micros = u64;
 
@@ -122,45 +124,45 @@ impl Series {
         (self.samples, self.last_at) = (source.samples, source.last_at);
     }
 
-    /// The highest value the series had at any moment in [lo, hi].
+    /// The highest value the series had at any moment in [lo, hi]: the value carried in at `lo` and every
+    /// change after it up to `hi`, found by their times (a window's cost, not the series').
     pub fn max_in(&self, lo: Micros, hi: Micros) -> Option<u64> {
         let start = self.value_at(lo);
-        let inside = self
-            .points
-            .iter()
-            .filter(|&&(t, _)| t > lo && t <= hi)
-            .map(|&(_, v)| v)
-            .max();
+        let from = self.points.partition_point(|&(t, _)| t <= lo);
+        let to = self.points.partition_point(|&(t, _)| t <= hi).max(from);
+        let inside = self.points[from..to].iter().map(|&(_, v)| v).max();
         match (start, inside) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         }
     }
 
+    /// The point nearest `at` in time (the earliest of those as near), found by its time.
+    pub fn nearest(&self, at: Micros) -> Option<(Micros, u64)> {
+        let after = self.points.partition_point(|&(t, _)| t < at);
+        let before = after.checked_sub(1).map(|i| self.points[i].0);
+        let t = match (before, self.points.get(after)) {
+            (Some(b), Some(&(a, _))) if a - at < at - b => a,
+            (Some(b), _) => b,
+            (None, Some(&(a, _))) => a,
+            (None, None) => return None,
+        };
+        // The first point of that time: a series may hold two changes read at one instant.
+        Some(self.points[self.points.partition_point(|&(x, _)| x < t)])
+    }
+
     /// `buckets` maxima over [0, end]: what a sparkline draws. A bucket holds the highest value the
-    /// series had at any moment inside it.
+    /// series had at any moment inside it ([`running::Maxima::bucket_max`], read from the start).
     pub fn bucket_max(&self, end: Micros, buckets: usize) -> Vec<u64> {
-        if buckets == 0 || self.points.is_empty() {
-            return Vec::new();
-        }
-        let width = (end / buckets as u64).max(1);
-        let mut out = Vec::with_capacity(buckets);
-        let mut i = 0;
-        for b in 0..buckets as u64 {
-            // The last bucket runs to the end and past it: the run's last reading (an OOM's peak) is in.
-            let last = b + 1 == buckets as u64;
-            let (lo, hi) = (b * width, if last { u64::MAX } else { (b + 1) * width });
-            // The value carried into the bucket, then every change inside it.
-            let mut m = self.value_at(lo).unwrap_or(0);
-            while i < self.points.len() && self.points[i].0 < hi {
-                if self.points[i].0 >= lo {
-                    m = m.max(self.points[i].1);
-                }
-                i += 1;
-            }
-            out.push(m);
-        }
-        out
+        let mut m = running::Maxima::default();
+        m.feed(self);
+        m.bucket_max(self, end, buckets)
+    }
+
+    /// How many times the points were rewritten (by [`Series::thin_to`]): what was read of them before is
+    /// no longer theirs.
+    pub fn rewrites(&self) -> u32 {
+        self.thinned
     }
 }
 
@@ -364,6 +366,29 @@ mod tests {
         assert_eq!(s.max_in(50, 150), Some(5));
         assert_eq!(s.max_in(150, 250), Some(8));
         assert_eq!(s.max_in(101, 199), Some(2));
+    }
+
+    #[test]
+    fn windows_and_nearest_points_found_by_time_are_those_a_reading_of_every_point_finds() {
+        let mut s = Series::default();
+        for i in 0..3_000u64 {
+            s.push(i * 10, (i * 7919) % 101);
+            // Two changes read at one instant.
+            if i % 17 == 0 {
+                s.push(i * 10, 200 + i % 5);
+            }
+            s.thin_to(500);
+        }
+        for (lo, hi) in [(0, 0), (5, 95), (1234, 5678), (29_000, 40_000), (100, 99)] {
+            let inside = s.points().iter().filter(|&&(t, _)| t > lo && t <= hi);
+            let every = inside.map(|p| p.1).chain(s.value_at(lo)).max();
+            assert_eq!(s.max_in(lo, hi), every, "[{lo}, {hi}]");
+        }
+        for at in [0, 1, 15, 1234, 1700, 1705, 29_999, 50_000] {
+            let every = s.points().iter().min_by_key(|p| p.0.abs_diff(at)).copied();
+            assert_eq!(s.nearest(at), every, "{at}");
+        }
+        assert_eq!(Series::default().nearest(5), None);
     }
 
     #[test]
