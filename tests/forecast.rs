@@ -65,11 +65,25 @@ fn before_the_end(output: &str) -> &str {
     &output[..end]
 }
 
+/// `forecast.py leak 160 0.05` under `gpudoc run --trace`, run once for the tests that read it: (exit code,
+/// report, output, the trace).
+fn leaking_run() -> &'static (i32, Value, String, std::path::PathBuf) {
+    static RUN: std::sync::OnceLock<(i32, Value, String, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    RUN.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("forecast");
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("leak.trace.jsonl");
+        let (code, r, out, _) = job(&format!("--trace '{}'", trace.display()), "leak", 160, 0.05);
+        (code, r, out, trace)
+    })
+}
+
 #[test]
 fn a_leaking_job_is_told_while_it_runs_that_it_leaks_and_when_the_gpu_is_full() {
-    let (code, r, out, _) = job("", "leak", 160, 0.05);
-    assert_eq!(code, 0, "{out}");
-    let mid = before_the_end(&out);
+    let (code, r, out, _) = leaking_run();
+    assert_eq!(*code, 0, "{out}");
+    let mid = before_the_end(out);
     let said = mid
         .lines()
         .find(|l| l.starts_with("gpudoc: step-leak [warn] at "))
@@ -91,7 +105,7 @@ fn a_leaking_job_is_told_while_it_runs_that_it_leaks_and_when_the_gpu_is_full() 
     // Told once, however long it holds.
     assert_eq!(mid.matches("gpudoc: step-leak").count(), 1, "{out}");
     // The report keeps when it was first known, and the forecast with its time.
-    let d = common::diagnosis(&r, "step-leak").unwrap();
+    let d = common::diagnosis(r, "step-leak").unwrap();
     let known = d["known_at_s"].as_f64().unwrap();
     assert!(
         known > 0.0 && known < r["duration_s"].as_f64().unwrap(),
@@ -115,19 +129,17 @@ fn a_leaking_job_is_told_while_it_runs_that_it_leaks_and_when_the_gpu_is_full() 
 
 #[test]
 fn a_runs_trace_replayed_tells_its_live_verdicts_again_and_its_report_keeps_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("run.trace.jsonl");
-    let (code, run, out, _) = job(&format!("--trace '{}'", trace.display()), "leak", 160, 0.05);
-    assert_eq!(code, 0, "{out}");
+    let (code, run, out, trace) = leaking_run();
+    assert_eq!(*code, 0, "{out}");
     let known = |r: &Value| {
         common::diagnosis(r, "step-leak").unwrap()["known_at_s"]
             .as_f64()
             .unwrap_or_else(|| panic!("{r:#}"))
     };
-    let told = known(&run);
+    let told = known(run);
     // The trace judged again, a look every 2 s: the verdict the run told, at the look it told it or
     // earlier (the run rests longer after a slow look), never later than one look after.
-    let again = common::report(&trace, &["--live-verdicts"]);
+    let (again, _) = common::replayed_live(trace);
     assert!(known(&again) <= told + 2.0, "{told} vs {again:#}");
     assert!(known(&again) >= 2.0, "{again:#}");
     let (f, g) = (&run["forecasts"][0], &again["forecasts"][0]);
@@ -147,14 +159,14 @@ fn a_runs_trace_replayed_tells_its_live_verdicts_again_and_its_report_keeps_them
     assert_eq!(g["first"]["at_s"].as_f64(), Some(known(&again)));
     // Without the flag, a trace says nothing of the run's live verdicts; the run's report, diagnosed
     // again, keeps them.
-    let plain = common::report(&trace, &[]);
+    let plain = common::replayed(trace);
     assert!(
         common::diagnosis(&plain, "step-leak").unwrap()["known_at_s"].is_null(),
         "{plain:#}"
     );
-    let json = dir.path().join("run.json");
+    let json = trace.with_file_name("leak.json");
     std::fs::write(&json, run.to_string()).unwrap();
-    assert_eq!(known(&common::report(&json, &[])), told);
+    assert_eq!(known(&common::replayed(&json)), told);
 }
 
 #[test]
@@ -182,15 +194,6 @@ fn in_a_log_file_the_job_writes_itself_the_words_come_between_its_lines() {
             "a line mixed: {l:?}\n{out}"
         );
     }
-}
-
-#[test]
-fn a_healthy_job_is_told_nothing_while_it_runs() {
-    let (code, r, out, _) = job("", "healthy", 160, 0.05);
-    assert_eq!(code, 0, "{out}");
-    let mid = before_the_end(&out);
-    assert!(!mid.contains("gpudoc"), "{out}");
-    assert!(r.get("forecasts").is_none(), "{r:#}");
 }
 
 #[test]
@@ -432,38 +435,36 @@ fn memory_another_process_takes_mid_run_is_told_once_before_the_job_ends_and_a_b
     assert!(known < r["duration_s"].as_f64().unwrap(), "{d:#}");
 }
 
+/// fixtures/others/fake_own (tests/programs/others_fake.sh): the job's second process takes 20 GiB 3 s in
+/// and holds it 13 s, as a foreigner would, but it is the job's own (a process the job started mid-run is
+/// the job's: tests/run.rs's job_memory_counts_descendants_and_not_others).
 #[test]
 fn a_job_starting_its_own_gpu_processes_mid_run_is_told_nothing() {
-    let m = Machine::h200s(1);
-    // The job's second process takes 20 GiB 3 s in and holds it 13 s: as a foreigner would, but its own.
-    let job = r#""$FAKEGPU" alloc --steps 4GiB --hold-ms 16000 & sleep 3; "$FAKEGPU" alloc --steps 20GiB --hold-ms 13000; wait; echo JOB-DONE"#;
-    let (code, out) = Running::start(&m, job).finish();
-    assert_eq!(code, 0, "{out}");
-    assert!(!before_the_end(&out).contains("gpudoc"), "{out}");
-    let r = read_json(&m.path("report.json"));
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/others/fake_own.trace.jsonl");
+    let (r, summary) = common::replayed_live(&trace);
+    assert_eq!(r["processes"].as_array().unwrap().len(), 2, "{r:#}");
     assert!(common::diagnosis(&r, "others-arrived").is_none(), "{r:#}");
     assert!(r.get("forecasts").is_none(), "{r:#}");
+    assert!(!summary.contains("during the run"), "{summary}");
 }
 
-/// fixtures/forecast/NAME: its trace's live verdicts judged again (`gpudoc report --live-verdicts`: the
-/// report and the summary), what the H200 run told while it ran (told.json), and its output.
+/// fixtures/forecast/NAME: its trace's live verdicts judged again (what `gpudoc report --live-verdicts`
+/// writes: the report and the summary), what the H200 run told while it ran (told.json), and its output.
+/// Replayed once per binary, whichever test asks first.
 fn h200(name: &str) -> (Value, String, Value, String) {
+    type Replayed = std::collections::BTreeMap<String, (Value, String)>;
+    static REPLAYED: std::sync::Mutex<Replayed> = std::sync::Mutex::new(Replayed::new());
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/forecast");
-    let trace = dir.join(format!("{name}.trace.jsonl"));
-    let again = common::report(&trace, &["--live-verdicts"]);
-    let summary = common::succeed(
-        std::process::Command::new(common::gpudoc_bin())
-            .args(["report", "--live-verdicts", "--color", "never"])
-            .arg(&trace),
-    );
+    let (again, summary) = REPLAYED
+        .lock()
+        .unwrap()
+        .entry(name.to_string())
+        .or_insert_with(|| common::replayed_live(dir.join(format!("{name}.trace.jsonl"))))
+        .clone();
     let told = read_json(&dir.join("told.json"))[name].clone();
     let out = std::fs::read_to_string(dir.join(format!("{name}.out"))).unwrap();
-    (
-        again,
-        String::from_utf8_lossy(&summary.stdout).into_owned(),
-        told,
-        out,
-    )
+    (again, summary, told, out)
 }
 
 /// When `rule` was first known, in a report or told.json: a diagnosis, or a part of another's story.
@@ -595,6 +596,8 @@ fn the_h200_leak_that_filled_the_gpu_is_its_ooms_cause_not_fragmentation_nor_the
 
 #[test]
 fn the_h200_healthy_run_told_nothing_and_replays_to_nothing() {
+    // A healthy job is told nothing while it runs: what the live verdicts would tell is the analysis's,
+    // judged again here from the run's trace (the telling itself: the leaking run above).
     let (again, _, told, out) = h200("healthy");
     let last_step = out.rfind("\nstep ").unwrap();
     assert!(!out[..last_step].contains("gpudoc"), "{out}");

@@ -30,7 +30,8 @@ fn page(name: &str, files: &[PathBuf]) -> (PathBuf, Value) {
     (html, r)
 }
 
-/// The page as Chromium leaves it after its scripts ran, and what Chromium logged.
+/// The page as Chromium leaves it after its scripts ran, and what Chromium logged; with `shot`, a
+/// screenshot of it too, taken by the same Chromium (one start for both).
 fn open(html: &Path, hash: &str, shot: Option<&str>) -> (String, String) {
     open_sized(html, hash, shot, "1300,2400")
 }
@@ -52,13 +53,13 @@ fn open_sized(html: &Path, hash: &str, shot: Option<&str>, size: &str) -> (Strin
     c.arg(format!("--window-size={size}"));
     // No network: a page that needed one would fail to draw.
     c.arg("--host-resolver-rules=MAP * ~NOTFOUND");
-    match shot {
-        Some(name) => c.arg(format!(
+    if let Some(name) = shot {
+        c.arg(format!(
             "--screenshot={}",
             shots().join(format!("{name}.png")).display()
-        )),
-        None => c.arg("--dump-dom"),
-    };
+        ));
+    }
+    c.arg("--dump-dom");
     let out = c.arg(&url).output().unwrap_or_else(|e| {
         panic!("chromium: {e} (.ci/deps installs it: apt-get install chromium)")
     });
@@ -92,7 +93,7 @@ fn check(name: &str, html: &Path, report: &Value, charts: usize) -> String {
     for needle in ["<script src", "<link", "@import", "url(http"] {
         assert!(!text.contains(needle), "{name}: loads something: {needle}");
     }
-    let (dom, log) = open(html, "", None);
+    let (dom, log) = open(html, "", Some(name));
     assert!(
         dom.contains("data-ready=\"1\""),
         "{name}: the script did not finish\n{log}"
@@ -124,7 +125,6 @@ fn check(name: &str, html: &Path, report: &Value, charts: usize) -> String {
         assert!(dom.contains(&msg), "{name}: missing on the page: {msg}");
     }
     assert_eq!(dom.matches("class=\"diag ").count(), diags.len(), "{name}");
-    open(html, "", Some(name));
     dom
 }
 

@@ -56,29 +56,33 @@ fn an_inference_loop_that_keeps_its_outputs_grows_with_no_step() {
     );
 }
 
+/// tests/gpu/phases.py infer_healthy and eval_healthy on an H200, replayed: staying quiet is the analysis's,
+/// read from the recordings' samples, which a loaded machine running the test does not change.
 #[test]
 fn a_healthy_inference_loop_and_evaluation_stay_quiet() {
     for what in ["infer_healthy", "eval_healthy"] {
-        let (code, r, err) = phases(what);
-        assert_eq!(code, 0, "{what}: {err}");
-        assert_eq!(fired(&r), Vec::<String>::new(), "{what}: {err}");
+        let r = common::replayed(fake_torch().join(format!("../phases/{what}.trace.jsonl")));
+        assert_eq!(r["exit"]["code"], 0, "{what}");
+        assert_eq!(fired(&r), Vec::<String>::new(), "{what}");
     }
 }
 
+/// tests/gpu/phases.py eval_keep on an H200 (50 training steps, then evaluation calls keeping their
+/// outputs), replayed: the growth and its start after the last step are the analysis's.
 #[test]
 fn an_evaluation_that_keeps_its_outputs_after_training_grows_after_the_last_step() {
-    let (code, r, err) = phases("eval_leak");
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(fired(&r), ["steady-growth"], "{err}");
+    let r = common::replayed(fake_torch().join("../phases/eval_keep.trace.jsonl"));
+    assert_eq!(fired(&r), ["steady-growth"]);
     let msg = message(&r, "steady-growth");
     assert!(
         msg.starts_with(
-            "GPU 0: after the last optimizer step (step 20), the job's memory grew by "
+            "GPU 0: after the last optimizer step (step 50), the job's memory grew by "
         ),
         "{msg}"
     );
+    // 11.50 GiB in 5.36 s.
     assert!(
-        fact(&r, "steady-growth", "gpu.growth_bytes") >= 16.0 * GIB,
+        fact(&r, "steady-growth", "gpu.growth_bytes") >= 11.0 * GIB,
         "{msg}"
     );
 }
@@ -97,11 +101,6 @@ fn an_oom_in_evaluation_after_training_gets_evaluation_advice() {
         msg.contains("ran out of memory in an evaluation after step 20: forward calls that were no training step's"),
         "{msg}"
     );
-    assert!(msg.contains(": its memory grew by "), "{msg}");
-    assert!(
-        fact(&r, "oom-self-growth", "oom.growth_bytes") >= 64.0 * GIB,
-        "{msg}"
-    );
     assert!(
         d["advice"][0]
             .as_str()
@@ -111,6 +110,26 @@ fn an_oom_in_evaluation_after_training_gets_evaluation_advice() {
     );
     assert_eq!(d["facts"]["oom.phase"], "evaluation", "{d}");
     assert!(err.contains("Out of memory in an evaluation"), "{err}");
+}
+
+/// The same evaluation recorded on an idle machine (fixtures/phases/fake_eval_oom:
+/// tests/programs/phases_fake.sh), replayed: how its memory grew before the OOM is read from samples (a
+/// loaded machine's stalls left the live fake run's growth untold).
+#[test]
+fn an_oom_in_evaluation_after_training_says_how_its_memory_grew() {
+    let r = common::replayed(fake_torch().join("../phases/fake_eval_oom.trace.jsonl"));
+    assert_eq!(fired(&r), ["oom-self-growth"]);
+    let msg = message(&r, "oom-self-growth");
+    assert!(
+        msg.contains("ran out of memory in an evaluation after step 20: forward calls that were no training step's")
+            && msg.contains(": its memory grew by 132.00 GiB in ")
+            && msg.contains(" without ever coming back, so something kept what each batch made"),
+        "{msg}"
+    );
+    assert!(
+        fact(&r, "oom-self-growth", "oom.growth_bytes") >= 64.0 * GIB,
+        "{msg}"
+    );
 }
 
 #[test]
@@ -277,45 +296,92 @@ fn line_of(code: &str) -> usize {
     1 + script.lines().position(|l| l.trim() == code).unwrap()
 }
 
-/// `phases.py WHAT`, a model_loop keeping its outputs: one steady-growth, its leak hunted at the model's
-/// forward calls, its line `y = net(x)` and holder `outs` named. The report, its hunt and the lines.
-fn hunted_at_forward_calls(what: &str) -> (Value, Value, Vec<String>) {
-    let (code, r, err) = phases(what);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(fired(&r), ["steady-growth"], "{err}");
-    let hunts = r["torch"]["processes"][0]["hunts"].as_array().unwrap();
-    assert_eq!(hunts.len(), 1, "{hunts:#?}");
-    assert_eq!(hunts[0]["clock"], "forwards", "{hunts:#?}");
-    let lines = details(&r, "steady-growth");
-    let site = format!(
-        "allocated at fake_torch/phases.py:{} in model_loop `y = net(x)`: +768.00 MiB a forward call, ",
-        line_of("y = net(x)")
-    );
-    assert!(lines[0].starts_with(&site), "{lines:#?}");
-    assert!(
-        lines[1].starts_with("kept alive by list `outs` (phases.py, in model_loop)"),
-        "{lines:#?}"
-    );
-    let hunt = hunts[0].clone();
-    (r, hunt, lines)
-}
-
+/// `phases.py model_leak`, a model_loop keeping its outputs: its leak hunted at the model's forward calls
+/// (no optimizer step in the program), its line `y = net(x)` and holder `outs` found, and the graphs behind
+/// the outputs counted apart. This is the shim's part, read from the hunt's record; that steady-growth
+/// tells it, and in what words, is the analysis's, asserted on the H200's recording below (a loaded
+/// machine's stalls put the fake's growth off its straight line).
 #[test]
 fn a_model_run_without_steps_that_keeps_its_outputs_gets_its_line_and_holder() {
-    // The leak hunt ran at the model's forward calls: no optimizer step in the program.
-    let (r, hunt, lines) = hunted_at_forward_calls("model_leak");
+    let (code, r, err) = phases("model_leak");
+    assert_eq!(code, 0, "{err}");
+    let hunts = r["torch"]["processes"][0]["hunts"].as_array().unwrap();
+    assert_eq!(hunts.len(), 1, "{hunts:#?}");
+    let hunt = &hunts[0];
+    assert_eq!(hunt["clock"], "forwards", "{hunt:#}");
+    let site = &hunt["sites"][0];
     assert!(
-        lines[2].starts_with("kept alive by the autograd graphs behind the ")
-            && lines[2].contains(" tensors with grad_fn in list `outs` (phases.py, in model_loop)"),
+        site["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("fake_torch/phases.py"),
+        "{site:#}"
+    );
+    assert_eq!(
+        (&site["line"], &site["function"], &site["code"]),
+        (
+            &Value::from(line_of("y = net(x)")),
+            &Value::from("model_loop"),
+            &Value::from("y = net(x)")
+        ),
+        "{site:#}"
+    );
+    // 768 MiB a forward call: the output and its graph.
+    assert_eq!(site["bytes_per_step"], 768 << 20, "{site:#}");
+    let (list, graphs) = (&hunt["holders"][0], &hunt["holders"][1]);
+    assert!(
+        list["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("list `outs` (phases.py, in model_loop)"),
+        "{hunt:#}"
+    );
+    assert_eq!(graphs["kind"], "graphs", "{hunt:#}");
+    assert!(
+        graphs["text"]
+            .as_str()
+            .unwrap()
+            .contains(" tensors with grad_fn in list `outs` (phases.py, in model_loop)"),
+        "{hunt:#}"
+    );
+    // Each output keeps 256 MiB itself and 512 MiB in its graph: the graphs, counted apart, hold more than
+    // the list. Not twice as much to the byte: the list counts the tensors allocated while the window was
+    // read, which on a loaded machine ran past its last call (22 of them, 24, for 20 calls) while their
+    // graphs were counted for fewer (19, 18: 9 GiB behind 6, a ratio of 1.5 that failed a bound of 1.5).
+    // The split to the byte is the H200 recording's, below.
+    let (held, behind) = (
+        list["bytes"].as_f64().unwrap(),
+        graphs["bytes"].as_f64().unwrap(),
+    );
+    assert!(behind > held, "{behind} behind {held}");
+}
+
+/// tests/gpu/phases.py model_leak on an H200, replayed: each output (32 MiB) keeps 256 MiB in its graph;
+/// the hunt counts the list's tensors and the graphs behind them apart, to the byte.
+#[test]
+fn the_h200s_model_run_without_steps_splits_its_outputs_from_the_graphs_behind_them() {
+    let r = common::replayed(fake_torch().join("../phases/model_leak.trace.jsonl"));
+    assert_eq!(fired(&r), ["steady-growth"]);
+    let lines = details(&r, "steady-growth");
+    assert!(
+        lines[1].ends_with(
+            "at forward call 34: 20 of its tensors, allocated in forward calls 14-34, hold 640.00 MiB"
+        ),
         "{lines:#?}"
     );
-    // Each output keeps 256 MiB itself and 512 MiB in its graph.
-    let held = hunt["holders"][0]["bytes"].as_f64().unwrap();
-    let graphs = fact(&r, "steady-growth", "gpu.growth_graph_bytes");
-    assert!(graphs > 1.5 * held, "{graphs} behind {held}");
+    assert!(
+        lines[2].starts_with("kept alive by the autograd graphs behind the 20 tensors with grad_fn in list `outs` (phases.py, in evaluation)")
+            && lines[2].ends_with("at forward call 34: they hold 5.00 GiB"),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        fact(&r, "steady-growth", "gpu.growth_graph_bytes"),
+        5.0 * GIB
+    );
     let msg = message(&r, "steady-growth");
     assert!(
-        msg.contains(" were the autograd graphs behind the tensors held by list `outs` (phases.py, in model_loop), ")
+        msg.starts_with("GPU 0: with no optimizer step in the run, the job's memory grew by ")
+            && msg.contains(" were the autograd graphs behind the tensors held by list `outs` (phases.py, in evaluation), ")
             && msg.ends_with(": no backward ran to free them."),
         "{msg}"
     );

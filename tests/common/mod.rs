@@ -382,11 +382,34 @@ pub fn diagnosis<'a>(report: &'a serde_json::Value, rule: &str) -> Option<&'a se
 /// (`replay::load` with the bundled rules): for tests that replay many fixtures, where a process each
 /// adds only its start-up.
 pub fn replayed(file: impl AsRef<Path>) -> serde_json::Value {
+    serde_json::from_str(&replay_in_process(file.as_ref()).to_json()).unwrap()
+}
+
+/// What `gpudoc report TRACE --live-verdicts --json -` writes and what `gpudoc report TRACE
+/// --live-verdicts --color never` prints, built once in this process by the command's own path (the
+/// trace's looks judged again are the costly part: a test that wants both gets them from one replay).
+pub fn replayed_live(trace: impl AsRef<Path>) -> (serde_json::Value, String) {
+    let trace = trace.as_ref();
+    let mut r = replay_in_process(trace);
+    gpudoc::live::replay::verdicts(trace, bundled_rules())
+        .unwrap_or_else(|e| panic!("{}: {e}", trace.display()))
+        .annotate(&mut r);
+    let json = serde_json::from_str(&r.to_json()).unwrap();
+    (
+        json,
+        gpudoc::summary::render(&r, gpudoc::paint::Paint(false)),
+    )
+}
+
+/// The rules gpudoc ships, loaded once per test binary.
+fn bundled_rules() -> &'static gpudoc::rules::RuleSet {
     static RULES: std::sync::OnceLock<gpudoc::rules::RuleSet> = std::sync::OnceLock::new();
-    let rules = RULES.get_or_init(|| gpudoc::rules::RuleSet::load(None, &[]).unwrap());
-    let r = gpudoc::replay::load(file.as_ref(), None, rules)
-        .unwrap_or_else(|e| panic!("{}: {e}", file.as_ref().display()));
-    serde_json::from_str(&r.to_json()).unwrap()
+    RULES.get_or_init(|| gpudoc::rules::RuleSet::load(None, &[]).unwrap())
+}
+
+fn replay_in_process(file: &Path) -> gpudoc::report::Report {
+    gpudoc::replay::load(file, None, bundled_rules())
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
 
 pub fn report(file: impl AsRef<Path>, extra: &[&str]) -> serde_json::Value {
