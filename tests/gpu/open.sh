@@ -3,7 +3,7 @@
 # scripts named (default: what the last closing note says is owed), each under its own time
 # limit, and starts none that could not finish before the call's 600 s are up. Each script's output goes
 # to $OUT/<name>.log beside its own results; the summary line per script is printed last.
-#   bash tests/gpu/open.sh                      # what is owed: issue 43's verdicts and issue 48's frameworks by the merged main of stop 54
+#   bash tests/gpu/open.sh                      # nothing is owed (stop 54: both passed on the merged main); by default issue 43's verdicts and issue 48's frameworks again
 #   bash tests/gpu/open.sh others_arrived.sh    # any of tests/gpu/*.sh, with its arguments after a colon
 # Expects what each script expects (.device/gpudoc; .whl/ for notebook.sh: see its header).
 set -u
