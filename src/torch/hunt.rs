@@ -154,6 +154,32 @@ impl Hunt {
         }
     }
 
+    /// Its holders in the order a reader needs them. A leak's come as the search found them; at an OOM,
+    /// where they are an inventory of everything alive (the model's parameters and the optimizer's state
+    /// among them), the one that held the most comes first, each container with the autograd graphs
+    /// behind its tensors (kind `graphs`, `of` it) right after it and counted with it.
+    fn ordered_holders(&self) -> Vec<&Holder> {
+        let mut held: Vec<&Holder> = self.holders.iter().collect();
+        if self.why != "oom" {
+            return held;
+        }
+        let group = |h: &Holder| h.of.clone().unwrap_or_else(|| h.text.clone());
+        let weight = |name: &str| -> u64 {
+            self.holders
+                .iter()
+                .filter(|h| group(h) == name)
+                .map(|h| h.bytes)
+                .sum()
+        };
+        let first = |name: &str| self.holders.iter().position(|h| group(h) == name);
+        // Equal weights in the search's order, a container before its graphs.
+        held.sort_by_key(|h| {
+            let g = group(h);
+            (std::cmp::Reverse(weight(&g)), first(&g), h.kind == "graphs")
+        });
+        held
+    }
+
     /// Lines for a diagnosis: what keeps it alive, and what of it was counted when. A container's items
     /// are counted when the hunt looked (step `to_step`, or the OOM), and its bytes are those of its
     /// tensors allocated in the window (all of them at an OOM), never items × size: "list `kept`, 300
@@ -170,8 +196,8 @@ impl Hunt {
         } else {
             (format!("{:.1} s in", self.at_s), String::new())
         };
-        self.holders
-            .iter()
+        self.ordered_holders()
+            .into_iter()
             .map(|h| {
                 if h.tensors == 0 {
                     return format!("{verb} {}", h.text);
@@ -240,6 +266,65 @@ mod tests {
             vec![
                 "kept alive by list `kept` (train.py, module globals), 300 items — at step 32: 20 of its tensors, allocated in steps 12-32, hold 640.00 MiB"
             ]
+        );
+    }
+
+    #[test]
+    fn at_an_oom_the_holder_that_held_most_comes_first_with_its_graphs() {
+        let holder = |kind: &str, text: &str, bytes, of: Option<&str>| Holder {
+            kind: kind.into(),
+            text: text.into(),
+            tensors: 8,
+            bytes,
+            items: None,
+            graphs: 0,
+            of: of.map(String::from),
+        };
+        let mut h = Hunt {
+            why: "oom".into(),
+            holders: vec![
+                holder(
+                    "attr",
+                    "dict attribute `_parameters` of a `Linear`",
+                    1 << 30,
+                    None,
+                ),
+                holder(
+                    "attr",
+                    "attribute `exp_avg` of a `defaultdict`",
+                    1 << 30,
+                    None,
+                ),
+                holder("container", "list `val_losses`", 148, None),
+                holder(
+                    "graphs",
+                    "the autograd graphs behind list `val_losses`",
+                    70 << 30,
+                    Some("list `val_losses`"),
+                ),
+            ],
+            ..Hunt::default()
+        };
+        let first_words = |h: &Hunt| -> Vec<String> {
+            h.holder_lines("held by")
+                .iter()
+                .map(|l| l.split(" — ").next().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            first_words(&h),
+            [
+                "held by list `val_losses`",
+                "held by the autograd graphs behind list `val_losses`",
+                "held by dict attribute `_parameters` of a `Linear`",
+                "held by attribute `exp_avg` of a `defaultdict`",
+            ]
+        );
+        // A leak's holders stay in the search's order.
+        h.why = "auto".into();
+        assert_eq!(
+            first_words(&h)[0],
+            "held by dict attribute `_parameters` of a `Linear`"
         );
     }
 
