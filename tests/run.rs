@@ -561,14 +561,12 @@ fn if_gpudoc_is_killed_the_command_is_told_and_the_trace_survives() {
     child.kill().unwrap();
     child.wait().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !told.exists() && std::time::Instant::now() < deadline {
+    // The trap's redirection makes the file before its echo writes to it: wait for the words.
+    let said = || std::fs::read_to_string(&told).unwrap_or_default();
+    while said().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        std::fs::read_to_string(&told).unwrap(),
-        "TERM\n",
-        "the command got SIGTERM"
-    );
+    assert_eq!(said(), "TERM\n", "the command got SIGTERM");
     let text = std::fs::read_to_string(&trace).unwrap();
     assert!(
         text.lines()
