@@ -142,15 +142,17 @@ impl Hello {
 mod tests {
     use super::*;
 
+    /// A framework's settings as its hello gives them.
+    fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
     fn jax_preallocates_unless_told_not_to() {
-        let with = |pairs: &[(&str, &str)]| {
-            let s = pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            Framework::Jax.preallocates(&s)
-        };
+        let with = |pairs: &[(&str, &str)]| Framework::Jax.preallocates(&settings(pairs));
         assert!(with(&[]));
         assert!(with(&[("XLA_PYTHON_CLIENT_MEM_FRACTION", ".5")]));
         assert!(!with(&[("XLA_PYTHON_CLIENT_PREALLOCATE", "false")]));
@@ -161,13 +163,7 @@ mod tests {
 
     #[test]
     fn tensorflow_preallocates_unless_memory_grows_or_allocates_asynchronously() {
-        let with = |pairs: &[(&str, &str)]| {
-            let s = pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            Framework::Tensorflow.preallocates(&s)
-        };
+        let with = |pairs: &[(&str, &str)]| Framework::Tensorflow.preallocates(&settings(pairs));
         assert!(with(&[]));
         assert!(with(&[("TF_FORCE_GPU_ALLOW_GROWTH", "false")]));
         assert!(with(&[("memory_growth", "false")]));
