@@ -204,6 +204,7 @@ fn cap_setting(t: &OomText) -> &'static str {
     let framework = match t.kind {
         Kind::Cupy => Framework::Cupy,
         Kind::Tensorflow => Framework::Tensorflow,
+        Kind::Xla => Framework::Jax,
         _ => Framework::Torch,
     };
     cap_setting_of(framework, t.vendor, allocator(t) == Allocator::Watermark)
@@ -679,6 +680,16 @@ fn short_of_free(f: &Figures) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_xla_texts_cap_is_set_by_xlas_fraction_not_pytorchs() {
+        let t = crate::oom::text::empty(Kind::Xla, "bfc-xla");
+        assert!(
+            cap_setting(&t).starts_with("XLA_PYTHON_CLIENT_MEM_FRACTION"),
+            "{}",
+            cap_setting(&t)
+        );
+    }
 
     const GIB: u64 = 1 << 30;
 
