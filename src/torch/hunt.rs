@@ -163,19 +163,24 @@ impl Hunt {
         if self.why != "oom" {
             return held;
         }
-        let group = |h: &Holder| h.of.clone().unwrap_or_else(|| h.text.clone());
-        let weight = |name: &str| -> u64 {
+        let name = |h: &Holder| h.of.clone().unwrap_or_else(|| h.text.clone());
+        // A group (a holder and the graphs behind its tensors) by where the search first gave it; `h`
+        // itself is in the list, so there is always one.
+        let group = |h: &Holder| {
+            let n = name(h);
             self.holders
                 .iter()
-                .filter(|h| group(h) == name)
-                .map(|h| h.bytes)
-                .sum()
+                .position(|c| name(c) == n)
+                .unwrap_or_default()
         };
-        let first = |name: &str| self.holders.iter().position(|h| group(h) == name);
+        let mut weight = vec![0u64; self.holders.len()];
+        for h in &self.holders {
+            weight[group(h)] += h.bytes;
+        }
         // Equal weights in the search's order, a container before its graphs.
-        held.sort_by_key(|h| {
+        held.sort_by_cached_key(|h| {
             let g = group(h);
-            (std::cmp::Reverse(weight(&g)), first(&g), h.kind == "graphs")
+            (std::cmp::Reverse(weight[g]), g, h.kind == "graphs")
         });
         held
     }
