@@ -140,5 +140,22 @@ def test_tf_functions_made_anew_at_each_call_are_counted_in_bounded_memory(shim,
     train = tf.function(lambda batch: batch)
     for batch in range(50):
         train(batch)
-    assert counted[id(train)] == 50
+    assert counted[id(train)][1] == 50
     assert frameworks.S.views["tensorflow"].steps == 50
+
+
+def test_a_tf_function_made_where_a_dropped_one_was_starts_its_count_again(shim, frameworks, monkeypatch):
+    """A function made anew per call often gets the address of the one the program just dropped: it
+    inherits no calls, so no call after the first is a step."""
+    tf, _ = _tensorflow(frameworks, monkeypatch)
+    ids = set()
+    for batch in range(20):
+        once = tf.function(lambda batch: batch)
+        once(batch)
+        ids.add(id(once))
+        del once
+    assert len(ids) < 20, "CPython gave an address again (else this test shows nothing)"
+    # The first call of the first is step 1, as any function's first call is (JAX's jitted ones too);
+    # none after it, each a new function's first call.
+    assert frameworks.S.views["tensorflow"].steps == 1
+

@@ -28,6 +28,7 @@ PyTorch's (docs/framework.md). Loaded by GpudocFinder as the module `gpudoc._shi
 import os
 import sys
 import time
+import weakref
 
 # Share of the step time the shim aims at; records further apart than MAX_STRIDE steps are not made; the
 # stride adapts after ADAPT_AFTER records.
@@ -456,7 +457,7 @@ def _count_tf_functions():
             raise
         if not S.fitting:
             try:
-                _tf_function_called(counts, id(self))
+                _tf_function_called(counts, self)
             except Exception as e:
                 S.pipe.fail("tf.function", e)
         return out
@@ -467,19 +468,32 @@ def _count_tf_functions():
                        "counts the calls of tf.functions: the steps of a custom training loop")
 
 
-def _tf_function_called(counts, key):
-    calls = counts.get(key, 0) + 1
+def _tf_function_called(counts, function):
+    """Counts a call of `function` under its id, with a weak reference that tells it from a function made
+    later at the same address (the program dropped the first): that one's count starts again."""
+    key = id(function)
+    known = counts.get(key)
+    same = known is not None and (known[0] is None or known[0]() is function)
+    calls = known[1] + 1 if same else 1
     if calls == 1 and len(counts) >= MAX_FUNCTIONS:
         # The most called are kept; functions called once each (made anew per call) are none of a loop's.
-        top = max(counts.values())
-        for k in [k for k, v in counts.items() if v < top or top == 1]:
+        top = max(c for _, c in counts.values())
+        for k in [k for k, (_, c) in counts.items() if c < top or top == 1]:
             del counts[k]
         if len(counts) >= MAX_FUNCTIONS:
             counts.clear()
-    counts[key] = calls
+    counts[key] = (known[0] if calls > 1 else _weak(function), calls)
     view = S.views.get("tensorflow")
     if view is not None and calls > view.steps:
         view.tick()
+
+
+def _weak(function):
+    """A weak reference to `function`; None where it takes none (its id is then all that tells it)."""
+    try:
+        return weakref.ref(function)
+    except TypeError:
+        return None
 
 
 def _install_keras(keras):
