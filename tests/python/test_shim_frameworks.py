@@ -159,3 +159,16 @@ def test_a_tf_function_made_where_a_dropped_one_was_starts_its_count_again(shim,
     # none after it, each a new function's first call.
     assert frameworks.S.views["tensorflow"].steps == 1
 
+
+def test_each_oom_of_a_retry_loop_is_recorded_once(shim, frameworks, monkeypatch):
+    """A loop that catches an OOM and tries again smaller frees each error, and the next may get its
+    address: every one is recorded; the same error met twice on its way up (a jitted call, then the
+    excepthook) once."""
+    _jax(frameworks, monkeypatch)
+    for _ in range(3):
+        error = RuntimeError(OOM)
+        frameworks._oom_record(error)
+        frameworks._oom_record(error)
+        del error
+    assert len(_ooms(shim)) == 3
+

@@ -51,8 +51,10 @@ class _State(object):
     registry = None
     # Framework name -> its reader, once imported.
     views = {}
-    # id() of the last OOM error recorded (never the error itself: its traceback holds the program's arrays).
-    oom_id = 0
+    # The `args` of the last OOM error recorded, the tuple of its message (never the error itself: its
+    # traceback holds the program's arrays): the same error met again on its way up is recorded once, and
+    # the next one (a retry that freed this one, whose id it may get again) is recorded too.
+    oom_args = None
     # Keras fits running: their batches are the steps, and the tf.function calls inside them are not.
     fitting = 0
 
@@ -264,8 +266,8 @@ def _oom_record(error, fw="jax"):
     ResourceExhaustedError), once per error, while the arrays it found are still alive."""
     try:
         view = S.views.get(fw)
-        if view is not None and not S.pipe.dead and S.oom_id != id(error):
-            S.oom_id = id(error)
+        if view is not None and not S.pipe.dead and S.oom_args is not error.args:
+            S.oom_args = error.args
             view.record("oom", view.steps - view.last_step)
     except Exception as e:
         S.pipe.fail("oom", e)
