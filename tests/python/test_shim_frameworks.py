@@ -172,3 +172,24 @@ def test_each_oom_of_a_retry_loop_is_recorded_once(shim, frameworks, monkeypatch
         del error
     assert len(_ooms(shim)) == 3
 
+
+def test_a_fit_without_the_tensorflow_view_gets_no_callback_of_the_shims(shim, frameworks, monkeypatch):
+    """Keras 3 on JAX or PyTorch: its batches are no TensorFlow steps, and a callback with its own
+    on_train_batch_end would cost them their asynchronous dispatch."""
+    _, keras = _tensorflow(frameworks, monkeypatch)
+    del frameworks.S.views["tensorflow"]
+    seen = []
+
+    class Model(keras.Model):
+        def train_step(self, batch):
+            return {"loss": 0.5}
+
+    class Mine(keras.callbacks.Callback):
+        def set_model(self, model):
+            seen.append(type(self).__name__)
+
+    real_set_model = keras.callbacks.Callback.set_model
+    monkeypatch.setattr(keras.callbacks.Callback, "set_model",
+                        lambda self, model: seen.append(type(self).__name__) or real_set_model(self, model))
+    Model().fit(4, batch_size=1, callbacks=[Mine()])
+    assert seen == ["Mine"], seen

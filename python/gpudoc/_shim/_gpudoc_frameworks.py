@@ -501,7 +501,8 @@ def _weak(function):
 def _install_keras(keras):
     """Keras's `Model.fit` gets a callback of the shim's among its callbacks: each batch's end is a step
     of the TensorFlow view. The program's own list of callbacks is left as it was (the fit gets a copy);
-    a CallbackList of the program's is left alone (no steps are counted then)."""
+    a CallbackList of the program's is left alone (no steps are counted then), and so is a fit without the
+    TensorFlow view (Keras 3 on JAX or PyTorch)."""
     base = keras.callbacks.Callback
 
     class GpudocSteps(base):
@@ -520,7 +521,11 @@ def _install_keras(keras):
     def fit(self, *args, **kwargs):
         __tracebackhide__ = True
         try:
-            args, kwargs = _with_callback(args, kwargs, GpudocSteps)
+            # Only where its batches are TensorFlow's steps: under Keras 3 on another backend (JAX,
+            # PyTorch) the callback would count nothing and could cost its batches their asynchronous
+            # dispatch (a callback with its own on_train_batch_end turns it off).
+            if S.views.get("tensorflow") is not None:
+                args, kwargs = _with_callback(args, kwargs, GpudocSteps)
         except Exception:
             pass  # the fit runs as the program asked, uncounted
         S.fitting += 1
