@@ -12,16 +12,15 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shim_module  # noqa: E402
+
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "gpudoc", "_shim")
 
 
 def load():
-    path = os.environ.get("SHIM_FILE") or os.path.join(HERE, "_gpudoc_torch.py")
-    ext = sys.modules["_frozen_importlib_external"]
-    code = ext.SourceFileLoader("gpudoc._shim.torch", path).get_code("gpudoc._shim.torch")
-    shim = type(sys)("gpudoc._shim.torch")
-    sys.modules[shim.__name__] = shim
-    exec(code, shim.__dict__)
+    file = os.environ.get("SHIM_FILE")
+    shim = shim_module.load(os.path.dirname(file) if file else HERE)
     shim._install_peaks(torch)
     return shim
 

@@ -20,20 +20,15 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from eval_loop import Net, build, stats  # noqa: E402
+import shim_module  # noqa: E402
 
 HERE = os.environ.get("SHIM_DIR") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "python", "gpudoc", "_shim")
 
 
 def load():
-    path = os.path.join(HERE, "_gpudoc_torch.py")
-    ext = sys.modules["_frozen_importlib_external"]
-    code = ext.SourceFileLoader("gpudoc._shim.torch", path).get_code("gpudoc._shim.torch")
-    shim = type(sys)("gpudoc._shim.torch")
-    sys.modules[shim.__name__] = shim
-    exec(code, shim.__dict__)
-    shim.S.here = HERE
-    shim.S.pipe = os.devnull
+    shim = shim_module.load(HERE)
+    shim._connect(os.devnull)
     shim._install_peaks(torch)
     shim.S.orig_stats, shim.S.orig_reset = stats, lambda device=0: None
     shim._devices = lambda: [0]

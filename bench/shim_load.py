@@ -8,23 +8,20 @@ import statistics
 import sys
 import time
 
-ROUNDS = 300
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shim_module  # noqa: E402
+
+ROUNDS = int(os.environ.get("ROUNDS", 300))
 
 
 def load(here):
-    ext = sys.modules["_frozen_importlib_external"]
-    path = os.path.join(here, "_gpudoc_torch.py")
-    loader = ext.SourceFileLoader("gpudoc._shim.torch", path)
+    shim_module.loader(here)  # once a folder: the loader is loaded once a process, before import torch
     # The modules of earlier rounds are garbage, and a collection during this load would walk them: a
     # process loads the shim once.
-    sys.modules.pop("gpudoc._shim.torch", None)
+    sys.modules.pop(shim_module.NAME, None)
     gc.collect()
     t = time.perf_counter()
-    code = loader.get_code("gpudoc._shim.torch")
-    module = type(sys)("gpudoc._shim.torch")
-    module.__file__ = "<gpudoc> " + path
-    sys.modules[module.__name__] = module
-    exec(code, module.__dict__)
+    shim_module.load(here)
     return time.perf_counter() - t
 
 
