@@ -426,6 +426,16 @@ impl Scanner {
         if let Some((index, left)) = self.streams[i].bfc {
             let done = bfc::read(&mut self.events[index].text, &line);
             self.streams[i].bfc = (!done && left > 1).then_some((index, left - 1));
+            // The dump's window hands every line here for its figures; one that nothing else waits for
+            // and that holds no OOM word is read no further, as it would not be outside the window.
+            let b = &self.streams[i];
+            if b.pending.is_none()
+                && b.tentative.is_none()
+                && b.root_cause == 0
+                && !FINDER.is_match(line.as_bytes())
+            {
+                return;
+            }
         }
         if line.trim().is_empty() {
             return;
