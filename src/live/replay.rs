@@ -11,14 +11,13 @@
 
 use super::so_far::Looks;
 use super::verdicts::{EVERY, Verdicts};
-use crate::analysis::{self, EndRow, Evidence};
+use crate::analysis::{EndRow, Evidence};
 use crate::oom::scan::Scanner;
 use crate::replay::{Header, LoadError, ReadRow, Rebuild};
 use crate::rules::RuleSet;
 use crate::timeline::{Micros, Timeline};
 use crate::torch::TorchTimeline;
 use crate::trace::Row;
-use std::mem::take;
 use std::path::Path;
 
 /// The verdicts `gpudoc run` would have told, and when, over the recorded run in `path`.
@@ -94,11 +93,10 @@ fn look_at(
 ) -> crate::report::Report {
     let header = b.catch_up(&mut looks.timeline, &mut looks.torch).clone();
     hold_to(&mut looks.timeline, (at_s * 1e6).round() as Micros);
-    let (timeline, torch) = (take(&mut looks.timeline), take(&mut looks.torch));
-    let ev = so_far(header, timeline, torch, end, at_s);
-    let report = analysis::analyze_so_far(&ev, &mut looks.read, rules);
-    (looks.timeline, looks.torch) = (ev.timeline, ev.torch.unwrap_or_default());
-    report
+    looks.analyze(
+        |timeline, torch| so_far(header, timeline, torch, end, at_s),
+        rules,
+    )
 }
 
 /// The evidence of the run so far at `at_s`: what the rows so far give, and what the run knew from its

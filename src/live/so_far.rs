@@ -9,7 +9,7 @@ use crate::gpu::NvmlStatus;
 use crate::oom::scan::Scanner;
 use crate::origin::Origin;
 use crate::report::Report;
-use crate::rules::RunRules;
+use crate::rules::{RuleSet, RunRules};
 use crate::sample::Rates;
 use crate::timeline::Timeline;
 use crate::timeline::running::Running;
@@ -48,25 +48,42 @@ impl Sources {
         let mut seen = self.seen.lock().unwrap();
         let seen = &mut *seen;
         let nvml = (self.timeline)(&mut seen.timeline);
-        let torch = self.torch.as_ref().map(|t| {
+        if let Some(t) = &self.torch {
             seen.torch.catch_up(&t.lock().unwrap());
-            std::mem::take(&mut seen.torch)
-        });
+        }
         let scanner = self.scanner.lock().unwrap().findings();
-        let ev = Evidence {
-            origin: self.origin.clone(),
-            command: self.command.clone(),
-            started_unix_s: self.started_unix_s,
-            nvml: nvml.unwrap_or_default(),
-            rates: self.rates,
-            timeline: std::mem::take(&mut seen.timeline),
-            torch,
-            scanner,
-            ..Evidence::default()
-        };
-        let report = analysis::analyze_so_far(&ev, &mut seen.read, self.rules.get());
-        seen.timeline = ev.timeline;
-        seen.torch = ev.torch.unwrap_or_default();
+        seen.analyze(
+            |timeline, torch| Evidence {
+                origin: self.origin.clone(),
+                command: self.command.clone(),
+                started_unix_s: self.started_unix_s,
+                nvml: nvml.unwrap_or_default(),
+                rates: self.rates,
+                timeline,
+                torch: self.torch.is_some().then_some(torch),
+                scanner,
+                ..Evidence::default()
+            },
+            self.rules.get(),
+        )
+    }
+}
+
+impl Looks {
+    /// One look: the evidence `evidence` makes of the looks' copies (lent to it, then kept again),
+    /// analyzed from where the last look's reading stopped.
+    pub fn analyze(
+        &mut self,
+        evidence: impl FnOnce(Timeline, TorchTimeline) -> Evidence,
+        rules: &RuleSet,
+    ) -> Report {
+        let ev = evidence(
+            std::mem::take(&mut self.timeline),
+            std::mem::take(&mut self.torch),
+        );
+        let report = analysis::analyze_so_far(&ev, &mut self.read, rules);
+        self.timeline = ev.timeline;
+        self.torch = ev.torch.unwrap_or_default();
         report
     }
 }
