@@ -35,17 +35,15 @@ pub enum Framework {
 impl Framework {
     /// The framework a message is about: its `fw` field (PyTorch's part of the shim sends none).
     pub fn of(v: &serde_json::Value) -> Option<Framework> {
-        match v.get("fw").and_then(|f| f.as_str()) {
+        match v.get("fw") {
             None => Some(Framework::Torch),
-            Some("jax") => Some(Framework::Jax),
-            Some("cupy") => Some(Framework::Cupy),
-            Some("tensorflow") => Some(Framework::Tensorflow),
-            Some("rmm") => Some(Framework::Rmm),
-            Some(_) => None,
+            // Its id (serde's name of it); an unknown one is no framework's.
+            Some(fw) => Framework::deserialize(fw).ok(),
         }
     }
 
-    /// Its id, as the report's `framework` and the metrics' `framework` label write it.
+    /// Its id, as the report's `framework` and the metrics' `framework` label write it (serde's name of
+    /// it: a test holds the two together).
     pub fn id(self) -> &'static str {
         match self {
             Framework::Torch => "torch",
@@ -141,6 +139,20 @@ impl Hello {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frameworks_id_is_its_name_in_messages_and_reports() {
+        use Framework::*;
+        for fw in [Torch, Jax, Cupy, Tensorflow, Rmm] {
+            assert_eq!(serde_json::to_value(fw).unwrap(), fw.id());
+            assert_eq!(
+                Framework::of(&serde_json::json!({ "fw": fw.id() })),
+                Some(fw)
+            );
+        }
+        assert_eq!(Framework::of(&serde_json::json!({})), Some(Torch));
+        assert_eq!(Framework::of(&serde_json::json!({ "fw": "mxnet" })), None);
+    }
 
     /// A framework's settings as its hello gives them.
     fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
