@@ -219,13 +219,7 @@ class _Jitted(object):
         try:
             out = self._gpudoc_real(*args, **kwargs)
         except Exception as e:
-            try:
-                if _is_oom(e):
-                    _oom_record(e)
-            except Exception:
-                pass  # the program's own error goes on as it is
-            if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
-                e.__traceback__ = e.__traceback__.tb_next
+            _failed(e, _is_oom, "jax")
             raise
         calls = self.calls + 1
         object.__setattr__(self, "calls", calls)
@@ -251,14 +245,28 @@ class _Jitted(object):
         return repr(self._gpudoc_real)
 
 
+def _failed(error, is_oom, fw):
+    """What a wrapper of the shim's does with the program's error before it raises it on, unchanged: the
+    allocator's numbers recorded at an out-of-memory error of `fw`'s, and the wrapper's own frame taken
+    off its traceback."""
+    try:
+        if is_oom(error):
+            _oom_record(error, fw)
+    except Exception:
+        pass  # the program's own error goes on as it is
+    if RERAISE_OWN_TRACEBACK and error.__traceback__ is not None:
+        error.__traceback__ = error.__traceback__.tb_next
+
+
 def _like(new, real):
     """`new` reads as `real`: its names, doc and `__wrapped__` (inspect.signature follows it to `real`'s
     parameters)."""
-    for key in ("__module__", "__name__", "__qualname__", "__doc__", "__wrapped__"):
+    for key in ("__module__", "__name__", "__qualname__", "__doc__"):
         try:
             setattr(new, key, getattr(real, key))
         except AttributeError:
             pass
+    new.__wrapped__ = real
 
 
 def _oom_record(error, fw="jax"):
@@ -449,13 +457,7 @@ def _count_tf_functions():
         try:
             out = real(self, *args, **kwds)
         except Exception as e:
-            try:
-                if _is_tf_oom(e):
-                    _oom_record(e, "tensorflow")
-            except Exception:
-                pass  # the program's own error goes on as it is
-            if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
-                e.__traceback__ = e.__traceback__.tb_next
+            _failed(e, _is_tf_oom, "tensorflow")
             raise
         if not S.fitting:
             try:
@@ -465,7 +467,6 @@ def _count_tf_functions():
         return out
 
     _like(__call__, real)
-    __call__.__wrapped__ = real
     _patches().replace(cls, "__call__", __call__,
                        "counts the calls of tf.functions: the steps of a custom training loop")
 
@@ -532,19 +533,12 @@ def _install_keras(keras):
         try:
             return real(self, *args, **kwargs)
         except Exception as e:
-            try:
-                if _is_tf_oom(e):
-                    _oom_record(e, "tensorflow")
-            except Exception:
-                pass
-            if RERAISE_OWN_TRACEBACK and e.__traceback__ is not None:
-                e.__traceback__ = e.__traceback__.tb_next
+            _failed(e, _is_tf_oom, "tensorflow")
             raise
         finally:
             S.fitting -= 1
 
     _like(fit, real)
-    fit.__wrapped__ = real
     why = "counts the batches of Model.fit: the steps of a Keras program"
     _patches().replace(keras.Model, "fit", fit, why)
     return None
