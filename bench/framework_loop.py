@@ -1,10 +1,12 @@
 """A loop of jitted JAX steps or CuPy operations at the fastest rates users run, timed from inside, for the
 shim's cost on a JAX or CuPy job (tests/gpu/frameworks_cost.sh runs it bare and under gpudoc, alternated).
-    python3 bench/framework_loop.py jax|cupy STEPS
+    python3 bench/framework_loop.py jax|cupy|tensorflow STEPS
 jax: a jitted SGD step of a 2-layer MLP (batch 64, width 256) whose new parameters feed the next call, the
 result waited for every 100 steps as a loop that logs its loss does (JAX's dispatch is asynchronous: a loop
 that never waits measures only its Python); cupy: the same MLP's forward and an update in CuPy arrays,
-synchronized every 100 steps. Prints one JSON line: steps, seconds and steps a second after 200 warm-up
+synchronized every 100 steps; tensorflow: the same SGD step as one tf.function (a custom training
+loop's step, which the shim counts at tf.function's class), its loss read every 100 steps. Prints one JSON
+line: steps, seconds and steps a second after 200 warm-up
 steps."""
 import json
 import sys
@@ -54,8 +56,28 @@ def timed(one, wait):
     return time.perf_counter() - t0
 
 
+def tf_loop():
+    import tensorflow as tf
+
+    w1 = tf.Variable(tf.random.normal((256, 256)) * 0.05)
+    w2 = tf.Variable(tf.random.normal((256, 256)) * 0.05)
+    x = tf.random.normal((64, 256))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.matmul(tf.tanh(tf.matmul(x, w1)), w2) ** 2)
+        for w, g in zip((w1, w2), tape.gradient(loss, [w1, w2])):
+            w.assign_sub(1e-3 * g)
+        return loss
+
+    return step, lambda out: out.numpy()
+
+
 if kind == "jax":
     one, wait = jax_loop()
+elif kind == "tensorflow":
+    one, wait = tf_loop()
 else:
     import cupy as cp
 

@@ -3,7 +3,7 @@
 # call, ~2-3 min): bench/framework_loop.py jax|cupy (a jitted MLP step, ~50 us; the same in CuPy) bare, under
 # `gpudoc run --no-torch` (the outside view alone: NVML sampling, no shim) and under `gpudoc run` (the
 # framework view), ROUNDS rounds (the first argument, default 5) whose order rotates each round, so that a
-# drift of the machine falls on every variant alike. KINDS="jax cupy" by default. Expects .device/gpudoc
+# drift of the machine falls on every variant alike. The kinds: the second argument or KINDS, "jax cupy" by default; `tensorflow` measures the tf.function counter of a custom loop. Expects .device/gpudoc
 # (a release build). Leaves $OUT/frameworks_cost.tar.gz; prints steps/s per run and the medians' ratios.
 set -u
 export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
@@ -11,7 +11,7 @@ G=$PWD/.device/gpudoc; chmod +x "$G"
 R=/tmp/fwcost; rm -rf $R; mkdir -p $R
 ROUNDS=${1:-5}
 STEPS=${STEPS:-20000}
-KINDS=${KINDS:-jax cupy}
+KINDS=${2:-${KINDS:-jax cupy}}
 variants=(bare outside gpudoc)
 one() { # kind variant round
   local cmd=(python3 bench/framework_loop.py "$1" "$STEPS")
@@ -21,6 +21,12 @@ one() { # kind variant round
     gpudoc) timeout 60 "$G" run -q --json "$R/$1-gpudoc-$3.report.json" -- "${cmd[@]}" ;;
   esac >> "$R/$1-$2.jsonl" 2>>"$R/err.log"
 }
+# A framework not on this machine is said and left out (TensorFlow was on no device so far).
+kinds=
+for kind in $KINDS; do
+  if python3 -c "import $kind" 2>/dev/null; then kinds+=" $kind"; else echo "SKIP $kind: not importable here"; fi
+done
+KINDS=${kinds# }
 for i in $(seq "$ROUNDS"); do
   for kind in $KINDS; do
     line="round $i $kind:"

@@ -4,6 +4,7 @@
 # limit, and starts none that could not finish before the call's 600 s are up. Each script's output goes
 # to $OUT/<name>.log beside its own results; the summary line per script is printed last.
 #   bash tests/gpu/open.sh                      # nothing is owed (stop 54: both passed on the merged main); by default issue 43's verdicts and issue 48's frameworks again
+#   bash tests/gpu/open.sh frameworks_cost.sh:"8 tensorflow"   # owed where TensorFlow is on the device: the tf.function counter's cost on a custom loop (none had TF at stop 54)
 #   bash tests/gpu/open.sh others_arrived.sh    # any of tests/gpu/*.sh, with its arguments after a colon
 # Expects what each script expects (.device/gpudoc; .whl/ for notebook.sh: see its header).
 set -u
