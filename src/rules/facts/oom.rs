@@ -114,6 +114,9 @@ pub struct OomFacts {
     /// the shim counted them (before the first optimizer step, in an evaluation after eval()); null when
     /// unknown
     pub waiting_forwards: Option<i64>,
+    /// grad mode on the failing thread at the OOM (`torch.is_grad_enabled()`): false under torch.no_grad()
+    /// or torch.inference_mode(), whose forward calls save nothing for backward; null when unknown
+    pub grad: Option<bool>,
     /// what the live tensors of the failing process grew by step after step before it (its
     /// torch.leak_total_bytes: the straight-line fit over its steps); null if it did not grow, or no PyTorch
     /// process of the OOM's GPU is known
@@ -195,6 +198,10 @@ pub(super) fn oom_facts(
         waiting_forwards: activity
             .and_then(|a| a.forwards_without_backward)
             .map(|n| n as i64),
+        grad: activity.and_then(|a| match (a.grad, a.inference_mode) {
+            (_, Some(true)) => Some(false),
+            (g, _) => g,
+        }),
         // The shim's own count at the OOM where it gave one: steps ended by then, exactly.
         steps: activity.and_then(|a| a.steps).map(|n| n as i64).or(steps),
         since_last_step_s,
