@@ -12,7 +12,8 @@ pub enum Phase {
     /// Before its first forward call, backward or optimizer step: building or loading the model.
     Loading,
     /// A training step: its backward, its optimizer's step, or a forward under grad in train() mode with
-    /// no earlier forward call still waiting for a backward (the step's own forward, or the first one).
+    /// no earlier forward call still waiting for a backward (the step's own forward, or the first one), or
+    /// before the first backward in a program that made an optimizer (micro-batches waiting for one).
     TrainingStep,
     /// Forward calls that are no training step's, in a program that has trained: under no_grad or
     /// inference_mode, after eval(), or under grad with no backward following (a validation inside
@@ -52,6 +53,17 @@ impl Phase {
             return Some(Phase::Loading);
         }
         let no_graph = a.grad == Some(false) || a.inference_mode == Some(true);
+        // Before the first backward, forward calls under grad in train() mode in a program that made an
+        // optimizer are its first step's, however many wait for one backward (a gradient accumulation
+        // that sums its micro-batches' losses): training, not inference.
+        let accumulating = !trained
+            && a.optimizer == Some(true)
+            && a.grad == Some(true)
+            && a.inference_mode != Some(true)
+            && a.training == Some(true);
+        if accumulating && (in_forward || waiting(a)) {
+            return Some(Phase::TrainingStep);
+        }
         if (in_forward && (no_graph || a.training == Some(false))) || waiting(a) {
             return Some(if trained {
                 Phase::Evaluation
@@ -266,7 +278,31 @@ mod tests {
         assert_eq!(at(eval, Some("forward")), Some(Phase::Evaluation));
         // Calls under grad that no backward followed, in a program that never trained: inference.
         let kept = json!({"bws": 0, "steps": 0, "grad": true, "fwd": 150, "fg": 150, "fpb": 0});
-        assert_eq!(at(kept, Some("other")), Some(Phase::Inference));
+        assert_eq!(at(kept.clone(), Some("other")), Some(Phase::Inference));
+        // The same in train() mode in a program that made an optimizer: a gradient accumulation whose
+        // micro-batches wait for one backward, in its first step.
+        let mut accumulating = kept;
+        accumulating["train"] = json!(true);
+        accumulating["optim"] = json!(true);
+        assert_eq!(
+            at(accumulating.clone(), Some("other")),
+            Some(Phase::TrainingStep)
+        );
+        accumulating["fg"] = json!(3);
+        assert_eq!(
+            at(accumulating.clone(), Some("forward")),
+            Some(Phase::TrainingStep)
+        );
+        // Under no_grad, or after eval(), they are no step's, optimizer or not.
+        accumulating["grad"] = json!(false);
+        assert_eq!(
+            at(accumulating.clone(), Some("forward")),
+            Some(Phase::Inference)
+        );
+        accumulating["grad"] = json!(true);
+        accumulating["train"] = json!(false);
+        accumulating["fg"] = json!(150);
+        assert_eq!(at(accumulating, Some("other")), Some(Phase::Inference));
         // Two calls in a step that calls its model twice (fpb 2): still the step's.
         let two = json!({"bws": 9, "steps": 9, "grad": true, "fwd": 20, "fg": 2, "fpb": 2, "train": true});
         assert_eq!(at(two, Some("forward")), None);

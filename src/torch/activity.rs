@@ -44,6 +44,10 @@ pub struct Activity {
     /// The outermost module's training flag (`module.training`: false after eval()).
     #[serde(rename = "train")]
     pub training: Option<bool>,
+    /// The program had made an optimizer (a `torch.optim.Optimizer` of any kind) by then. Absent from shims
+    /// before it.
+    #[serde(rename = "optim", skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<bool>,
 }
 
 impl Activity {

@@ -1,6 +1,7 @@
 """The shim's wrapper of torch.autograd.backward (the evidence of an OOM's phase): a program reads torch's
 function of it (its parameters, defaults, annotations, no __wrapped__), and it counts backward calls."""
 import inspect
+import json
 
 import torch
 
@@ -23,3 +24,25 @@ def test_the_backward_wrapper_reads_as_torchs_and_counts_each_backward(shim):
         assert shim.torch.AUTOGRAD[1] == 0  # none running once it returned
     finally:
         torch.autograd.backward = real
+
+
+
+def test_an_oom_says_whether_the_program_made_an_optimizer(shim):
+    """`optim` in an OOM's activity: training before its first backward (a gradient accumulation that sums
+    its micro-batches' losses) is told from inference by it, from the mark an optimizer's construction puts
+    on its class's step (read below a fresh class: this interpreter's other tests have made optimizers)."""
+    class Base(torch.optim.Optimizer):
+        pass
+
+    class Lion(Base):
+        def __init__(self, params):
+            super().__init__(params, {})
+
+        def step(self, closure=None):
+            pass
+
+    assert not shim.torch._hooked_below(Base)
+    Lion(torch.nn.Linear(2, 2).parameters())
+    assert shim.torch._hooked_below(Base)
+    assert shim.torch._optimizer_made(torch)
+    assert json.loads(shim.torch._activity())["optim"] is True

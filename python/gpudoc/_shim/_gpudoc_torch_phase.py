@@ -187,15 +187,20 @@ def _activity():
     a backward or an optimizer step running, the backward calls and optimizer steps so far, the forward
     clock's calls while it counts (all, those since the last backward's start, the most that ever
     preceded one backward, and the count most backwards had: a step may call its model more than once),
-    and the outermost module's training flag. What the shim cannot tell is null: the phase is read from
-    this (src/rules/phase.rs)."""
+    the outermost module's training flag, and whether the program made an optimizer. What the shim cannot
+    tell is null: the phase is read from this (src/rules/phase.rs)."""
     torch, watched = S.torch, S.backward_watched
     out = {"bw": AUTOGRAD[1] > 0 if watched else None, "bws": AUTOGRAD[0] if watched else None,
            "opt": AUTOGRAD[3] if S.step_watched else None, "steps": STEP[0],
-           "grad": None, "inf": None, "fwd": None, "fg": None, "fpb": None, "fps": None, "train": None}
+           "grad": None, "inf": None, "fwd": None, "fg": None, "fpb": None, "fps": None, "train": None,
+           "optim": None}
     try:
         out["grad"] = bool(torch.is_grad_enabled())
         out["inf"] = bool(torch.is_inference_mode_enabled())
+    except Exception:
+        pass
+    try:
+        out["optim"] = _optimizer_made(torch)
     except Exception:
         pass
     if F.on or F.counting:
@@ -211,6 +216,27 @@ def _activity():
     except Exception:
         pass
     return json.dumps(out, separators=(",", ":"))
+
+
+def _optimizer_made(torch):
+    """Whether the program has made a torch.optim.Optimizer (any subclass: torch's, bitsandbytes',
+    apex's): an optimizer's first construction wraps its class's step and marks it `hooked`
+    (Optimizer._patch_step_function), which is read here, at an OOM, without a hook of gpudoc's."""
+    return _hooked_below(torch.optim.Optimizer)
+
+
+def _hooked_below(root):
+    """Whether `root` or a class below it has a constructed optimizer's `hooked` step."""
+    seen, todo = set(), [root]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        if getattr(cls.__dict__.get("step"), "hooked", False):
+            return True
+        todo.extend(cls.__subclasses__())
+    return False
 
 
 def _calls_per_step():

@@ -81,7 +81,9 @@ pub struct OomFacts {
     pub at_s: Option<f64>,
     /// what the program was doing, from the shim's evidence at the OOM (never from the time): loading (before
     /// its first forward call, backward or step), training_step (in backward, in optimizer.step(), or a
-    /// forward under grad in train() mode with no earlier call waiting for its backward), evaluation (forward
+    /// forward under grad in train() mode with no earlier call waiting for its backward, or with any number
+    /// before the first backward in a program that made an optimizer: micro-batches waiting for one
+    /// backward), evaluation (forward
     /// calls under no_grad or inference_mode, after eval(), or under grad with no backward following, in a
     /// program that has trained), inference (the same in one that never trained); empty where the evidence
     /// does not decide (a forward under grad during training, whose calls the shim does not count) or without
