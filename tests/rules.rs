@@ -765,3 +765,46 @@ fn a_spike_that_was_the_ooms_own_child_filling_the_gpu_is_no_transient_spike() {
         .collect();
     assert_eq!(parts, ["near-capacity", "transient-spike"], "{teller:#}");
 }
+
+/// Ten programs gpudoc had never seen, run on an H100 (fixtures/judgement/h100, tests/gpu/judgement.sh):
+/// each is told as an expert would tell it, and given no remedy that does not apply (a backward per
+/// micro-batch, not inference_mode, for a gradient accumulation; no batch size for Adam's first step; no
+/// no_grad for a generation already under it; no leak for a slow load or a cache after an evaluation).
+/// The expectations are judgement.py's own (`EXPECT`), checked against the reports diagnosed again by
+/// today's rules.
+#[test]
+fn programs_gpudoc_never_saw_are_told_as_an_expert_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/judgement/h100");
+    for entry in std::fs::read_dir(&recorded).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        if name.ends_with(".report.json") {
+            let r = common::replayed(&path);
+            std::fs::write(dir.path().join(&name), r.to_string()).unwrap();
+        } else if name.ends_with(".stdout") {
+            std::fs::copy(&path, dir.path().join(&name)).unwrap();
+        }
+    }
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/judgement.py"))
+        .arg("check")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("judgement: 70 ok, 0 BAD"), "{said}");
+}
+
+/// The slow load of those programs (25 s of shards, then inference), replayed look by look as `gpudoc run`
+/// judged it live: no look tells its climb as a steady growth, so `--stop-on steady-growth` never ends it.
+#[test]
+fn a_slow_load_is_never_told_steady_growth_live() {
+    let trace = fixture("judgement/h100/slow_load.trace.jsonl");
+    let rules = gpudoc::rules::RuleSet::load(None, &[]).unwrap();
+    let live = gpudoc::live::replay::verdicts(Path::new(&trace), &rules).unwrap();
+    let told: Vec<&str> = live.told().map(|t| t.diagnosis.rule.as_str()).collect();
+    assert!(!told.contains(&"steady-growth"), "{told:?}");
+    assert!(fired(&common::replayed(&trace)).is_empty());
+}
