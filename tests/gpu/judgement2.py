@@ -27,6 +27,7 @@ healthy_eval      a long healthy training with a small evaluation under no_grad 
                   kept as numbers: nothing to say"""
 import copy
 import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -34,8 +35,14 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from judgement import MiB, RECOMPUTE, TRAINING_ONLY, cuda, free_total, main, mlp  # noqa: E402
+# The first set, beside this file, loaded by its path (tests/gpu's other scripts stay off sys.path): its
+# helpers, its patterns and its one checker.
+_spec = importlib.util.spec_from_file_location(
+    "judgement", os.path.join(os.path.dirname(os.path.abspath(__file__)), "judgement.py"))
+judgement = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(judgement)
+MiB, RECOMPUTE, TRAINING_ONLY = judgement.MiB, judgement.RECOMPUTE, judgement.TRAINING_ONLY
+cuda, free_total, mlp = judgement.cuda, judgement.free_total, judgement.mlp
 
 
 def frac_cap(width=4096, depth=4, fraction=0.3):
@@ -352,4 +359,4 @@ EXPECT2 = {
 }
 
 if __name__ == "__main__":
-    main(sys.argv, PROGRAMS2, EXPECT2)
+    judgement.main(sys.argv, PROGRAMS2, EXPECT2)
