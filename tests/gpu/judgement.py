@@ -359,12 +359,17 @@ def prefetch_stream(width=4096, steps=150):
 PROGRAMS = {f.__name__: f for f in (accum_graphs, adam_first_step, kv_generate, slow_load, logits_kept,
                                      ckpt_train, varlen_frag, eval_then_train, oom_retry, prefetch_stream)}
 
-# What an expert would say of each program. `exit`: the run's classification; `rules`: rules that must
-# fire; `loud_ok`: rules beside them that may fire at warn or error (any other is a false diagnosis);
+# What an expert would say of each program. `exit`: the run's classification; `code`: its exit code;
+# `rules`: rules that must fire; `loud_ok`: rules beside them that may fire at warn or error (any other is
+# a false diagnosis);
 # `facts`: an OOM story's facts (oom.*) and the values they must have (a tuple: any of them); `say`:
 # patterns its story (message and details, of the rule named first in `rules`) must hold; `never`:
 # remedies that must not be given (patterns no diagnosis's advice may hold); `never_said`: patterns no
-# diagnosis's title, message or details may hold.
+# diagnosis's title, message or details may hold; `stopped`: whether gpudoc ended it (--stop-on);
+# `no_error`: no diagnosis at error; `advice`: patterns the story's advice must hold; `same_as_bare`: its
+# result (last JSON line) is the bare run's; `why`: what an expert says, printed above its lines.
+EXPECT_KEYS = {"exit", "code", "stopped", "rules", "loud_ok", "no_error", "facts", "say", "advice", "never",
+               "never_said", "same_as_bare", "why"}
 TRAINING_ONLY = r"inference_mode|no_grad"  # a forward that a backward follows: neither is a remedy
 RECOMPUTE = r"checkpointing|utils\.checkpoint"  # activation checkpointing (not a checkpoint file)
 EXPECT = {
@@ -446,9 +451,13 @@ def texts(d, keys):
     return out
 
 
-def judge(name, report, stdout=None, bare=None):
-    """(ok, what) for each expectation of program `name` against its report."""
-    want = EXPECT[name]
+def judge(name, report, stdout=None, bare=None, expect=None):
+    """(ok, what) for each expectation of program `name` (in `expect`, EXPECT by default) against its
+    report."""
+    want = (EXPECT if expect is None else expect)[name]
+    unknown = sorted(set(want) - EXPECT_KEYS)
+    if unknown:  # a misspelt key would check nothing
+        raise ValueError(f"{name}: unknown expectation key(s) {', '.join(unknown)}")
     diags = report.get("diagnoses") or []
     fired = {d["rule"] for d in diags}
     loud = {d["rule"] for d in diags if d["severity"] in ("warn", "error")}
@@ -495,11 +504,13 @@ def judge(name, report, stdout=None, bare=None):
     return out
 
 
-def check(folder):
-    """Prints an ok or BAD line per expectation of each program recorded in `folder`, then the count;
-    exits 1 if any is BAD or missing."""
+def check(folder, expect=None):
+    """Prints an ok or BAD line per expectation of each program of `expect` (EXPECT by default: another
+    set's table, such as judgement2.py's) recorded in `folder`, then the count; exits 1 if any is BAD or
+    missing."""
+    expect = EXPECT if expect is None else expect
     n_ok = n_bad = 0
-    for name in EXPECT:
+    for name in expect:
         path = os.path.join(folder, name + ".report.json")
         if not os.path.exists(path):
             print(f"BAD {name}: no report")
@@ -508,8 +519,8 @@ def check(folder):
         report = json.load(open(path))
         stdout = last_json(os.path.join(folder, name + ".stdout"))
         bare = last_json(os.path.join(folder, name + ".bare.stdout"))
-        print(f"--- {name}: {EXPECT[name]['why']}")
-        for ok, what in judge(name, report, stdout, bare):
+        print(f"--- {name}: {expect[name]['why']}")
+        for ok, what in judge(name, report, stdout, bare, expect):
             print(f"{'ok ' if ok else 'BAD'} {name}: {what}")
             n_ok += ok
             n_bad += not ok
@@ -523,10 +534,16 @@ def check(folder):
     return 1 if n_bad else 0
 
 
+def main(argv, programs, expect):
+    """`check DIR` (the verdicts in DIR against `expect`) or `NAME` (run one of `programs`, then print one
+    JSON line: what it did)."""
+    if argv[1] == "check":
+        sys.exit(check(argv[2], expect))
+    if argv[1] not in programs:
+        sys.exit("unknown program " + argv[1])
+    result = programs[argv[1]]()
+    print(json.dumps({"what": argv[1], **result}), flush=True)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "check":
-        sys.exit(check(sys.argv[2]))
-    if sys.argv[1] not in PROGRAMS:
-        sys.exit("unknown program " + sys.argv[1])
-    result = PROGRAMS[sys.argv[1]]()
-    print(json.dumps({"what": sys.argv[1], **result}), flush=True)
+    main(sys.argv, PROGRAMS, EXPECT)

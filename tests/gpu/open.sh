@@ -7,12 +7,13 @@
 #   bash tests/gpu/open.sh frameworks_cost.sh:"8 tensorflow"   # owed where TensorFlow is on the device: the tf.function counter's cost on a custom loop (none had TF at stop 54)
 #   bash tests/gpu/open.sh others_arrived.sh    # any of tests/gpu/*.sh, with its arguments after a colon
 #   bash tests/gpu/open.sh judgement.sh         # the held-out judgement (tests/gpu/judgement.py): ten programs, what an expert says of each
+#   bash tests/gpu/open.sh judgement2.sh        # its second set (tests/gpu/judgement2.py): nine more programs, judged by the same checker
 # Expects what each script expects (.device/gpudoc; .whl/ for notebook.sh: see its header).
 set -u
 start=$SECONDS
 budget=${OPEN_BUDGET_S:-570}
 # name:args (or name alone) and its limit in seconds (a script past its limit is ended and said TIMED OUT).
-declare -A limit=([judgement.sh]=420 [fit.sh:frag]=150 [fit.sh]=330 [where.sh]=220 [notebook.sh]=220 [others_arrived.sh]=150 [forecast.sh]=200 [eval_clock.sh:5]=330 [shim_round3.sh]=300 [record_phases.sh:verdicts]=200 [cost_round3.sh:3]=240 [cost_round3.sh:4]=480 [cost_round3.sh:5]=570 [frameworks.sh]=240 [frameworks_cost.sh]=200)
+declare -A limit=([judgement.sh]=420 [judgement2.sh]=330 [fit.sh:frag]=150 [fit.sh]=330 [where.sh]=220 [notebook.sh]=220 [others_arrived.sh]=150 [forecast.sh]=200 [eval_clock.sh:5]=330 [shim_round3.sh]=300 [record_phases.sh:verdicts]=200 [cost_round3.sh:3]=240 [cost_round3.sh:4]=480 [cost_round3.sh:5]=570 [frameworks.sh]=240 [frameworks_cost.sh]=200)
 (($#)) || set -- "record_phases.sh:verdicts" "frameworks.sh"
 summary=()
 for item in "$@"; do
