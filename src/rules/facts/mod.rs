@@ -331,6 +331,7 @@ impl Facts {
                 steady_reserved_bytes: Some(0),
                 steady_peak_reserved_bytes: Some(0),
                 phase_peak_reserved_bytes: Some(0),
+                eval_grad: Some(false),
                 non_pytorch_bytes: Some(0),
                 phase_steps: vec![25, 50],
                 leak_sites: vec!["allocated at a.py:1".into(), "allocated at b.py:2".into()],

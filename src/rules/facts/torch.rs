@@ -91,6 +91,10 @@ pub struct TorchFacts {
     /// the most steps one phase record covers (1: each is placed at its step; more: the shim recorded every
     /// Nth step)
     pub phase_span_steps: i64,
+    /// its evaluation ran under grad: the first call of the model after an eval() that followed optimizer
+    /// steps (the call the shim measured) saved tensors for a backward; false where it saved none (under
+    /// torch.no_grad() or torch.inference_mode()); null where no evaluation call was measured
+    pub eval_grad: Option<bool>,
     /// a leak hunt recorded this process's memory history
     pub hunted: bool,
     /// where the memory that stayed alive in the hunt's window was allocated, in words (or why the hunt
@@ -202,6 +206,11 @@ pub(super) fn torch_facts(
             .unwrap_or_default(),
         phase_period_steps: phases.as_ref().map_or(0, |p| p.period),
         phase_span_steps: phases.as_ref().map_or(0, |p| p.span),
+        eval_grad: t
+            .inside
+            .iter()
+            .find(|w| w.phase.as_deref() == Some("evaluation") && w.error.is_none())
+            .map(|w| w.parts.activations > 0 || w.saved_hooked > 0),
         hunted: hunt.is_some(),
         leak_sites: hunt.map(leak_sites).unwrap_or_default(),
         leak_holders: hunt.map(leak_holders).unwrap_or_default(),
