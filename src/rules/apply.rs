@@ -167,10 +167,15 @@ pub(super) fn about(facts: &Facts, scope: Scope, i: usize) -> (Option<GpuRef>, O
 /// again still says what was told while it ran. A diagnosis that is part of another's story is kept in
 /// that one's `parts` ([`story`]).
 pub fn diagnose(report: &mut crate::report::Report, rules: &RuleSet) {
-    // The OOM's explanation first: the rules read it as `oom.explanation`.
+    // The OOM's explanation and the look's reasons first: the rules read them as `oom.explanation` and
+    // `process.reason`.
     let unworded = super::words::word(report, rules.words.as_deref());
+    let unreasoned = report
+        .moment
+        .as_mut()
+        .and_then(|m| super::words::reasons(&mut m.holders, rules.reasons.as_deref()));
     let (mut found, mut failed) = rules.evaluate(&Facts::of(report));
-    failed.extend(unworded);
+    failed.extend(unworded.into_iter().chain(unreasoned));
     let known: HashMap<(&str, &str), f64> = report
         .diagnoses
         .iter()

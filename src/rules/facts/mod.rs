@@ -40,6 +40,7 @@ fact_types! {
     Vec<String> => "list(string)",
     Vec<Holder> => "list(holder)",
     Vec<OnGpu> => "list(on_gpu)",
+    Option<crate::orphans::Why> => "why or null",
 }
 
 /// A process holding GPU memory, as a list fact gives it (`gpu.others_list`, `oom.others`,
@@ -292,6 +293,7 @@ impl Facts {
                 user: Some("alice".into()),
                 verdict: Some("orphan".into()),
                 reason: Some("its parent died".into()),
+                why: crate::orphans::Why::examples().pop(),
                 per_gpu: vec![
                     OnGpu {
                         index: 0,
