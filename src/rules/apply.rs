@@ -44,7 +44,8 @@ impl RuleSet {
                     Ok(None) => {}
                     Ok(Some(f)) => {
                         let (gpu, pid) = about(facts, rule.scope, i);
-                        let read = read_values(&all, rule, i);
+                        let mut read = read_values(&all, rule, i);
+                        read.extend(f.kept);
                         out.push(Diagnosis {
                             rule: rule.id.clone(),
                             severity: rule.severity,
@@ -122,7 +123,8 @@ pub(super) fn subject(facts: &Facts, scope: Scope, i: usize) -> String {
     }
 }
 
-/// The facts a rule read, with their values for item `i` of its scope: the numbers behind a diagnosis.
+/// The facts a rule read, with their values for item `i` of its scope: the numbers behind a diagnosis. A
+/// list of the run read whole is left out: what a let made of it is recorded instead ([`super::names`]).
 pub(super) fn read_values(
     all: &serde_json::Value,
     rule: &Rule,
@@ -134,7 +136,7 @@ pub(super) fn read_values(
         .and_then(|var| Some((var, all.get(rule.scope.list())?.get(i)?)));
     rule.reads()
         .iter()
-        .filter(|p| !p.contains("[]"))
+        .filter(|p| !p.contains("[]") && !super::names::whole_list(p))
         .filter_map(|p| {
             let value = match (item, p.split_once('.')) {
                 (Some((var, v)), Some((head, rest))) if head == var => lookup(v, rest),
