@@ -655,6 +655,54 @@ mod tests {
     }
 
     #[test]
+    fn a_frameworks_live_memory_is_named_by_its_noun_and_readings_are_not_steps() {
+        use crate::torch::framework::Framework;
+        const GIB: i64 = 1 << 30;
+        let set = RuleSet::load(None, &[]).unwrap();
+        let said = |fw: Framework| {
+            let mut f = Facts::example();
+            f.run.server = None;
+            let t = &mut f.torch_processes[0];
+            (t.framework, t.noun) = (fw.name().into(), fw.noun().into());
+            (t.counts_steps, t.preallocated) = (fw.counts_steps(), false);
+            (t.steady_reserved_bytes, t.steady_peak_allocated_bytes) = (Some(8 * GIB), GIB);
+            t.allocated_peak_bytes = GIB;
+            let (found, failed) = set.evaluate(&f);
+            assert!(failed.is_empty(), "{failed:?}");
+            found
+                .into_iter()
+                .find(|d| d.rule == "cache-bloat")
+                .unwrap()
+                .message
+        };
+        let live = |fw| {
+            said(fw)
+                .split(" reserved while ")
+                .nth(1)
+                .unwrap()
+                .to_string()
+        };
+        let says = |fw, words: &str| {
+            let s = live(fw);
+            assert!(s.starts_with(words), "{fw:?}: {s}");
+        };
+        says(
+            Framework::Cupy,
+            "live arrays peaked at 1.00 GiB in its readings",
+        );
+        says(
+            Framework::Rmm,
+            "live allocations peaked at 1.00 GiB in its readings",
+        );
+        says(Framework::Torch, "live tensors peaked at 1.00 GiB per step");
+        // TensorFlow's are tensors, as jax-preallocation and step-leak call them.
+        says(
+            Framework::Tensorflow,
+            "live tensors peaked at 1.00 GiB per step",
+        );
+    }
+
+    #[test]
     fn every_rule_file_is_bundled() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/rules");
         let mut files: Vec<String> = std::fs::read_dir(dir)

@@ -273,6 +273,7 @@ impl Facts {
                 host: Some("node-a".into()),
                 server: Some("vllm".into()),
                 framework: Some("JAX".into()),
+                framework_noun: Some("arrays".into()),
                 peak_stretch: Some("steps".into()),
                 peak_since_last_step_s: Some(0.0),
                 growth_bytes: Some(0),
