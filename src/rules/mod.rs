@@ -703,6 +703,22 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_is_a_pid_host_who_and_bytes_and_no_gpu_no_list_gives() {
+        let e = parse(&GOOD.replace(
+            "GPU {gpu.index}",
+            "{gpu.others_list.map(p, p.gpu).join(', ')}",
+        ))
+        .unwrap_err();
+        assert!(
+            e.what.contains("unknown fact `gpu.others_list[].gpu`"),
+            "{e}"
+        );
+        let h = serde_json::to_value(&Facts::example().gpus[0].others_list[0]).unwrap();
+        let fields: Vec<&str> = h.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(fields, ["bytes", "host", "pid", "who"]);
+    }
+
+    #[test]
     fn every_rule_file_is_bundled() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/rules");
         let mut files: Vec<String> = std::fs::read_dir(dir)

@@ -56,8 +56,6 @@ pub struct Holder {
     pub who: Option<String>,
     /// the memory it held
     pub bytes: i64,
-    /// the GPU it held it on, as messages name it; null where its list does not say
-    pub gpu: Option<String>,
 }
 
 /// What a process held on one GPU, as `process.per_gpu` gives it: a record the rules read (`h.index`,
@@ -369,7 +367,6 @@ impl Holder {
             host: Some("node-a".into()),
             who: Some("python train.py".into()),
             bytes: GIB,
-            gpu: Some("GPU 0".into()),
         }
     }
 }
