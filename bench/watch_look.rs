@@ -5,7 +5,7 @@
 //!   cargo bench --bench watch_look
 
 use gpudoc::gpu::GpuInfo;
-use gpudoc::orphans::{Holder, Listing, Verdict};
+use gpudoc::orphans::{Holder, Listing, Verdict, Why, WhyKind};
 use gpudoc::rules::RuleSet;
 use gpudoc::watch::Frame;
 use std::time::{Duration, Instant};
@@ -25,7 +25,19 @@ fn holder(pid: u32) -> Holder {
         } else {
             Verdict::Live
         },
-        reason: "its parent died".into(),
+        reason: String::new(),
+        // Worded at each look, as `gpudoc watch` words a listing's.
+        why: Some(Why {
+            kind: if pid.is_multiple_of(20) {
+                WhyKind::GroupGone
+            } else {
+                WhyKind::InJob
+            },
+            ppid: Some(1),
+            parent: Some("bash".into()),
+            pgid: Some(9),
+            ..Why::default()
+        }),
         gpu_bytes,
         devices: vec!["/dev/nvidia0".into()],
         ppid: Some(1),

@@ -259,6 +259,14 @@ pub const CELL_LEAK_RUNS: Param = int(
     "a notebook cell leaks (`cell-leak`, and the notebook extension's report of it, its `LEAK_RUNS`) when this many of its last runs in a row each grew",
 );
 
+/// XLA's own temporaries and a longer sequence than the run's need room over the peak a run used.
+pub const FRAMEWORK_HEADROOM: Param = int(
+    "framework_headroom_pct",
+    25,
+    Unit::Percent,
+    "the headroom over a preallocating framework's peak in use that the fraction or memory limit `jax-preallocation` says to set leaves (`gpu.framework_fraction`, `gpu.framework_limit_mib`)",
+);
+
 /// Every parameter, in the order docs/rules.md lists them.
 pub const ALL: &[Param] = &[
     OOM_FRAGMENTED_SHARE,
@@ -283,6 +291,7 @@ pub const ALL: &[Param] = &[
     HELD_MIN,
     CELL_GREW,
     CELL_LEAK_RUNS,
+    FRAMEWORK_HEADROOM,
 ];
 
 /// The parameter named `name`.

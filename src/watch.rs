@@ -386,6 +386,7 @@ mod tests {
             pid,
             verdict,
             reason: "its parent died".into(),
+            why: None,
             gpu_bytes,
             devices: vec![],
             ppid: Some(1),
@@ -555,6 +556,74 @@ mod tests {
             p(5)
         );
         assert_eq!(p(5).reason.as_deref(), Some("its parent died"));
+    }
+
+    #[test]
+    fn why_a_leftover_is_one_is_data_for_the_rules_and_words_for_people() {
+        let mut leftover = holder(7, 1000, vec![(0, GIB)], Verdict::Detached);
+        leftover.reason = String::new();
+        leftover.why = Some(crate::orphans::Why {
+            kind: crate::orphans::WhyKind::SessionGone,
+            sid: Some(20),
+            ignores_sighup: true,
+            ..Default::default()
+        });
+        let gpus = vec![GpuLine {
+            index: 0,
+            used_bytes: GIB,
+            total_bytes: 100 * GIB,
+            ..Default::default()
+        }];
+        let f = facts(vec![leftover.clone()], gpus.clone(), 1000);
+        let why = serde_json::to_value(&f.processes[0].why).unwrap();
+        assert_eq!(
+            (&why["kind"], &why["sid"], &why["ignores_sighup"]),
+            (&"session_gone".into(), &20.into(), &true.into())
+        );
+        let reason = "its parent died: it was re-parented to init (pid 1), and the session it was started in (pid 20) is gone; but it ignores SIGHUP (started with nohup, or under `trap '' HUP`): detached on purpose, ended only with --detached";
+        assert_eq!(f.processes[0].reason.as_deref(), Some(reason));
+        // The screen's reason and the rule's message are the same words, a user's where the `--rules`
+        // folder has them.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("words")).unwrap();
+        std::fs::write(
+            dir.path().join("words/process-reason.toml"),
+            "reason = [{ when = \"true\", text = \"{why.kind} since session {why.sid}\" }]\n",
+        )
+        .unwrap();
+        let rules = RuleSet::load(Some(dir.path()), &[]).unwrap().looks();
+        let mut detached = leftover.clone();
+        detached.verdict = Verdict::Orphan;
+        let info = [GpuInfo {
+            index: 0,
+            name: "NVIDIA H200".into(),
+            uuid: "GPU-0".into(),
+            total_bytes: 100 * GIB,
+        }];
+        let frame = Frame::of(
+            Listing {
+                holders: vec![detached],
+                gpu_used: vec![(0, GIB)],
+                ..Default::default()
+            },
+            &info,
+            1000,
+            &rules,
+            &[],
+            0.0,
+        );
+        assert_eq!(frame.processes[0].reason, "session_gone since session 20");
+        let d = frame
+            .diagnoses
+            .iter()
+            .find(|d| d.rule == "leftover-holder")
+            .unwrap();
+        assert!(
+            d.message
+                .contains("is an orphan: session_gone since session 20; it holds"),
+            "{}",
+            d.message
+        );
     }
 
     #[test]

@@ -23,7 +23,11 @@ pub struct Output<'a> {
 }
 
 pub fn run(s: OrphansSettings) -> Result<ExitCode, Failure> {
-    let listing = orphans::list(&s.nvml_lib, &s.dev_prefix, &recorded(&s));
+    let mut listing = orphans::list(&s.nvml_lib, &s.dev_prefix, &recorded(&s));
+    // Why each is judged so, in the words the `leftover-holder` rule quotes too.
+    if let Some(e) = crate::rules::words::reasons(&mut listing.holders, None) {
+        crate::sayln!("gpudoc: {e}");
+    }
     let json_on_stdout = s.json == Some(Target::Stdout);
     // The table goes to stdout, unless the JSON does.
     let emit = |text: &str| -> Result<(), Failure> {

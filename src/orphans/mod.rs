@@ -81,8 +81,12 @@ pub enum Verdict {
 pub struct Holder {
     pub pid: u32,
     pub verdict: Verdict,
-    /// Why, in one line.
+    /// Why, in one line: `why` in the words of `rules/words/process-reason.toml`, said by whoever shows
+    /// the holder (empty until then).
     pub reason: String,
+    /// Why, as data: the kind of reason and its figures (none in what was saved before it was kept).
+    #[serde(default)]
+    pub why: Option<Why>,
     /// GPU memory per GPU index, from NVML.
     pub gpu_bytes: Vec<(u32, u64)>,
     /// NVIDIA device files it has open.
@@ -329,6 +333,7 @@ fn judged(
         pid,
         verdict: Verdict::Ghost,
         reason: String::new(),
+        why: Some(Why::default()),
         gpu_bytes,
         devices,
         ppid: None,
@@ -347,10 +352,6 @@ fn judged(
     let proc_ = Process::new(pid as i32).ok();
     let stat = proc_.as_ref().and_then(|p| p.stat().ok());
     let Some(stat) = stat else {
-        h.reason = "NVML lists this PID but /proc does not have it: a process in another PID namespace (a \
-                    container) or memory the driver still holds for a dead process; gpudoc cannot signal \
-                    it (look on the host, or ask an administrator)"
-            .into();
         return h;
     };
     let p = proc_.unwrap();
@@ -371,7 +372,8 @@ fn judged(
         .map(LeftBy::of);
     h.left_by = left_by.as_ref().map(|l| l.run.clone());
     let parent_comm = h.parent_cmd.clone().unwrap_or_default();
-    (h.verdict, h.reason) = judge(&lineage(&stat, parent_comm, left_by));
+    let (verdict, why) = judge(&lineage(&stat, parent_comm, left_by));
+    (h.verdict, h.why) = (verdict, Some(why));
     h
 }
 
@@ -476,6 +478,121 @@ impl LeftBy {
     }
 }
 
+/// Why a process is judged as it is: the kind of reason and its figures. The words are the rules
+/// layer's (`rules/words/process-reason.toml`), which `gpudoc orphans`, `gpudoc watch` and the
+/// `leftover-holder` rule say them in; rules read it as `process.why`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Why {
+    pub kind: WhyKind,
+    /// The `gpudoc run` that left it running (`` `gpudoc run CMD`, which ended at TIME (AGO ago) ``), where
+    /// one recorded it.
+    pub left_by: Option<String>,
+    /// Its parent's PID, and its parent's command.
+    pub ppid: Option<u32>,
+    pub parent: Option<String>,
+    /// The leaders of its process group (its job) and of its session (the shell it was started from).
+    pub pgid: Option<u32>,
+    pub sid: Option<u32>,
+    /// Its own command (`comm`).
+    pub comm: Option<String>,
+    /// The command of this PID namespace's PID 1.
+    pub init: Option<String>,
+    /// It would be an orphan, but ignores SIGHUP itself (not as the run that left it did): detached on
+    /// purpose, its verdict `detached`.
+    pub ignores_sighup: bool,
+    /// Its main thread has exited while `threads` other threads run on: it reads as a zombie in /proc,
+    /// and is not one.
+    pub main_thread_exited: bool,
+    pub threads: u32,
+}
+
+/// The kinds of [`Why`].
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WhyKind {
+    /// A `gpudoc run` recorded it left it running (`left_by`).
+    LeftByRun,
+    /// Every thread of it has exited; its parent (`ppid`) has not reaped it.
+    Exited,
+    /// A system service (`comm`) that holds the devices by design.
+    Service,
+    /// Re-parented to init, and its job's leader (process group `pgid`) is gone.
+    GroupGone,
+    /// Re-parented to init, and the session it was started in (`sid`) is gone.
+    SessionGone,
+    /// A child of PID 1 (`init`) that nothing shows was re-parented: PID 1 may have started it.
+    UnderInit,
+    /// Its job's leader (`pgid`) is gone, and a subreaper (`ppid`, `parent`) adopted it.
+    Adopted,
+    /// Its job's leader (`pgid`) is gone, but its parent (`ppid`, `parent`) is alive.
+    ParentAlive,
+    /// Part of a running job: its parent (`ppid`, `parent`) is alive.
+    InJob,
+    /// NVML lists its PID but /proc does not have it: a process in another PID namespace (a container),
+    /// or memory the driver still holds for a dead process.
+    #[default]
+    NotInProc,
+}
+
+impl Why {
+    /// One of every kind and figure, each modifier on and off: what the words are checked on.
+    pub fn examples() -> Vec<Why> {
+        let kinds = [
+            WhyKind::LeftByRun,
+            WhyKind::Exited,
+            WhyKind::Service,
+            WhyKind::GroupGone,
+            WhyKind::SessionGone,
+            WhyKind::UnderInit,
+            WhyKind::Adopted,
+            WhyKind::ParentAlive,
+            WhyKind::InJob,
+            WhyKind::NotInProc,
+        ];
+        let mut out = Vec::new();
+        for kind in kinds {
+            for (ignores_sighup, main_thread_exited) in
+                [(false, false), (true, false), (false, true), (true, true)]
+            {
+                out.push(Why {
+                    kind,
+                    left_by: Some(
+                        "`gpudoc run python train.py`, which ended at 2026-01-02T03:04:05Z (5m ago)"
+                            .into(),
+                    ),
+                    ppid: Some(700),
+                    parent: Some("systemd".into()),
+                    pgid: Some(33),
+                    sid: Some(20),
+                    comm: Some("nvidia-persistenced".into()),
+                    init: Some("tini".into()),
+                    ignores_sighup,
+                    main_thread_exited,
+                    threads: u32::from(main_thread_exited) * 2,
+                });
+            }
+        }
+        out
+    }
+
+    /// A reason of `kind`, with what [`judge`] read of the process as its figures.
+    fn of(kind: WhyKind, l: &Lineage) -> Why {
+        Why {
+            kind,
+            left_by: l.left_by.as_ref().map(|r| r.run.clone()),
+            ppid: Some(l.ppid),
+            parent: Some(printable(&l.parent_comm).into_owned()),
+            pgid: Some(l.pgid),
+            sid: Some(l.sid),
+            comm: Some(printable(&l.comm).into_owned()),
+            init: Some(printable(&l.init_comm).into_owned()),
+            ..Why::default()
+        }
+    }
+}
+
 /// The verdict and why. An orphan is a process whose parent died: one that sits under PID 1 (or a
 /// subreaper) only counts as one when something shows it was re-parented: the leader of its process group
 /// (the job it was started as) or of its session (the shell it was started from) is gone. A child that
@@ -484,23 +601,22 @@ impl LeftBy {
 ///
 /// A process that would be an orphan but ignores SIGHUP was detached on purpose (`nohup python train.py &`
 /// and log out): it is listed, and ended only when asked by name (`--detached`).
-pub fn judge(l: &Lineage) -> (Verdict, String) {
-    let (mut verdict, mut reason) = match &l.left_by {
-        Some(left) if !is_zombie(l) => (Verdict::Orphan, format!("left running by {}", left.run)),
+pub fn judge(l: &Lineage) -> (Verdict, Why) {
+    let (mut verdict, kind) = match &l.left_by {
+        Some(_) if !is_zombie(l) => (Verdict::Orphan, WhyKind::LeftByRun),
         _ => judge_lineage(l),
     };
+    let mut why = Why::of(kind, l);
     let hup_its_own = !l.left_by.as_ref().is_some_and(|r| r.hup_inherited);
     if verdict == Verdict::Orphan && l.ignores_hup && hup_its_own {
         verdict = Verdict::Detached;
-        reason = format!(
-            "{reason}; but it ignores SIGHUP (started with nohup, or under `trap '' HUP`): detached on purpose, ended only with --detached"
-        );
+        why.ignores_sighup = true;
     }
     if matches!(l.state, 'Z' | 'X' | 'x') && verdict != Verdict::Zombie {
-        let threads = l.other_threads;
-        reason = format!("{reason}; its main thread has exited, {threads} other thread(s) run on");
+        why.main_thread_exited = true;
+        why.threads = l.other_threads as u32;
     }
-    (verdict, reason)
+    (verdict, why)
 }
 
 /// Every thread of it has exited.
@@ -508,74 +624,24 @@ fn is_zombie(l: &Lineage) -> bool {
     matches!(l.state, 'Z' | 'X' | 'x') && l.other_threads == 0
 }
 
-fn judge_lineage(l: &Lineage) -> (Verdict, String) {
+fn judge_lineage(l: &Lineage) -> (Verdict, WhyKind) {
     if is_zombie(l) {
-        return (
-            Verdict::Zombie,
-            format!(
-                "exited; the driver frees its memory once its parent (pid {}) reaps it: end or fix the parent",
-                l.ppid
-            ),
-        );
+        return (Verdict::Zombie, WhyKind::Exited);
     }
     if SERVICES.iter().any(|s| l.comm.starts_with(s)) {
-        return (
-            Verdict::Service,
-            format!("{} holds the devices by design", printable(&l.comm)),
-        );
+        return (Verdict::Service, WhyKind::Service);
     }
     let group_gone = l.pgid != 0 && l.pgid != l.pid && !l.pgid_alive;
     let session_gone = l.sid != 0 && l.sid != l.pid && !l.sid_alive;
     let under_init = l.ppid <= 1;
     let under_subreaper = SUBREAPERS.contains(&l.parent_comm.as_str());
     match (group_gone, session_gone, under_init) {
-        (true, _, true) => (
-            Verdict::Orphan,
-            format!(
-                "its parent died: it was re-parented to init (pid 1), and its job's leader (process group {}) is gone",
-                l.pgid
-            ),
-        ),
-        (false, true, true) => (
-            Verdict::Orphan,
-            format!(
-                "its parent died: it was re-parented to init (pid 1), and the session it was started in (pid {}) is gone",
-                l.sid
-            ),
-        ),
-        (false, false, true) => (
-            Verdict::Live,
-            format!(
-                "a child of PID 1 ({}) that nothing shows was re-parented (PID 1 may have started it: a container's entrypoint, a service): not judged a leftover",
-                printable(&l.init_comm)
-            ),
-        ),
-        (true, _, false) if under_subreaper => (
-            Verdict::Orphan,
-            format!(
-                "its job's leader (process group {}) is gone; now a child of pid {} ({}), which adopts orphans",
-                l.pgid,
-                l.ppid,
-                printable(&l.parent_comm)
-            ),
-        ),
-        (true, _, false) => (
-            Verdict::Live,
-            format!(
-                "its job's leader (process group {}) is gone, but its parent pid {} ({}) is alive: not judged a leftover",
-                l.pgid,
-                l.ppid,
-                printable(&l.parent_comm)
-            ),
-        ),
-        (false, _, false) => (
-            Verdict::Live,
-            format!(
-                "part of a running job: parent pid {} ({})",
-                l.ppid,
-                printable(&l.parent_comm)
-            ),
-        ),
+        (true, _, true) => (Verdict::Orphan, WhyKind::GroupGone),
+        (false, true, true) => (Verdict::Orphan, WhyKind::SessionGone),
+        (false, false, true) => (Verdict::Live, WhyKind::UnderInit),
+        (true, _, false) if under_subreaper => (Verdict::Orphan, WhyKind::Adopted),
+        (true, _, false) => (Verdict::Live, WhyKind::ParentAlive),
+        (false, _, false) => (Verdict::Live, WhyKind::InJob),
     }
 }
 
@@ -645,11 +711,12 @@ mod tests {
     fn a_process_whose_job_or_shell_died_is_an_orphan() {
         // A DataLoader worker whose main process was killed: its group's leader is gone.
         let (v, why) = judge(&under_init(33, 20, false, true));
-        assert_eq!(v, Verdict::Orphan, "{why}");
-        assert!(why.contains("process group 33"), "{why}");
+        assert_eq!(v, Verdict::Orphan, "{why:?}");
+        assert_eq!((why.kind, why.pgid), (WhyKind::GroupGone, Some(33)));
         // `nohup python train.py &` from a shell that has exited: its own group, the session gone.
         let (v, why) = judge(&under_init(40, 20, true, false));
-        assert_eq!(v, Verdict::Orphan, "{why}");
+        assert_eq!(v, Verdict::Orphan, "{why:?}");
+        assert_eq!((why.kind, why.sid), (WhyKind::SessionGone, Some(20)));
         // Re-parented to a subreaper rather than init.
         let mut l = under_init(33, 20, false, true);
         l.ppid = 700;
@@ -665,11 +732,8 @@ mod tests {
         let mut l = under_init(40, 20, true, false);
         l.ignores_hup = true;
         let (v, why) = judge(&l);
-        assert_eq!(v, Verdict::Detached, "{why}");
-        assert!(
-            why.contains("ignores SIGHUP") && why.contains("--detached"),
-            "{why}"
-        );
+        assert_eq!(v, Verdict::Detached, "{why:?}");
+        assert_eq!((why.kind, why.ignores_sighup), (WhyKind::SessionGone, true));
         // Under a living parent it is someone's job, whatever it ignores.
         l.ppid = 700;
         assert_eq!(judge(&l).0, Verdict::Live);
@@ -683,8 +747,11 @@ mod tests {
         l.ppid = 700;
         l.parent_comm = "bash".into();
         let (v, why) = judge(&l);
-        assert_eq!(v, Verdict::Live, "{why}");
-        assert!(why.contains("parent pid 700 (bash) is alive"), "{why}");
+        assert_eq!(v, Verdict::Live, "{why:?}");
+        assert_eq!(
+            (why.kind, why.ppid, why.parent.as_deref()),
+            (WhyKind::ParentAlive, Some(700), Some("bash"))
+        );
     }
 
     #[test]
@@ -695,10 +762,10 @@ mod tests {
         // Its main thread exited (pthread_exit in main), two threads run on: it is not dead.
         l.other_threads = 2;
         let (v, why) = judge(&l);
-        assert_eq!(v, Verdict::Orphan, "{why}");
-        assert!(
-            why.ends_with("its main thread has exited, 2 other thread(s) run on"),
-            "{why}"
+        assert_eq!(v, Verdict::Orphan, "{why:?}");
+        assert_eq!(
+            (why.kind, why.main_thread_exited, why.threads),
+            (WhyKind::GroupGone, true, 2)
         );
         let mut l = under_init(33, 20, false, false);
         l.comm = "nvidia-persistenced".into();

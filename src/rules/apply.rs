@@ -44,7 +44,8 @@ impl RuleSet {
                     Ok(None) => {}
                     Ok(Some(f)) => {
                         let (gpu, pid) = about(facts, rule.scope, i);
-                        let read = read_values(&all, rule, i);
+                        let mut read = read_values(&all, rule, i);
+                        read.extend(f.kept);
                         out.push(Diagnosis {
                             rule: rule.id.clone(),
                             severity: rule.severity,
@@ -122,7 +123,8 @@ pub(super) fn subject(facts: &Facts, scope: Scope, i: usize) -> String {
     }
 }
 
-/// The facts a rule read, with their values for item `i` of its scope: the numbers behind a diagnosis.
+/// The facts a rule read, with their values for item `i` of its scope: the numbers behind a diagnosis. A
+/// list of the run read whole is left out: what a let made of it is recorded instead ([`super::names`]).
 pub(super) fn read_values(
     all: &serde_json::Value,
     rule: &Rule,
@@ -134,7 +136,7 @@ pub(super) fn read_values(
         .and_then(|var| Some((var, all.get(rule.scope.list())?.get(i)?)));
     rule.reads()
         .iter()
-        .filter(|p| !p.contains("[]"))
+        .filter(|p| !p.contains("[]") && !super::names::whole_list(p))
         .filter_map(|p| {
             let value = match (item, p.split_once('.')) {
                 (Some((var, v)), Some((head, rest))) if head == var => lookup(v, rest),
@@ -167,10 +169,15 @@ pub(super) fn about(facts: &Facts, scope: Scope, i: usize) -> (Option<GpuRef>, O
 /// again still says what was told while it ran. A diagnosis that is part of another's story is kept in
 /// that one's `parts` ([`story`]).
 pub fn diagnose(report: &mut crate::report::Report, rules: &RuleSet) {
-    // The OOM's explanation first: the rules read it as `oom.explanation`.
+    // The OOM's explanation and the look's reasons first: the rules read them as `oom.explanation` and
+    // `process.reason`.
     let unworded = super::words::word(report, rules.words.as_deref());
+    let unreasoned = report
+        .moment
+        .as_mut()
+        .and_then(|m| super::words::reasons(&mut m.holders, rules.reasons.as_deref()));
     let (mut found, mut failed) = rules.evaluate(&Facts::of(report));
-    failed.extend(unworded);
+    failed.extend(unworded.into_iter().chain(unreasoned));
     let known: HashMap<(&str, &str), f64> = report
         .diagnoses
         .iter()

@@ -314,6 +314,36 @@ pub(super) fn example_variables(scope: Scope) -> serde_json::Value {
     v
 }
 
+/// A CEL value as JSON, as a diagnosis records it (`facts`): what a template would print of a value JSON
+/// has no type for.
+pub(super) fn to_json(value: &Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        Value::Null => J::Null,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Int(i) => J::from(*i),
+        Value::UInt(u) => J::from(*u),
+        Value::Float(f) => J::from(*f),
+        Value::String(s) => J::from(s.as_str()),
+        Value::List(l) => J::Array(l.iter().map(to_json).collect()),
+        Value::Map(m) => J::Object(
+            m.map
+                .iter()
+                .map(|(k, v)| {
+                    let k = match k {
+                        cel::objects::Key::String(s) => s.to_string(),
+                        cel::objects::Key::Int(i) => i.to_string(),
+                        cel::objects::Key::Uint(u) => u.to_string(),
+                        cel::objects::Key::Bool(b) => b.to_string(),
+                    };
+                    (k, to_json(v))
+                })
+                .collect(),
+        ),
+        other => J::from(render(other)),
+    }
+}
+
 /// How a template prints a value: an absent one as `unknown`, a list joined with commas.
 pub(super) fn render(value: &Value) -> String {
     match value {

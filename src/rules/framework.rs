@@ -2,23 +2,27 @@
 //! process's numbers are (`torch.framework`), whether it took its pool whole at its start
 //! (`torch.preallocated`), and per GPU what a preallocating framework (JAX, TensorFlow) reserved there
 //! against what its arrays really used, with the fraction or limit to set instead (`gpu.framework*`, read
-//! by `jax-preallocation`).
+//! by `jax-preallocation`), and what each framework's live memory is called (`torch.noun`,
+//! `gpu.framework_noun`: `torch::framework::Framework::noun`, the one owner of these words).
 
 use crate::report::{GpuReport, Report};
 use crate::torch::view::TorchProcReport;
 
-/// Headroom over the peak in use that the fraction to set leaves (XLA's own temporaries, a longer
-/// sequence than the run's): 25%.
-const HEADROOM: f64 = 1.25;
+/// What the fraction or limit to set leaves over the peak in use: `param.framework_headroom_pct`.
+fn headroom() -> f64 {
+    1.0 + crate::params::FRAMEWORK_HEADROOM.float() / 100.0
+}
 
 /// What a preallocating framework held on one GPU (`gpu.framework*`): the largest such process there.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OnGpu {
     /// The framework's name (`JAX`), none when no preallocating framework's view is on the GPU.
     pub name: Option<String>,
+    /// What its live memory is made of (`arrays`), none likewise.
+    pub noun: Option<String>,
     pub reserved_bytes: i64,
     pub used_peak_bytes: i64,
-    /// `XLA_PYTHON_CLIENT_MEM_FRACTION` that holds the peak in use with 25% headroom, rounded up to
+    /// `XLA_PYTHON_CLIENT_MEM_FRACTION` that holds the peak in use with the headroom, rounded up to
     /// 0.05; 0 when unknown.
     pub fraction: f64,
     /// The memory limit in MiB that holds the peak in use with the same headroom, rounded up to a GiB
@@ -42,6 +46,7 @@ pub fn on_gpu(r: &Report, g: &GpuReport) -> OnGpu {
     let held = p.peak_reserved_bytes.or(p.nvml_peak_bytes).unwrap_or(0);
     OnGpu {
         name: Some(p.framework.name().to_string()),
+        noun: Some(p.framework.noun().to_string()),
         reserved_bytes: held as i64,
         used_peak_bytes: p.peak_allocated_bytes as i64,
         fraction: fraction_to_set(p.peak_allocated_bytes, g.total_bytes),
@@ -51,7 +56,7 @@ pub fn on_gpu(r: &Report, g: &GpuReport) -> OnGpu {
 
 /// The memory limit in MiB that holds `peak` with the headroom, rounded up to a GiB.
 pub fn limit_to_set(peak: u64) -> i64 {
-    let gib = (peak as f64 * HEADROOM / (1u64 << 30) as f64)
+    let gib = (peak as f64 * headroom() / (1u64 << 30) as f64)
         .ceil()
         .max(1.0);
     gib as i64 * 1024
@@ -63,13 +68,18 @@ pub fn fraction_to_set(peak: u64, total: u64) -> f64 {
     if total == 0 {
         return 0.0;
     }
-    let need = peak as f64 * HEADROOM / total as f64;
+    let need = peak as f64 * headroom() / total as f64;
     ((need * 20.0).ceil() / 20.0).clamp(0.05, 0.95)
 }
 
 /// `torch.framework`: the name of the framework whose allocator a process's numbers are.
 pub fn name(t: &TorchProcReport) -> String {
     t.framework.name().to_string()
+}
+
+/// `torch.noun`: what that framework's live memory is made of, as messages name it.
+pub fn noun(t: &TorchProcReport) -> String {
+    t.framework.noun().to_string()
 }
 
 #[cfg(test)]

@@ -90,12 +90,14 @@ impl std::fmt::Display for RuleError {
 
 impl std::error::Error for RuleError {}
 
-/// The rules in force, and the words of an OOM's cause they read (`oom.explanation`): a user's
-/// (`words/oom-cause.toml` in the `--rules` folder) or the bundled ones (`None`).
+/// The rules in force, and the words they read: of an OOM's cause (`oom.explanation`) and of why a process
+/// is judged as it is (`process.reason`): a user's (`words/oom-cause.toml`, `words/process-reason.toml`
+/// in the `--rules` folder) or the bundled ones (`None`).
 pub struct RuleSet {
     pub rules: Vec<Rule>,
     pub(super) env: Arc<Env>,
     pub(super) words: Option<Arc<words::Words>>,
+    pub(super) reasons: Option<Arc<words::Words>>,
 }
 
 impl std::fmt::Debug for RuleSet {
@@ -138,16 +140,17 @@ fn check_disabled(ids: &[&str], disabled: &[String]) -> Result<(), RuleError> {
 
 impl RuleSet {
     /// The bundled rules, those of `dir` on top (a rule with the same id replaces the bundled one), less
-    /// the disabled ones (each must name a rule); the words of an OOM's cause of `dir`'s
-    /// `words/oom-cause.toml` where it has one, else the bundled words.
+    /// the disabled ones (each must name a rule); the words of `dir`'s `words/oom-cause.toml` and
+    /// `words/process-reason.toml` where it has them, else the bundled words.
     pub fn load(dir: Option<&Path>, disabled: &[String]) -> Result<RuleSet, RuleError> {
         let mut rules: Vec<Rule> = Vec::new();
         for (name, text) in bundled::RULES {
             rules.push(Rule::parse_trusted(text, &format!("bundled:{name}"))?);
         }
-        let mut words = None;
+        let (mut words, mut reasons) = (None, None);
         if let Some(dir) = dir {
-            words = words::Words::of_dir(dir)?.map(Arc::new);
+            words = words::Words::of_dir(&words::OOM_CAUSE, dir)?.map(Arc::new);
+            reasons = words::Words::of_dir(&words::PROCESS_REASON, dir)?.map(Arc::new);
             let io = |what: String| RuleError {
                 file: dir.display().to_string(),
                 line: 0,
@@ -179,6 +182,7 @@ impl RuleSet {
             rules,
             env: env(),
             words,
+            reasons,
         })
     }
 
@@ -198,6 +202,7 @@ impl RuleSet {
             rules: self.rules.into_iter().filter(|r| r.look).collect(),
             env: self.env,
             words: self.words,
+            reasons: self.reasons,
         }
     }
 }
@@ -299,6 +304,7 @@ mod tests {
             rules: vec![rule],
             env: env(),
             words: None,
+            reasons: None,
         };
         let (found, failed) = set.evaluate(&Facts::default());
         assert!(found.is_empty());
@@ -316,6 +322,7 @@ mod tests {
             rules: vec![Rule::parse(text, "g.toml").unwrap()],
             env: env(),
             words: None,
+            reasons: None,
         };
         let gpu_of = |oom: facts::OomFacts| {
             let f = Facts {
@@ -353,6 +360,7 @@ mod tests {
                 rules: vec![Rule::parse(&text, "x.toml").unwrap()],
                 env: env(),
                 words: None,
+                reasons: None,
             };
             let (found, failed) = set.evaluate(&f);
             assert!(failed.is_empty(), "{failed:?}");
@@ -594,7 +602,13 @@ mod tests {
 
     #[test]
     fn every_fact_is_documented_and_every_documented_fact_exists() {
-        fn paths(v: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+        /// The facts' paths; a documented fact that is an object is a record (`process.why`), one fact.
+        fn paths(
+            v: &serde_json::Value,
+            prefix: &str,
+            documented: &[String],
+            out: &mut Vec<String>,
+        ) {
             match v {
                 serde_json::Value::Object(o) => {
                     for (k, x) in o {
@@ -603,8 +617,8 @@ mod tests {
                         } else {
                             format!("{prefix}.{k}")
                         };
-                        if x.is_object() {
-                            paths(x, &p, out)
+                        if x.is_object() && !documented.contains(&p) {
+                            paths(x, &p, documented, out)
                         } else {
                             out.push(p)
                         }
@@ -613,19 +627,19 @@ mod tests {
                 _ => out.push(prefix.to_string()),
             }
         }
+        let documented: Vec<String> = facts::documented().into_iter().map(|d| d.0).collect();
         let ex = serde_json::to_value(Facts::example()).unwrap();
         let mut have = Vec::new();
         for (name, alias) in [("run", "run"), ("oom", "oom")] {
-            paths(&ex[name], alias, &mut have);
+            paths(&ex[name], alias, &documented, &mut have);
         }
         for (list, alias) in [
             ("gpus", "gpu"),
             ("processes", "process"),
             ("torch_processes", "torch"),
         ] {
-            paths(&ex[list][0], alias, &mut have);
+            paths(&ex[list][0], alias, &documented, &mut have);
         }
-        let documented: Vec<String> = facts::documented().into_iter().map(|d| d.0).collect();
         for p in &have {
             assert!(
                 documented.contains(p),
@@ -638,6 +652,70 @@ mod tests {
                 "rules/facts/ documents {d}, which rules cannot read"
             );
         }
+    }
+
+    #[test]
+    fn a_frameworks_live_memory_is_named_by_its_noun_and_readings_are_not_steps() {
+        use crate::torch::framework::Framework;
+        const GIB: i64 = 1 << 30;
+        let set = RuleSet::load(None, &[]).unwrap();
+        let said = |fw: Framework| {
+            let mut f = Facts::example();
+            f.run.server = None;
+            let t = &mut f.torch_processes[0];
+            (t.framework, t.noun) = (fw.name().into(), fw.noun().into());
+            (t.counts_steps, t.preallocated) = (fw.counts_steps(), false);
+            (t.steady_reserved_bytes, t.steady_peak_allocated_bytes) = (Some(8 * GIB), GIB);
+            t.allocated_peak_bytes = GIB;
+            let (found, failed) = set.evaluate(&f);
+            assert!(failed.is_empty(), "{failed:?}");
+            found
+                .into_iter()
+                .find(|d| d.rule == "cache-bloat")
+                .unwrap()
+                .message
+        };
+        let live = |fw| {
+            said(fw)
+                .split(" reserved while ")
+                .nth(1)
+                .unwrap()
+                .to_string()
+        };
+        let says = |fw, words: &str| {
+            let s = live(fw);
+            assert!(s.starts_with(words), "{fw:?}: {s}");
+        };
+        says(
+            Framework::Cupy,
+            "live arrays peaked at 1.00 GiB in its readings",
+        );
+        says(
+            Framework::Rmm,
+            "live allocations peaked at 1.00 GiB in its readings",
+        );
+        says(Framework::Torch, "live tensors peaked at 1.00 GiB per step");
+        // TensorFlow's are tensors, as jax-preallocation and step-leak call them.
+        says(
+            Framework::Tensorflow,
+            "live tensors peaked at 1.00 GiB per step",
+        );
+    }
+
+    #[test]
+    fn a_holder_is_a_pid_host_who_and_bytes_and_no_gpu_no_list_gives() {
+        let e = parse(&GOOD.replace(
+            "GPU {gpu.index}",
+            "{gpu.others_list.map(p, p.gpu).join(', ')}",
+        ))
+        .unwrap_err();
+        assert!(
+            e.what.contains("unknown fact `gpu.others_list[].gpu`"),
+            "{e}"
+        );
+        let h = serde_json::to_value(&Facts::example().gpus[0].others_list[0]).unwrap();
+        let fields: Vec<&str> = h.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(fields, ["bytes", "host", "pid", "who"]);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use super::absent::Compiled;
 use super::eval::{
     check_operands, compile, depends_on_values, example_variables, param_entries, param_value,
-    reads,
+    reads, to_json,
 };
 use super::lines::value_line;
 use super::{RuleError, Scope};
@@ -46,7 +46,19 @@ struct Let {
     name: String,
     src: String,
     program: Compiled,
+    /// The facts it reads.
     reads: Vec<String>,
+    /// It reads one of the run's lists whole (`processes`, to pick some): a diagnosis records its value,
+    /// not the list, which is as long as the run has processes.
+    whole: bool,
+}
+
+/// Whether a fact's path is one of the run's lists whole (`gpus`, `processes`, `torch_processes`): a
+/// diagnosis never records it (it is as long as the run), only what a let made of it.
+pub(super) fn whole_list(path: &str) -> bool {
+    [Scope::Gpu, Scope::Process, Scope::Torch]
+        .iter()
+        .any(|s| s.list() == path)
 }
 
 /// A rule's parameters and lets.
@@ -117,11 +129,13 @@ impl Names {
             let mut read = Vec::new();
             reads(program.expression(), &HashMap::new(), &mut read);
             let read = names.expand(read);
+            let whole = read.iter().any(|p| whole_list(p));
             names.lets.push(Let {
                 name,
                 src,
                 program,
                 reads: read,
+                whole,
             });
         }
         Ok(names)
@@ -156,6 +170,17 @@ impl Names {
         ctx: &'b Context<'b, 'v>,
         lenient: bool,
     ) -> Result<Context<'b, 'v>, String> {
+        self.bind_keeping(ctx, lenient, &mut Vec::new())
+    }
+
+    /// [`Names::bind`], with the values of the lets a diagnosis records by value (those that read a list
+    /// of the run whole) put in `kept`, by name.
+    pub(super) fn bind_keeping<'b, 'v>(
+        &self,
+        ctx: &'b Context<'b, 'v>,
+        lenient: bool,
+        kept: &mut Vec<(String, serde_json::Value)>,
+    ) -> Result<Context<'b, 'v>, String> {
         let mut scope = ctx.new_inner_scope();
         if let Some(p) = &self.param_value {
             scope.add_variable_from_value("param", p.clone());
@@ -170,6 +195,9 @@ impl Names {
                 Err(e) if lenient && depends_on_values(&e) => Value::Null,
                 Err(e) => return Err(format!("let {}: {e}", l.name)),
             };
+            if l.whole {
+                kept.push((l.name.clone(), to_json(&v)));
+            }
             scope.add_variable_from_value(l.name.clone(), v);
         }
         Ok(scope)
@@ -205,6 +233,7 @@ mod tests {
             rules: vec![r],
             env: super::super::eval::env(),
             words: None,
+            reasons: None,
         };
         let (found, failed) = set.evaluate(&Facts::example());
         match found.first() {
@@ -226,6 +255,50 @@ mod tests {
         assert_eq!(message, "an H200, false");
         // The diagnosis records the facts behind a let, not its name.
         assert_eq!(facts, ["gpu.name", "gpu.total_bytes"]);
+    }
+
+    #[test]
+    fn a_let_over_every_process_is_recorded_by_its_value_not_the_list() {
+        // 2,000 processes of a large job, two of them DataLoader workers holding a context each.
+        let mut f = Facts::example();
+        let one = f.processes[0].clone();
+        f.processes = (0..2000)
+            .map(|pid| {
+                let mut p = one.clone();
+                p.pid = pid;
+                (p.in_job, p.parent_holds, p.rank) = (true, pid < 2, None);
+                p.per_gpu[0].bytes = 500 << 20;
+                p.peak_bytes = 500 << 20;
+                p
+            })
+            .collect();
+        let set = super::super::RuleSet::load(None, &[]).unwrap();
+        let set = RuleSet {
+            rules: set
+                .rules
+                .into_iter()
+                .filter(|r| r.id == "worker-contexts")
+                .collect(),
+            env: set.env,
+            words: None,
+            reasons: None,
+        };
+        let (found, failed) = set.evaluate(&f);
+        assert!(failed.is_empty(), "{failed:?}");
+        let d = &found[0];
+        assert!(d.message.starts_with("2 process(es)"), "{}", d.message);
+        // What the rule made of the list (its two helpers), not the list it was computed from.
+        let keys: Vec<&str> = d.facts.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["helpers"]);
+        let pids: Vec<_> = d.facts["helpers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["pid"].as_i64().unwrap())
+            .collect();
+        assert_eq!(pids, [0, 1]);
+        let stored = serde_json::to_string(&d.facts).unwrap().len();
+        assert!(stored < 10_000, "{stored} bytes of facts");
     }
 
     #[test]

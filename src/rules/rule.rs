@@ -411,11 +411,12 @@ impl Rule {
 
     /// The message, its detail lines and its mark if the rule fires in `ctx`, `None` if it does not.
     pub(super) fn fire(&self, ctx: &Context) -> Result<Option<Fired>, String> {
-        let scope = self.names.bind(ctx, false)?;
+        let mut kept = Vec::new();
+        let scope = self.names.bind_keeping(ctx, false, &mut kept)?;
         let ctx = &scope;
         match self.condition.execute(ctx) {
             Ok(Value::Bool(false)) => Ok(None),
-            Ok(Value::Bool(true)) => self.say(ctx).map(Some),
+            Ok(Value::Bool(true)) => self.say(ctx).map(|f| Some(Fired { kept, ..f })),
             Ok(other) => Err(format!("gave {other:?}, not true or false")),
             Err(e) => Err(e.to_string()),
         }
@@ -473,6 +474,7 @@ impl Rule {
             advice,
             at_s,
             gpu,
+            kept: Vec::new(),
         })
     }
 }
@@ -498,4 +500,6 @@ pub(super) struct Fired {
     pub(super) at_s: Option<f64>,
     /// The GPU the rule's `gpu` expression named (none where its words name no GPU NVML sees).
     pub(super) gpu: Option<GpuRef>,
+    /// The values of its lets that a diagnosis records by value, by name ([`super::names`]).
+    pub(super) kept: Vec<(String, serde_json::Value)>,
 }

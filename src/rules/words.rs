@@ -1,9 +1,17 @@
-//! The words of an OOM's cause: `rules/words/oom-cause.toml`, templates like a rule's message over what
-//! `oom::cause::cause_of` found (`finding`: its kind and figures, an [`oom::cause::Found`]). They are
-//! filled in as a report is diagnosed, as the report's `oom.explanation`, which the summary says after the
-//! cause and the OOM rules quote; the deciding stays in `oom::cause`, the wording is the file's alone.
+//! gpudoc's words over what its code found, in files a user can read and replace:
+//!
+//! - `rules/words/oom-cause.toml`: an OOM's cause, templates like a rule's message over what
+//!   `oom::cause::cause_of` found (`finding`: its kind and figures, an [`oom::cause::Found`]). They are
+//!   filled in as a report is diagnosed, as the report's `oom.explanation`, which the summary says after
+//!   the cause and the OOM rules quote.
+//! - `rules/words/process-reason.toml`: why a process holding a GPU is judged as it is (`why`: its kind
+//!   and figures, an [`orphans::Why`]), the `reason` of each holder `gpudoc orphans` and `gpudoc watch`
+//!   list, which the `leftover-holder` rule quotes as `process.reason`.
+//!
+//! The deciding stays in `oom::cause` and `orphans::judge`; the wording is the files' alone.
 //!
 //! [`oom::cause::Found`]: crate::oom::cause::Found
+//! [`orphans::Why`]: crate::orphans::Why
 
 use super::RuleError;
 use super::absent::Compiled;
@@ -12,22 +20,63 @@ use super::lines::{line_of, value_line};
 use super::rule::holds;
 use super::template::{Piece, fill, template};
 use crate::oom::cause::Found;
+use crate::orphans::{Holder, Why};
 use cel::Env;
 use serde::Deserialize;
 use std::sync::{Arc, OnceLock};
 
-/// Where the bundled words are, as errors name them.
-pub const FILE: &str = "rules/words/oom-cause.toml";
+/// A words file: where it is, the key of its cases, the name its templates read their value by, and what
+/// joins `after` to the case said.
+pub struct Kind {
+    /// Where the bundled words are, as errors name them.
+    pub file: &'static str,
+    /// Where a user's rules folder (`--rules DIR`) has them: they replace the bundled ones.
+    pub in_dir: &'static str,
+    key: &'static str,
+    var: &'static str,
+    sep: &'static str,
+    bundled: &'static str,
+    /// One of every kind of value the words must say, as JSON.
+    examples: fn() -> Vec<serde_json::Value>,
+}
 
-/// Where a user's rules folder (`--rules DIR`) has its words: they replace the bundled ones.
-pub const IN_DIR: &str = "words/oom-cause.toml";
+/// The words of an OOM's cause.
+pub const OOM_CAUSE: Kind = Kind {
+    file: "rules/words/oom-cause.toml",
+    in_dir: "words/oom-cause.toml",
+    key: "explanation",
+    var: "finding",
+    sep: " ",
+    bundled: include_str!("../../rules/words/oom-cause.toml"),
+    examples: || json_of(Found::examples()),
+};
 
-const BUNDLED: &str = include_str!("../../rules/words/oom-cause.toml");
+/// The words of why a process is judged as it is.
+pub const PROCESS_REASON: Kind = Kind {
+    file: "rules/words/process-reason.toml",
+    in_dir: "words/process-reason.toml",
+    key: "reason",
+    var: "why",
+    sep: "",
+    bundled: include_str!("../../rules/words/process-reason.toml"),
+    examples: || json_of(Why::examples()),
+};
 
+fn json_of<T: serde::Serialize>(v: Vec<T>) -> Vec<serde_json::Value> {
+    v.iter()
+        .map(|x| serde_json::to_value(x).expect("a finding serializes"))
+        .collect()
+}
+
+/// A words file as written: its cases under its kind's key (`explanation` or `reason`; the other is
+/// unknown), and `after`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WordsFile {
-    explanation: Vec<toml::Spanned<Case>>,
+    #[serde(default)]
+    explanation: Option<Vec<toml::Spanned<Case>>>,
+    #[serde(default)]
+    reason: Option<Vec<toml::Spanned<Case>>>,
     #[serde(default)]
     after: Option<toml::Spanned<String>>,
 }
@@ -40,26 +89,44 @@ struct Case {
     text: String,
 }
 
-/// The words of an OOM's cause, compiled.
+/// A words file, compiled.
 pub struct Words {
     cases: Vec<(Compiled, Vec<Piece>)>,
     after: Vec<Piece>,
     env: Arc<Env>,
-    /// The file they were read from, as errors name it.
+    /// The file they were read from, as errors name them.
     file: String,
+    kind: &'static Kind,
 }
 
 impl Words {
     /// A words file's text, compiled; `file` names it in errors.
-    pub fn parse(text: &str, file: &str) -> Result<Words, RuleError> {
+    pub fn parse(kind: &'static Kind, text: &str, file: &str) -> Result<Words, RuleError> {
         let env = env();
-        let f: WordsFile = toml::from_str(text).map_err(|e| RuleError {
+        let err = |line: usize, what: String| RuleError {
             file: file.into(),
-            line: e.span().map_or(1, |s| line_of(text, s.start)),
-            what: e.message().to_string(),
+            line,
+            what,
+        };
+        let f: WordsFile = toml::from_str(text).map_err(|e| {
+            err(
+                e.span().map_or(1, |s| line_of(text, s.start)),
+                e.message().into(),
+            )
         })?;
+        let (mine, other) = match kind.key {
+            "explanation" => (f.explanation, f.reason.map(|_| "reason")),
+            _ => (f.reason, f.explanation.map(|_| "explanation")),
+        };
+        if let Some(other) = other {
+            return Err(err(
+                1,
+                format!("unknown field `{other}`, expected `{}`", kind.key),
+            ));
+        }
+        let mine = mine.ok_or_else(|| err(1, format!("missing field `{}`", kind.key)))?;
         let mut cases = Vec::new();
-        for c in f.explanation {
+        for c in mine {
             let line = value_line(text, c.span());
             let c = c.into_inner();
             cases.push((
@@ -76,19 +143,30 @@ impl Words {
             after,
             env,
             file: file.into(),
+            kind,
         })
     }
 
-    /// The bundled words (`rules/words/oom-cause.toml`), which the tests check.
+    /// The bundled words of an OOM's cause (`rules/words/oom-cause.toml`), which the tests check.
     pub fn bundled() -> &'static Words {
         static WORDS: OnceLock<Words> = OnceLock::new();
-        WORDS.get_or_init(|| Words::parse(BUNDLED, FILE).unwrap_or_else(|e| panic!("{e}")))
+        WORDS.get_or_init(|| Words::bundled_of(&OOM_CAUSE))
     }
 
-    /// The words of a user's rules folder (`--rules DIR`): its `words/oom-cause.toml`, which replaces the
-    /// bundled words whole; `None` where it has none. An error names the user's file.
-    pub fn of_dir(dir: &std::path::Path) -> Result<Option<Words>, RuleError> {
-        let path = dir.join(IN_DIR);
+    /// The bundled words of why a process is judged as it is (`rules/words/process-reason.toml`).
+    pub fn bundled_reasons() -> &'static Words {
+        static WORDS: OnceLock<Words> = OnceLock::new();
+        WORDS.get_or_init(|| Words::bundled_of(&PROCESS_REASON))
+    }
+
+    fn bundled_of(kind: &'static Kind) -> Words {
+        Words::parse(kind, kind.bundled, kind.file).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The words of `kind` of a user's rules folder (`--rules DIR`), which replace the bundled ones whole;
+    /// `None` where it has none. An error names the user's file.
+    pub fn of_dir(kind: &'static Kind, dir: &std::path::Path) -> Result<Option<Words>, RuleError> {
+        let path = dir.join(kind.in_dir);
         let file = path.display().to_string();
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
@@ -101,24 +179,21 @@ impl Words {
                 });
             }
         };
-        let words = Words::parse(&text, &file)?;
+        let words = Words::parse(kind, &text, &file)?;
         words.check(&file)?;
         Ok(Some(words))
     }
 
-    /// Every kind of finding has words in these (a user's file is checked at load as the bundled one is
-    /// by the tests): one that has none is an error that names the file, not an OOM said in no words.
+    /// Every kind of value has words in these (a user's file is checked at load as the bundled one is by
+    /// the tests): one that has none is an error that names the file, not something said in no words.
     fn check(&self, file: &str) -> Result<(), RuleError> {
-        for found in Found::examples() {
-            if let Err(e) = self.explain(&found) {
-                let kind = serde_json::to_value(&found)
-                    .ok()
-                    .and_then(|v| v["kind"].as_str().map(String::from))
-                    .unwrap_or_default();
+        for example in (self.kind.examples)() {
+            if let Err(e) = self.say(&example) {
+                let kind = example["kind"].as_str().unwrap_or_default();
                 return Err(RuleError {
                     file: file.into(),
                     line: 0,
-                    what: format!("explanation: finding `{kind}`: {e}"),
+                    what: format!("{}: {} `{kind}`: {e}", self.kind.key, self.kind.var),
                 });
             }
         }
@@ -127,7 +202,18 @@ impl Words {
 
     /// `found` in words: the first case that holds, and `after` where it gives anything.
     pub fn explain(&self, found: &Found) -> Result<String, String> {
-        let facts = serde_json::json!({ "finding": found });
+        self.say(&serde_json::to_value(found).expect("a finding serializes"))
+    }
+
+    /// Why a process is judged as it is, in words.
+    pub fn reason(&self, why: &Why) -> Result<String, String> {
+        self.say(&serde_json::to_value(why).expect("a reason serializes"))
+    }
+
+    /// `value` in words, bound to the kind's name: the first case that holds, and `after` where it gives
+    /// anything.
+    fn say(&self, value: &serde_json::Value) -> Result<String, String> {
+        let facts = serde_json::json!({ self.kind.var: value });
         let lazy = Lazy::new(&facts);
         let ctx = context(&self.env, &lazy);
         for (when, pieces) in &self.cases {
@@ -135,7 +221,7 @@ impl Words {
                 let mut said = fill(pieces, &ctx)?;
                 let after = fill(&self.after, &ctx)?;
                 if !after.is_empty() {
-                    said = format!("{said} {after}");
+                    said = format!("{said}{}{after}", self.kind.sep);
                 }
                 return Ok(said);
             }
@@ -160,11 +246,28 @@ pub fn word(report: &mut crate::report::Report, words: Option<&Words>) -> Option
     }
 }
 
+/// Each holder's `reason`: its `why` in `words` (the bundled ones where `None`); a holder from before
+/// reasons were kept as data keeps its own. What failed, for the report's `rule_errors`, naming the
+/// words' file (once, however many holders it failed on).
+pub fn reasons(holders: &mut [Holder], words: Option<&Words>) -> Option<String> {
+    let words = words.unwrap_or_else(|| Words::bundled_reasons());
+    let mut failed = None;
+    for h in holders {
+        let Some(why) = &h.why else { continue };
+        match words.reason(why) {
+            Ok(said) => h.reason = said,
+            Err(e) => failed = Some(format!("{}: {e}", words.file)),
+        }
+    }
+    failed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::oom::cause::{Cause, Figures, Holders, KvCache, holders};
     use crate::oom::parse::Vendor;
+    use crate::orphans::{LeftBy, Lineage, Verdict, judge};
     use std::collections::HashSet;
 
     /// The cause found and its words, as the report gives them.
@@ -192,16 +295,125 @@ mod tests {
         }
     }
 
+    /// A process under init whose group and session are as given: what `gpudoc orphans` judges.
+    fn lineage(pgid: u32, sid: u32, pgid_alive: bool, sid_alive: bool) -> Lineage {
+        Lineage {
+            pid: 40,
+            ppid: 1,
+            pgid,
+            sid,
+            state: 'S',
+            comm: "python3".into(),
+            parent_comm: "bash".into(),
+            init_comm: "bash".into(),
+            pgid_alive,
+            sid_alive,
+            ..Default::default()
+        }
+    }
+
+    /// What `gpudoc orphans` says of it: its verdict and the reason its table and JSON give.
+    fn judged(l: &Lineage) -> (Verdict, String) {
+        let (v, why) = judge(l);
+        (v, Words::bundled_reasons().reason(&why).unwrap())
+    }
+
+    #[test]
+    fn every_reason_reads_as_gpudoc_orphans_says_it() {
+        for why in Why::examples() {
+            let said = Words::bundled_reasons()
+                .reason(&why)
+                .unwrap_or_else(|e| panic!("{why:?}: {e}"));
+            assert!(!said.contains("unknown"), "{why:?}: {said}");
+        }
+        let group = lineage(33, 20, false, true);
+        assert_eq!(
+            judged(&group),
+            (
+                Verdict::Orphan,
+                "its parent died: it was re-parented to init (pid 1), and its job's leader (process group 33) is gone".into()
+            )
+        );
+        let mut nohup = lineage(40, 20, true, false);
+        assert_eq!(
+            judged(&nohup).1,
+            "its parent died: it was re-parented to init (pid 1), and the session it was started in (pid 20) is gone"
+        );
+        nohup.ignores_hup = true;
+        assert_eq!(
+            judged(&nohup),
+            (
+                Verdict::Detached,
+                "its parent died: it was re-parented to init (pid 1), and the session it was started in (pid 20) is gone; but it ignores SIGHUP (started with nohup, or under `trap '' HUP`): detached on purpose, ended only with --detached".into()
+            )
+        );
+        assert_eq!(
+            judged(&lineage(1, 1, true, true)).1,
+            "a child of PID 1 (bash) that nothing shows was re-parented (PID 1 may have started it: a container's entrypoint, a service): not judged a leftover"
+        );
+        let mut adopted = group.clone();
+        (adopted.ppid, adopted.parent_comm) = (700, "systemd".into());
+        assert_eq!(
+            judged(&adopted).1,
+            "its job's leader (process group 33) is gone; now a child of pid 700 (systemd), which adopts orphans"
+        );
+        adopted.parent_comm = "bash".into();
+        assert_eq!(
+            judged(&adopted).1,
+            "its job's leader (process group 33) is gone, but its parent pid 700 (bash) is alive: not judged a leftover"
+        );
+        adopted.pgid_alive = true;
+        assert_eq!(
+            judged(&adopted).1,
+            "part of a running job: parent pid 700 (bash)"
+        );
+        let mut zombie = group.clone();
+        zombie.state = 'Z';
+        assert_eq!(
+            judged(&zombie).1,
+            "exited; the driver frees its memory once its parent (pid 1) reaps it: end or fix the parent"
+        );
+        zombie.other_threads = 2;
+        assert_eq!(
+            judged(&zombie).1,
+            "its parent died: it was re-parented to init (pid 1), and its job's leader (process group 33) is gone; its main thread has exited, 2 other thread(s) run on"
+        );
+        let mut service = group.clone();
+        service.comm = "nvidia-persistenced\n".into();
+        assert_eq!(
+            judged(&service).1,
+            "nvidia-persistenced\\n holds the devices by design"
+        );
+        let mut left = group.clone();
+        left.left_by = Some(LeftBy {
+            run: "`gpudoc run sh -c x`, which ended at 2026-01-02T03:04:05Z (5s ago)".into(),
+            hup_inherited: true,
+        });
+        left.ignores_hup = true;
+        assert_eq!(
+            judged(&left),
+            (
+                Verdict::Orphan,
+                "left running by `gpudoc run sh -c x`, which ended at 2026-01-02T03:04:05Z (5s ago)".into()
+            )
+        );
+        assert_eq!(
+            Words::bundled_reasons().reason(&Why::default()).unwrap(),
+            "NVML lists this PID but /proc does not have it: a process in another PID namespace (a container) or memory the driver still holds for a dead process; gpudoc cannot signal it (look on the host, or ask an administrator)"
+        );
+    }
+
     #[test]
     fn a_words_file_that_does_not_compile_says_where() {
         let e = Words::parse(
+            &OOM_CAUSE,
             "explanation = [\n  { when = \"true\", text = \"{finding.\" },\n]\n",
             "w.toml",
         )
         .err()
         .unwrap();
         assert_eq!((e.file.as_str(), e.line), ("w.toml", 2), "{e}");
-        let e = Words::parse("explanation = []\nwords = 1\n", "w.toml")
+        let e = Words::parse(&OOM_CAUSE, "explanation = []\nwords = 1\n", "w.toml")
             .err()
             .unwrap();
         assert!(e.what.contains("unknown field"), "{e}");

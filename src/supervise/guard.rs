@@ -107,7 +107,6 @@ pub unsafe fn split() -> std::io::Result<()> {
                 // A session of gpudoc's own, led by it, for the command's terminal.
                 nix::unistd::setsid()?;
             }
-            tty::led_by(guard.as_raw());
             let _ = START.set(Start {
                 mask,
                 terminal,
@@ -196,7 +195,8 @@ fn gpudoc_ended(gpudoc: Pid) -> Option<GpudocEnd> {
 /// the job's processes, re-parented to the guard, are ended first.
 fn leave(end: GpudocEnd, (note, keeper): &Pipes, terminal: Option<&tty::Saved>) -> ! {
     if let Some(t) = terminal {
-        t.restore();
+        // The guard asks of its own process group.
+        t.restore(None);
     }
     match end {
         GpudocEnd::Exited(c) => {

@@ -274,8 +274,8 @@ pub fn spawn(s: Spawn) -> Result<Child, SpawnError> {
 /// be made: the command then shares the user's terminal, in a process group of its own).
 fn own_terminal() -> Option<(tty::Pty, OwnedFd)> {
     match guard::start()
-        .and_then(|st| st.terminal)
-        .map(tty::Pty::open)?
+        .and_then(|st| Some((st.terminal?, st.guard)))
+        .map(|(terminal, guard)| tty::Pty::open(terminal, guard))?
     {
         Ok(p) => Some(p),
         Err(e) => {
@@ -614,7 +614,7 @@ impl Child {
     /// The guard was continued: so is the job, if it is stopped; on its own terminal it gets the keys
     /// back when the shell gave gpudoc the foreground.
     fn resume(&self, w: &mut Waiting) {
-        let foreground = tty::in_foreground();
+        let foreground = tty::in_foreground(self.guard.as_ref().map(|g| g.pid));
         if job_stopped(self.pid.as_raw()) {
             if let Some(p) = &self.pty
                 && foreground
@@ -663,7 +663,7 @@ impl Child {
     /// stops once gpudoc dies of the command's SIGINT, as it would without gpudoc.
     fn interrupt_callers(&self) {
         let Some(g) = &self.guard else { return };
-        if !tty::in_foreground() {
+        if !tty::in_foreground(Some(g.pid)) {
             return;
         }
         let Ok(group) = nix::unistd::getpgid(Some(Pid::from_raw(g.pid))) else {

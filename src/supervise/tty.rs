@@ -26,7 +26,6 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -92,21 +91,15 @@ fn open_own() -> Option<RawFd> {
     (fd >= 0).then_some(fd)
 }
 
-/// The guard's pid, once gpudoc has split from it: the terminal's foreground is then the guard's.
-static GUARD: OnceLock<i32> = OnceLock::new();
-
-/// Says, in gpudoc after it split, that the guard `pid` stands for the job at the terminal.
-pub fn led_by(pid: i32) {
-    let _ = GUARD.set(pid);
-}
-
-/// Whether the user's terminal's foreground is the guard's process group (asked in the guard or in
-/// gpudoc): only then are the terminal's modes gpudoc's to change. From the background (`bg` after a
-/// Ctrl-Z) a change would stop the guard (SIGTTOU) and set modes under the shell that has the terminal.
-pub fn in_foreground() -> bool {
-    match GUARD.get() {
+/// Whether the user's terminal's foreground is the guard's process group: only then are the terminal's
+/// modes gpudoc's to change. From the background (`bg` after a Ctrl-Z) a change would stop the guard
+/// (SIGTTOU) and set modes under the shell that has the terminal. Asked in gpudoc after it split, `guard`
+/// is the guard's pid (`guard::Start::guard`, its one owner); in the guard itself, or where gpudoc did
+/// not split, `None`: the asker's own process group is the one.
+pub fn in_foreground(guard: Option<i32>) -> bool {
+    match guard {
         // gpudoc leads a session of its own: the terminal is the guard's.
-        Some(&guard) => procfs::process::Process::new(guard)
+        Some(guard) => procfs::process::Process::new(guard)
             .and_then(|p| p.stat())
             .is_ok_and(|st| st.tpgid == st.pgrp),
         // SAFETY: tcgetpgrp and getpgrp only read.
@@ -117,9 +110,10 @@ pub fn in_foreground() -> bool {
 impl Saved {
     /// Gives the user's terminal its modes back, if gpudoc is in its foreground: a background gpudoc
     /// never touches the modes (the shell that has the terminal set its own, and the guard would stop
-    /// for it, SIGTTOU: "Stopped (tty output)" where the job was done).
-    pub fn restore(&self) {
-        if in_foreground() {
+    /// for it, SIGTTOU: "Stopped (tty output)" where the job was done). `guard` as [`in_foreground`]
+    /// takes it.
+    pub fn restore(&self, guard: Option<i32>) {
+        if in_foreground(guard) {
             // SAFETY: tcsetattr with modes read from the same terminal.
             unsafe { libc::tcsetattr(self.fd, libc::TCSADRAIN, &self.termios) };
         }
@@ -224,12 +218,15 @@ pub struct Pty {
     pub master: Arc<OwnedFd>,
     pub ctl: Arc<Ctl>,
     found: Found,
+    /// The guard's pid, which stands for the job at the user's terminal.
+    guard: i32,
 }
 
 impl Pty {
     /// A pseudo-terminal with the user's terminal's modes and size, made gpudoc's controlling terminal
-    /// (gpudoc leads its session), and the slave end for the command. The user's terminal goes raw.
-    pub fn open(found: Found) -> io::Result<(Pty, OwnedFd)> {
+    /// (gpudoc leads its session), and the slave end for the command. The user's terminal goes raw;
+    /// `guard` is the guard's pid, whose process group has the user's terminal.
+    pub fn open(found: Found, guard: i32) -> io::Result<(Pty, OwnedFd)> {
         let saved = found.saved;
         let ws = super::streams::winsize(saved.fd);
         let termios = nix::sys::termios::Termios::from(saved.termios);
@@ -257,6 +254,7 @@ impl Pty {
             master: Arc::new(pty.master),
             ctl,
             found,
+            guard,
         };
         pty.raw();
         Ok((pty, slave))
@@ -302,7 +300,7 @@ impl Pty {
     pub fn stand_aside(&self) {
         self.ctl.input.store(false, Ordering::SeqCst);
         self.ctl.wake();
-        self.found.saved.restore();
+        self.found.saved.restore(Some(self.guard));
     }
 
     /// The job goes on in the foreground: raw mode and the keys again, at the terminal's current size.
@@ -539,4 +537,22 @@ fn give_keys(master: RawFd, keys: &mut Vec<u8>) {
 fn drain_pipe(fd: BorrowedFd) {
     let mut b = [0u8; 64];
     while matches!(nix::unistd::read(fd, &mut b), Ok(n) if n > 0) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_foreground_is_asked_of_the_guard_it_is_given() {
+        // A guard that is gone stands for nothing at the terminal.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id() as i32;
+        gone.wait().unwrap();
+        assert!(!in_foreground(Some(pid)));
+        // A living one is asked of its own process group, as /proc has it.
+        let me = std::process::id() as i32;
+        let st = procfs::process::Process::new(me).unwrap().stat().unwrap();
+        assert_eq!(in_foreground(Some(me)), st.tpgid == st.pgrp);
+    }
 }

@@ -65,6 +65,16 @@ impl Framework {
         }
     }
 
+    /// What its live memory is made of, as messages name it: `tensors` (PyTorch, TensorFlow), `arrays`
+    /// (JAX, CuPy), `allocations` (RMM, whose callers' objects it does not know).
+    pub fn noun(self) -> &'static str {
+        match self {
+            Framework::Torch | Framework::Tensorflow => "tensors",
+            Framework::Jax | Framework::Cupy => "arrays",
+            Framework::Rmm => "allocations",
+        }
+    }
+
     /// Whether its records are at its steps: CuPy's and RMM's are readings ten times a second (no step a
     /// hook could count), which stand for steps in its records, and the report counts no steps for them.
     pub fn counts_steps(self) -> bool {

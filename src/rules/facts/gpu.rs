@@ -72,15 +72,17 @@ pub struct GpuFacts {
     /// the framework whose allocator took its pool whole at its start on this GPU (JAX, TensorFlow), null
     /// if none
     pub framework: Option<String>,
+    /// what that framework's live memory is made of, as messages name it (arrays, tensors), null if none
+    pub framework_noun: Option<String>,
     /// what that framework's allocator held there at its peak (its preallocated pool; TensorFlow's, which
     /// does not say, is what NVML saw the process hold), 0 if none
     pub framework_reserved_bytes: i64,
     /// the peak of what its live arrays really used of that pool, 0 if none
     pub framework_used_peak_bytes: i64,
-    /// the XLA_PYTHON_CLIENT_MEM_FRACTION that holds that peak with 25% headroom (rounded up to 0.05), 0 if
-    /// none
+    /// the XLA_PYTHON_CLIENT_MEM_FRACTION that holds that peak with the headroom of
+    /// param.framework_headroom_pct (rounded up to 0.05), 0 if none
     pub framework_fraction: f64,
-    /// the memory limit, in MiB, that holds that peak with 25% headroom (rounded up to a GiB): TensorFlow's
+    /// the memory limit, in MiB, that holds that peak with the same headroom (rounded up to a GiB): TensorFlow's
     /// `memory_limit`; 0 if none
     pub framework_limit_mib: i64,
     /// when the job's peak on it fell among the optimizer steps' records: before_steps, steps, after_steps (a
@@ -160,6 +162,7 @@ pub(super) fn gpu_facts(r: &Report, steps: &crate::rules::when::Steps) -> Vec<Gp
             let mut f = one_gpu(r, g);
             let pre = crate::rules::framework::on_gpu(r, g);
             (f.framework, f.framework_reserved_bytes) = (pre.name, pre.reserved_bytes);
+            f.framework_noun = pre.noun;
             (f.framework_used_peak_bytes, f.framework_fraction) =
                 (pre.used_peak_bytes, pre.fraction);
             f.framework_limit_mib = pre.limit_mib;

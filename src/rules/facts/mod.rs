@@ -41,6 +41,7 @@ fact_types! {
     Vec<String> => "list(string)",
     Vec<Holder> => "list(holder)",
     Vec<OnGpu> => "list(on_gpu)",
+    Option<crate::orphans::Why> => "why or null",
 }
 
 /// A process holding GPU memory, as a list fact gives it (`gpu.others_list`, `oom.others`,
@@ -56,8 +57,6 @@ pub struct Holder {
     pub who: Option<String>,
     /// the memory it held
     pub bytes: i64,
-    /// the GPU it held it on, as messages name it; null where its list does not say
-    pub gpu: Option<String>,
 }
 
 /// What a process held on one GPU, as `process.per_gpu` gives it: a record the rules read (`h.index`,
@@ -274,6 +273,7 @@ impl Facts {
                 host: Some("node-a".into()),
                 server: Some("vllm".into()),
                 framework: Some("JAX".into()),
+                framework_noun: Some("arrays".into()),
                 peak_stretch: Some("steps".into()),
                 peak_since_last_step_s: Some(0.0),
                 growth_bytes: Some(0),
@@ -294,6 +294,7 @@ impl Facts {
                 user: Some("alice".into()),
                 verdict: Some("orphan".into()),
                 reason: Some("its parent died".into()),
+                why: crate::orphans::Why::examples().pop(),
                 per_gpu: vec![
                     OnGpu {
                         index: 0,
@@ -369,7 +370,6 @@ impl Holder {
             host: Some("node-a".into()),
             who: Some("python train.py".into()),
             bytes: GIB,
-            gpu: Some("GPU 0".into()),
         }
     }
 }

@@ -71,8 +71,13 @@ pub struct ProcFacts {
     /// in a look, what `gpudoc orphans` makes of it: orphan, detached, zombie, ghost, service, live (null in
     /// a run)
     pub verdict: Option<String>,
-    /// in a look, why, in one line (`its parent died`; null in a run)
+    /// in a look, why, in one line: `process.why` in the words of rules/words/process-reason.toml, as
+    /// `gpudoc orphans` says it (`its parent died: ...`; null in a run)
     pub reason: Option<String>,
+    /// in a look, why, as data: a **why** record (`kind`, `left_by`, `ppid`, `parent`, `pgid`, `sid`,
+    /// `comm`, `init`, `ignores_sighup`, `main_thread_exited`, `threads`: docs/orphans.md, "Why, as
+    /// data"); null in a run
+    pub why: Option<crate::orphans::Why>,
     /// in a look, a leftover `gpudoc orphans --kill` would end: an orphan holding GPU memory, or what a
     /// `gpudoc run` recorded it left running that holds GPU memory or a device file (false in a run, whose
     /// leftovers are run.orphans)
@@ -164,6 +169,7 @@ fn judged(m: &crate::report::Moment, ps: &mut Vec<ProcFacts>) {
         f.user = h.user.clone();
         f.verdict = Some(super::name_of(h.verdict));
         f.reason = Some(h.reason.clone());
+        f.why = h.why.clone();
         f.leftover = h.is_leftover();
     }
 }

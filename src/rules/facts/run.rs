@@ -171,7 +171,6 @@ fn run_basics(r: &Report, gpus: &[GpuFacts]) -> RunFacts {
                 host: o.host.clone(),
                 who: Some(o.cmdline.clone()),
                 bytes: orphan_bytes(o) as i64,
-                gpu: None,
             })
             .collect(),
         host_oom: r.exit.classification == crate::oom::Ending::HostOomKill,

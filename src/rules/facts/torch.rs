@@ -26,6 +26,12 @@ pub struct TorchFacts {
     /// whose allocator the numbers are: PyTorch, JAX (XLA's: allocated is bytes in use, reserved its pool),
     /// CuPy (its default memory pool: used and total bytes)
     pub framework: String,
+    /// what that framework's live memory is made of, as messages name it: tensors (PyTorch, TensorFlow),
+    /// arrays (JAX, CuPy), allocations (RMM)
+    pub noun: String,
+    /// its records are at its steps; false for CuPy and RMM, whose records are readings ten times a second
+    /// that stand for steps (the report counts no steps for them)
+    pub counts_steps: bool,
     /// the allocator took its pool whole at its start (JAX's default preallocation): reserved says nothing of
     /// what the program needs
     pub preallocated: bool,
@@ -164,6 +170,8 @@ pub(super) fn torch_facts(
         gpu: t.gpu.map(i64::from),
         torch_version: t.torch_version.clone(),
         framework: crate::rules::framework::name(t),
+        noun: crate::rules::framework::noun(t),
+        counts_steps: t.framework.counts_steps(),
         preallocated: t.preallocated,
         reserved_peak_bytes: said(t.peak_reserved_bytes),
         allocated_peak_bytes: t.peak_allocated_bytes as i64,
