@@ -205,6 +205,7 @@ mod tests {
             rules: vec![r],
             env: super::super::eval::env(),
             words: None,
+            hunt_words: None,
         };
         let (found, failed) = set.evaluate(&Facts::example());
         match found.first() {

@@ -1,5 +1,6 @@
 //! The OOM's facts (`oom.*`): what the text said, where it happened, what filled the GPU, and the phase.
 
+use super::hunt::{HolderRecord, HuntRecord, SiteRecord};
 use super::{GpuFacts, Holder, TorchFacts, gpu_label, name_of};
 use crate::report::Report;
 use crate::rules::phase::Phase;
@@ -61,9 +62,16 @@ pub struct OomFacts {
     pub job_peak_pct: Option<f64>,
     /// the cause with its numbers, in words; null without an OOM
     pub explanation: Option<String>,
-    /// where in the model it happened and what the memory held, what held it (the shim's search at the OOM):
-    /// place, breakdown, holders, sites (empty when unknown)
+    /// where in the model it happened and what the memory held (the shim's look at the OOM), in words: the
+    /// place, the breakdown, the modules that saved the most for backward (empty when unknown)
     pub filled_by: Vec<String>,
+    /// the shim's search at the OOM (what held the GPU), a hunt record as torch.leak_hunt; null without one
+    pub hunt: Option<HuntRecord>,
+    /// what held the GPU then, the one that held the most first, each with the autograd graphs behind its
+    /// tensors right after it: holders, as torch.leak_holders
+    pub holders: Vec<HolderRecord>,
+    /// where the memory alive then was allocated: sites, as torch.leak_sites
+    pub sites: Vec<SiteRecord>,
     /// `forward`, `backward`, `optimizer` or `other` (the shim's look at the OOM), null when unknown
     pub pass: Option<String>,
     /// the module it happened in (`model.layers.2.mlp`), null when unknown
@@ -187,6 +195,7 @@ pub(super) fn oom_facts(
         .map(|h| h.graphs())
         .map(|g| if graphs_kept || !own { g } else { (0, "") });
     let graph_bytes = graphs.map(|(b, _)| b as i64);
+    let (hunt, sites, holders) = super::hunt::of(oom_hunt(r));
     let graph_holder = graphs
         .filter(|(b, h)| *b > 0 && !h.is_empty())
         .map(|(_, h)| h.to_string());
@@ -228,7 +237,10 @@ pub(super) fn oom_facts(
         others: oom_others(o),
         job_peak_pct: on.map(|x| x.job_peak_pct),
         explanation: Some(o.explanation.clone()),
-        filled_by: filled_by(r),
+        filled_by: inside.map(|w| w.lines()).unwrap_or_default(),
+        hunt,
+        holders,
+        sites,
         pass,
         module: inside.and_then(|w| w.module.clone()),
         largest_part: inside
@@ -332,30 +344,4 @@ fn oom_hunt(r: &Report) -> Option<&crate::torch::hunt::Hunt> {
         .flat_map(|p| &p.hunts)
         .filter(|h| h.why == "oom" && h.error.is_none())
         .min_by(|a, b| (a.at_s - at).abs().total_cmp(&(b.at_s - at).abs()))
-}
-
-/// What filled the GPU at the OOM: where in the model it happened and what the memory held (the shim's
-/// look), then what held it (the shim's search then).
-fn filled_by(r: &Report) -> Vec<String> {
-    let mut out = oom_inside(r).map(|w| w.lines()).unwrap_or_default();
-    out.extend(oom_holders(r));
-    out
-}
-
-/// What held the GPU at the OOM, from the shim's search then.
-fn oom_holders(r: &Report) -> Vec<String> {
-    let Some(h) = oom_hunt(r) else {
-        return Vec::new();
-    };
-    let mut out = h.holder_lines("held by");
-    if let (Some(n), Some(b)) = (h.tensors, h.tensor_bytes)
-        && n > 0
-    {
-        out.push(format!(
-            "{n} Python tensors on the GPU held {} in all",
-            crate::units::fmt_bytes(b)
-        ));
-    }
-    out.extend(h.site_lines());
-    out
 }
