@@ -629,6 +629,32 @@ mod tests {
     }
 
     #[test]
+    fn a_users_rule_may_say_a_list_its_own_hunt_words_add() {
+        use crate::rules::{RuleSet, diagnose};
+        let (dir, words) = folder(&BUNDLED.replace(
+            "[lines]\n",
+            "[lines]\nmine = [{ each = \"sites\", text = \"at line {site.line}\" }]\n",
+        ));
+        let rule = "id = \"mine\"\nseverity = \"info\"\ntitle = \"t\"\neach = \"torch\"\nwhen = \"torch.leak_hunt != null\"\nmessage = \"m\"\ndetails = [\"{hunt_lines('mine', torch.leak_hunt, torch.leak_sites, torch.leak_holders)}\"]\n";
+        std::fs::write(dir.path().join("mine.toml"), rule).unwrap();
+        let mut r: crate::report::Report = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/runs/leak.report.json"
+        )))
+        .unwrap();
+        diagnose(&mut r, &RuleSet::load(Some(dir.path()), &[]).unwrap());
+        let mine = r.diagnoses.iter().find(|d| d.rule == "mine").unwrap();
+        assert_eq!(mine.details, ["at line 26"]);
+        // Without the words that add the list, the rule fails at load, naming its file.
+        std::fs::remove_file(words).unwrap();
+        let e = RuleSet::load(Some(dir.path()), &[]).unwrap_err();
+        assert!(
+            e.file.ends_with("mine.toml") && e.what.contains("no lines `mine`"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_broken_hunt_words_file_names_its_file_and_line() {
         use crate::rules::RuleSet;
         let load = |text: &str| {

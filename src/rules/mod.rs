@@ -170,7 +170,7 @@ impl RuleSet {
                     line: 0,
                     what: e.to_string(),
                 })?;
-                let rule = Rule::parse(&text, &file)?;
+                let rule = Rule::parse_with(&text, &file, hunt_words.as_ref())?;
                 rules.retain(|r| r.id != rule.id);
                 rules.push(rule);
             }
