@@ -592,6 +592,36 @@ mod tests {
         );
     }
 
+    #[test]
+    fn growth_whose_hunt_named_no_holder_gets_the_inference_mode_remedy() {
+        use crate::rules::facts::{Facts, hunt::*};
+        let mut f = Facts::example();
+        f.run.server = None;
+        let g = &mut f.gpus[0];
+        (g.growth_bytes, g.growth_s, g.growth_graph_bytes) = (Some(4 << 30), Some(600.0), 0);
+        g.growth_hunt = Some(HuntRecord {
+            error: None,
+            ..HuntRecord::example()
+        });
+        g.growth_sites = vec![SiteRecord::example()];
+        let set = crate::rules::RuleSet::load(None, &[]).unwrap();
+        let remedy = |f: &Facts| {
+            let (found, failed) = set.evaluate(f);
+            assert!(failed.is_empty(), "{failed:?}");
+            let d = found.iter().find(|d| d.rule == "steady-growth").unwrap();
+            d.advice
+                .iter()
+                .any(|a| a.contains("torch.inference_mode()"))
+        };
+        // The hunt found where it was allocated and nothing holding it: no cache of inference tensors
+        // was named, so the remedy for graphs is given.
+        f.gpus[0].growth_holders = Vec::new();
+        assert!(remedy(&f));
+        // A holder named, with no graph behind it (a cache): not given.
+        f.gpus[0].growth_holders = vec![HolderRecord::example()];
+        assert!(!remedy(&f));
+    }
+
     /// A rules folder whose `words/hunt.toml` is `text`.
     fn folder(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
