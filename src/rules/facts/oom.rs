@@ -191,15 +191,7 @@ pub(super) fn oom_facts(
     let graphs_kept = kept_graphs(phase, pass.as_deref(), activity.as_ref());
     // A training step's own graph is its activations, told per module (oom.largest_part, filled_by).
     let own = matches!(phase, Some(Phase::TrainingStep | Phase::Loading));
-    let graphs = oom_hunt(r)
-        .map(|h| h.graphs())
-        .map(|g| if graphs_kept || !own { g } else { (0, "") });
-    let graph_bytes = graphs.map(|(b, _)| b as i64);
-    let (hunt, sites, holders) = super::hunt::of(oom_hunt(r));
-    let graph_holder = graphs
-        .filter(|(b, h)| *b > 0 && !h.is_empty())
-        .map(|(_, h)| h.to_string());
-    OomFacts {
+    let mut f = OomFacts {
         phase: phase.map(|p| p.name().into()),
         waiting_forwards: activity
             .and_then(|a| a.forwards_without_backward)
@@ -210,8 +202,6 @@ pub(super) fn oom_facts(
         growth_bytes: on.and_then(|x| x.growth_bytes),
         growth_rate_bytes_per_s: on.and_then(|x| x.growth_rate_bytes_per_s),
         growth_s: on.and_then(|x| x.growth_s),
-        graph_bytes,
-        graph_holder,
         graphs_kept,
         label: oom_label(o, host.as_deref()),
         host: host.clone(),
@@ -238,9 +228,6 @@ pub(super) fn oom_facts(
         job_peak_pct: on.map(|x| x.job_peak_pct),
         explanation: Some(o.explanation.clone()),
         filled_by: inside.map(|w| w.lines()).unwrap_or_default(),
-        hunt,
-        holders,
-        sites,
         pass,
         module: inside.and_then(|w| w.module.clone()),
         largest_part: inside
@@ -253,7 +240,24 @@ pub(super) fn oom_facts(
         }),
         at_s: Some(o.event.at_s),
         ..Default::default()
-    }
+    };
+    searched(r, graphs_kept || !own, &mut f);
+    f
+}
+
+/// What the shim's search at the OOM found (`oom.hunt`, `oom.holders`, `oom.sites`), and of it the
+/// autograd graphs behind held tensors (`oom.graph_bytes`, `oom.graph_holder`): 0 where they are a
+/// training step's own (`!graphs_told`), whose backward frees them.
+fn searched(r: &Report, graphs_told: bool, f: &mut OomFacts) {
+    let hunt = oom_hunt(r);
+    let graphs = hunt
+        .map(|h| h.graphs())
+        .map(|g| if graphs_told { g } else { (0, "") });
+    f.graph_bytes = graphs.map(|(b, _)| b as i64);
+    f.graph_holder = graphs
+        .filter(|(b, h)| *b > 0 && !h.is_empty())
+        .map(|(_, h)| h.to_string());
+    (f.hunt, f.sites, f.holders) = super::hunt::of(hunt);
 }
 
 /// Whether the autograd graphs behind held tensors at an OOM outlived the step or call that made them, so
