@@ -104,8 +104,9 @@ struct Part {
 
 /// The words of a hunt, compiled.
 pub struct HuntWords {
-    site: Cases,
-    holder: Cases,
+    /// `[say]`'s words, each with its line.
+    site: (usize, Cases),
+    holder: (usize, Cases),
     lines: HashMap<String, Vec<Part>>,
     lets: Names,
     env: Arc<Env>,
@@ -159,8 +160,14 @@ impl HuntWords {
             lines.insert(name, compiled);
         }
         Ok(HuntWords {
-            site: cases(&env, f.say.site, text, file)?,
-            holder: cases(&env, f.say.holder, text, file)?,
+            site: (
+                value_line(text, f.say.site.span()),
+                cases(&env, f.say.site, text, file)?,
+            ),
+            holder: (
+                value_line(text, f.say.holder.span()),
+                cases(&env, f.say.holder, text, file)?,
+            ),
             lines,
             lets: Names::read(&env, text, file, HashMap::new(), f.lets)?,
             env,
@@ -215,7 +222,7 @@ impl HuntWords {
                 self.with_scope(&hunt, &sites, &holders, |scope| {
                     for p in parts {
                         self.part(p, scope, &sites, &holders)
-                            .map_err(|e| (p.line, format!("lines.{name}: {e}")))?;
+                            .map_err(|(line, e)| (line, format!("lines.{name}: {e}")))?;
                     }
                     Ok(())
                 })
@@ -246,7 +253,7 @@ impl HuntWords {
             for p in parts {
                 out.extend(
                     self.part(p, scope, sites, holders)
-                        .map_err(|e| format!("{}:{}: {e}", self.file, p.line))?,
+                        .map_err(|(line, e)| format!("{}:{line}: {e}", self.file))?,
                 );
             }
             Ok::<_, String>(out)
@@ -277,7 +284,7 @@ impl HuntWords {
         hunt: &serde_json::Value,
         holder: &serde_json::Value,
     ) -> Result<String, String> {
-        self.one(&self.holder, hunt, ("holder", holder))
+        self.one(&self.holder.1, hunt, ("holder", holder))
     }
 
     /// A site in words.
@@ -286,7 +293,7 @@ impl HuntWords {
         hunt: &serde_json::Value,
         site: &serde_json::Value,
     ) -> Result<String, String> {
-        self.one(&self.site, hunt, ("site", site))
+        self.one(&self.site.1, hunt, ("site", site))
     }
 
     fn one(
@@ -322,35 +329,37 @@ impl HuntWords {
         Ok(f(&bound))
     }
 
-    /// A part's lines in `ctx`: none where its `when` does not hold, one, or one per site or holder.
+    /// A part's lines in `ctx`: none where its `when` does not hold, one, or one per site or holder. What
+    /// failed, with the line of the part or of the `[say]` words that did.
     fn part(
         &self,
         p: &Part,
         ctx: &Context,
         sites: &Value,
         holders: &Value,
-    ) -> Result<Vec<String>, String> {
-        if !holds(p.when.as_ref(), ctx)? {
+    ) -> Result<Vec<String>, (usize, String)> {
+        let here = |e: String| (p.line, e);
+        if !holds(p.when.as_ref(), ctx).map_err(here)? {
             return Ok(Vec::new());
         }
         let Some(each) = p.each else {
-            return Ok(vec![fill(&p.text, ctx)?]);
+            return Ok(vec![fill(&p.text, ctx).map_err(here)?]);
         };
         let (list, var, said) = each.names();
-        let (records, words) = match each {
+        let (records, (line, words)) = match each {
             Each::Sites => (sites, &self.site),
             Each::Holders => (holders, &self.holder),
         };
         let Value::List(records) = records else {
-            return Err(format!("`{list}` is not a list"));
+            return Err(here(format!("`{list}` is not a list")));
         };
         let mut out = Vec::new();
         for r in records.iter() {
             let mut inner = ctx.new_inner_scope();
             inner.add_variable_from_value(var, r.clone());
-            let words = say(words, &inner)?;
+            let words = say(words, &inner).map_err(|e| (*line, format!("say.{var}: {e}")))?;
             inner.add_variable_from_value(said, words);
-            out.push(fill(&p.text, &inner)?);
+            out.push(fill(&p.text, &inner).map_err(here)?);
         }
         Ok(out)
     }
@@ -713,6 +722,15 @@ mod tests {
             + 1;
         assert_eq!((e.file.as_str(), e.line), (file.as_str(), line), "{e}");
         assert!(e.what.starts_with("lines.leak: "), "{e}");
+        // `[say]` words that fail on a record: their line.
+        let (e, file) = load(&BUNDLED.replace("{site.blocks} live", "{site.blokcs} live"));
+        let line = BUNDLED
+            .lines()
+            .position(|l| l.starts_with("site = "))
+            .unwrap()
+            + 1;
+        assert_eq!((e.file.as_str(), e.line), (file.as_str(), line), "{e}");
+        assert!(e.what.contains("say.site: "), "{e}");
         // A list the bundled rules say, missing.
         let (e, file) = load(&BUNDLED.replace("\nreport = [", "\nreported = ["));
         assert_eq!(e.file, file, "{e}");

@@ -95,7 +95,8 @@ pub struct TorchFacts {
     /// a leak hunt recorded this process's memory history
     pub hunted: bool,
     /// its last leak hunt that ran or failed (a window of steps, or of forward calls in a program without
-    /// steps): whether it ran, its window (a record: docs/rules.md, "Hunt records"); null without one
+    /// steps): whether it ran, its window (a record: docs/rules.md, "The words of a hunt"); null without
+    /// one
     pub leak_hunt: Option<HuntRecord>,
     /// where the memory that stayed alive in the hunt's window was allocated, most first: sites (file,
     /// line, function, code, bytes, per_step_bytes, blocks)
