@@ -248,8 +248,8 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RulesArgs {
     /// A folder of rule files (*.toml) added to the bundled ones; a rule with a bundled rule's id replaces it,
-    /// its words/oom-cause.toml the words of an OOM's cause, and its words/process-reason.toml the words of
-    /// why a process is judged an orphan (or not).
+    /// its words/oom-cause.toml the words of an OOM's cause, its words/process-reason.toml those of why a
+    /// process is judged an orphan (or not), and its words/hunt.toml those of a leak hunt.
     #[arg(long, value_name = "DIR", global = true)]
     pub rules: Option<PathBuf>,
     /// Switch a rule off (repeatable).

@@ -57,7 +57,7 @@ pub struct Found {
 }
 
 /// Where a diagnosis is, in words that stay the same from run to run: its GPU, its process's rank and
-/// the allocation site its details name; the subject when it is no process (`run`, `GPU 0`).
+/// the allocation site its facts hold; the subject when it is no process (`run`, `GPU 0`).
 fn place(r: &Report, d: &crate::verdict::Diagnosis) -> String {
     let Some(pid) = d.pid else {
         return d
@@ -72,10 +72,13 @@ fn place(r: &Report, d: &crate::verdict::Diagnosis) -> String {
         .find(|t| t.pid == pid)
         .and_then(|t| t.rank.as_ref())
         .map(|v| format!("rank {}", v.as_str().map_or(v.to_string(), str::to_string)));
-    // The site as `Hunt::site_lines` writes it: `allocated at dir/file.py:26 in fn ...`.
-    let site = d.details.iter().find_map(|l| {
-        let rest = l.strip_prefix("allocated at ")?;
-        rest.split(' ').next().map(str::to_string)
+    // The first allocation site the facts it read hold (`torch.leak_sites`, `gpu.growth_sites`,
+    // `oom.sites`): `dir/file.py:26`. A report is diagnosed again before it is compared, so one stored
+    // before sites were records has them too.
+    let site = d.facts.values().find_map(|v| {
+        let s = v.as_array()?.first()?;
+        let (file, line) = (s.get("file")?.as_str()?, s.get("line")?.as_i64()?);
+        Some(format!("{}:{line}", crate::units::path_tail(file)))
     });
     let gpu = d.gpu.as_ref().map(|g| g.to_string());
     let parts: Vec<String> = [gpu, rank, site].into_iter().flatten().collect();
@@ -269,7 +272,11 @@ mod tests {
     #[test]
     fn a_leak_at_another_site_or_on_another_rank_is_another_diagnosis() {
         let mut moved = leak_run(3469);
-        moved.diagnoses[0].details[0] = moved.diagnoses[0].details[0].replace(":26 ", ":31 ");
+        let sites = moved.diagnoses[0]
+            .facts
+            .get_mut("torch.leak_sites")
+            .unwrap();
+        sites[0]["line"] = 31.into();
         let c = compare(&leak_run(3134), &moved, "old", "new");
         assert_eq!(
             c.rules_added,

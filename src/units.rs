@@ -43,6 +43,12 @@ pub fn fmt_secs(s: f64) -> String {
     }
 }
 
+/// A path as a user reads it in a diagnosis: its last two components (`/home/u/train.py` → `u/train.py`).
+pub fn path_tail(path: &str) -> String {
+    let parts: Vec<&str> = path.rsplit('/').take(2).collect();
+    parts.into_iter().rev().collect::<Vec<_>>().join("/")
+}
+
 /// The MiB figure `nvidia-smi` prints (floor of bytes / 2^20).
 pub fn mib(bytes: u64) -> u64 {
     bytes >> 20

@@ -53,6 +53,18 @@ fn facts_table() {
 }
 
 #[test]
+fn hunt_records_table() {
+    let rows = facts::records()
+        .into_iter()
+        .map(|(n, ty, what)| vec![format!("`{n}`"), ty.to_string(), what.to_string()]);
+    section(
+        "docs/rules.md",
+        "records",
+        &table(&["field", "type", "meaning"], rows),
+    );
+}
+
+#[test]
 fn params_table() {
     use gpudoc::params::{ALL, Number, Unit};
     let value = |p: &gpudoc::params::Param| match (p.unit, p.value) {

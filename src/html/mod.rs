@@ -355,11 +355,11 @@ fn leaks(o: &mut String, r: &Report) {
             )
         };
         let _ = writeln!(o, "<h3>{}</h3>\n<ul>", esc(&head));
-        for l in h
-            .site_lines()
-            .iter()
-            .chain(&h.holder_lines("kept alive by"))
-        {
+        let (hunt, sites, holders) = crate::rules::facts::hunt::records(h);
+        let said = crate::rules::hunt_words::HuntWords::bundled()
+            .records("report", &hunt, &sites, &holders)
+            .unwrap_or_else(|e| vec![e]);
+        for l in &said {
             let _ = writeln!(o, "<li><code>{}</code></li>", esc(l));
         }
         let _ = writeln!(o, "</ul>");

@@ -5,6 +5,7 @@
 //! rule of the user's reading them forecasts too. Pure: the live verdicts ask it.
 
 use crate::report::Report;
+use crate::rules::hunt_words::HuntWords;
 use crate::torch::Step;
 use crate::verdict::{Diagnosis, Estimate};
 
@@ -61,7 +62,7 @@ fn by_steps(r: &Report, d: &Diagnosis, per_step: f64, now_s: f64) -> Option<Outl
             bytes_per_step: Some(per_step),
             full_at_step: Some(step + steps_left.ceil() as u64),
         },
-        held_by: first_line(d, "torch.leak_holders").or_else(|| first_line(d, "torch.leak_sites")),
+        held_by: held_by(d),
     })
 }
 
@@ -95,14 +96,16 @@ fn number(d: &Diagnosis, fact: &str) -> Option<f64> {
     d.facts.get(fact)?.as_f64()
 }
 
-/// The first line of a list fact, with its lead-in (`kept alive by `) dropped.
-fn first_line(d: &Diagnosis, fact: &str) -> Option<String> {
-    let line = d.facts.get(fact)?.as_array()?.first()?.as_str()?;
-    Some(
-        line.strip_prefix("kept alive by ")
-            .unwrap_or(line)
-            .to_string(),
-    )
+/// What holds the leak, in the words of a hunt (rules/words/hunt.toml): the first holder its hunt found,
+/// else where its memory was allocated; `None` where the hunt found neither, or its rule read no hunt.
+fn held_by(d: &Diagnosis) -> Option<String> {
+    let hunt = d.facts.get("torch.leak_hunt")?;
+    let first = |fact: &str| d.facts.get(fact)?.as_array()?.first();
+    let words = HuntWords::bundled();
+    match first("torch.leak_holders") {
+        Some(h) => words.holder(hunt, h).ok(),
+        None => words.site(hunt, first("torch.leak_sites")?).ok(),
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +121,42 @@ mod tests {
                 ..Step::default()
             })
             .collect()
+    }
+
+    #[test]
+    fn what_holds_a_leak_is_said_from_the_records_its_rule_read() {
+        let r: Report = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/runs/leak.report.json"
+        )))
+        .unwrap();
+        let mut d = r
+            .diagnoses
+            .into_iter()
+            .find(|d| d.rule == "step-leak")
+            .unwrap();
+        assert_eq!(
+            held_by(&d).as_deref(),
+            Some(
+                "list `kept` (torch_steps.py, module globals), 30 items — at step 31: 20 of its tensors, allocated in steps 11-31, hold 1.25 GiB"
+            )
+        );
+        // No holder found: where its memory was allocated.
+        d.facts
+            .insert("torch.leak_holders".into(), serde_json::json!([]));
+        assert!(
+            held_by(&d)
+                .unwrap()
+                .starts_with("allocated at gpu/torch_steps.py:26 in <module>"),
+            "{:?}",
+            held_by(&d)
+        );
+        // A hunt that could not run, or none: nothing holds it that is known.
+        d.facts
+            .insert("torch.leak_sites".into(), serde_json::json!([]));
+        assert_eq!(held_by(&d), None);
+        d.facts.remove("torch.leak_hunt");
+        assert_eq!(held_by(&d), None);
     }
 
     #[test]

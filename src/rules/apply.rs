@@ -29,7 +29,10 @@ impl RuleSet {
             .collect();
         let run = [Item::none()];
         let lazy = Lazy::new(&all);
-        let root = context(&self.env, &lazy);
+        let mut root = context(&self.env, &lazy);
+        if let Some(w) = &self.hunt_words {
+            super::hunt_words::register(&mut root, Some(w.clone()));
+        }
         let mut out = Vec::new();
         let mut failed = Vec::new();
         for rule in &self.rules {
@@ -142,7 +145,8 @@ pub(super) fn read_values(
                 (Some((var, v)), Some((head, rest))) if head == var => lookup(v, rest),
                 _ => lookup(all, p),
             }?;
-            (!value.is_object()).then(|| (p.clone(), value.clone()))
+            // A group of facts (`oom`) is no fact; a record (`torch.leak_hunt`) is.
+            (!value.is_object() || p.contains('.')).then(|| (p.clone(), value.clone()))
         })
         .collect()
 }

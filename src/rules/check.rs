@@ -3,6 +3,7 @@
 
 use super::absent::Compiled;
 use super::eval::{CONSTANTS, Lazy, check_operands, context, depends_on_values, lookup};
+use super::hunt_words::{HuntWords, register};
 use super::rule::{Mark, Rule, Saying, Source};
 use super::template::Piece;
 use super::{Scope, names};
@@ -18,7 +19,7 @@ pub(super) fn resolves(facts: &serde_json::Value, path: &str) -> bool {
 /// the right types, every operand of && and || on its own too, so short-circuiting on the example can't
 /// hide a mistake. The error's line and what is wrong.
 pub(super) fn check_rule(
-    env: &Arc<Env>,
+    (env, words): (&Arc<Env>, Option<&Arc<HuntWords>>),
     (scope, names): (Scope, &names::Names),
     condition: &Compiled,
     pieces: &[&[Piece]],
@@ -38,7 +39,8 @@ pub(super) fn check_rule(
         }
     }
     let vars = Lazy::new(&example);
-    let root = context(env, &vars);
+    let mut root = context(env, &vars);
+    register(&mut root, words.cloned());
     let ctx = names.bind(&root, true).map_err(|e| (when_line, e))?;
     check_operands(condition.expression(), &ctx).map_err(|e| (when_line, format!("when: {e}")))?;
     gives_bool(condition, &ctx).map_err(|e| (when_line, format!("when: {e}")))?;
@@ -55,7 +57,7 @@ pub(super) fn check_rule(
 
 /// Each advice condition reads known facts and gives true or false on the example facts.
 pub(super) fn check_advice(
-    env: &Arc<Env>,
+    (env, words): (&Arc<Env>, Option<&Arc<HuntWords>>),
     (scope, names): (Scope, &names::Names),
     saying: &Saying,
     (line, msg_line): (usize, usize),
@@ -65,7 +67,8 @@ pub(super) fn check_advice(
         return Err((line, format!("advice: unknown fact `{bad}`")));
     }
     let vars = Lazy::new(&example);
-    let root = context(env, &vars);
+    let mut root = context(env, &vars);
+    register(&mut root, words.cloned());
     let ctx = names.bind(&root, true).map_err(|e| (line, e))?;
     for p in saying.advice.iter().flatten() {
         gives_bool(p, &ctx).map_err(|e| (line, format!("advice: {e}")))?;
@@ -89,14 +92,15 @@ pub(super) fn gives_bool(p: &Compiled, ctx: &Context) -> Result<(), String> {
 
 /// `at` must give a number and `gpu` a string (or null), on every item a rule can be given.
 pub(super) fn check_mark(
-    env: &Arc<Env>,
+    (env, words): (&Arc<Env>, Option<&Arc<HuntWords>>),
     (scope, names): (Scope, &names::Names),
     mark: &Mark,
     src: &[Source; 2],
 ) -> Result<(), (usize, String)> {
     let example = names.example(scope);
     let vars = Lazy::new(&example);
-    let root = context(env, &vars);
+    let mut root = context(env, &vars);
+    register(&mut root, words.cloned());
     let ctx = names.bind(&root, true).map_err(|e| (0, e))?;
     for ((program, src), (what, number)) in [&mark.at, &mark.gpu]
         .into_iter()
@@ -122,9 +126,10 @@ pub(super) fn check_mark(
 
 impl Rule {
     /// The checks at load of a rule read from a file ([`Rule::parse`]): its saying is compiled and kept.
+    /// `hunt_lines` says `words` (a user's words of a hunt; the bundled ones where `None`).
     pub(super) fn check(
         &self,
-        env: &Arc<Env>,
+        (env, words): (&Arc<Env>, Option<&Arc<HuntWords>>),
         (when_line, msg_line, advice_line): (usize, usize, usize),
     ) -> Result<(), (usize, String)> {
         let saying = self.compile_saying(env).map_err(|e| (e.line, e.what))?;
@@ -137,15 +142,15 @@ impl Rule {
             .collect();
         let names = (self.scope, &self.names);
         check_rule(
-            env,
+            (env, words),
             names,
             &self.condition,
             &all,
             (&self.condition_reads, &saying.reads),
             (when_line, msg_line),
         )?;
-        check_advice(env, names, &saying, (advice_line, msg_line))?;
-        check_mark(env, names, &saying.mark, &self.mark_src)?;
+        check_advice((env, words), names, &saying, (advice_line, msg_line))?;
+        check_mark((env, words), names, &saying.mark, &self.mark_src)?;
         let _ = self.saying.set(Ok(saying));
         Ok(())
     }

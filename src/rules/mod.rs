@@ -16,6 +16,7 @@ mod eval;
 pub mod facts;
 pub mod framework;
 pub mod growth;
+pub mod hunt_words;
 mod lines;
 mod names;
 pub mod phase;
@@ -90,14 +91,16 @@ impl std::fmt::Display for RuleError {
 
 impl std::error::Error for RuleError {}
 
-/// The rules in force, and the words they read: of an OOM's cause (`oom.explanation`) and of why a process
-/// is judged as it is (`process.reason`): a user's (`words/oom-cause.toml`, `words/process-reason.toml`
-/// in the `--rules` folder) or the bundled ones (`None`).
+/// The rules in force, and the words they read: of an OOM's cause (`oom.explanation`), of why a process
+/// is judged as it is (`process.reason`) and of a hunt (`hunt_lines`), each a user's
+/// (`words/oom-cause.toml`, `words/process-reason.toml`, `words/hunt.toml` in the `--rules` folder) or the
+/// bundled ones (`None`).
 pub struct RuleSet {
     pub rules: Vec<Rule>,
     pub(super) env: Arc<Env>,
     pub(super) words: Option<Arc<words::Words>>,
     pub(super) reasons: Option<Arc<words::Words>>,
+    pub(super) hunt_words: Option<Arc<hunt_words::HuntWords>>,
 }
 
 impl std::fmt::Debug for RuleSet {
@@ -147,10 +150,11 @@ impl RuleSet {
         for (name, text) in bundled::RULES {
             rules.push(Rule::parse_trusted(text, &format!("bundled:{name}"))?);
         }
-        let (mut words, mut reasons) = (None, None);
+        let (mut words, mut reasons, mut hunt_words) = (None, None, None);
         if let Some(dir) = dir {
             words = words::Words::of_dir(&words::OOM_CAUSE, dir)?.map(Arc::new);
             reasons = words::Words::of_dir(&words::PROCESS_REASON, dir)?.map(Arc::new);
+            hunt_words = hunt_words::HuntWords::of_dir(dir)?.map(Arc::new);
             let io = |what: String| RuleError {
                 file: dir.display().to_string(),
                 line: 0,
@@ -169,7 +173,7 @@ impl RuleSet {
                     line: 0,
                     what: e.to_string(),
                 })?;
-                let rule = Rule::parse(&text, &file)?;
+                let rule = Rule::parse_with(&text, &file, hunt_words.as_ref())?;
                 rules.retain(|r| r.id != rule.id);
                 rules.push(rule);
             }
@@ -183,6 +187,7 @@ impl RuleSet {
             env: env(),
             words,
             reasons,
+            hunt_words,
         })
     }
 
@@ -203,6 +208,7 @@ impl RuleSet {
             env: self.env,
             words: self.words,
             reasons: self.reasons,
+            hunt_words: self.hunt_words,
         }
     }
 }
@@ -305,6 +311,7 @@ mod tests {
             env: env(),
             words: None,
             reasons: None,
+            hunt_words: None,
         };
         let (found, failed) = set.evaluate(&Facts::default());
         assert!(found.is_empty());
@@ -323,6 +330,7 @@ mod tests {
             env: env(),
             words: None,
             reasons: None,
+            hunt_words: None,
         };
         let gpu_of = |oom: facts::OomFacts| {
             let f = Facts {
@@ -361,6 +369,7 @@ mod tests {
                 env: env(),
                 words: None,
                 reasons: None,
+                hunt_words: None,
             };
             let (found, failed) = set.evaluate(&f);
             assert!(failed.is_empty(), "{failed:?}");
@@ -602,7 +611,8 @@ mod tests {
 
     #[test]
     fn every_fact_is_documented_and_every_documented_fact_exists() {
-        /// The facts' paths; a documented fact that is an object is a record (`process.why`), one fact.
+        // The facts' paths; a documented fact that is an object is a record (`process.why`,
+        // `torch.leak_hunt`), one fact: its fields are the record's (`facts::records`).
         fn paths(
             v: &serde_json::Value,
             prefix: &str,

@@ -234,6 +234,7 @@ mod tests {
             env: super::super::eval::env(),
             words: None,
             reasons: None,
+            hunt_words: None,
         };
         let (found, failed) = set.evaluate(&Facts::example());
         match found.first() {

@@ -3,6 +3,7 @@
 
 use super::absent::Compiled;
 use super::eval::{CONSTANTS, compile, env, reads};
+use super::hunt_words::HuntWords;
 use super::lines::{line_of, value_line};
 use super::template::{Piece, fill, lines, template};
 use super::{RuleError, Scope, names};
@@ -11,7 +12,7 @@ use crate::verdict::Severity;
 use cel::{Context, Env, Value};
 use serde::Deserialize;
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -203,15 +204,29 @@ impl std::fmt::Debug for Rule {
 impl Rule {
     /// Parses and checks one rule file's text: every fact it names exists, and it gives true or false.
     pub fn parse(text: &str, source: &str) -> Result<Rule, RuleError> {
-        Rule::read(text, source, true)
+        Rule::read(text, source, Some(None))
+    }
+
+    /// Parses and checks a user's rule file, its `hunt_lines` saying the words of a hunt in force there.
+    pub(super) fn parse_with(
+        text: &str,
+        source: &str,
+        words: Option<&Arc<HuntWords>>,
+    ) -> Result<Rule, RuleError> {
+        Rule::read(text, source, Some(words))
     }
 
     /// Parses without the checks: for the bundled rules, which the tests check, so a run starts sooner.
     pub(super) fn parse_trusted(text: &str, source: &str) -> Result<Rule, RuleError> {
-        Rule::read(text, source, false)
+        Rule::read(text, source, None)
     }
 
-    pub(super) fn read(text: &str, source: &str, check: bool) -> Result<Rule, RuleError> {
+    /// `check`: checked at load, with the words of a hunt in force (`None` inside: the bundled ones).
+    pub(super) fn read(
+        text: &str,
+        source: &str,
+        check: Option<Option<&Arc<HuntWords>>>,
+    ) -> Result<Rule, RuleError> {
         let env = env();
         let f: RuleFile = toml::from_str(text).map_err(|e| RuleError {
             file: source.into(),
@@ -289,9 +304,9 @@ impl Rule {
             msg_line,
             saying: OnceLock::new(),
         };
-        if check {
+        if let Some(words) = check {
             let advice_line = text.find("advice").map_or(msg_line, |o| line_of(text, o));
-            rule.check(&env, (when_line, msg_line, advice_line))
+            rule.check((&env, words), (when_line, msg_line, advice_line))
                 .map_err(|(line, what)| RuleError {
                     file: source.into(),
                     line,

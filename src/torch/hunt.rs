@@ -2,7 +2,6 @@
 //! grew, the sites (file:line in the user's code) of the blocks allocated then and still alive, and what
 //! holds them; at an out-of-memory failure, what filled the GPU.
 
-use crate::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
 
 /// One hunt on one device of one process.
@@ -95,42 +94,6 @@ impl Hunt {
         Some(h)
     }
 
-    /// Lines for a diagnosis: where the memory was allocated.
-    pub fn site_lines(&self) -> Vec<String> {
-        self.sites
-            .iter()
-            .map(|s| {
-                let per = if self.steps > 0 {
-                    format!("+{} {}, ", fmt_bytes(s.bytes_per_step), self.per())
-                } else {
-                    String::new()
-                };
-                let code = if s.code.is_empty() {
-                    String::new()
-                } else {
-                    format!(" `{}`", s.code)
-                };
-                format!(
-                    "allocated at {}:{} in {}{code}: {per}{} in {} live blocks",
-                    short(&s.file),
-                    s.line,
-                    s.function,
-                    fmt_bytes(s.bytes),
-                    s.blocks
-                )
-            })
-            .collect()
-    }
-
-    /// What the window's unit is, per one of it.
-    pub fn per(&self) -> &'static str {
-        if self.clock == "forwards" {
-            "a forward call"
-        } else {
-            "a step"
-        }
-    }
-
     /// The bytes the autograd graphs behind held tensors keep (the holder of kind `graphs`, see the shim's
     /// `_behind`), and the holder of those tensors; 0 and "" when none was told.
     pub fn graphs(&self) -> (u64, &str) {
@@ -140,25 +103,11 @@ impl Hunt {
             .map_or((0, ""), |h| (h.bytes, h.of.as_deref().unwrap_or("")))
     }
 
-    /// The window's span in words: `steps 12-32`, `forward calls 12-32`.
-    pub fn span(&self) -> String {
-        format!("{} {}-{}", self.units().1, self.from_step, self.to_step)
-    }
-
-    /// The window's unit, one and many: the optimizer's steps, or the model's forward calls.
-    fn units(&self) -> (&'static str, &'static str) {
-        if self.clock == "forwards" {
-            ("forward call", "forward calls")
-        } else {
-            ("step", "steps")
-        }
-    }
-
     /// Its holders in the order a reader needs them. A leak's come as the search found them; at an OOM,
     /// where they are an inventory of everything alive (the model's parameters and the optimizer's state
     /// among them), the one that held the most comes first, each container with the autograd graphs
     /// behind its tensors (kind `graphs`, `of` it) right after it and counted with it.
-    fn ordered_holders(&self) -> Vec<&Holder> {
+    pub fn ordered_holders(&self) -> Vec<&Holder> {
         let mut held: Vec<&Holder> = self.holders.iter().collect();
         if self.why != "oom" {
             return held;
@@ -184,63 +133,6 @@ impl Hunt {
         });
         held
     }
-
-    /// Lines for a diagnosis: what keeps it alive, and what of it was counted when. A container's items
-    /// are counted when the hunt looked (step `to_step`, or the OOM), and its bytes are those of its
-    /// tensors allocated in the window (all of them at an OOM), never items × size: "list `kept`, 300
-    /// items — at step 40: 20 of its tensors, allocated in steps 20-40, hold 640.00 MiB".
-    pub fn holder_lines(&self, verb: &str) -> Vec<String> {
-        let (when, from) = if self.why == "oom" {
-            ("at the OOM".to_string(), String::new())
-        } else if self.to_step > 0 {
-            let (one, many) = self.units();
-            (
-                format!("at {one} {}", self.to_step),
-                format!(", allocated in {many} {}-{},", self.from_step, self.to_step),
-            )
-        } else {
-            (format!("{:.1} s in", self.at_s), String::new())
-        };
-        self.ordered_holders()
-            .into_iter()
-            .map(|h| {
-                if h.tensors == 0 {
-                    return format!("{verb} {}", h.text);
-                }
-                let n = h.tensors;
-                if h.kind == "graphs" {
-                    // What the graphs saved: no tensor of the program's, so nothing to count.
-                    return format!(
-                        "{verb} {} — {when}: they hold {}",
-                        h.text,
-                        fmt_bytes(h.bytes)
-                    );
-                }
-                let counted = match (h.items.is_some(), n) {
-                    (true, _) => format!("{n} of its tensors{from} hold"),
-                    (false, 1) => format!("its tensor{from} holds"),
-                    (false, _) => format!("its {n} tensors{from} hold"),
-                };
-                // A scalar that holds an autograd graph: the graph's memory is not in its bytes.
-                let own = if h.bytes < 1 << 20 {
-                    " (storage alone: what an autograd graph keeps alive is not counted)"
-                } else {
-                    ""
-                };
-                format!(
-                    "{verb} {} — {when}: {counted} {}{own}",
-                    h.text,
-                    fmt_bytes(h.bytes)
-                )
-            })
-            .collect()
-    }
-}
-
-/// A path as a user reads it in a diagnosis: its last two components.
-pub(crate) fn short(path: &str) -> String {
-    let parts: Vec<&str> = path.rsplit('/').take(2).collect();
-    parts.into_iter().rev().collect::<Vec<_>>().join("/")
 }
 
 #[cfg(test)]
@@ -260,18 +152,13 @@ mod tests {
         });
         let h = Hunt::from_message(&m, 100.0).unwrap();
         assert_eq!((h.pid, h.device, h.at_s), (7, 0, 10.5));
+        let s = &h.sites[0];
         assert_eq!(
-            h.site_lines(),
-            vec![
-                "allocated at u/train.py:8 in <module> `y = m(x)`: +32.00 MiB a step, 640.00 MiB in 20 live blocks"
-            ]
+            (s.file.as_str(), s.line, s.bytes_per_step, s.blocks),
+            ("/home/u/train.py", 8, 32 << 20, 20)
         );
-        assert_eq!(
-            h.holder_lines("kept alive by"),
-            vec![
-                "kept alive by list `kept` (train.py, module globals), 300 items — at step 32: 20 of its tensors, allocated in steps 12-32, hold 640.00 MiB"
-            ]
-        );
+        let held = &h.holders[0];
+        assert_eq!((held.tensors, held.items), (20, Some(300)));
     }
 
     #[test]
@@ -311,63 +198,22 @@ mod tests {
             ..Hunt::default()
         };
         let first_words = |h: &Hunt| -> Vec<String> {
-            h.holder_lines("held by")
-                .iter()
-                .map(|l| l.split(" — ").next().unwrap().to_string())
-                .collect()
+            h.ordered_holders().iter().map(|x| x.text.clone()).collect()
         };
         assert_eq!(
             first_words(&h),
             [
-                "held by list `val_losses`",
-                "held by the autograd graphs behind list `val_losses`",
-                "held by dict attribute `_parameters` of a `Linear`",
-                "held by attribute `exp_avg` of a `defaultdict`",
+                "list `val_losses`",
+                "the autograd graphs behind list `val_losses`",
+                "dict attribute `_parameters` of a `Linear`",
+                "attribute `exp_avg` of a `defaultdict`",
             ]
         );
         // A leak's holders stay in the search's order.
         h.why = "auto".into();
         assert_eq!(
             first_words(&h)[0],
-            "held by dict attribute `_parameters` of a `Linear`"
+            "dict attribute `_parameters` of a `Linear`"
         );
-    }
-
-    #[test]
-    fn holder_numbers_say_what_was_counted_and_when() {
-        let holder = |text: &str, tensors, bytes, items| Holder {
-            kind: "container".into(),
-            text: text.into(),
-            tensors,
-            bytes,
-            items,
-            graphs: 0,
-            of: None,
-        };
-        let mut h = Hunt {
-            why: "oom".into(),
-            holders: vec![
-                // 47 items of which 20 tensors of 2 GiB: not "47 items (40.00 GiB)".
-                holder(
-                    "list `outs` (eval.py, module globals), 47 items",
-                    20,
-                    40 << 30,
-                    Some(47),
-                ),
-                holder("global `total` (train.py, module globals)", 1, 4, None),
-            ],
-            ..Hunt::default()
-        };
-        assert_eq!(
-            h.holder_lines("held by"),
-            [
-                "held by list `outs` (eval.py, module globals), 47 items — at the OOM: 20 of its tensors hold 40.00 GiB",
-                "held by global `total` (train.py, module globals) — at the OOM: its tensor holds 4 B (storage alone: what an autograd graph keeps alive is not counted)",
-            ]
-        );
-        (h.why, h.from_step, h.to_step) = ("auto".into(), 10, 40);
-        assert!(h.holder_lines("kept alive by")[0].contains(
-            "47 items — at step 40: 20 of its tensors, allocated in steps 10-40, hold 40.00 GiB"
-        ));
     }
 }

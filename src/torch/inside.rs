@@ -5,8 +5,8 @@
 //! its backward); and on one call of the model in each phase without optimizer steps (an evaluation
 //! after training, inference), the same at that call's peak.
 
-use super::hunt::{is_zero, short};
-use crate::units::fmt_bytes;
+use super::hunt::is_zero;
+use crate::units::{fmt_bytes, path_tail};
 use serde::{Deserialize, Serialize};
 
 /// One look inside the model, on one device of one process.
@@ -191,7 +191,7 @@ impl Inside {
             out.push_str(&format!(" ({n})"));
         }
         if let Some(l) = &self.line {
-            out.push_str(&format!(", at {}:{}", short(&l.file), l.line));
+            out.push_str(&format!(", at {}:{}", path_tail(&l.file), l.line));
             if !l.code.is_empty() {
                 out.push_str(&format!(" `{}`", l.code));
             }

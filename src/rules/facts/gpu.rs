@@ -1,7 +1,7 @@
 //! Each GPU's facts (`gpu.*`): its memory, the job's peak and steady level, spikes, growth, the others on
 //! it.
 
-use super::torch::{leak_holders, leak_sites};
+use super::hunt::{HolderRecord, HuntRecord, SiteRecord};
 use super::{Holder, gpu_label, pct, steady_level};
 use crate::ident::GpuRef;
 use crate::report::Report;
@@ -116,11 +116,13 @@ pub struct GpuFacts {
     /// at that rate, seconds until the GPU is full (its capacity less the driver's reserve, other processes'
     /// peaks and the level reached), null if not growing
     pub time_to_full_s: Option<f64>,
-    /// where the memory that stayed alive was allocated, from the last leak hunt of a PyTorch process on this
-    /// GPU (counted in forward calls of the outermost module in a program without steps), in words
-    pub growth_sites: Vec<String>,
-    /// what kept it alive, in words, from the same hunt
-    pub growth_holders: Vec<String>,
+    /// the last leak hunt of a PyTorch process on this GPU that ran or failed (counted in forward calls of
+    /// the outermost module in a program without steps), as torch.leak_hunt; null without one
+    pub growth_hunt: Option<HuntRecord>,
+    /// where the memory that stayed alive was allocated, from that hunt: sites, as torch.leak_sites
+    pub growth_sites: Vec<SiteRecord>,
+    /// what kept it alive, from the same hunt: holders, as torch.leak_holders
+    pub growth_holders: Vec<HolderRecord>,
     /// of what that hunt found kept, the bytes behind held tensors' autograd graphs (see oom.graph_bytes), 0
     /// if none
     pub growth_graph_bytes: i64,
@@ -336,8 +338,7 @@ fn when_facts(
         .filter(|h| h.why != "oom" && (h.error.is_some() || h.steps > 0))
         .max_by(|a, b| a.at_s.total_cmp(&b.at_s))
     {
-        f.growth_sites = leak_sites(h);
-        f.growth_holders = leak_holders(h);
+        (f.growth_hunt, f.growth_sites, f.growth_holders) = super::hunt::of(Some(h));
         let (bytes, holder) = h.graphs();
         f.growth_graph_bytes = bytes as i64;
         f.growth_graph_holder = Some(holder.to_string()).filter(|_| bytes > 0);

@@ -42,6 +42,9 @@ fact_types! {
     Vec<Holder> => "list(holder)",
     Vec<OnGpu> => "list(on_gpu)",
     Option<crate::orphans::Why> => "why or null",
+    Option<HuntRecord> => "hunt or null",
+    Vec<SiteRecord> => "list(site)",
+    Vec<HolderRecord> => "list(hunt_holder)",
 }
 
 /// A process holding GPU memory, as a list fact gives it (`gpu.others_list`, `oom.others`,
@@ -98,12 +101,14 @@ macro_rules! facts {
 
 mod cell;
 mod gpu;
+pub mod hunt;
 mod oom;
 mod process;
 mod run;
 mod torch;
 
 pub use gpu::GpuFacts;
+use hunt::{HolderRecord, HuntRecord, SiteRecord};
 pub use oom::OomFacts;
 pub use process::ProcFacts;
 pub use run::{RunFacts, cuda_of_torch};
@@ -133,6 +138,24 @@ pub fn documented() -> Vec<(String, &'static str, &'static str)> {
         ("gpu", GpuFacts::FIELDS),
         ("process", ProcFacts::FIELDS),
         ("torch", TorchFacts::FIELDS),
+    ];
+    groups
+        .into_iter()
+        .flat_map(|(group, fields)| {
+            fields
+                .iter()
+                .map(move |f| (format!("{group}.{}", f.name), f.ty, f.doc.trim()))
+        })
+        .collect()
+}
+
+/// The fields of the records a list fact or a record fact holds (`site`, `hunt_holder`, `hunt`), by the
+/// name docs/rules.md gives them (`site.file`), with their types and what they mean.
+pub fn records() -> Vec<(String, &'static str, &'static str)> {
+    let groups = [
+        ("hunt", HuntRecord::FIELDS),
+        ("site", SiteRecord::FIELDS),
+        ("hunt_holder", HolderRecord::FIELDS),
     ];
     groups
         .into_iter()
@@ -262,7 +285,13 @@ impl Facts {
                 reserved_bytes: Some(0),
                 reserved_unallocated_bytes: Some(0),
                 allowed_bytes: Some(0),
-                filled_by: vec!["held by list `kept`".into(), "allocated at a.py:1".into()],
+                filled_by: vec!["in forward, in model.layers.2.mlp".into()],
+                hunt: Some(HuntRecord {
+                    why: "oom".into(),
+                    ..HuntRecord::example()
+                }),
+                sites: vec![SiteRecord::example()],
+                holders: vec![HolderRecord::example()],
                 others: vec![Holder::example()],
                 ..Default::default()
             },
@@ -286,6 +315,9 @@ impl Facts {
                 growth_live_framework: Some("PyTorch".into()),
                 time_to_full_s: Some(0.0),
                 growth_graph_holder: Some("list `outs`".into()),
+                growth_hunt: Some(HuntRecord::example()),
+                growth_sites: vec![SiteRecord::example()],
+                growth_holders: vec![HolderRecord::example()],
                 ..Default::default()
             }],
             processes: vec![ProcFacts {
@@ -335,11 +367,9 @@ impl Facts {
                 eval_grad: Some(false),
                 non_pytorch_bytes: Some(0),
                 phase_steps: vec![25, 50],
-                leak_sites: vec!["allocated at a.py:1".into(), "allocated at b.py:2".into()],
-                leak_holders: vec![
-                    "kept alive by list `kept`".into(),
-                    "kept alive by dict `c`".into(),
-                ],
+                leak_hunt: Some(HuntRecord::example()),
+                leak_sites: vec![SiteRecord::example(), SiteRecord::example()],
+                leak_holders: vec![HolderRecord::example(), HolderRecord::example()],
                 ..Default::default()
             }],
         }

@@ -1,5 +1,6 @@
 //! The OOM's facts (`oom.*`): what the text said, where it happened, what filled the GPU, and the phase.
 
+use super::hunt::{HolderRecord, HuntRecord, SiteRecord};
 use super::{GpuFacts, Holder, TorchFacts, gpu_label, name_of};
 use crate::report::Report;
 use crate::rules::phase::Phase;
@@ -61,9 +62,16 @@ pub struct OomFacts {
     pub job_peak_pct: Option<f64>,
     /// the cause with its numbers, in words; null without an OOM
     pub explanation: Option<String>,
-    /// where in the model it happened and what the memory held, what held it (the shim's search at the OOM):
-    /// place, breakdown, holders, sites (empty when unknown)
+    /// where in the model it happened and what the memory held (the shim's look at the OOM), in words: the
+    /// place, the breakdown, the modules that saved the most for backward (empty when unknown)
     pub filled_by: Vec<String>,
+    /// the shim's search at the OOM (what held the GPU), a hunt record as torch.leak_hunt; null without one
+    pub hunt: Option<HuntRecord>,
+    /// what held the GPU then, the one that held the most first, each with the autograd graphs behind its
+    /// tensors right after it: holders, as torch.leak_holders
+    pub holders: Vec<HolderRecord>,
+    /// where the memory alive then was allocated: sites, as torch.leak_sites
+    pub sites: Vec<SiteRecord>,
     /// `forward`, `backward`, `optimizer` or `other` (the shim's look at the OOM), null when unknown
     pub pass: Option<String>,
     /// the module it happened in (`model.layers.2.mlp`), null when unknown
@@ -188,14 +196,7 @@ pub(super) fn oom_facts(
     let graphs_kept = kept_graphs(phase, pass.as_deref(), activity.as_ref());
     // A training step's own graph is its activations, told per module (oom.largest_part, filled_by).
     let own = matches!(phase, Some(Phase::TrainingStep | Phase::Loading));
-    let graphs = oom_hunt(r)
-        .map(|h| h.graphs())
-        .map(|g| if graphs_kept || !own { g } else { (0, "") });
-    let graph_bytes = graphs.map(|(b, _)| b as i64);
-    let graph_holder = graphs
-        .filter(|(b, h)| *b > 0 && !h.is_empty())
-        .map(|(_, h)| h.to_string());
-    OomFacts {
+    let mut f = OomFacts {
         phase: phase.map(|p| p.name().into()),
         waiting_forwards: activity
             .and_then(|a| a.forwards_without_backward)
@@ -210,8 +211,6 @@ pub(super) fn oom_facts(
         growth_bytes: on.and_then(|x| x.growth_bytes),
         growth_rate_bytes_per_s: on.and_then(|x| x.growth_rate_bytes_per_s),
         growth_s: on.and_then(|x| x.growth_s),
-        graph_bytes,
-        graph_holder,
         graphs_kept,
         label: oom_label(o, host.as_deref()),
         host: host.clone(),
@@ -237,7 +236,7 @@ pub(super) fn oom_facts(
         others: oom_others(o),
         job_peak_pct: on.map(|x| x.job_peak_pct),
         explanation: Some(o.explanation.clone()),
-        filled_by: filled_by(r),
+        filled_by: inside.map(|w| w.lines()).unwrap_or_default(),
         pass,
         module: inside.and_then(|w| w.module.clone()),
         largest_part: inside
@@ -250,7 +249,24 @@ pub(super) fn oom_facts(
         }),
         at_s: Some(o.event.at_s),
         ..Default::default()
-    }
+    };
+    searched(r, graphs_kept || !own, &mut f);
+    f
+}
+
+/// What the shim's search at the OOM found (`oom.hunt`, `oom.holders`, `oom.sites`), and of it the
+/// autograd graphs behind held tensors (`oom.graph_bytes`, `oom.graph_holder`): 0 where they are a
+/// training step's own (`!graphs_told`), whose backward frees them.
+fn searched(r: &Report, graphs_told: bool, f: &mut OomFacts) {
+    let hunt = oom_hunt(r);
+    let graphs = hunt
+        .map(|h| h.graphs())
+        .map(|g| if graphs_told { g } else { (0, "") });
+    f.graph_bytes = graphs.map(|(b, _)| b as i64);
+    f.graph_holder = graphs
+        .filter(|(b, h)| *b > 0 && !h.is_empty())
+        .map(|(_, h)| h.to_string());
+    (f.hunt, f.sites, f.holders) = super::hunt::of(hunt);
 }
 
 /// Whether the autograd graphs behind held tensors at an OOM outlived the step or call that made them, so
@@ -341,30 +357,4 @@ fn oom_hunt(r: &Report) -> Option<&crate::torch::hunt::Hunt> {
         .flat_map(|p| &p.hunts)
         .filter(|h| h.why == "oom" && h.error.is_none())
         .min_by(|a, b| (a.at_s - at).abs().total_cmp(&(b.at_s - at).abs()))
-}
-
-/// What filled the GPU at the OOM: where in the model it happened and what the memory held (the shim's
-/// look), then what held it (the shim's search then).
-fn filled_by(r: &Report) -> Vec<String> {
-    let mut out = oom_inside(r).map(|w| w.lines()).unwrap_or_default();
-    out.extend(oom_holders(r));
-    out
-}
-
-/// What held the GPU at the OOM, from the shim's search then.
-fn oom_holders(r: &Report) -> Vec<String> {
-    let Some(h) = oom_hunt(r) else {
-        return Vec::new();
-    };
-    let mut out = h.holder_lines("held by");
-    if let (Some(n), Some(b)) = (h.tensors, h.tensor_bytes)
-        && n > 0
-    {
-        out.push(format!(
-            "{n} Python tensors on the GPU held {} in all",
-            crate::units::fmt_bytes(b)
-        ));
-    }
-    out.extend(h.site_lines());
-    out
 }

@@ -2,6 +2,7 @@
 //! leak hunt's sites and holders.
 
 use super::cell::cell_facts;
+use super::hunt::{HolderRecord, HuntRecord, SiteRecord};
 use super::process::Ranks;
 use super::{GpuFacts, gpu_label, median, steady_level};
 use crate::ident::ProcRef;
@@ -103,11 +104,15 @@ pub struct TorchFacts {
     pub eval_grad: Option<bool>,
     /// a leak hunt recorded this process's memory history
     pub hunted: bool,
-    /// where the memory that stayed alive in the hunt's window was allocated, in words (or why the hunt
-    /// failed)
-    pub leak_sites: Vec<String>,
-    /// what keeps it alive, in words
-    pub leak_holders: Vec<String>,
+    /// its last leak hunt that ran or failed (a window of steps, or of forward calls in a program without
+    /// steps): whether it ran, its window (a record: docs/rules.md, "The words of a hunt"); null without
+    /// one
+    pub leak_hunt: Option<HuntRecord>,
+    /// where the memory that stayed alive in the hunt's window was allocated, most first: sites (file,
+    /// line, function, code, bytes, per_step_bytes, blocks)
+    pub leak_sites: Vec<SiteRecord>,
+    /// what keeps it alive, as the hunt found them: holders (name, kind, tensors, bytes, items, graphs, of)
+    pub leak_holders: Vec<HolderRecord>,
     /// notebook cells run in this process (a Jupyter kernel), 0 elsewhere
     pub cells: i64,
     /// the cell whose last runs each left more allocated, the most in all: `its first line` (cell 12 when it
@@ -162,6 +167,7 @@ pub(super) fn torch_facts(
         (said(t.final_reserved_bytes), t.peak_allocated_bytes as i64)
     };
     let host = t.host.clone();
+    let (leak_hunt, leak_sites, leak_holders) = super::hunt::of(hunt);
     TorchFacts {
         label: gpu_label(host.as_deref(), t.gpu.map_or(-1, |g| g as i64)),
         rank: ranks.of_pid(&ProcRef::new(t.host.as_deref(), t.pid)).0,
@@ -220,42 +226,12 @@ pub(super) fn torch_facts(
             .find(|w| w.phase.as_deref() == Some("evaluation") && w.error.is_none())
             .map(|w| w.parts.activations > 0 || w.saved_hooked > 0),
         hunted: hunt.is_some(),
-        leak_sites: hunt.map(leak_sites).unwrap_or_default(),
-        leak_holders: hunt.map(leak_holders).unwrap_or_default(),
+        leak_hunt,
+        leak_sites,
+        leak_holders,
         cells: t.cells.len() as i64,
         ..cell_facts(&t.cells)
     }
-}
-
-/// The hunt's sites in words; why it failed, when it did.
-pub(super) fn leak_sites(h: &crate::torch::hunt::Hunt) -> Vec<String> {
-    if let Some(e) = &h.error {
-        return vec![format!("the leak hunt could not run: {e}")];
-    }
-    let mut out = h.site_lines();
-    if out.is_empty() {
-        out.push(format!(
-            "the leak hunt ({}) found no allocation site that kept its memory alive",
-            h.span()
-        ));
-    }
-    out
-}
-
-/// What holds the leak, in words; said when it could not be found.
-pub(super) fn leak_holders(h: &crate::torch::hunt::Hunt) -> Vec<String> {
-    if h.error.is_some() || h.sites.is_empty() {
-        return Vec::new();
-    }
-    let out = h.holder_lines("kept alive by");
-    if out.is_empty() {
-        return vec![
-            "what keeps it alive was not found: no Python object refers to these blocks' tensors, and no \
-             autograd graph in the program's variables spans the steps"
-                .into(),
-        ];
-    }
-    out
 }
 
 /// Steps whose peak stands far above the steady per-step peak: an evaluation, a checkpoint.
