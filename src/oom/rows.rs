@@ -26,15 +26,18 @@ use Field::{Free, Gpu, Requested};
 /// 0)  out of memory`, old Paddle's `(0 vs. 2) Cuda Error: out of memory`). OpenCV's CUDA module raises
 /// `(-217:Gpu API call) out of memory in function 'allocate'` (2.4: `Gpu API call (out of memory)`),
 /// OptiX `OPTIX_ERROR_DEVICE_OUT_OF_MEMORY`, Blender's Cycles `System is out of GPU [and shared host]
-/// memory`; a check in a program's own source file (`CUDA error 2 at src/kernels.cu:12: out of memory`)
-/// and a bare `cudaMalloc failed: out of memory`.
-const CUDA_WORDS: &str = r"CUDA (?:driver )?(?i:error): ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|\bcuda (?:execution )?failed with error 2 out of memory|\((?:2 vs\. 0|0 vs\. 2)\)\s+(?:Cuda Error: )?out of memory|\(-217:Gpu API call\) out of memory|Gpu API call \(out of memory\)|OPTIX_ERROR_DEVICE_OUT_OF_MEMORY|System is out of GPU (?:and shared host )?memory|\bparallel_for failed: out of memory|std::bad_alloc: out of memory|std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY|CUDA error \d+ at \S+:\d+: out of memory|cudaMalloc(?: \w+)? failed: out of memory";
+/// memory`; a check in a program's own source file (`CUDA error 2 at src/kernels.cu:12: out of memory`,
+/// `Cuda error in func "cuda_init_device" at line 33: out of memory.`) and a bare `cudaMalloc failed: out
+/// of memory`. Old HIP (ROCm 1 and 2) numbered the error `hipErrorMemoryAllocation = 1002`, which
+/// TensorFlow's ROCm driver printed as `from device: hipError_t(1002)`.
+const CUDA_WORDS: &str = r#"CUDA (?:driver )?(?i:error): ?out of memory|CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|cuMemAlloc\w* failed: out of memory|\bcudaErrorMemoryAllocation:? out of memory|\bcuda (?:execution )?failed with error 2 out of memory|\((?:2 vs\. 0|0 vs\. 2)\)\s+(?:Cuda Error: )?out of memory|\(-217:Gpu API call\) out of memory|Gpu API call \(out of memory\)|OPTIX_ERROR_DEVICE_OUT_OF_MEMORY|System is out of GPU (?:and shared host )?memory|\bparallel_for failed: out of memory|std::bad_alloc: out of memory|std::bad_alloc: out_of_memory|RMM_ERROR_OUT_OF_MEMORY|CUDA error \d+ at \S+:\d+: out of memory|(?i:cuda) error in func "[^"]*" at line \d+: out of memory|\bhipError_t\(1002\)|cudaMalloc(?: \w+)? failed: out of memory"#;
 const CUDA_NEEDLES: &[&str] = &[
     "out of memory",
     "OUT_OF_MEMORY",
     "HIP_ERROR_OutOfMemory",
     "out of GPU",
     "out_of_memory",
+    "hipError_t(1002)",
 ];
 
 /// Every wording gpudoc reads, most specific first: the first row that reads a line reads it.
@@ -543,7 +546,8 @@ pub static FORMATS: [Format; 43] = [
         ..ROW
     },
     // A CUDA library failing to allocate its workspace or handle: `RuntimeError: CUDA error:
-    // CUBLAS_STATUS_ALLOC_FAILED when calling ...`: the class precedes "CUDA".
+    // CUBLAS_STATUS_ALLOC_FAILED when calling ...`: the class precedes "CUDA". CNTK names the device after
+    // it (`cuDNN failure 2: CUDNN_STATUS_ALLOC_FAILED ; GPU=0 ; hostname=...`).
     Format {
         id: "cuda-library",
         format: "cublas",
@@ -552,7 +556,7 @@ pub static FORMATS: [Format; 43] = [
         source: Program::CudaLibrary,
         means: Means::Library,
         needles: &["_STATUS_ALLOC_FAILED"],
-        pattern: r"(?:(?P<at>)CUDA error:.*?)?\b(?P<library>CUBLAS|CUDNN|CUSOLVER|CUSPARSE|CUFFT)_STATUS_ALLOC_FAILED\b",
+        pattern: r"(?:(?P<at>)CUDA error:.*?)?\b(?P<library>CUBLAS|CUDNN|CUSOLVER|CUSPARSE|CUFFT)_STATUS_ALLOC_FAILED\b(?: ; GPU={gpu:n})?",
         then: Some(library_name),
         ..ROW
     },
