@@ -717,6 +717,32 @@ fn advice_of(r: &Value, rule: &str) -> String {
         .join("\n")
 }
 
+/// A fragmentation OOM is told only the allocator settings the PyTorch that printed it takes, as its
+/// wording dates it: 2.1's gets expandable_segments (and its `--try` line); 1.4-2.0's max_split_size_mb
+/// alone (PyTorch 2.0 stops a job whose setting names expandable_segments); one older than 1.4 neither.
+#[test]
+fn a_fragmentation_oom_is_told_only_settings_its_pytorch_takes() {
+    let m = Machine::h200s(1);
+    for (name, expandable, split) in [
+        ("tpu_repo_url_on_next_line", true, true),
+        ("mlcommons_absl_repeat_gpu7", false, true),
+        ("cached_1_0_outside_memory", false, false),
+    ] {
+        let (r, err) = run_real_text(&m, name, "");
+        assert_eq!(r["oom"]["cause"], "fragmentation", "{name}: {}", r["oom"]);
+        let advice = advice_of(&r, "oom-fragmentation");
+        let set = advice.contains("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments");
+        assert_eq!(set, expandable, "{name}: {advice}");
+        assert_eq!(
+            advice.contains("max_split_size_mb:512"),
+            split,
+            "{name}: {advice}"
+        );
+        let tried = err.contains("--try expandable_segments");
+        assert_eq!(tried, expandable, "{name}: {err}");
+    }
+}
+
 /// Runs a real text of a GPU NVML cannot see while a process outside the job holds most of NVML's GPU 0
 /// (nothing to do with the other vendor's GPU that ran out): the OOM names no NVML GPU and blames no NVML
 /// process.

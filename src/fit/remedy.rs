@@ -137,11 +137,17 @@ fn halved(v: u64) -> Option<u64> {
 /// asked for more than the GPU has at once, when its command names one ([`size_argument`]).
 pub fn suggestion(oom: &OomReport, command: &[String]) -> Option<String> {
     let (word, command, then) = match oom.cause {
-        Cause::Fragmentation => (
-            "expandable_segments".to_string(),
-            command.to_vec(),
-            "with the remedy".to_string(),
-        ),
+        // Only where the PyTorch that printed the text takes the setting (2.0 stops a job that names it).
+        Cause::Fragmentation
+            if crate::oom::program::alloc_options(&oom.event.text)
+                .contains(&"expandable_segments") =>
+        {
+            (
+                "expandable_segments".to_string(),
+                command.to_vec(),
+                "with the remedy".to_string(),
+            )
+        }
         Cause::SelfGrowth | Cause::TooBig => {
             let (i, marked, v) = size_argument(command)?;
             let half = halved(v)?;

@@ -563,14 +563,18 @@ fn kv_cache(f: &Figures) -> Option<Finding> {
     Some(Finding::KvShort { short, by_others })
 }
 
+/// One allocation larger than the process's cap or the whole device. A process that already held more
+/// than the capacity the text gives had more than it to draw on (Windows lets a GPU's allocations spill
+/// into the system's memory): that capacity is not what the request is too big for.
 fn too_big(f: &Figures) -> Option<Finding> {
     let req = f.requested?;
     if req >= crate::oom::parse::EIB {
         return Some(Finding::Garbled);
     }
+    let within = |t: u64| f.held().is_none_or(|h| h <= t);
     let (limit, of_cap) = match (f.allowed, f.total) {
         (Some(a), _) if req > a => (a, true),
-        (_, Some(t)) if req > t => (t, false),
+        (_, Some(t)) if req > t && within(t) => (t, false),
         _ => return None,
     };
     Some(Finding::TooBig {

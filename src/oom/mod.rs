@@ -9,6 +9,7 @@ pub mod formats;
 pub mod host;
 pub mod parse;
 pub mod program;
+mod rows;
 pub mod scan;
 pub mod text;
 mod then;

@@ -33,10 +33,11 @@ static TOTAL_OF: LazyLock<Regex> =
 
 static FREE_OF: LazyLock<Regex> = LazyLock::new(|| re(r"of which SIZE is free"));
 
-// Intel's extension for PyTorch (IPEX) prints the same parenthesis without the free memory.
+// Intel's extension for PyTorch (IPEX) prints the same parenthesis without the free memory. Its last
+// clause is whole without the closing parenthesis, which a quote that stops at the clause leaves out.
 static OLD_PAREN: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"\(GPU\s*(\d+); SIZE total capacity; SIZE already allocated; (?:SIZE free; )?(?:SIZE allowed; )?SIZE (reserved in total by PyTorch|cached)\)",
+        r"\(GPU\s*(\d+); SIZE total capacity; SIZE already allocated; (?:SIZE free; )?(?:SIZE allowed; )?SIZE (reserved in total by PyTorch|cached)\)?",
     )
 });
 

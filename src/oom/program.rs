@@ -1,8 +1,8 @@
 //! Which program wrote an OOM text, as the formats' table says of the row that read it (its `source` and
 //! `means`, `oom::formats`): an inference server or engine, whose own settings are the remedies that fit
 //! it, or a framework's allocator, a library or a CUDA call that any program may make (a training loop's
-//! among them). The one place that reads it: the rules read `oom.source`, `oom.engine` and
-//! `oom.at_start`, never a format's name.
+//! among them). The one place that reads it: the rules read `oom.source`, `oom.engine`, `oom.at_start`
+//! and `oom.alloc_options`, never a format's name.
 
 use super::formats::FORMATS;
 use super::text::{Kind, OomText};
@@ -41,6 +41,24 @@ pub fn engine(t: &OomText) -> Option<Program> {
 /// loaded anything (vLLM's start-up check): the share is too large for what others left, not too small.
 pub fn at_start(t: &OomText) -> bool {
     t.kind == Kind::Vllm && t.format == "vllm-startup"
+}
+
+/// The options of PyTorch's caching allocator (`PYTORCH_CUDA_ALLOC_CONF`) that the PyTorch which printed
+/// `t` accepts, as its wording dates it (`oom.alloc_options`): `expandable_segments` came with 2.1, whose
+/// wording is new; `max_split_size_mb` with 1.10, inside the 1.4-2.0 wording (`... reserved in total by
+/// PyTorch)`; 2.0 stops a job whose setting names `expandable_segments`); neither before 1.4 (`...
+/// cached)`), nor in Intel's extension (`ipex`), which reads no such setting. Both for a text whose wording
+/// does not date it: it is then told as today's PyTorch is.
+pub fn alloc_options(t: &OomText) -> &'static [&'static str] {
+    const BOTH: &[&str] = &["expandable_segments", "max_split_size_mb"];
+    if t.kind != Kind::TorchAllocator {
+        return BOTH;
+    }
+    match t.format.as_str() {
+        "torch<2.1" => &["max_split_size_mb"],
+        "torch<1.4" | "ipex" => &[],
+        _ => BOTH,
+    }
 }
 
 #[cfg(test)]

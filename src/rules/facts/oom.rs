@@ -31,6 +31,10 @@ pub struct OomFacts {
     pub vendor: Option<String>,
     /// the exception class, null if not printed
     pub exception: Option<String>,
+    /// the options of PyTorch's caching allocator (PYTORCH_CUDA_ALLOC_CONF) the PyTorch that printed the
+    /// text accepts, as its wording dates it: expandable_segments (2.1 and later), max_split_size_mb (1.10
+    /// and later; 1.4-2.0 print one wording); both where the wording does not date it; empty without an OOM
+    pub alloc_options: Vec<String>,
     /// every field of the text was found
     pub complete: bool,
     /// the GPU it happened on (NVML's index), null if unknown
@@ -221,6 +225,10 @@ pub(super) fn oom_facts(
         at_start: crate::oom::program::at_start(t),
         vendor: Some(name_of(t.vendor)),
         exception: t.exception.clone(),
+        alloc_options: crate::oom::program::alloc_options(t)
+            .iter()
+            .map(|o| o.to_string())
+            .collect(),
         complete: t.complete,
         gpu: o.gpu.map(i64::from),
         rank: o.event.rank.map(|x| x as i64),
