@@ -283,6 +283,7 @@ mod tests {
             env: set.env,
             words: None,
             reasons: None,
+            hunt_words: None,
         };
         let (found, failed) = set.evaluate(&f);
         assert!(failed.is_empty(), "{failed:?}");
