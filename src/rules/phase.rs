@@ -72,7 +72,10 @@ impl Phase {
             });
         }
         let first = !trained && a.forwards_without_backward == Some(0);
-        (in_forward && first && a.grad == Some(true)).then_some(Phase::TrainingStep)
+        // Grad unknown (inside an autograd.Function's forward: a compiled model's) in a program that made
+        // an optimizer: its first training step's forward, as with grad on.
+        let for_training = a.grad == Some(true) || (a.grad.is_none() && a.optimizer == Some(true));
+        (in_forward && first && for_training).then_some(Phase::TrainingStep)
     }
 }
 
@@ -293,6 +296,16 @@ mod tests {
             at(accumulating.clone(), Some("forward")),
             Some(Phase::TrainingStep)
         );
+        // A compiled model's first forward: grad not known inside its autograd.Function, an optimizer made.
+        let compiled = json!({"bws": 0, "steps": 0, "grad": null, "fwd": 0, "fg": 0, "fpb": 0,
+            "train": null, "optim": true});
+        assert_eq!(
+            at(compiled.clone(), Some("forward")),
+            Some(Phase::TrainingStep)
+        );
+        let mut no_optimizer = compiled;
+        no_optimizer["optim"] = json!(false);
+        assert_eq!(at(no_optimizer, Some("forward")), None);
         // Under no_grad, or after eval(), they are no step's, optimizer or not.
         accumulating["grad"] = json!(false);
         assert_eq!(

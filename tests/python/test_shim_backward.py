@@ -46,3 +46,25 @@ def test_an_oom_says_whether_the_program_made_an_optimizer(shim):
     assert shim.torch._hooked_below(Base)
     assert shim.torch._optimizer_made(torch)
     assert json.loads(shim.torch._activity())["optim"] is True
+
+
+def test_inside_an_autograd_functions_forward_the_programs_grad_mode_is_not_known(shim):
+    """torch runs an autograd.Function's forward (torch.compile's, a custom Function's) with grad off: an
+    OOM there says nothing of whether the program ran under no_grad, so its activity says grad unknown."""
+    seen = {}
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            seen["inside"] = json.loads(shim.torch._activity())["grad"]
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    Double.apply(torch.ones(2, requires_grad=True))
+    assert seen["inside"] is None
+    with torch.no_grad():
+        assert json.loads(shim.torch._activity())["grad"] is False
+    assert json.loads(shim.torch._activity())["grad"] is True

@@ -197,6 +197,10 @@ def _activity():
     try:
         out["grad"] = bool(torch.is_grad_enabled())
         out["inf"] = bool(torch.is_inference_mode_enabled())
+        if out["grad"] is False and not out["inf"] and _in_function_forward(torch):
+            # Inside an autograd.Function's forward (a compiled module's, a custom Function's, reentrant
+            # checkpointing's) torch turns grad off whatever the program's mode: not known.
+            out["grad"] = None
     except Exception:
         pass
     try:
@@ -216,6 +220,21 @@ def _activity():
     except Exception:
         pass
     return json.dumps(out, separators=(",", ":"))
+
+
+def _in_function_forward(torch):
+    """Whether the failing thread runs inside the forward of an autograd.Function: a frame of a `forward`
+    whose `ctx` is the Function's context (torch.compile's CompiledFunction, a custom Function)."""
+    import sys
+
+    ctx_type = torch.autograd.function.FunctionCtx
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "forward" and "ctx" in f.f_code.co_varnames \
+                and isinstance(f.f_locals.get("ctx"), ctx_type):
+            return True
+        f = f.f_back
+    return False
 
 
 def _optimizer_made(torch):
