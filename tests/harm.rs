@@ -505,20 +505,12 @@ fn a_log_file_gpudoc_reads_along_keeps_its_access_time() {
 
 #[test]
 fn descendants_that_already_exited_are_not_leftovers() {
-    // 30 runs, three at a time (each waits on its job's sleeps more than it works).
-    std::thread::scope(|s| {
-        for t in 0..3 {
-            s.spawn(move || {
-                let m = Machine::h200s(1);
-                for i in 0..10 {
-                    let (code, r, err) =
-                        m.run_sh(&["-q", "--fail-on", "warn"], "sleep 0.1 & sleep 0.1");
-                    assert_eq!(code, 0, "run {t}.{i}: {err}");
-                    assert_eq!(r["orphans"], serde_json::json!([]), "run {t}.{i}");
-                }
-            });
-        }
-    });
+    let m = Machine::h200s(1);
+    for i in 0..30 {
+        let (code, r, err) = m.run_sh(&["-q", "--fail-on", "warn"], "sleep 0.1 & sleep 0.1");
+        assert_eq!(code, 0, "run {i}: {err}");
+        assert_eq!(r["orphans"], serde_json::json!([]), "run {i}");
+    }
 }
 
 /// Starts `gpudoc run -- sh -c SCRIPT` where the script starts a grandchild and prints its PID.
