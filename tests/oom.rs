@@ -237,7 +237,13 @@ fn a_host_oom_kill_is_not_a_gpu_oom() {
 const FULL: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 38.78 GiB. GPU 0 has a total capacity of 139.80 GiB of which 28.77 GiB is free. Process 643 has 100.51 GiB memory in use. Including non-PyTorch memory, this process has 10.51 GiB memory in use. Of the allocated memory 10.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.";
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    // XorShift, proptest's first generator, draws the cases: ChaCha's rounds, unoptimized in a test build,
+    // were 60% of the 26 s the 300 cases of random bytes took (as many cases, as random for a scanner).
+    #![proptest_config(ProptestConfig {
+        cases: 300,
+        rng_algorithm: proptest::test_runner::RngAlgorithm::XorShift,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn any_bytes_never_panic_and_stay_bounded(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..5000), 0..40)) {

@@ -173,12 +173,13 @@ fn existing_writable_files_in_a_read_only_folder_are_written() {
 #[test]
 fn a_fifo_nobody_reads_blocks_neither_the_job_nor_gpudoc() {
     let m = Machine::h200s(1);
+    // Two runs side by side, each giving up on its FIFO after FIFO_WAIT: the test waits that once.
     // A trace is written as the job runs: the job starts at once, and gpudoc gives up on the FIFO at the
     // end, saying so in the report.
     let fifo = m.path("t.csv");
     mkfifo(&fifo);
     let (ran, json) = (m.path("ran"), m.path("r.json"));
-    let mut c = m
+    let mut traced = m
         .gpudoc()
         .args(["run", "-q", "--json"])
         .arg(&json)
@@ -190,19 +191,10 @@ fn a_fifo_nobody_reads_blocks_neither_the_job_nor_gpudoc() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    if !common::within(Duration::from_secs(3), || ran.exists()) {
-        let _ = c.kill();
-        let _ = c.wait();
-        panic!("the command did not start: gpudoc waited for the FIFO's reader");
-    }
-    let st = ends_within(&mut c, FIFO_WAIT + SLACK, "--trace FIFO");
-    assert_eq!(st.code(), Some(0), "a trace's failure is a note, as always");
-    let notes = read_json(&json)["notes"].to_string();
-    assert!(notes.contains("nobody opened it for reading"), "{notes}");
     // A report is written at the end: gpudoc says nobody read it, and the exit code shows it.
     let fifo = m.path("r.fifo");
     mkfifo(&fifo);
-    let mut c = m
+    let mut reported = m
         .gpudoc()
         .args(["run", "-q", "--json"])
         .arg(&fifo)
@@ -211,10 +203,21 @@ fn a_fifo_nobody_reads_blocks_neither_the_job_nor_gpudoc() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let st = ends_within(&mut c, FIFO_WAIT + SLACK, "--json FIFO");
+    if !common::within(Duration::from_secs(3), || ran.exists()) {
+        for c in [&mut traced, &mut reported] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        panic!("the command did not start: gpudoc waited for the FIFO's reader");
+    }
+    let st = ends_within(&mut traced, FIFO_WAIT + SLACK, "--trace FIFO");
+    assert_eq!(st.code(), Some(0), "a trace's failure is a note, as always");
+    let notes = read_json(&json)["notes"].to_string();
+    assert!(notes.contains("nobody opened it for reading"), "{notes}");
+    let st = ends_within(&mut reported, FIFO_WAIT + SLACK, "--json FIFO");
     assert_eq!(st.code(), Some(125));
     let mut err = String::new();
-    std::io::Read::read_to_string(&mut c.stderr.take().unwrap(), &mut err).unwrap();
+    std::io::Read::read_to_string(&mut reported.stderr.take().unwrap(), &mut err).unwrap();
     assert!(
         err.contains("--json") && err.contains("nobody opened it for reading"),
         "{err}"

@@ -229,12 +229,20 @@ fn short(cmdline: &str) -> String {
     s
 }
 
+/// Every moment of the series, in order, once. Each series is in time order already: the stable sort
+/// merges those runs (O(n log k)), where an unstable one sorted every moment afresh (an hour at 1 kHz took
+/// seconds of a debug build's checks).
+fn times_of<'a>(series: impl Iterator<Item = &'a [(Micros, u64)]>) -> Vec<Micros> {
+    let mut times: Vec<Micros> = series.flat_map(|s| s.iter().map(|p| p.0)).collect();
+    times.sort();
+    times.dedup();
+    times
+}
+
 /// The sum of step functions, as one.
 fn sum<'a>(series: impl Iterator<Item = &'a [(Micros, u64)]>) -> Vec<(Micros, u64)> {
     let series: Vec<&[(Micros, u64)]> = series.collect();
-    let mut times: Vec<Micros> = series.iter().flat_map(|s| s.iter().map(|p| p.0)).collect();
-    times.sort_unstable();
-    times.dedup();
+    let times = times_of(series.iter().copied());
     let mut idx = vec![0usize; series.len()];
     let mut out: Vec<(Micros, u64)> = Vec::with_capacity(times.len());
     for t in times {
@@ -255,12 +263,7 @@ fn sum<'a>(series: impl Iterator<Item = &'a [(Micros, u64)]>) -> Vec<(Micros, u6
 /// The series on one time axis: every change when they fit in `buckets` × 2 points, else per bucket the
 /// minimum and the maximum of each series, in the order they came.
 fn align(series: &[Steps], end: Micros, buckets: usize) -> (Vec<f64>, Vec<Vec<Option<f64>>>) {
-    let mut times: Vec<Micros> = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .collect();
-    times.sort_unstable();
-    times.dedup();
+    let mut times = times_of(series.iter().map(|s| s.points.as_slice()));
     let end = end.max(times.last().copied().unwrap_or(0));
     if times.len() <= 2 * buckets {
         if times.last() != Some(&end) {
