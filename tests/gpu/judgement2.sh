@@ -32,6 +32,9 @@ end_evaluator() {
   local pid
   pid=$(cat "$JUDGEMENT2_PIDFILE")
   if kill "$pid" 2>/dev/null; then
+    # Gone, and its GPU memory with it, before the next program starts: else that program's run finds
+    # memory held before it started (held-before-start, rightly: the H100's first round saw 2.97 GiB).
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     echo "detached_eval: evaluator $pid ended after the run" | tee -a $R/exits.txt
   else
     echo "detached_eval: evaluator $pid had already gone" | tee -a $R/exits.txt

@@ -276,6 +276,7 @@ impl Facts {
                 leak_r2: Some(0.0),
                 waiting_forwards: Some(0),
                 grad: Some(true),
+                optimizer_made: Some(true),
                 gpu: Some(0),
                 rank: Some(0),
                 requested_bytes: Some(0),

@@ -131,6 +131,9 @@ pub struct OomFacts {
     /// grad mode on the failing thread at the OOM (`torch.is_grad_enabled()`): false under torch.no_grad()
     /// or torch.inference_mode(), whose forward calls save nothing for backward; null when unknown
     pub grad: Option<bool>,
+    /// the program had made an optimizer (a torch.optim.Optimizer of any kind) by the OOM: it trains, or is
+    /// about to; null when unknown (the shim's reading, act.optim)
+    pub optimizer_made: Option<bool>,
     /// what the live tensors of the failing process grew by step after step before it (its
     /// torch.leak_total_bytes: the straight-line fit over its steps); null if it did not grow, or no PyTorch
     /// process of the OOM's GPU is known
@@ -205,6 +208,7 @@ pub(super) fn oom_facts(
         waiting_forwards: activity
             .and_then(|a| a.forwards_without_backward)
             .map(|n| n as i64),
+        optimizer_made: activity.and_then(|a| a.optimizer),
         grad: activity.and_then(|a| match (a.grad, a.inference_mode) {
             (_, Some(true)) => Some(false),
             (g, _) => g,
