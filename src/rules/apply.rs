@@ -30,9 +30,8 @@ impl RuleSet {
         let run = [Item::none()];
         let lazy = Lazy::new(&all);
         let mut root = context(&self.env, &lazy);
-        if let Some(w) = &self.hunt_words {
-            super::hunt_words::register(&mut root, Some(w.clone()));
-        }
+        // `hunt_lines`: the user's words of a hunt, else the bundled ones.
+        super::hunt_words::register(&mut root, self.hunt_words.clone());
         let mut out = Vec::new();
         let mut failed = Vec::new();
         for rule in &self.rules {

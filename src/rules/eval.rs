@@ -122,7 +122,6 @@ pub(super) fn functions<'a>(env: &Arc<Env>) -> Context<'a, 'a> {
     let _ = ctx.add_function("fmt_cmd", |c: Arc<String>| crate::units::shorten(&c, 60));
     // A source file as a diagnosis names it: its last two components (`u/train.py`).
     let _ = ctx.add_function("fmt_path", |p: Arc<String>| crate::units::path_tail(&p));
-    super::hunt_words::register(&mut ctx, None);
     let _ = ctx.add_function("fmt_pct", |p: Value| {
         of_double("fmt_pct", p, |p| format!("{p:.1}%"))
     });

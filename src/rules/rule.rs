@@ -5,7 +5,7 @@ use super::absent::Compiled;
 use super::eval::{CONSTANTS, compile, env, reads};
 use super::hunt_words::HuntWords;
 use super::lines::{line_of, value_line};
-use super::template::{Piece, fill, lines, template};
+use super::template::{Piece, fill, holds, lines, template};
 use super::{RuleError, Scope, names};
 use crate::ident::GpuRef;
 use crate::verdict::Severity;
@@ -491,17 +491,6 @@ impl Rule {
             gpu,
             kept: Vec::new(),
         })
-    }
-}
-
-/// Whether a condition of a message's variant or a line of advice holds (one without a condition always
-/// does).
-pub(super) fn holds(when: Option<&Compiled>, ctx: &Context) -> Result<bool, String> {
-    match when.map(|p| p.execute(ctx)) {
-        None => Ok(true),
-        Some(Ok(Value::Bool(b))) => Ok(b),
-        Some(Ok(other)) => Err(format!("gave {other:?}")),
-        Some(Err(e)) => Err(e.to_string()),
     }
 }
 

@@ -96,3 +96,14 @@ pub(super) fn lines(pieces: &[Piece], ctx: &Context) -> Result<Vec<String>, Stri
         .filter(|l| !l.is_empty())
         .collect())
 }
+
+/// Whether a condition of a message's variant or a line of advice holds (one without a condition always
+/// does).
+pub(super) fn holds(when: Option<&Compiled>, ctx: &Context) -> Result<bool, String> {
+    match when.map(|p| p.execute(ctx)) {
+        None => Ok(true),
+        Some(Ok(Value::Bool(b))) => Ok(b),
+        Some(Ok(other)) => Err(format!("gave {other:?}")),
+        Some(Err(e)) => Err(e.to_string()),
+    }
+}
