@@ -766,17 +766,12 @@ fn a_spike_that_was_the_ooms_own_child_filling_the_gpu_is_no_transient_spike() {
     assert_eq!(parts, ["near-capacity", "transient-spike"], "{teller:#}");
 }
 
-/// Ten programs gpudoc had never seen, run on an H100 (fixtures/judgement/h100, tests/gpu/judgement.sh):
-/// each is told as an expert would tell it, and given no remedy that does not apply (a backward per
-/// micro-batch, not inference_mode, for a gradient accumulation; no batch size for Adam's first step; no
-/// no_grad for a generation already under it; no leak for a slow load or a cache after an evaluation).
-/// The expectations are judgement.py's own (`EXPECT`), checked against the reports diagnosed again by
-/// today's rules.
-#[test]
-fn programs_gpudoc_never_saw_are_told_as_an_expert_would() {
+/// What tests/gpu/`script` says of the programs recorded in fixtures/judgement/`folder`, their reports
+/// diagnosed again by today's rules (with the programs' own stdout, which some expectations read).
+fn judged(folder: &str, script: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
-    let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/judgement/h100");
-    for entry in std::fs::read_dir(&recorded).unwrap() {
+    for entry in std::fs::read_dir(root.join("fixtures/judgement").join(folder)).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_str().unwrap().to_string();
         if name.ends_with(".report.json") {
@@ -787,13 +782,23 @@ fn programs_gpudoc_never_saw_are_told_as_an_expert_would() {
         }
     }
     let out = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/judgement.py"))
+        .arg(root.join("tests/gpu").join(script))
         .arg("check")
         .arg(dir.path())
         .output()
         .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{said}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Ten programs gpudoc had never seen, run on an H100 (fixtures/judgement/h100, tests/gpu/judgement.sh):
+/// each is told as an expert would tell it, and given no remedy that does not apply (a backward per
+/// micro-batch, not inference_mode, for a gradient accumulation; no batch size for Adam's first step; no
+/// no_grad for a generation already under it; no leak for a slow load or a cache after an evaluation).
+/// The expectations are judgement.py's own (`EXPECT`), checked against the reports diagnosed again by
+/// today's rules.
+#[test]
+fn programs_gpudoc_never_saw_are_told_as_an_expert_would() {
+    let said = judged("h100", "judgement.py");
     assert!(said.contains("judgement: 70 ok, 0 BAD"), "{said}");
 }
 
@@ -806,25 +811,7 @@ fn programs_gpudoc_never_saw_are_told_as_an_expert_would() {
 /// empty_cache_loop started (held-before-start was right; judgement2.sh now waits for it to go).
 #[test]
 fn nine_more_programs_are_told_as_an_expert_would_but_three_known_misses() {
-    let dir = tempfile::tempdir().unwrap();
-    let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/judgement/round2");
-    for entry in std::fs::read_dir(&recorded).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_string();
-        if name.ends_with(".report.json") {
-            let r = common::replayed(&path);
-            std::fs::write(dir.path().join(&name), r.to_string()).unwrap();
-        } else if name.ends_with(".stdout") {
-            std::fs::copy(&path, dir.path().join(&name)).unwrap();
-        }
-    }
-    let out = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/judgement2.py"))
-        .arg("check")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
+    let said = judged("round2", "judgement2.py");
     let bad: Vec<&str> = said
         .lines()
         .filter(|l| l.starts_with("BAD"))
