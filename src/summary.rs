@@ -640,9 +640,8 @@ fn render_peak(o: &mut String, pid: u32, w: &crate::torch::inside::Inside, p: Pa
             fmt_bytes(w.allocated_bytes)
         ))
     );
-    let _ = writeln!(o, "    {}", printable(&w.parts.line()));
-    if let Some(t) = w.saved_unknown() {
-        let _ = writeln!(o, "    {}", printable(&t));
+    for l in crate::rules::hunt_words::HuntWords::bundled().look("peak", w) {
+        let _ = writeln!(o, "    {}", printable(&l));
     }
     let top = w.top_modules(TOP_MODULES);
     if top.is_empty() {

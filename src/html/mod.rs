@@ -394,12 +394,11 @@ fn inside(o: &mut String, r: &Report) {
             )
         };
         let _ = writeln!(o, "<h3>{}</h3>\n<ul>", esc(&head));
-        let lines = if w.why == "oom" {
-            w.lines()
-        } else {
-            std::iter::once(w.parts.line())
-                .chain(w.saved_unknown())
-                .collect()
+        let words = crate::rules::hunt_words::HuntWords::bundled();
+        let lines = match w.why.as_str() {
+            "oom" if w.saw_model() => words.look("inside", w),
+            "oom" => Vec::new(),
+            _ => words.look("peak", w),
         };
         for l in lines.iter().chain(w.snapshot.iter()) {
             let _ = writeln!(o, "<li><code>{}</code></li>", esc(l));

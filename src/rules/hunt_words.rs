@@ -28,7 +28,10 @@ const BUNDLED: &str = include_str!("../../rules/words/hunt.toml");
 
 /// The lists of lines the bundled rules and the HTML report ask for: a words file lacking one fails at
 /// load.
-pub const NEEDED: [&str; 3] = ["leak", "oom", "report"];
+pub const NEEDED: [&str; 5] = ["leak", "oom", "report", "inside", "peak"];
+
+/// The lists said of a look inside the model (they see `inside`), not of a hunt.
+pub const INSIDE: [&str; 2] = ["inside", "peak"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,6 +47,9 @@ struct HuntFile {
 struct SayFile {
     site: toml::Spanned<TemplateFile>,
     holder: toml::Spanned<TemplateFile>,
+    place: toml::Spanned<TemplateFile>,
+    parts: toml::Spanned<TemplateFile>,
+    incomplete: toml::Spanned<TemplateFile>,
 }
 
 /// A template as written: one text, or cases of which the first that holds is said.
@@ -91,10 +97,10 @@ impl Each {
 }
 
 /// A template compiled: its cases (`None`: always) in order.
-type Cases = Vec<(Option<Compiled>, Vec<Piece>)>;
+pub(super) type Cases = Vec<(Option<Compiled>, Vec<Piece>)>;
 
 /// A part compiled, with its line for errors.
-struct Part {
+pub(super) struct Part {
     when: Option<Compiled>,
     each: Option<Each>,
     text: Vec<Piece>,
@@ -106,11 +112,23 @@ pub struct HuntWords {
     /// `[say]`'s words, each with its line.
     site: (usize, Cases),
     holder: (usize, Cases),
-    lines: HashMap<String, Vec<Part>>,
+    /// `[say]`'s words of a look inside the model, by name, each with its line.
+    pub(super) inside: Vec<(&'static str, usize, Cases)>,
+    pub(super) lines: HashMap<String, Vec<Part>>,
     lets: Names,
-    env: Arc<Env>,
+    pub(super) env: Arc<Env>,
     /// The file they were read from, as errors name it.
-    file: String,
+    pub(super) file: String,
+}
+
+/// A `[say]` template compiled, with its line.
+fn said(
+    env: &Env,
+    t: toml::Spanned<TemplateFile>,
+    text: &str,
+    file: &str,
+) -> Result<(usize, Cases), RuleError> {
+    Ok((value_line(text, t.span()), cases(env, t, text, file)?))
 }
 
 fn cases(
@@ -158,15 +176,19 @@ impl HuntWords {
             }
             lines.insert(name, compiled);
         }
+        let mut inside = Vec::new();
+        for (name, t) in [
+            ("place", f.say.place),
+            ("parts", f.say.parts),
+            ("incomplete", f.say.incomplete),
+        ] {
+            let (line, cases) = said(&env, t, text, file)?;
+            inside.push((name, line, cases));
+        }
         Ok(HuntWords {
-            site: (
-                value_line(text, f.say.site.span()),
-                cases(&env, f.say.site, text, file)?,
-            ),
-            holder: (
-                value_line(text, f.say.holder.span()),
-                cases(&env, f.say.holder, text, file)?,
-            ),
+            site: said(&env, f.say.site, text, file)?,
+            holder: said(&env, f.say.holder, text, file)?,
+            inside,
             lines,
             lets: Names::read(&env, text, file, HashMap::new(), f.lets)?,
             env,
@@ -216,8 +238,21 @@ impl HuntWords {
                 format!("lines: no `{name}` (the bundled rules say it)"),
             ));
         }
+        for (name, parts) in self
+            .lines
+            .iter()
+            .filter(|(n, _)| INSIDE.contains(&n.as_str()))
+        {
+            for look in super::inside_words::examples() {
+                self.inside_parts(parts, &look)
+                    .map_err(|(line, e)| err(line, format!("lines.{name}: {e}")))?;
+            }
+        }
         for (hunt, sites, holders) in examples() {
             for (name, parts) in &self.lines {
+                if INSIDE.contains(&name.as_str()) {
+                    continue;
+                }
                 self.with_scope(&hunt, &sites, &holders, |scope| {
                     for p in parts {
                         self.part(p, scope, &sites, &holders)
@@ -330,7 +365,7 @@ impl HuntWords {
 
     /// A part's lines in `ctx`: none where its `when` does not hold, one, or one per site or holder. What
     /// failed, with the line of the part or of the `[say]` words that did.
-    fn part(
+    pub(super) fn part(
         &self,
         p: &Part,
         ctx: &Context,
@@ -365,7 +400,7 @@ impl HuntWords {
 }
 
 /// The first case of `words` that holds, filled in.
-fn say(words: &Cases, ctx: &Context) -> Result<String, String> {
+pub(super) fn say(words: &Cases, ctx: &Context) -> Result<String, String> {
     for (when, pieces) in words {
         if holds(when.as_ref(), ctx)? {
             return fill(pieces, ctx);
@@ -375,7 +410,7 @@ fn say(words: &Cases, ctx: &Context) -> Result<String, String> {
 }
 
 /// A record as CEL sees it (numbers as the facts give them: integers signed).
-fn value(v: &serde_json::Value) -> Value {
+pub(super) fn value(v: &serde_json::Value) -> Value {
     Value::try_from(to_val(v).as_ref()).unwrap_or(Value::Null)
 }
 
@@ -438,6 +473,7 @@ fn examples() -> Vec<(Value, Value, Value)> {
 /// `hunt_lines('NAME', hunt, sites, holders)` in `ctx`, said in `words` (the bundled words where `None`):
 /// the one way a rule's templates reach these words.
 pub(super) fn register(ctx: &mut Context, words: Option<Arc<HuntWords>>) {
+    let inside = words.clone();
     let _ = ctx.add_function(
         "hunt_lines",
         move |name: Arc<String>, hunt: Value, sites: Value, holders: Value| {
@@ -448,6 +484,7 @@ pub(super) fn register(ctx: &mut Context, words: Option<Arc<HuntWords>>) {
                 .map_err(|e| ExecutionError::function_error("hunt_lines", e))
         },
     );
+    super::inside_words::register(ctx, inside);
 }
 
 #[cfg(test)]

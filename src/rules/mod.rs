@@ -17,6 +17,7 @@ pub mod facts;
 pub mod framework;
 pub mod growth;
 pub mod hunt_words;
+pub mod inside_words;
 mod lines;
 mod names;
 pub mod phase;

@@ -6,7 +6,7 @@
 //! after training, inference), the same at that call's peak.
 
 use super::hunt::is_zero;
-use crate::units::{fmt_bytes, path_tail};
+
 use serde::{Deserialize, Serialize};
 
 /// One look inside the model, on one device of one process.
@@ -123,21 +123,21 @@ pub struct ModuleRow {
 }
 
 impl Parts {
-    /// The parts, largest first, with their names as a user reads them.
+    /// The parts, largest first, by key (`activations`, `parameters`, `gradients`, `optimizer_state`,
+    /// `other`).
     pub fn ranked(&self) -> Vec<(&'static str, u64)> {
         let mut v = vec![
-            ("activations saved for backward", self.activations),
+            ("activations", self.activations),
             ("parameters", self.parameters),
             ("gradients", self.gradients),
-            ("optimizer state", self.optimizer_state),
-            ("other tensors (temporaries, inputs, outputs)", self.other),
+            ("optimizer_state", self.optimizer_state),
+            ("other", self.other),
         ];
         v.sort_by_key(|p| std::cmp::Reverse(p.1));
         v
     }
 
-    /// The largest part's key (`activations`, `parameters`, `gradients`, `optimizer_state`, `other`), ""
-    /// when nothing was counted.
+    /// The largest part's key, "" when nothing was counted.
     pub fn largest(&self) -> &'static str {
         let v = [
             ("activations", self.activations),
@@ -155,17 +155,6 @@ impl Parts {
     pub fn sum(&self) -> u64 {
         self.parameters + self.gradients + self.optimizer_state + self.activations + self.other
     }
-
-    /// In words: "activations saved for backward 3.14 GiB (58%), parameters ...".
-    pub fn line(&self) -> String {
-        let total = self.sum().max(1);
-        self.ranked()
-            .iter()
-            .filter(|p| p.1 > 0)
-            .map(|(name, b)| format!("{name} {} ({}%)", fmt_bytes(*b), b * 100 / total))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
 }
 
 impl Inside {
@@ -177,79 +166,10 @@ impl Inside {
         Some(w)
     }
 
-    /// Where an OOM happened, in words: "in backward of model.layers.2.mlp (MmBackward0), at
-    /// train.py:51 `loss.backward()`".
-    pub fn place(&self) -> Option<String> {
-        let pass = self.pass.as_deref()?;
-        let mut out = match (pass, self.module.as_deref()) {
-            ("other", _) => "outside the model's forward and backward".to_string(),
-            ("optimizer", _) => "in the optimizer's step".to_string(),
-            (p, Some(m)) if !m.is_empty() => format!("in {p} of {m}"),
-            (p, _) => format!("in {p}"),
-        };
-        if let Some(n) = &self.node {
-            out.push_str(&format!(" ({n})"));
-        }
-        if let Some(l) = &self.line {
-            out.push_str(&format!(", at {}:{}", path_tail(&l.file), l.line));
-            if !l.code.is_empty() {
-                out.push_str(&format!(" `{}`", l.code));
-            }
-        }
-        Some(out)
-    }
-
     /// A model was seen (a module, or parameters): without one, "outside the model" and "all of it
     /// other" would say nothing.
     pub fn saw_model(&self) -> bool {
         self.module.is_some() || self.parts.parameters > 0
-    }
-
-    /// Lines for a diagnosis: where, what the memory held, and the modules that saved the most for
-    /// backward (none when no model was seen).
-    pub fn lines(&self) -> Vec<String> {
-        if !self.saw_model() {
-            return Vec::new();
-        }
-        let mut out: Vec<String> = self.place().into_iter().collect();
-        if self.parts.sum() > 0 {
-            out.push(format!(
-                "{} allocated then: {}",
-                fmt_bytes(self.allocated_bytes),
-                self.parts.line()
-            ));
-        }
-        out.extend(self.saved_by(3));
-        out.extend(self.saved_unknown());
-        out
-    }
-
-    /// The saved tensors the walk did not count as themselves, in words: "saved for backward is
-    /// incomplete by 12 tensors: 12 packed by the program's saved-tensor hooks (counted as what the hooks
-    /// kept)"; None when it counted every one.
-    pub fn saved_unknown(&self) -> Option<String> {
-        let tensors = |n: u64| format!("{n} tensor{}", if n == 1 { "" } else { "s" });
-        let mut why = Vec::new();
-        if self.saved_hooked > 0 {
-            why.push(format!(
-                "{} packed by the program's saved-tensor hooks (counted as what the hooks kept)",
-                self.saved_hooked
-            ));
-        }
-        if self.saved_unread > 0 {
-            why.push(format!(
-                "{} this torch could not read without unpacking them (counted as other tensors)",
-                self.saved_unread
-            ));
-        }
-        if why.is_empty() {
-            return None;
-        }
-        Some(format!(
-            "saved for backward is incomplete by {}: {}",
-            tensors(self.saved_hooked + self.saved_unread),
-            why.join(", and ")
-        ))
     }
 
     /// The table's modules, most memory first (forward's on the measured step, parameters' and saved
@@ -259,31 +179,6 @@ impl Inside {
         v.sort_by_key(|r| std::cmp::Reverse(r.weight()));
         v.truncate(n);
         v
-    }
-
-    /// At an OOM, the modules that saved the most for backward, in words: "saved for backward by
-    /// model.layers.5 14.91 GiB, model.layers.4 14.91 GiB, model.layers.3 14.91 GiB"; None without them.
-    pub fn saved_by(&self, n: usize) -> Option<String> {
-        let mut v: Vec<(&str, u64)> = self
-            .modules
-            .iter()
-            .filter_map(|m| Some((m.name.as_str(), m.activation_bytes.filter(|&b| b > 0)?)))
-            .collect();
-        v.sort_by_key(|p| std::cmp::Reverse(p.1));
-        let more = v.len().saturating_sub(n);
-        let mut text = v
-            .iter()
-            .take(n)
-            .map(|(name, b)| format!("{name} {}", fmt_bytes(*b)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        if text.is_empty() {
-            return None;
-        }
-        if more > 0 {
-            text.push_str(&format!(" and {more} more"));
-        }
-        Some(format!("saved for backward by {text}"))
     }
 
     /// What was measured, in words: "step 12", "an evaluation call", "an inference call".
@@ -366,90 +261,11 @@ mod tests {
         });
         let w = Inside::from_message(&m, 100.0).unwrap();
         assert_eq!((w.pid, w.at_s, w.parts.largest()), (7, 5.0, "activations"));
-        assert_eq!(
-            w.lines(),
-            vec![
-                "in backward of model.layers.2.mlp (MmBackward0), at w/model.py:51 `loss.backward()`",
-                "4.06 GiB allocated then: activations saved for backward 1.89 GiB (46%), \
-                 other tensors (temporaries, inputs, outputs) 1.08 GiB (26%), parameters 864.00 MiB \
-                 (20%), gradients 256.00 MiB (6%)"
-            ]
-        );
+        assert_eq!(w.line.as_ref().unwrap().code, "loss.backward()");
         assert_eq!(w.modules[0].parameter_bytes, Some(33554432));
-    }
-
-    #[test]
-    fn an_oom_names_the_modules_that_saved_the_most_for_backward() {
-        let row = |name: &str, saved: u64| {
-            serde_json::json!({"name": name, "parameters": 1, "gradients": 0, "optimizer_state": 0,
-                               "activations": saved})
-        };
-        let m = serde_json::json!({
-            "k": "where", "why": "oom", "dev": 0, "t": 1.0, "allocated": 8u64 << 30,
-            "pass": "backward", "node": "SoftmaxBackward0", "module": "model.blocks.1.attn",
-            "parts": {"parameters": 1u64 << 30, "activations": 6u64 << 30, "other": 1u64 << 30},
-            "rows": [row("model.embed", 16 << 20), row("model.blocks.0", 3 << 30),
-                     row("model.blocks.1", 2 << 30), row("model.blocks.2", 0),
-                     row("model.head", 1 << 30)],
-        });
-        let w = Inside::from_message(&m, 0.0).unwrap();
-        assert_eq!(
-            w.lines()[2],
-            "saved for backward by model.blocks.0 3.00 GiB, model.blocks.1 2.00 GiB, model.head \
-             1.00 GiB and 1 more"
-        );
         // At an OOM the table has what each module holds: the saved tensors, no forward measured.
         let columns: Vec<&str> = w.columns().iter().map(|c| c.0).collect();
-        assert_eq!(columns, ["saved for backward"]);
-        assert_eq!(w.top_modules(1)[0].name, "model.blocks.0");
-    }
-
-    #[test]
-    fn an_oom_whose_saved_tensors_hooks_packed_says_its_breakdown_is_incomplete() {
-        // Recorded on the CPU by tests/programs/where_saved.py: two blocks checkpointed
-        // (use_reentrant=False), one plain, the fourth under save_on_cpu, where its forward runs out.
-        let m: serde_json::Value =
-            serde_json::from_str(include_str!("../../fixtures/where/cpu_hooked_oom.json")).unwrap();
-        let w = Inside::from_message(&m, 0.0).unwrap();
-        assert_eq!((w.saved_hooked, w.saved_unread), (11, 0));
-        let lines = w.lines();
-        assert!(
-            lines[0].starts_with("in forward of self.blocks.3, at "),
-            "{lines:?}"
-        );
-        assert_eq!(
-            lines.last().unwrap(),
-            "saved for backward is incomplete by 11 tensors: 11 packed by the program's saved-tensor \
-             hooks (counted as what the hooks kept)"
-        );
-        // A torch whose saved tensors cannot be read without unpacking them, and both at once.
-        let unread = Inside {
-            saved_hooked: 0,
-            saved_unread: 1,
-            ..w.clone()
-        };
-        assert_eq!(
-            unread.saved_unknown().unwrap(),
-            "saved for backward is incomplete by 1 tensor: 1 this torch could not read without \
-             unpacking them (counted as other tensors)"
-        );
-        let both = Inside {
-            saved_unread: 2,
-            ..w.clone()
-        };
-        assert!(
-            both.saved_unknown()
-                .unwrap()
-                .starts_with("saved for backward is incomplete by 13 tensors: 11 packed by ")
-        );
-        // Every saved tensor counted: nothing said, and nothing written of it.
-        let all = Inside {
-            saved_hooked: 0,
-            ..w
-        };
-        assert_eq!(all.saved_unknown(), None);
-        let json = serde_json::to_value(&all).unwrap();
-        assert!(json.get("saved_hooked").is_none() && json.get("saved_unread").is_none());
+        assert!(columns.is_empty(), "{columns:?}");
     }
 
     #[test]
@@ -465,7 +281,7 @@ mod tests {
     }
 
     #[test]
-    fn an_oom_where_no_model_was_seen_adds_no_lines() {
+    fn an_oom_where_no_model_was_seen_saw_no_model() {
         let w = Inside {
             why: "oom".into(),
             pass: Some("other".into()),
@@ -476,6 +292,13 @@ mod tests {
             },
             ..Default::default()
         };
-        assert!(w.lines().is_empty());
+        assert!(!w.saw_model());
+        assert!(
+            Inside {
+                module: Some("m".into()),
+                ..w
+            }
+            .saw_model()
+        );
     }
 }

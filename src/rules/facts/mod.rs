@@ -45,6 +45,9 @@ fact_types! {
     Option<HuntRecord> => "hunt or null",
     Vec<SiteRecord> => "list(site)",
     Vec<HolderRecord> => "list(hunt_holder)",
+    Option<InsideRecord> => "inside or null",
+    Vec<PartRecord> => "list(part)",
+    Vec<SavedRecord> => "list(saver)",
 }
 
 /// A process holding GPU memory, as a list fact gives it (`gpu.others_list`, `oom.others`,
@@ -102,6 +105,7 @@ macro_rules! facts {
 mod cell;
 mod gpu;
 pub mod hunt;
+pub mod inside;
 mod oom;
 mod process;
 mod run;
@@ -109,6 +113,7 @@ mod torch;
 
 pub use gpu::GpuFacts;
 use hunt::{HolderRecord, HuntRecord, SiteRecord};
+use inside::{InsideRecord, PartRecord, SavedRecord};
 pub use oom::OomFacts;
 pub use process::ProcFacts;
 pub use run::{RunFacts, cuda_of_torch};
@@ -156,6 +161,9 @@ pub fn records() -> Vec<(String, &'static str, &'static str)> {
         ("hunt", HuntRecord::FIELDS),
         ("site", SiteRecord::FIELDS),
         ("hunt_holder", HolderRecord::FIELDS),
+        ("inside", InsideRecord::FIELDS),
+        ("part", PartRecord::FIELDS),
+        ("saver", SavedRecord::FIELDS),
     ];
     groups
         .into_iter()
@@ -286,7 +294,7 @@ impl Facts {
                 reserved_bytes: Some(0),
                 reserved_unallocated_bytes: Some(0),
                 allowed_bytes: Some(0),
-                filled_by: vec!["in forward, in model.layers.2.mlp".into()],
+                inside: Some(InsideRecord::example()),
                 hunt: Some(HuntRecord {
                     why: "oom".into(),
                     ..HuntRecord::example()

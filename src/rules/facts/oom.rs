@@ -1,6 +1,7 @@
 //! The OOM's facts (`oom.*`): what the text said, where it happened, what filled the GPU, and the phase.
 
 use super::hunt::{HolderRecord, HuntRecord, SiteRecord};
+use super::inside::InsideRecord;
 use super::{GpuFacts, Holder, TorchFacts, gpu_label, name_of};
 use crate::report::Report;
 use crate::rules::phase::Phase;
@@ -66,9 +67,9 @@ pub struct OomFacts {
     pub job_peak_pct: Option<f64>,
     /// the cause with its numbers, in words; null without an OOM
     pub explanation: Option<String>,
-    /// where in the model it happened and what the memory held (the shim's look at the OOM), in words: the
-    /// place, the breakdown, the modules that saved the most for backward (empty when unknown)
-    pub filled_by: Vec<String>,
+    /// where in the model it happened and what the memory held (the shim's look at the OOM): an inside
+    /// record, which `inside_lines('inside', oom.inside)` says; null where no look saw a model
+    pub inside: Option<InsideRecord>,
     /// the shim's search at the OOM (what held the GPU), a hunt record as torch.leak_hunt; null without one
     pub hunt: Option<HuntRecord>,
     /// what held the GPU then, the one that held the most first, each with the autograd graphs behind its
@@ -201,7 +202,7 @@ pub(super) fn oom_facts(
     let activity = o.allocator.as_ref().and_then(|a| a.activity);
     let phase = Phase::at_oom(activity.as_ref(), pass.as_deref());
     let graphs_kept = kept_graphs(phase, pass.as_deref(), activity.as_ref());
-    // A training step's own graph is its activations, told per module (oom.largest_part, filled_by).
+    // A training step's own graph is its activations, told per module (oom.largest_part, inside).
     let own = matches!(phase, Some(Phase::TrainingStep | Phase::Loading));
     let mut f = OomFacts {
         phase: phase.map(|p| p.name().into()),
@@ -248,7 +249,7 @@ pub(super) fn oom_facts(
         others: oom_others(o),
         job_peak_pct: on.map(|x| x.job_peak_pct),
         explanation: Some(o.explanation.clone()),
-        filled_by: inside.map(|w| w.lines()).unwrap_or_default(),
+        inside: inside.map(InsideRecord::of),
         pass,
         module: inside.and_then(|w| w.module.clone()),
         largest_part: inside
