@@ -126,7 +126,7 @@ pub(super) fn check_mark(
 
 impl Rule {
     /// The checks at load of a rule read from a file ([`Rule::parse`]): its saying is compiled and kept.
-    /// `hunt_lines` says `words` (a user's words of a hunt; the bundled ones where `None`).
+    /// `hunt_lines` and `inside_lines` say `words` (a user's words of a hunt; the bundled ones where `None`).
     pub(super) fn check(
         &self,
         (env, words): (&Arc<Env>, Option<&Arc<HuntWords>>),

@@ -10,6 +10,7 @@ use super::RuleError;
 use super::absent::Compiled;
 use super::eval::{compile, env, functions, to_val};
 use super::facts::hunt::{HolderRecord, HuntRecord, SiteRecord};
+use super::facts::inside::InsideRecord;
 use super::lines::{line_of, value_line};
 use super::names::Names;
 use super::template::{Piece, fill, holds, template};
@@ -243,7 +244,10 @@ impl HuntWords {
             .iter()
             .filter(|(n, _)| INSIDE.contains(&n.as_str()))
         {
-            for look in super::inside_words::examples() {
+            for look in InsideRecord::examples()
+                .iter()
+                .map(|l| value(&serde_json::json!(l)))
+            {
                 self.inside_parts(parts, &look)
                     .map_err(|(line, e)| err(line, format!("lines.{name}: {e}")))?;
             }
@@ -484,7 +488,14 @@ pub(super) fn register(ctx: &mut Context, words: Option<Arc<HuntWords>>) {
                 .map_err(|e| ExecutionError::function_error("hunt_lines", e))
         },
     );
-    super::inside_words::register(ctx, inside);
+    // `inside_lines('NAME', inside)`: a look inside the model said in the same words (inside_words.rs).
+    let _ = ctx.add_function("inside_lines", move |name: Arc<String>, look: Value| {
+        let words = inside.as_deref().unwrap_or_else(|| HuntWords::bundled());
+        words
+            .inside(&name, &look)
+            .map(|l| Value::List(Arc::new(l.into_iter().map(Value::from).collect())))
+            .map_err(|e| ExecutionError::function_error("inside_lines", e))
+    });
 }
 
 #[cfg(test)]

@@ -5,10 +5,10 @@
 //! say them of the bundled words.
 
 use super::eval::functions;
-use super::facts::inside::{InsideRecord, PartRecord, SavedRecord};
+use super::facts::inside::InsideRecord;
 use super::hunt_words::{HuntWords, Part, say, value};
 use crate::torch::inside::Inside;
-use cel::{Context, ExecutionError, Value};
+use cel::Value;
 use std::sync::Arc;
 
 impl HuntWords {
@@ -53,63 +53,6 @@ impl HuntWords {
         }
         Ok(out)
     }
-}
-
-/// Looks the words are checked on: one in each pass (backward with its module, node and line; forward
-/// without a module; the optimizer's step; other), one with nothing counted, a measured step (no pass).
-pub(super) fn examples() -> Vec<Value> {
-    let backward = InsideRecord::example();
-    let looks = [
-        InsideRecord {
-            pass: Some("forward".into()),
-            module: None,
-            node: None,
-            code: None,
-            saved_more: 0,
-            saved_hooked: 0,
-            ..backward.clone()
-        },
-        InsideRecord {
-            pass: Some("optimizer".into()),
-            file: None,
-            line: None,
-            code: None,
-            saved_unread: 0,
-            ..backward.clone()
-        },
-        InsideRecord {
-            pass: Some("other".into()),
-            parts: vec![PartRecord {
-                part: "other".into(),
-                bytes: 1,
-            }],
-            saved_by: vec![SavedRecord::default()],
-            ..backward.clone()
-        },
-        InsideRecord {
-            parts: Vec::new(),
-            saved_by: Vec::new(),
-            ..backward.clone()
-        },
-        InsideRecord {
-            pass: None,
-            ..backward.clone()
-        },
-        backward,
-    ];
-    looks.iter().map(|l| value(&serde_json::json!(l))).collect()
-}
-
-/// `inside_lines('NAME', inside)` in `ctx`, said in `words` (the bundled words where `None`): the one way
-/// a rule's templates reach these words.
-pub(super) fn register(ctx: &mut Context, words: Option<Arc<HuntWords>>) {
-    let _ = ctx.add_function("inside_lines", move |name: Arc<String>, inside: Value| {
-        let words = words.as_deref().unwrap_or_else(|| HuntWords::bundled());
-        words
-            .inside(&name, &inside)
-            .map(|l| Value::List(Arc::new(l.into_iter().map(Value::from).collect())))
-            .map_err(|e| ExecutionError::function_error("inside_lines", e))
-    });
 }
 
 #[cfg(test)]

@@ -93,7 +93,7 @@ impl std::fmt::Display for RuleError {
 impl std::error::Error for RuleError {}
 
 /// The rules in force, and the words they read: of an OOM's cause (`oom.explanation`), of why a process
-/// is judged as it is (`process.reason`) and of a hunt (`hunt_lines`), each a user's
+/// is judged as it is (`process.reason`) and of a hunt and of a look inside the model (`hunt_lines`, `inside_lines`), each a user's
 /// (`words/oom-cause.toml`, `words/process-reason.toml`, `words/hunt.toml` in the `--rules` folder) or the
 /// bundled ones (`None`).
 pub struct RuleSet {

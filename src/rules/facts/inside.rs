@@ -143,3 +143,50 @@ impl InsideRecord {
         }
     }
 }
+
+impl InsideRecord {
+    /// Looks the words are checked on: one in each pass (backward with its module, node and line; forward
+    /// without a module; the optimizer's step; other), one with nothing counted, a measured step (no pass).
+    pub fn examples() -> Vec<InsideRecord> {
+        let backward = InsideRecord::example();
+        let looks = [
+            InsideRecord {
+                pass: Some("forward".into()),
+                module: None,
+                node: None,
+                code: None,
+                saved_more: 0,
+                saved_hooked: 0,
+                ..backward.clone()
+            },
+            InsideRecord {
+                pass: Some("optimizer".into()),
+                file: None,
+                line: None,
+                code: None,
+                saved_unread: 0,
+                ..backward.clone()
+            },
+            InsideRecord {
+                pass: Some("other".into()),
+                parts: vec![PartRecord {
+                    part: "other".into(),
+                    bytes: 1,
+                }],
+                saved_by: vec![SavedRecord::default()],
+                ..backward.clone()
+            },
+            InsideRecord {
+                parts: Vec::new(),
+                saved_by: Vec::new(),
+                ..backward.clone()
+            },
+            InsideRecord {
+                pass: None,
+                ..backward.clone()
+            },
+            backward,
+        ];
+        looks.to_vec()
+    }
+}
