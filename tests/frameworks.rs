@@ -629,4 +629,9 @@ fn an_rmm_leak_is_steady_growth_with_what_rmm_held_in_its_own_words() {
     let growth = message(&r, "steady-growth");
     assert!(growth.contains("and at its end RMM still held"), "{growth}");
     assert!(!growth.contains("PyTorch"), "{growth}");
+    // PyTorch's remedies are PyTorch's: none is given of memory RMM held.
+    let d = diagnosis(&r, "steady-growth").unwrap();
+    let said = format!("{} {}", d["advice"], d["docs"]);
+    assert!(!said.contains("torch"), "{said}");
+    assert!(said.contains("needs a bound"), "{said}");
 }
