@@ -11,7 +11,7 @@ use super::absent::Compiled;
 use super::eval::{compile, env, functions, to_val};
 use super::facts::hunt::{HolderRecord, HuntRecord, SiteRecord};
 use super::facts::inside::InsideRecord;
-use super::lines::{line_of, value_line};
+use super::lines::{line_of, read_in_dir, value_line};
 use super::names::Names;
 use super::template::{Piece, fill, holds, template};
 use cel::{Context, Env, ExecutionError, Value};
@@ -206,18 +206,8 @@ impl HuntWords {
     /// The words of a user's rules folder (`--rules DIR`): its `words/hunt.toml`, which replaces the
     /// bundled words whole; `None` where it has none. An error names the user's file, and its line.
     pub fn of_dir(dir: &std::path::Path) -> Result<Option<HuntWords>, RuleError> {
-        let path = dir.join(IN_DIR);
-        let file = path.display().to_string();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(RuleError {
-                    file,
-                    line: 0,
-                    what: e.to_string(),
-                });
-            }
+        let Some((text, file)) = read_in_dir(dir, IN_DIR)? else {
+            return Ok(None);
         };
         let words = HuntWords::parse(&text, &file)?;
         words.check()?;

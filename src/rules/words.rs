@@ -16,7 +16,7 @@
 use super::RuleError;
 use super::absent::Compiled;
 use super::eval::{Lazy, compile, context, env};
-use super::lines::{line_of, value_line};
+use super::lines::{line_of, read_in_dir, value_line};
 use super::template::{Piece, fill, holds, template};
 use crate::oom::cause::Found;
 use crate::orphans::{Holder, Why};
@@ -165,18 +165,8 @@ impl Words {
     /// The words of `kind` of a user's rules folder (`--rules DIR`), which replace the bundled ones whole;
     /// `None` where it has none. An error names the user's file.
     pub fn of_dir(kind: &'static Kind, dir: &std::path::Path) -> Result<Option<Words>, RuleError> {
-        let path = dir.join(kind.in_dir);
-        let file = path.display().to_string();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(RuleError {
-                    file,
-                    line: 0,
-                    what: e.to_string(),
-                });
-            }
+        let Some((text, file)) = read_in_dir(dir, kind.in_dir)? else {
+            return Ok(None);
         };
         let words = Words::parse(kind, &text, &file)?;
         words.check(&file)?;

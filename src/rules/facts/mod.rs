@@ -144,6 +144,13 @@ pub fn documented() -> Vec<(String, &'static str, &'static str)> {
         ("process", ProcFacts::FIELDS),
         ("torch", TorchFacts::FIELDS),
     ];
+    named(groups)
+}
+
+/// Each field of each group by its group's name (`oom.cause`, `site.file`), with its type and doc.
+fn named<const N: usize>(
+    groups: [(&'static str, &'static [Fact]); N],
+) -> Vec<(String, &'static str, &'static str)> {
     groups
         .into_iter()
         .flat_map(|(group, fields)| {
@@ -165,14 +172,7 @@ pub fn records() -> Vec<(String, &'static str, &'static str)> {
         ("part", PartRecord::FIELDS),
         ("saver", SavedRecord::FIELDS),
     ];
-    groups
-        .into_iter()
-        .flat_map(|(group, fields)| {
-            fields
-                .iter()
-                .map(move |f| (format!("{group}.{}", f.name), f.ty, f.doc.trim()))
-        })
-        .collect()
+    named(groups)
 }
 
 const GIB: i64 = 1 << 30;
